@@ -1,0 +1,36 @@
+# Thin wrapper over CMake. `make` builds, `make test` runs the suite (plus the
+# sanitizer build), `make demo` runs the main job, `make bench` the CPU benchmark.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all build test test-fast test-asan bench demo eval clean
+
+all: build
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Unit and end-to-end tests (release build), then the same suite under ASan+UBSan.
+test: test-fast test-asan
+
+test-fast: build
+	ctest --test-dir $(BUILD) --output-on-failure -LE gpu -j $(JOBS)
+
+test-asan:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLOCKS_SANITIZE=ON -DLOCKS_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -LE 'gpu|model' -j $(JOBS)
+
+bench: build
+	$(BUILD)/locks bench --shape llama3-8b --context 131072 --budget 2048
+
+demo: build
+	$(BUILD)/locks demo
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,64 @@
+/*
+ * status.c — status names, the log callback, selector names.
+ *
+ * The library never prints: every message goes through the callback the caller set
+ * with locks_set_log (silent by default).
+ */
+#include "locks.h"
+
+#include <stddef.h>
+#include <string.h>
+
+static const char *const status_names[LOCKS_STATUS_COUNT] = {
+    [LOCKS_OK] = "ok",
+    [LOCKS_ERR_INVALID_ARG] = "invalid argument",
+    [LOCKS_ERR_OOM] = "out of memory",
+    [LOCKS_ERR_POOL_FULL] = "page pool exhausted",
+    [LOCKS_ERR_NONFINITE] = "NaN or Inf in input",
+    [LOCKS_ERR_BUDGET] = "token budget too small (<= 0 or below the forced pages)",
+    [LOCKS_ERR_NO_SEQ] = "unknown sequence",
+    [LOCKS_ERR_UNSUPPORTED] = "unsupported by this build or backend",
+    [LOCKS_ERR_IO] = "I/O error",
+    [LOCKS_ERR_FORMAT] = "malformed file",
+    [LOCKS_ERR_BACKEND] = "CUDA runtime error",
+};
+
+const char *locks_status_str(locks_status s) {
+    if ((int)s < 0 || s >= LOCKS_STATUS_COUNT) return "unknown status";
+    return status_names[s];
+}
+
+static const char *const selector_names[LOCKS_SEL_COUNT] = {
+    [LOCKS_SEL_FULL] = "full",   [LOCKS_SEL_ORACLE] = "oracle", [LOCKS_SEL_LOCKS] = "locks",
+    [LOCKS_SEL_QUEST] = "quest", [LOCKS_SEL_SHADOW] = "shadow", [LOCKS_SEL_ROCKET] = "rocket",
+};
+
+const char *locks_selector_name(locks_selector s) {
+    if ((int)s < 0 || s >= LOCKS_SEL_COUNT) return NULL;
+    return selector_names[s];
+}
+
+locks_status locks_selector_parse(const char *name, locks_selector *out) {
+    if (!name || !out) return LOCKS_ERR_INVALID_ARG;
+    for (int i = 0; i < LOCKS_SEL_COUNT; i++) {
+        if (strcmp(name, selector_names[i]) == 0) {
+            *out = (locks_selector)i;
+            return LOCKS_OK;
+        }
+    }
+    return LOCKS_ERR_INVALID_ARG;
+}
+
+static locks_log_fn log_fn;
+static void *log_user;
+
+void locks_set_log(locks_log_fn fn, void *user) {
+    log_fn = fn;
+    log_user = user;
+}
+
+void locks_log_get(locks_log_fn *fn, void **user);
+void locks_log_get(locks_log_fn *fn, void **user) {
+    *fn = log_fn;
+    *user = log_user;
+}

@@ -1,0 +1,12 @@
+/* cmds.h — the subcommands of the `locks` tool, one file each (tools/cmd_<name>.c).
+ * Each takes the arguments after its name (argv[0] is the subcommand) and returns the
+ * process exit code: 0 ok, 1 runtime failure, 2 usage error. */
+#ifndef LOCKS_CMDS_H
+#define LOCKS_CMDS_H
+
+int cmd_bench(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+
+#endif

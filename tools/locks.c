@@ -1,0 +1,39 @@
+/*
+ * locks — command-line front end: run a model, run the demo, benchmark, evaluate.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmds.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: locks <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  run     generate text with a GGUF model through the LOCKS cache\n"
+            "  demo    needle-in-a-haystack demo: full attention vs LOCKS\n"
+            "  bench   per-step time, bytes and fidelity of dense vs sparse decode\n"
+            "  eval    replay decode steps through every selector over a budget sweep\n"
+            "\n"
+            "`locks <command> --help` lists a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
+    fprintf(stderr, "locks: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}
