@@ -186,7 +186,7 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
  *   "refact", "codeshell"       GPT-2 regex on the spans between them
  * \p{L}, \p{N} follow Unicode 14 general categories, \s the White_Space property. Bytes
  * that are not valid UTF-8 count as "other" (neither letter, number nor space), so any
- * byte string encodes and decodes back to itself.
+ * byte string whose bytes all have tokens encodes and decodes back to itself.
  *
  * Decoding is byte-exact: a token's piece is its raw bytes, which may be a fragment of a
  * UTF-8 character; locks_tokenizer_decode_stream holds such fragments back.
@@ -239,8 +239,9 @@ bool locks_tokenizer_is_eog(const locks_tokenizer *t, int32_t id);
 /* Encodes text[0, len) (any bytes; no BOS is added). Writes up to cap ids to ids and the
  * total count to *n_out. At most len ids are ever produced, so cap >= len always fits.
  * Returns LOCKS_ERR_INVALID_ARG with *n_out = the count needed if cap is too small
- * (call again with a bigger buffer), LOCKS_ERR_UNSUPPORTED if a byte has no token and
- * there is no unk id, LOCKS_ERR_OOM. */
+ * (call again with a bigger buffer), LOCKS_ERR_OOM. A byte that has no token in the
+ * vocabulary is dropped, as Hugging Face tokenizers and llama.cpp do (SmolLM2 has tokens
+ * for all of valid UTF-8 below U+40000 except six ASCII control characters). */
 locks_status locks_tokenizer_encode(const locks_tokenizer *t, const char *text, size_t len,
                                     bool parse_special, int32_t *ids, int32_t cap,
                                     int32_t *n_out);

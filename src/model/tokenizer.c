@@ -9,9 +9,11 @@
  * are merged lowest rank first — the leftmost pair on ties — through a binary heap of
  * candidate pairs, O(n log n) in the piece length.
  *
- * What always holds: decode(encode(x)) == x for every byte string x, because every
- * byte of x ends up in exactly one token whose raw bytes it is part of, in order (a
- * byte with no token in the vocabulary becomes unk, and only then does this break).
+ * What always holds: decode(encode(x)) == x for every byte string x whose bytes all
+ * have a token, because every byte of x ends up, in order, in exactly one token whose
+ * raw bytes it is part of. A byte with no token is dropped, as the reference
+ * implementations do (SmolLM2 lacks 21 of the 256: 0x04 0x06 0x13 0x14 0x16 0x1D, and
+ * 0xC0 0xC1 0xF1 0xF2 0xF5..0xFF, which valid UTF-8 below U+40000 never uses).
  *
  * Sections: byte <-> unicode map · UTF-8 and Unicode classes · hash maps · init/free ·
  * BPE · pre-tokenizer · encode · decode · ChatML.
@@ -633,20 +635,20 @@ static locks_status bpe_piece(const locks_tokenizer *t, const uint8_t *s, size_t
                               id_sink *out) {
     locks_status st = work_reserve(w, n);
     if (st != LOCKS_OK) return st;
+    /* A byte with no token is dropped, as Hugging Face tokenizers and llama.cpp do. */
+    int32_t m = 0;
     for (size_t k = 0; k < n; k++) {
         int32_t id = t->byte_id[s[k]];
-        if (id < 0) id = t->ids.unk;
-        if (id < 0) {
-            locks_log(LOCKS_LOG_ERROR, "tokenizer: byte 0x%02x has no token and there is no unk",
-                      s[k]);
-            return LOCKS_ERR_UNSUPPORTED;
-        }
-        w->sym[k] = id;
-        w->prev[k] = (int32_t)k - 1;
-        w->next[k] = k + 1 < n ? (int32_t)k + 1 : -1;
+        if (id < 0) continue;
+        w->sym[m] = id;
+        w->prev[m] = m - 1;
+        w->next[m] = m + 1;
+        m++;
     }
+    if (m == 0) return LOCKS_OK;
+    w->next[m - 1] = -1;
     w->n_heap = 0;
-    for (size_t k = 0; k + 1 < n; k++) push_pair(t, w, (int32_t)k);
+    for (int32_t k = 0; k + 1 < m; k++) push_pair(t, w, k);
     while (w->n_heap > 0) {
         merge_cand c = heap_pop(w);
         int32_t r = w->next[c.pos];
