@@ -28,6 +28,7 @@
 #include "locks_model.h"
 #include "matmul.h"
 #include "pool.h"
+#include "tokenizer_gguf.h"
 #include "util.h"
 
 /* ================================================================================ */
@@ -108,14 +109,16 @@ static locks_status load_norm(const gguf *g, const char *name, int32_t n, float 
     return LOCKS_OK;
 }
 
-/* Tokenizer: not wired yet (waits for the tok branch). */
+/* The tokenizer from the GGUF vocabulary (tokenizer_gguf.c). */
 static locks_status load_tokenizer(const gguf *g, locks_tokenizer **tok) {
-    (void)g;
-    *tok = NULL;
-    return LOCKS_OK;
+    locks_status st = LOCKS_OK;
+    *tok = locks_tokenizer_from_gguf(g, &st);
+    return *tok ? LOCKS_OK : st;
 }
-static void free_tokenizer(locks_tokenizer *tok) { (void)tok; }
-static int is_eog(const locks_model *m, int32_t tok) { return tok == m->info.eos_id; }
+static void free_tokenizer(locks_tokenizer *tok) { locks_tokenizer_free(tok); }
+static int is_eog(const locks_model *m, int32_t tok) {
+    return tok == m->info.eos_id || (m->tok && locks_tokenizer_is_eog(m->tok, tok));
+}
 
 locks_model *locks_model_load(const char *path, locks_status *err) {
     locks_status st = LOCKS_OK;
