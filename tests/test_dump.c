@@ -1,0 +1,294 @@
+/*
+ * test_dump.c — KV dump: round trip (f32 and f16 on disk) against the written data, and
+ * rejection of malformed files (truncation, bad magic/version/shape/size, bad layer tag,
+ * NaN payload, trailing bytes) with LOCKS_ERR_FORMAT; a missing file gives LOCKS_ERR_IO.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dump.h"
+#include "test_util.h"
+#include "util.h"
+
+static uint64_t rng_state;
+static double urand(void) { /* xorshift64*, uniform in [0, 1) */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
+}
+static float nrand(void) { return (float)(sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand())); }
+
+typedef struct {
+    locks_dump_shape s;
+    int32_t *pos;
+    float *k, *v, *q; /* whole-dump arrays, layout as locks_dump */
+} src_data;
+
+static void make_src(src_data *x, locks_dtype dt) {
+    locks_dump_shape *s = &x->s;
+    memset(s, 0, sizeof *s);
+    s->n_layers = 1 + (int32_t)(urand() * 3);
+    s->n_kv_heads = 1 + (int32_t)(urand() * 3);
+    s->n_q_heads = s->n_kv_heads * (1 + (int32_t)(urand() * 3));
+    s->head_dim = 8 * (1 + (int32_t)(urand() * 8));
+    s->n_ctx = 1 + (int32_t)(urand() * 70);
+    s->n_steps = 1 + (int32_t)(urand() * 5);
+    s->kv_dtype = dt;
+    s->scale = 1.0f / sqrtf((float)s->head_dim);
+    s->rope_theta = 10000.0f;
+    snprintf(s->model, sizeof s->model, "test-model-%d", (int)(urand() * 1000));
+    size_t n_tok = (size_t)s->n_ctx + (size_t)s->n_steps;
+    size_t nkv = n_tok * (size_t)s->n_kv_heads * (size_t)s->head_dim;
+    size_t nq = (size_t)s->n_steps * (size_t)s->n_q_heads * (size_t)s->head_dim;
+    size_t L = (size_t)s->n_layers;
+    x->pos = locks_alloc(L * n_tok, sizeof *x->pos);
+    x->k = locks_alloc(L * nkv, sizeof(float));
+    x->v = locks_alloc(L * nkv, sizeof(float));
+    x->q = locks_alloc(L * nq, sizeof(float));
+    TEST_CHECK(x->pos && x->k && x->v && x->q);
+    for (size_t i = 0; i < L * n_tok; i++) x->pos[i] = (int32_t)(i % n_tok) + (int32_t)(urand() * 3) - 1;
+    for (size_t i = 0; i < L * nkv; i++) {
+        x->k[i] = 3.0f * nrand();
+        x->v[i] = nrand();
+    }
+    for (size_t i = 0; i < L * nq; i++) x->q[i] = 2.0f * nrand();
+}
+
+static void free_src(src_data *x) {
+    locks_free(x->pos);
+    locks_free(x->k);
+    locks_free(x->v);
+    locks_free(x->q);
+}
+
+static locks_status write_src(const char *path, const src_data *x) {
+    const locks_dump_shape *s = &x->s;
+    size_t n_tok = (size_t)s->n_ctx + (size_t)s->n_steps;
+    size_t nkv = n_tok * (size_t)s->n_kv_heads * (size_t)s->head_dim;
+    size_t nq = (size_t)s->n_steps * (size_t)s->n_q_heads * (size_t)s->head_dim;
+    locks_status st;
+    locks_dump_writer *w = locks_dump_writer_open(path, s, &st);
+    if (!w) return st;
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        st = locks_dump_write_layer(w, l, x->pos + (size_t)l * n_tok, x->k + (size_t)l * nkv,
+                                    x->v + (size_t)l * nkv, x->q + (size_t)l * nq);
+        if (st != LOCKS_OK) {
+            locks_dump_writer_close(w);
+            return st;
+        }
+    }
+    return locks_dump_writer_close(w);
+}
+
+/* max |a - b| / max(|a|, tiny) against a double reference rounding model */
+static double cmp_arrays(const float *ref, const float *got, size_t n, int f16, const char *what) {
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double r = (double)ref[i], g = (double)got[i];
+        double tol = f16 ? fabs(r) * (1.0 / 2048.0) + 6e-8 : 0.0; /* half: rel. 2^-11 */
+        double e = fabs(r - g);
+        if (e > tol) {
+            fprintf(stderr, "  %s[%zu]: wrote %.9g read %.9g (tol %.3g)\n", what, i, r, g, tol);
+            return INFINITY;
+        }
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+static void test_round_trip(const char *path, locks_dtype dt) {
+    src_data x;
+    make_src(&x, dt);
+    TEST_CHECK(write_src(path, &x) == LOCKS_OK);
+    locks_dump d;
+    locks_status st = locks_dump_load(path, &d);
+    test_cond(st == LOCKS_OK, "round trip load (%s): %s", dt == LOCKS_DTYPE_F16 ? "f16" : "f32",
+              locks_status_str(st));
+    if (st != LOCKS_OK) {
+        free_src(&x);
+        return;
+    }
+    const locks_dump_shape *s = &x.s;
+    test_cond(memcmp(&d.shape.n_layers, &s->n_layers, 6 * sizeof(int32_t)) == 0 &&
+                  d.shape.kv_dtype == s->kv_dtype && d.shape.scale == s->scale &&
+                  strcmp(d.shape.model, s->model) == 0,
+              "round trip shape (L=%d Hq=%d Hkv=%d d=%d ctx=%d steps=%d)", (int)s->n_layers,
+              (int)s->n_q_heads, (int)s->n_kv_heads, (int)s->head_dim, (int)s->n_ctx, (int)s->n_steps);
+    size_t n_tok = (size_t)s->n_ctx + (size_t)s->n_steps;
+    size_t nkv = n_tok * (size_t)s->n_kv_heads * (size_t)s->head_dim;
+    size_t nq = (size_t)s->n_steps * (size_t)s->n_q_heads * (size_t)s->head_dim;
+    int f16 = dt == LOCKS_DTYPE_F16;
+    int pos_ok = 1;
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        const int32_t *p = locks_dump_pos(&d, l);
+        for (size_t t = 0; t < n_tok; t++) pos_ok &= p[t] == x.pos[(size_t)l * n_tok + t];
+        double ek = cmp_arrays(x.k + (size_t)l * nkv, locks_dump_k(&d, l), nkv, f16, "k");
+        double ev = cmp_arrays(x.v + (size_t)l * nkv, locks_dump_v(&d, l), nkv, f16, "v");
+        double eq = 0.0;
+        for (int32_t st_i = 0; st_i < s->n_steps; st_i++) {
+            size_t per = (size_t)s->n_q_heads * (size_t)s->head_dim;
+            double e = cmp_arrays(x.q + (size_t)l * nq + (size_t)st_i * per, locks_dump_q(&d, l, st_i), per, 0, "q");
+            if (e > eq) eq = e;
+        }
+        test_cond(isfinite(ek) && isfinite(ev) && eq == 0.0, "layer %d data: max err k %.3g v %.3g q %.3g",
+                  (int)l, ek, ev, eq);
+    }
+    test_cond(pos_ok, "positions round trip");
+    test_cond(locks_dump_q(&d, 0, s->n_steps) == NULL && locks_dump_k(&d, s->n_layers) == NULL,
+              "accessors reject out-of-range indices");
+    locks_dump_free(&d);
+    free_src(&x);
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    TEST_CHECK(f);
+    fseek(f, 0, SEEK_END);
+    long e = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)e + 16);
+    TEST_CHECK(b && fread(b, 1, (size_t)e, f) == (size_t)e);
+    fclose(f);
+    *n = (size_t)e;
+    return b;
+}
+
+static void spit(const char *path, const unsigned char *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    TEST_CHECK(f && fwrite(b, 1, n, f) == n);
+    fclose(f);
+}
+
+static void expect_format(const char *path, const char *what) {
+    locks_dump d;
+    locks_status st = locks_dump_load(path, &d);
+    test_cond(st == LOCKS_ERR_FORMAT && d.k == NULL, "malformed (%s) -> %s", what, locks_status_str(st));
+    if (st == LOCKS_OK) locks_dump_free(&d);
+}
+
+static void test_malformed(const char *good, const char *bad) {
+    src_data x;
+    make_src(&x, urand() < 0.5 ? LOCKS_DTYPE_F16 : LOCKS_DTYPE_F32);
+    TEST_CHECK(write_src(good, &x) == LOCKS_OK);
+    size_t n;
+    unsigned char *b = slurp(good, &n);
+    unsigned char *m = malloc(n + 16);
+    TEST_CHECK(m);
+    /* truncations at random points, including inside the header */
+    for (int i = 0; i < 6; i++) {
+        size_t cut = i == 0 ? 7 : i == 1 ? LOCKS_DUMP_HEADER_BYTES - 1 : (size_t)(urand() * (double)(n - 1));
+        spit(bad, b, cut);
+        expect_format(bad, "truncated");
+    }
+    memcpy(m, b, n);
+    m[n] = 0;
+    spit(bad, m, n + 1);
+    expect_format(bad, "trailing byte");
+    struct {
+        size_t off;
+        uint32_t val;
+        const char *what;
+    } pokes[] = {
+        {0, 0x4b434f4d, "magic"},
+        {8, 2, "version"},
+        {12, 64, "header_bytes"},
+        {16, 0, "zero layers"},
+        {20, (uint32_t)x.s.n_kv_heads * 2u + 1u, "Hq not a multiple of Hkv"},
+        {24, 0x80000001u, "huge Hkv"},
+        {28, 4096, "head_dim too large"},
+        {32, 0, "zero context"},
+        {36, (uint32_t)x.s.n_steps + 1u, "steps disagree with size"},
+        {40, 7, "dtype"},
+        {44, 0xff800000u, "scale -inf"},
+        {52, 1, "flags"},
+        {120, 12345, "file_bytes"},
+    };
+    for (size_t i = 0; i < sizeof pokes / sizeof pokes[0]; i++) {
+        memcpy(m, b, n);
+        uint32_t v = pokes[i].val;
+        m[pokes[i].off] = (unsigned char)v;
+        m[pokes[i].off + 1] = (unsigned char)(v >> 8);
+        m[pokes[i].off + 2] = (unsigned char)(v >> 16);
+        m[pokes[i].off + 3] = (unsigned char)(v >> 24);
+        spit(bad, m, n);
+        expect_format(bad, pokes[i].what);
+    }
+    /* layer tag of layer 0 */
+    memcpy(m, b, n);
+    m[LOCKS_DUMP_HEADER_BYTES] ^= 1;
+    spit(bad, m, n);
+    expect_format(bad, "layer tag");
+    /* a NaN in the first key of the last layer */
+    size_t n_tok = (size_t)x.s.n_ctx + (size_t)x.s.n_steps;
+    size_t esz = x.s.kv_dtype == LOCKS_DTYPE_F16 ? 2 : 4;
+    size_t lb = 4 + 4 * n_tok + 2 * esz * n_tok * (size_t)x.s.n_kv_heads * (size_t)x.s.head_dim +
+                4 * (size_t)x.s.n_steps * (size_t)x.s.n_q_heads * (size_t)x.s.head_dim;
+    size_t koff = LOCKS_DUMP_HEADER_BYTES + (size_t)(x.s.n_layers - 1) * lb + 4 + 4 * n_tok;
+    memcpy(m, b, n);
+    if (esz == 2) {
+        m[koff] = 0x01;
+        m[koff + 1] = 0x7e;
+    } else {
+        m[koff] = 0x01; m[koff + 1] = 0x00; m[koff + 2] = 0xc0; m[koff + 3] = 0x7f;
+    }
+    spit(bad, m, n);
+    expect_format(bad, "NaN key");
+    /* and the unmodified copy still loads (the pokes above are what broke it) */
+    spit(bad, b, n);
+    locks_dump d;
+    test_cond(locks_dump_load(bad, &d) == LOCKS_OK, "unmodified copy loads");
+    locks_dump_free(&d);
+    locks_status st = locks_dump_load("/nonexistent/dir/x.lkv", &d);
+    test_cond(st == LOCKS_ERR_IO, "missing file -> %s", locks_status_str(st));
+    free(b);
+    free(m);
+    free_src(&x);
+}
+
+static void test_writer_contract(const char *path) {
+    src_data x;
+    make_src(&x, LOCKS_DTYPE_F32);
+    locks_status st;
+    locks_dump_shape bad = x.s;
+    bad.n_q_heads = bad.n_kv_heads + 1 + (bad.n_kv_heads > 1 ? 0 : 1);
+    if (bad.n_q_heads % bad.n_kv_heads == 0) bad.n_q_heads++;
+    test_cond(locks_dump_writer_open(path, &bad, &st) == NULL && st == LOCKS_ERR_INVALID_ARG,
+              "writer refuses Hq %% Hkv != 0");
+    locks_dump_writer *w = locks_dump_writer_open(path, &x.s, &st);
+    TEST_CHECK(w);
+    size_t n_tok = (size_t)x.s.n_ctx + (size_t)x.s.n_steps;
+    x.k[n_tok / 2] = NAN;
+    test_cond(locks_dump_write_layer(w, 0, x.pos, x.k, x.v, x.q) == LOCKS_ERR_NONFINITE,
+              "writer refuses NaN");
+    test_cond(locks_dump_write_layer(w, 1, x.pos, x.k, x.v, x.q) == LOCKS_ERR_INVALID_ARG,
+              "writer refuses out-of-order layer");
+    st = locks_dump_writer_close(w);
+    test_cond(st == LOCKS_ERR_INVALID_ARG, "close after missing layers -> %s", locks_status_str(st));
+    locks_dump d;
+    test_cond(locks_dump_load(path, &d) == LOCKS_ERR_FORMAT, "incomplete dump is rejected");
+    free_src(&x);
+}
+
+int main(void) {
+    rng_state = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+    if (rng_state == 0) rng_state = 1;
+    printf("test_dump: seed %llu\n", (unsigned long long)rng_state);
+    char good[64], bad[64];
+    snprintf(good, sizeof good, "/tmp/locks_test_dump_%d.a", (int)getpid());
+    snprintf(bad, sizeof bad, "/tmp/locks_test_dump_%d.b", (int)getpid());
+    for (int i = 0; i < 3; i++) {
+        test_round_trip(good, LOCKS_DTYPE_F32);
+        test_round_trip(good, LOCKS_DTYPE_F16);
+    }
+    test_malformed(good, bad);
+    test_writer_contract(good);
+    remove(good);
+    remove(bad);
+    return test_report("test_dump");
+}
