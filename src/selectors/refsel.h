@@ -3,7 +3,7 @@
  * (Quest, ShadowKV-style, RocketKV-style), as plain array functions.
  *
  * Each score function writes, for the G query heads of one KV group and n pages, a
- * log-domain score s[g][j]: the group's mass of page j is then formed by the selector
+ * log-domain score s[g * ld + j] (j < n): the group's mass of page j is then formed by the selector
  * switch (softmax over the scored pages per head, then the group aggregation rule named
  * beside each function: mean or max), so the budget accounting and forced pages are the
  * shared ones of locks_select. Page metadata is stored structure-of-arrays per
@@ -29,19 +29,19 @@
 
 /* ---- metadata built when a page fills (the page-fill hook) -------------------------- */
 
-/* Per-channel min and max of one page's 16 keys k[16][d] (fp16 bits) -> kmin[d], kmax[d]
- * (fp16 bits; exact, since min/max of fp16 values are fp16 values). Quest and rocket. */
-void locks_minmax_build(int32_t d, const uint16_t *k, uint16_t *kmin, uint16_t *kmax);
+/* Per-channel min and max of one page's 16 keys k[16][d] (fp32 values of the stored fp16
+ * keys) -> kmin[d], kmax[d] as fp16 bits (exact: they are fp16 values). Quest, rocket. */
+void locks_minmax_build(int32_t d, const float *k, uint16_t *kmin, uint16_t *kmax);
 
-/* Page mean of k[16][d] (fp16 bits) in fp32 -> mean[d]. Shadow's centroid/landmark. */
-void locks_page_mean(int32_t d, const uint16_t *k, float *mean);
+/* Page mean of k[16][d] in fp32 -> mean[d]. Shadow's centroid and landmark. */
+void locks_page_mean(int32_t d, const float *k, float *mean);
 
 /* ---- Quest ----------------------------------------------------------------------------
  * s[g][j] = scale * sum_c max(q_c M_c, q_c m_c): an upper bound of the page's largest
  * logit. Group rule: mean of per-head softmax (Quest is MHA-only). */
 void locks_quest_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
                        const uint16_t *kmin, const uint16_t *kmax, const float *q, float scale,
-                       float *s);
+                       float *s, int32_t ld);
 
 /* ---- RocketKV-style (decode stage, hybrid sparse attention) ---------------------------
  * I = the n_ch channels with the largest sum_g |q_gc| (ties: lower channel). Per head g:
@@ -51,7 +51,7 @@ void locks_quest_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
  * chan (may be NULL) receives I[n_ch] in ascending order. 1 <= n_ch <= d. */
 void locks_rocket_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
                         const uint16_t *kmin, const uint16_t *kmax, const float *q, float scale,
-                        int32_t n_ch, float *s, int32_t *chan);
+                        int32_t n_ch, float *s, int32_t ld, int32_t *chan);
 
 /* ---- ShadowKV-style shared basis ------------------------------------------------------
  * fit: the top-r eigenvectors of gram (d x d, symmetric PSD, e.g. K^T K of the prefill
@@ -68,11 +68,24 @@ void locks_shadow_project(int32_t d, int32_t r, const float *basis, const float 
  * rank-r subspace (proj records are r floats per physical page). Group rule: mean. */
 void locks_shadow_score(int32_t d, int32_t r, int32_t G, int32_t n, const int32_t *pages,
                         const float *proj, const float *basis, const float *q, float scale,
-                        float *s);
+                        float *s, int32_t ld);
 
 /* ShadowKV's own landmark rule: s[g][j] = scale * q_g . L_j, L_j the page mean stored as
  * fp16 (d per physical page). Group rule: max. */
 void locks_landmark_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
-                          const uint16_t *lm, const float *q, float scale, float *s);
+                          const uint16_t *lm, const float *q, float scale, float *s,
+                          int32_t ld);
+
+/* ---- cache glue (the selector.h hooks these files implement) ------------------------ */
+
+#include "cache.h"
+
+/* quest.c's metadata, shared by rocket: c->sel_meta[LOCKS_SEL_QUEST]. */
+typedef struct {
+    uint16_t *kmin, *kmax; /* [L][Hkv][n_pages][d] fp16 */
+} locks_minmax_meta;
+
+/* Element offset of (layer, KV head)'s [n_pages][d] min/max arrays. */
+size_t locks_minmax_offset(const locks_cache *c, int32_t layer, int32_t kv_head);
 
 #endif

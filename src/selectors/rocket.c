@@ -25,11 +25,12 @@
 #include <string.h>
 
 #include "refsel.h"
+#include "selector.h"
 #include "util.h"
 
 void locks_rocket_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
                         const uint16_t *kmin, const uint16_t *kmax, const float *q, float scale,
-                        int32_t n_ch, float *s, int32_t *chan) {
+                        int32_t n_ch, float *s, int32_t ld, int32_t *chan) {
     if (n_ch < 1) n_ch = 1;
     if (n_ch > d) n_ch = d;
     /* channel importance over the group; pick the n_ch largest (stable: lower c wins ties) */
@@ -67,7 +68,17 @@ void locks_rocket_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
             float acc = 0.0f;
             for (int32_t k = 0; k < m; k++)
                 acc += qi[k] > 0.0f ? qi[k] * locks_f16_to_f32(mx[I[k]]) : qi[k] * locks_f16_to_f32(mn[I[k]]);
-            s[(size_t)g * (size_t)n + (size_t)j] = inv_t * acc;
+            s[(size_t)g * (size_t)ld + (size_t)j] = inv_t * acc;
         }
     }
+}
+
+/* Reads quest.c's min/max; n_ch = the cache's rank r (DESIGN §2: "channels I = top-r"). */
+void locks_sel_rocket_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
+                            int32_t ld) {
+    const locks_cache *c = x->c;
+    const locks_minmax_meta *m = c->sel_meta[LOCKS_SEL_QUEST];
+    size_t off = locks_minmax_offset(c, x->layer, x->kv_head);
+    locks_rocket_score(c->d, x->group, j1 - j0, x->table + j0, m->kmin + off, m->kmax + off, x->q,
+                       x->scale, c->r, scores + j0, ld, NULL);
 }

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "refsel.h"
+#include "selector.h"
 #include "util.h"
 
 #define SHADOW_BLOCK 16
@@ -159,7 +160,7 @@ void locks_shadow_project(int32_t d, int32_t r, const float *basis, const float 
 
 void locks_shadow_score(int32_t d, int32_t r, int32_t G, int32_t n, const int32_t *pages,
                         const float *proj, const float *basis, const float *q, float scale,
-                        float *s) {
+                        float *s, int32_t ld) {
     for (int32_t g = 0; g < G; g++) {
         float qp[LOCKS_MAX_RANK];
         locks_shadow_project(d, r, basis, q + (size_t)g * (size_t)d, qp);
@@ -167,13 +168,14 @@ void locks_shadow_score(int32_t d, int32_t r, int32_t G, int32_t n, const int32_
             const float *pj = proj + (size_t)pages[j] * (size_t)r;
             float acc = 0.0f;
             for (int32_t k = 0; k < r; k++) acc += qp[k] * pj[k];
-            s[(size_t)g * (size_t)n + (size_t)j] = scale * acc;
+            s[(size_t)g * (size_t)ld + (size_t)j] = scale * acc;
         }
     }
 }
 
 void locks_landmark_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
-                          const uint16_t *lm, const float *q, float scale, float *s) {
+                          const uint16_t *lm, const float *q, float scale, float *s,
+                          int32_t ld) {
     float L[LOCKS_MAX_HEAD_DIM];
     for (int32_t j = 0; j < n; j++) {
         const uint16_t *lj = lm + (size_t)pages[j] * (size_t)d;
@@ -182,7 +184,172 @@ void locks_landmark_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
             const float *qg = q + (size_t)g * (size_t)d;
             float acc = 0.0f;
             for (int32_t c = 0; c < d; c++) acc += qg[c] * L[c];
-            s[(size_t)g * (size_t)n + (size_t)j] = scale * acc;
+            s[(size_t)g * (size_t)ld + (size_t)j] = scale * acc;
         }
     }
+}
+
+/* ---- per-cache state -------------------------------------------------------------
+ * Landmarks (fp16 page means) per (layer, KV head, physical page), written by the
+ * page-fill hook. The shared basis belongs to a (sequence slot, layer): basis[seq][l]
+ * [Hkv][r][d], fitted by locks_cache_shadow_fit or, failing that, by the first shadow
+ * step (locks_selector_prepare). Each fit gets a fresh generation number; a page's
+ * projected centroid proj[l][h][p][r] is valid for the fit whose generation is in
+ * proj_gen[l][h][p] (0: none; the fill hook resets it), so pages that fill after the
+ * fit (generated tokens) are projected on the prefill basis the first time they are
+ * scored. A sequence slot reused after locks_cache_seq_remove keeps the old basis
+ * until it is refitted (or until it is shorter than at the fit): call
+ * locks_cache_shadow_fit after each prefill. */
+typedef struct {
+    uint16_t *lm;       /* [L][Hkv][n_pages][d] fp16 page means */
+    float *proj;        /* [L][Hkv][n_pages][r] */
+    uint32_t *proj_gen; /* [L][Hkv][n_pages] */
+    float *basis;       /* [max_seqs][L][Hkv][r][d] */
+    uint32_t *fit_gen;  /* [max_seqs][L], 0 = not fitted */
+    int32_t *fit_len;   /* [max_seqs][L], sequence length at the fit */
+    uint32_t next_gen;
+} shadow_meta;
+
+locks_status locks_sel_shadow_init(locks_cache *c) {
+    const size_t L = (size_t)c->p.n_layers, H = (size_t)c->hkv, NP = (size_t)c->p.n_pages;
+    const size_t d = (size_t)c->d, r = (size_t)c->r, S = (size_t)c->p.max_seqs;
+    shadow_meta *m = locks_alloc(1, sizeof *m);
+    if (!m) return LOCKS_ERR_OOM;
+    m->lm = locks_alloc(L * H * NP * d, sizeof *m->lm);
+    m->proj = locks_alloc(L * H * NP * r, sizeof *m->proj);
+    m->proj_gen = locks_alloc(L * H * NP, sizeof *m->proj_gen);
+    m->basis = locks_alloc(S * L * H * r * d, sizeof *m->basis);
+    m->fit_gen = locks_alloc(S * L, sizeof *m->fit_gen);
+    m->fit_len = locks_alloc(S * L, sizeof *m->fit_len);
+    m->next_gen = 1;
+    c->sel_meta[LOCKS_SEL_SHADOW] = m;
+    if (!m->lm || !m->proj || !m->proj_gen || !m->basis || !m->fit_gen || !m->fit_len) {
+        locks_sel_shadow_free(c);
+        return LOCKS_ERR_OOM;
+    }
+    return LOCKS_OK;
+}
+
+void locks_sel_shadow_free(locks_cache *c) {
+    shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    if (!m) return;
+    locks_free(m->lm);
+    locks_free(m->proj);
+    locks_free(m->proj_gen);
+    locks_free(m->basis);
+    locks_free(m->fit_gen);
+    locks_free(m->fit_len);
+    locks_free(m);
+    c->sel_meta[LOCKS_SEL_SHADOW] = NULL;
+}
+
+static size_t page_index(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page) {
+    return ((size_t)layer * (size_t)c->hkv + (size_t)kv_head) * (size_t)c->p.n_pages + (size_t)page;
+}
+
+void locks_sel_shadow_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
+                                  const float *k) {
+    shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    size_t i = page_index(c, layer, kv_head, page);
+    float mean[LOCKS_MAX_HEAD_DIM];
+    locks_page_mean(c->d, k, mean);
+    for (int32_t e = 0; e < c->d; e++) m->lm[i * (size_t)c->d + (size_t)e] = locks_f32_to_f16(mean[e]);
+    m->proj_gen[i] = 0;
+}
+
+/* Fits the basis of (seq, layer) from every token written so far, all KV heads. */
+static locks_status shadow_fit_layer(locks_cache *c, shadow_meta *m, int32_t seq_id,
+                                     int32_t layer) {
+    const locks_seq *sq = locks_cache_seq(c, seq_id);
+    if (!sq) return LOCKS_ERR_NO_SEQ;
+    if (sq->len < 1) return LOCKS_ERR_INVALID_ARG;
+    const int32_t d = c->d, r = c->r;
+    double *gram = locks_alloc((size_t)d * (size_t)d, sizeof *gram);
+    if (!gram) return LOCKS_ERR_OOM;
+    locks_status st = LOCKS_OK;
+    for (int32_t h = 0; h < c->hkv && st == LOCKS_OK; h++) {
+        memset(gram, 0, (size_t)d * (size_t)d * sizeof *gram);
+        double kd[LOCKS_MAX_HEAD_DIM];
+        for (int32_t t = 0; t < sq->len; t++) {
+            const uint16_t *kb = locks_cache_kblock(c, layer, sq->table[t / LOCKS_PAGE], h) +
+                                 (size_t)(t % LOCKS_PAGE) * (size_t)d;
+            for (int32_t e = 0; e < d; e++) kd[e] = (double)locks_f16_to_f32(kb[e]);
+            for (int32_t a = 0; a < d; a++) /* upper triangle; mirrored below */
+                for (int32_t b = a; b < d; b++) gram[(size_t)a * (size_t)d + (size_t)b] += kd[a] * kd[b];
+        }
+        for (int32_t a = 0; a < d; a++)
+            for (int32_t b = 0; b < a; b++) gram[(size_t)a * (size_t)d + (size_t)b] = gram[(size_t)b * (size_t)d + (size_t)a];
+        float *basis = m->basis + (((size_t)seq_id * (size_t)c->p.n_layers + (size_t)layer) * (size_t)c->hkv + (size_t)h) *
+                                      (size_t)r * (size_t)d;
+        st = locks_shadow_fit(d, r, gram, basis, NULL);
+    }
+    locks_free(gram);
+    if (st != LOCKS_OK) return st;
+    size_t sl = (size_t)seq_id * (size_t)c->p.n_layers + (size_t)layer;
+    m->fit_gen[sl] = m->next_gen++;
+    if (m->next_gen == 0) m->next_gen = 1;
+    m->fit_len[sl] = sq->len;
+    return LOCKS_OK;
+}
+
+/* Makes (seq, layer) ready to score: fitted basis, every full page projected on it. */
+locks_status locks_sel_shadow_prepare(locks_cache *c, int32_t layer, int32_t seq_id) {
+    shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    const locks_seq *sq = locks_cache_seq(c, seq_id);
+    if (!sq) return LOCKS_ERR_NO_SEQ;
+    size_t sl = (size_t)seq_id * (size_t)c->p.n_layers + (size_t)layer;
+    if (m->fit_gen[sl] == 0 || sq->len < m->fit_len[sl]) {
+        locks_status st = shadow_fit_layer(c, m, seq_id, layer);
+        if (st != LOCKS_OK) return st;
+    }
+    const uint32_t gen = m->fit_gen[sl];
+    const int32_t d = c->d, r = c->r, n_full = sq->len / LOCKS_PAGE;
+    for (int32_t h = 0; h < c->hkv; h++) {
+        const float *basis = m->basis + (sl * (size_t)c->hkv + (size_t)h) * (size_t)r * (size_t)d;
+        for (int32_t j = 0; j < n_full; j++) {
+            size_t i = page_index(c, layer, h, sq->table[j]);
+            if (m->proj_gen[i] == gen) continue;
+            /* centroid from the stored keys (fp32 mean, not the fp16 landmark) */
+            const uint16_t *kb = locks_cache_kblock(c, layer, sq->table[j], h);
+            float k[LOCKS_PAGE * LOCKS_MAX_HEAD_DIM], mean[LOCKS_MAX_HEAD_DIM];
+            for (size_t e = 0; e < (size_t)LOCKS_PAGE * (size_t)d; e++) k[e] = locks_f16_to_f32(kb[e]);
+            locks_page_mean(d, k, mean);
+            locks_shadow_project(d, r, basis, mean, m->proj + i * (size_t)r);
+            m->proj_gen[i] = gen;
+        }
+    }
+    return LOCKS_OK;
+}
+
+locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    if (c->p.backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_UNSUPPORTED;
+    shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    if (!m) return LOCKS_ERR_UNSUPPORTED;
+    for (int32_t l = 0; l < c->p.n_layers; l++) {
+        locks_status st = shadow_fit_layer(c, m, seq_id, l);
+        if (st == LOCKS_OK) st = locks_sel_shadow_prepare(c, l, seq_id);
+        if (st != LOCKS_OK) return st;
+    }
+    return LOCKS_OK;
+}
+
+void locks_sel_shadow_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
+                            int32_t ld) {
+    const locks_cache *c = x->c;
+    const shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    size_t sl = (size_t)x->seq_id * (size_t)c->p.n_layers + (size_t)x->layer;
+    const float *basis = m->basis + (sl * (size_t)c->hkv + (size_t)x->kv_head) * (size_t)c->r * (size_t)c->d;
+    const float *proj = m->proj + page_index(c, x->layer, x->kv_head, 0) * (size_t)c->r;
+    locks_shadow_score(c->d, c->r, x->group, j1 - j0, x->table + j0, proj, basis, x->q, x->scale,
+                       scores + j0, ld);
+}
+
+void locks_sel_shadow_lm_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
+                               int32_t ld) {
+    const locks_cache *c = x->c;
+    const shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    const uint16_t *lm = m->lm + page_index(c, x->layer, x->kv_head, 0) * (size_t)c->d;
+    locks_landmark_score(c->d, x->group, j1 - j0, x->table + j0, lm, x->q, x->scale, scores + j0, ld);
 }
