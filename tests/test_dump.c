@@ -3,26 +3,24 @@
  * rejection of malformed files (truncation, bad magic/version/shape/size, bad layer tag,
  * NaN payload, trailing bytes) with LOCKS_ERR_FORMAT; a missing file gives LOCKS_ERR_IO.
  */
-#define _POSIX_C_SOURCE 200809L
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "test_util.h"
+
 #include <unistd.h>
 
 #include "dump.h"
-#include "test_util.h"
 #include "util.h"
 
-static uint64_t rng_state;
-static double urand(void) { /* xorshift64*, uniform in [0, 1) */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
-}
-static float nrand(void) { return (float)(sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand())); }
+/* setup steps that are not library calls */
+#define SETUP(x)                                                                     \
+    do {                                                                             \
+        if (!(x)) {                                                                  \
+            fprintf(stderr, "%s:%d: setup failed: %s\n", __FILE__, __LINE__, #x);     \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+static double urand(void) { return tu_uniform(); }
+static float nrand(void) { return (float)tu_normal(); }
 
 typedef struct {
     locks_dump_shape s;
@@ -51,7 +49,7 @@ static void make_src(src_data *x, locks_dtype dt) {
     x->k = locks_alloc(L * nkv, sizeof(float));
     x->v = locks_alloc(L * nkv, sizeof(float));
     x->q = locks_alloc(L * nq, sizeof(float));
-    TEST_CHECK(x->pos && x->k && x->v && x->q);
+    SETUP(x->pos && x->k && x->v && x->q);
     for (size_t i = 0; i < L * n_tok; i++) x->pos[i] = (int32_t)(i % n_tok) + (int32_t)(urand() * 3) - 1;
     for (size_t i = 0; i < L * nkv; i++) {
         x->k[i] = 3.0f * nrand();
@@ -105,7 +103,7 @@ static double cmp_arrays(const float *ref, const float *got, size_t n, int f16, 
 static void test_round_trip(const char *path, locks_dtype dt) {
     src_data x;
     make_src(&x, dt);
-    TEST_CHECK(write_src(path, &x) == LOCKS_OK);
+    SETUP(write_src(path, &x) == LOCKS_OK);
     locks_dump d;
     locks_status st = locks_dump_load(path, &d);
     test_cond(st == LOCKS_OK, "round trip load (%s): %s", dt == LOCKS_DTYPE_F16 ? "f16" : "f32",
@@ -148,12 +146,12 @@ static void test_round_trip(const char *path, locks_dtype dt) {
 
 static unsigned char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
-    TEST_CHECK(f);
+    SETUP(f);
     fseek(f, 0, SEEK_END);
     long e = ftell(f);
     fseek(f, 0, SEEK_SET);
     unsigned char *b = malloc((size_t)e + 16);
-    TEST_CHECK(b && fread(b, 1, (size_t)e, f) == (size_t)e);
+    SETUP(b && fread(b, 1, (size_t)e, f) == (size_t)e);
     fclose(f);
     *n = (size_t)e;
     return b;
@@ -161,7 +159,7 @@ static unsigned char *slurp(const char *path, size_t *n) {
 
 static void spit(const char *path, const unsigned char *b, size_t n) {
     FILE *f = fopen(path, "wb");
-    TEST_CHECK(f && fwrite(b, 1, n, f) == n);
+    SETUP(f && fwrite(b, 1, n, f) == n);
     fclose(f);
 }
 
@@ -175,11 +173,11 @@ static void expect_format(const char *path, const char *what) {
 static void test_malformed(const char *good, const char *bad) {
     src_data x;
     make_src(&x, urand() < 0.5 ? LOCKS_DTYPE_F16 : LOCKS_DTYPE_F32);
-    TEST_CHECK(write_src(good, &x) == LOCKS_OK);
+    SETUP(write_src(good, &x) == LOCKS_OK);
     size_t n;
     unsigned char *b = slurp(good, &n);
     unsigned char *m = malloc(n + 16);
-    TEST_CHECK(m);
+    SETUP(m);
     /* truncations at random points, including inside the header */
     for (int i = 0; i < 6; i++) {
         size_t cut = i == 0 ? 7 : i == 1 ? LOCKS_DUMP_HEADER_BYTES - 1 : (size_t)(urand() * (double)(n - 1));
@@ -261,7 +259,7 @@ static void test_writer_contract(const char *path) {
     test_cond(locks_dump_writer_open(path, &bad, &st) == NULL && st == LOCKS_ERR_INVALID_ARG,
               "writer refuses Hq %% Hkv != 0");
     locks_dump_writer *w = locks_dump_writer_open(path, &x.s, &st);
-    TEST_CHECK(w);
+    SETUP(w);
     size_t n_tok = (size_t)x.s.n_ctx + (size_t)x.s.n_steps;
     x.k[n_tok / 2] = NAN;
     test_cond(locks_dump_write_layer(w, 0, x.pos, x.k, x.v, x.q) == LOCKS_ERR_NONFINITE,
@@ -276,9 +274,7 @@ static void test_writer_contract(const char *path) {
 }
 
 int main(void) {
-    rng_state = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
-    if (rng_state == 0) rng_state = 1;
-    printf("test_dump: seed %llu\n", (unsigned long long)rng_state);
+    tu_seed("test_dump");
     char good[64], bad[64];
     snprintf(good, sizeof good, "/tmp/locks_test_dump_%d.a", (int)getpid());
     snprintf(bad, sizeof bad, "/tmp/locks_test_dump_%d.b", (int)getpid());
