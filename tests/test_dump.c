@@ -197,7 +197,7 @@ static void test_malformed(const char *good, const char *bad) {
         {8, 2, "version"},
         {12, 64, "header_bytes"},
         {16, 0, "zero layers"},
-        {20, (uint32_t)x.s.n_kv_heads * 2u + 1u, "Hq not a multiple of Hkv"},
+        {24, (uint32_t)x.s.n_q_heads + 1u, "Hq not a multiple of Hkv"},
         {24, 0x80000001u, "huge Hkv"},
         {28, 4096, "head_dim too large"},
         {32, 0, "zero context"},
@@ -254,8 +254,7 @@ static void test_writer_contract(const char *path) {
     make_src(&x, LOCKS_DTYPE_F32);
     locks_status st;
     locks_dump_shape bad = x.s;
-    bad.n_q_heads = bad.n_kv_heads + 1 + (bad.n_kv_heads > 1 ? 0 : 1);
-    if (bad.n_q_heads % bad.n_kv_heads == 0) bad.n_q_heads++;
+    bad.n_kv_heads = bad.n_q_heads + 1; /* Hq < Hkv: never a multiple */
     test_cond(locks_dump_writer_open(path, &bad, &st) == NULL && st == LOCKS_ERR_INVALID_ARG,
               "writer refuses Hq %% Hkv != 0");
     locks_dump_writer *w = locks_dump_writer_open(path, &x.s, &st);
