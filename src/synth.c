@@ -175,8 +175,10 @@ locks_synth *locks_synth_init(locks_synth_params p, locks_status *err) {
         s->needles[i] = a + (int32_t)(rng_u64(&r) % (uint64_t)(b - a));
         s->needle_off[i] = (int32_t)(rng_u64(&r) % (uint64_t)(LOCKS_PAGE - p.needle_len + 1));
     }
+    /* needle tokens carry a quarter of the background structure: variance var_bg/16 */
     s->l_needle = nn > 0 ? log(n_bg / ((double)nn * p.needle_len)) +
-                               log((double)p.needle_share / bg_share)
+                               log((double)p.needle_share / bg_share) + 0.5 * var_bg -
+                               0.5 * var_bg / 16.0
                          : 0.0;
     for (int32_t h = 0; h < p.n_kv_heads; h++) {
         rng_t rh = rng_stream(p.seed, (uint64_t)h, UINT64_MAX, 1);
@@ -247,13 +249,18 @@ static void gen_block(const locks_synth *s, int32_t h, int32_t j, double *k, dou
             for (int32_t c = 0; c < d; c++) ki[c] += s->l_sink * w[c];
             continue;
         }
-        for (int32_t c = 0; c < d; c++) ki[c] += centre[c];
+        /* needle tokens keep a quarter of the page's own structure: still in its affine
+         * subspace (plus the needle direction), but with a steadier logit */
+        int is_needle = needle >= 0 && i >= s->needle_off[needle] &&
+                        i < s->needle_off[needle] + p->needle_len;
+        double f = is_needle ? 0.25 : 1.0;
+        for (int32_t c = 0; c < d; c++) ki[c] += f * centre[c];
         for (int32_t a = 0; a < rank; a++) {
-            double coef = rng_normal(&r) * sd[a];
+            double coef = f * rng_normal(&r) * sd[a];
             const double *b = basis + (size_t)a * (size_t)d;
             for (int32_t c = 0; c < d; c++) ki[c] += coef * b[c];
         }
-        if (needle >= 0 && i >= s->needle_off[needle] && i < s->needle_off[needle] + p->needle_len)
+        if (is_needle)
             for (int32_t c = 0; c < d; c++) ki[c] += s->l_needle * nd[c];
     }
     rng_t rv = rng_stream(p->seed, (uint64_t)h, (uint64_t)j, 3);

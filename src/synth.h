@@ -16,7 +16,8 @@
  *    per-head "sink" direction every query has a unit-logit component along;
  *  - needles: n_needles pages (the same logical pages for every head, spread over the
  *    middle of the context, never forced pages) in which needle_len consecutive tokens
- *    get + L_needle n_h, n_h a per-head "needle" direction every query aligns with;
+ *    get + L_needle n_h, n_h a per-head "needle" direction every query aligns with
+ *    (those tokens keep a quarter of their page's centre and low-rank part);
  *  - values: i.i.d. N(0, 1).
  *
  * Queries of decode step t: q_h = sqrt(d) (w_kv + n_kv) + g_h with g_h = sqrt(c) z +
