@@ -272,6 +272,83 @@ static void test_writer_contract(const char *path) {
     free_src(&x);
 }
 
+/* The engine's path: locks_dump_write_cache reads a cache back; the dump must hold
+ * exactly the cache's fp16 keys/values in token order, the given positions and queries. */
+static void test_write_cache(const char *path) {
+    locks_cache_params cp = locks_cache_default_params();
+    cp.n_layers = tu_int(1, 3);
+    cp.n_kv_heads = tu_int(1, 3);
+    cp.head_dim = 8 * tu_int(1, 8);
+    cp.rank = 4;
+    cp.max_seqs = 2;
+    const int32_t n_ctx = tu_int(1, 60), n_steps = tu_int(1, 20), n_tok = n_ctx + n_steps;
+    cp.n_pages = n_tok / 16 + 8;
+    locks_status st;
+    locks_cache *c = locks_cache_init(cp, &st);
+    SETUP(c);
+    int32_t decoy, seq;
+    CHECK(locks_cache_seq_add(c, &decoy));
+    CHECK(locks_cache_append(c, decoy, 20)); /* physical != logical pages */
+    CHECK(locks_cache_seq_add(c, &seq));
+    CHECK(locks_cache_append(c, seq, n_tok));
+    const size_t row = (size_t)cp.n_kv_heads * (size_t)cp.head_dim;
+    float *k = malloc(sizeof(float) * (size_t)n_tok * row * (size_t)cp.n_layers);
+    float *v = malloc(sizeof(float) * (size_t)n_tok * row * (size_t)cp.n_layers);
+    const int32_t hq = cp.n_kv_heads * tu_int(1, 3);
+    const size_t nq = (size_t)n_steps * (size_t)hq * (size_t)cp.head_dim;
+    float *q = malloc(sizeof(float) * nq * (size_t)cp.n_layers);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_tok);
+    SETUP(k && v && q && pos);
+    tu_fill_normal(k, (size_t)n_tok * row * (size_t)cp.n_layers, 2.0);
+    tu_fill_normal(v, (size_t)n_tok * row * (size_t)cp.n_layers, 1.0);
+    tu_fill_normal(q, nq * (size_t)cp.n_layers, 1.0);
+    for (int32_t t = 0; t < n_tok; t++) pos[t] = 3 * t + 1;
+    for (int32_t l = 0; l < cp.n_layers; l++)
+        CHECK(locks_cache_write(c, seq, l, 0, n_tok, k + (size_t)l * n_tok * row, v + (size_t)l * n_tok * row));
+    locks_dump_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = cp.n_layers;
+    sh.n_q_heads = hq;
+    sh.n_kv_heads = cp.n_kv_heads;
+    sh.head_dim = cp.head_dim;
+    sh.n_ctx = n_ctx;
+    sh.n_steps = n_steps;
+    sh.kv_dtype = LOCKS_DTYPE_F16;
+    sh.scale = 0.125f;
+    snprintf(sh.model, sizeof sh.model, "cache-test");
+    CHECK(locks_dump_write_cache(path, &sh, c, seq, pos, q));
+    locks_dump d;
+    st = locks_dump_load(path, &d);
+    test_cond(st == LOCKS_OK, "write_cache dump loads: %s", locks_status_str(st));
+    if (st == LOCKS_OK) {
+        size_t bad = 0;
+        for (int32_t l = 0; l < cp.n_layers; l++) {
+            const float *dk = locks_dump_k(&d, l), *dv = locks_dump_v(&d, l);
+            for (size_t i = 0; i < (size_t)n_tok * row; i++) {
+                float rk = locks_f16_to_f32(locks_f32_to_f16(k[(size_t)l * n_tok * row + i]));
+                float rv = locks_f16_to_f32(locks_f32_to_f16(v[(size_t)l * n_tok * row + i]));
+                if (dk[i] != rk || dv[i] != rv) {
+                    if (bad < 3)
+                        fprintf(stderr, "  layer %d elem %zu: k %.9g want %.9g, v %.9g want %.9g\n", (int)l, i,
+                                (double)dk[i], (double)rk, (double)dv[i], (double)rv);
+                    bad++;
+                }
+            }
+            for (int32_t t = 0; t < n_tok; t++) bad += locks_dump_pos(&d, l)[t] != pos[t];
+            for (int32_t s2 = 0; s2 < n_steps; s2++)
+                bad += memcmp(locks_dump_q(&d, l, s2), q + (size_t)l * nq + (size_t)s2 * hq * cp.head_dim,
+                              sizeof(float) * (size_t)hq * (size_t)cp.head_dim) != 0;
+        }
+        test_cond(bad == 0, "write_cache dump equals the cache's fp16 K/V, positions, queries (%zu bad)", bad);
+        locks_dump_free(&d);
+    }
+    sh.n_steps = n_steps + 1; /* the cache does not hold that many tokens */
+    test_cond(locks_dump_write_cache(path, &sh, c, seq, pos, q) == LOCKS_ERR_INVALID_ARG,
+              "write_cache refuses a shape the cache does not hold");
+    locks_cache_free(c);
+    free(k), free(v), free(q), free(pos);
+}
+
 int main(void) {
     tu_seed("test_dump");
     char good[64], bad[64];
@@ -283,6 +360,7 @@ int main(void) {
     }
     test_malformed(good, bad);
     test_writer_contract(good);
+    test_write_cache(good);
     remove(good);
     remove(bad);
     return test_report("test_dump");
