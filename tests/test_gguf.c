@@ -14,8 +14,8 @@
  */
 #include "test_util.h"
 
-#include "gguf.h"
-#include "matmul.h"
+#include "model/gguf.h"
+#include "model/matmul.h"
 #include "pool.h"
 #include "util.h"
 

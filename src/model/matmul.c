@@ -227,16 +227,50 @@ AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, int32_t n) {
     return s;
 }
 
+/* Exact mode: a block's 32 weights as fp32 (d * q + o) times fp32 x, 8 lanes at a time.
+ * Q4_1: o = m; Q4_0: o = -8 d; Q8_0: signed bytes, o = 0. */
+AVX2 static float dot_qf_avx2(ggml_type type, const uint8_t *w, const float *x, int32_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t bb = type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_0 ? 18 : 20;
+    for (int32_t b = 0; b < nb; b++, w += bb, x += GGML_QBLOCK) {
+        float d = f16_at(w);
+        __m256i q;
+        float o = 0.0f;
+        if (type == GGML_TYPE_Q8_0) {
+            q = _mm256_loadu_si256((const __m256i *)(w + 2));
+        } else if (type == GGML_TYPE_Q4_0) {
+            q = unpack_nibbles(w + 2);
+            o = -8.0f * d;
+        } else {
+            q = unpack_nibbles(w + 4);
+            o = f16_at(w + 2);
+        }
+        __m128i half[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+        __m256 vd = _mm256_set1_ps(d), vo = _mm256_set1_ps(o);
+        for (int k = 0; k < 4; k++) {
+            __m128i bytes = (k & 1) ? _mm_srli_si128(half[k >> 1], 8) : half[k >> 1];
+            __m256i i32 = type == GGML_TYPE_Q8_0 ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
+            __m256 wf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), vd, vo);
+            acc = _mm256_fmadd_ps(wf, _mm256_loadu_ps(x + 8 * k), acc);
+        }
+    }
+    return hsum8(acc);
+}
+
 AVX2 static void matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y,
                                   int32_t ldy, int32_t r0, int32_t r1) {
     int32_t nb = w->cols / GGML_QBLOCK;
     for (int32_t rt = r0; rt < r1; rt += ROW_TILE) {
         int32_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
         for (int32_t t = 0; t < a->n; t++) {
-            const matmul_q8 *xq = a->xq + (size_t)t * nb;
+            const matmul_q8 *xq = a->xq ? a->xq + (size_t)t * nb : NULL;
             for (int32_t r = rt; r < re; r++) {
                 const uint8_t *row = w->data + (size_t)r * w->row_bytes;
                 float v;
+                if (!xq && w->type != GGML_TYPE_F32) {
+                    y[(size_t)t * ldy + r] = dot_qf_avx2(w->type, row, a->x + (size_t)t * w->cols, nb);
+                    continue;
+                }
                 switch (w->type) {
                 case GGML_TYPE_Q4_1: v = dot_q4_1_avx2(row, xq, nb); break;
                 case GGML_TYPE_Q4_0: v = dot_q4_0_avx2(row, xq, nb); break;
@@ -319,9 +353,8 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
     int32_t r0 = task * MATMUL_ROWS_PER_TASK;
     int32_t r1 = r0 + MATMUL_ROWS_PER_TASK < j->w->rows ? r0 + MATMUL_ROWS_PER_TASK : j->w->rows;
 #ifdef MATMUL_X86
-    /* AVX2 covers the int8 paths and F32; F16/BF16 and the exact mode stay portable */
-    int q8 = matmul_wants_q8(j->w->type) && j->a->xq;
-    if (locks_have_avx2() && (q8 || j->w->type == GGML_TYPE_F32)) {
+    /* AVX2 covers the block types (int8 and exact mode) and F32; F16/BF16 stay portable */
+    if (locks_have_avx2() && (matmul_wants_q8(j->w->type) || j->w->type == GGML_TYPE_F32)) {
         matmul_rows_avx2(j->w, j->a, j->y, j->ldy, r0, r1);
         return;
     }
