@@ -107,7 +107,7 @@ int main(void) {
 
     rs = (uint64_t)time(NULL) | 1u;
     printf("test_readme_example: seed %llu\n", (unsigned long long)rs);
-    const int32_t N = 3000 + (int32_t)(rs % 97), H = 8, D = 128, HQ = 32;
+    const int32_t N = 1500 + (int32_t)(rs % 97), H = 8, D = 128, HQ = 32;
     size_t n = (size_t)N * H * D;
     float *k = malloc(n * 4), *v = malloc(n * 4), *q = malloc((size_t)HQ * D * 4);
     float *out = malloc((size_t)HQ * D * 4), *out2 = malloc((size_t)HQ * D * 4);

@@ -159,9 +159,10 @@ static void test_structure(void) {
     /* 2. ... but the whole key matrix is not: the top rank_max directions of the keys
      *    of head 0 (centred over all tokens) hold well under half the energy */
     double cov[64 * 64] = {0}, mean[64] = {0}, w[64];
-    for (int t = 16; t < N; t++)
-        for (int c = 0; c < D; c++) mean[c] += (double)k[((size_t)t * H) * D + c] / (N - 16);
-    for (int t = 16; t < N; t++) {
+    const int n_used = (N - 16 + 3) / 4; /* every 4th token is plenty */
+    for (int t = 16; t < N; t += 4)
+        for (int c = 0; c < D; c++) mean[c] += (double)k[((size_t)t * H) * D + c] / n_used;
+    for (int t = 16; t < N; t += 4) {
         const float *kt = k + (size_t)t * H * D;
         for (int a = 0; a < D; a++)
             for (int b = 0; b < D; b++) cov[a * D + b] += ((double)kt[a] - mean[a]) * ((double)kt[b] - mean[b]);

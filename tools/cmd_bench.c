@@ -109,6 +109,18 @@ static int parse_ints(const char *s, int32_t *out, int max) {
     return n;
 }
 
+/* One integer >= lo (k suffix allowed); 0 if malformed. */
+static int parse_int(const char *s, int32_t lo, int32_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || errno) return 0;
+    if (*end == 'k' || *end == 'K') v *= 1024, end++;
+    if (*end || v < lo || v > INT32_MAX) return 0;
+    *out = (int32_t)v;
+    return 1;
+}
+
 static int parse_opts(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
     o->shape[0] = &shapes[0];
@@ -129,7 +141,6 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int32_t one[1];
 #define NEED_VALUE                                                         \
     do {                                                                   \
         if (!v) {                                                          \
@@ -141,11 +152,10 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
 #define INT_OPT(field, lo)                                                           \
     do {                                                                             \
         NEED_VALUE;                                                                  \
-        if (parse_ints(v, one, 1) != 1 || one[0] < (lo)) {                           \
+        if (!parse_int(v, (lo), &o->field)) {                                        \
             fprintf(stderr, "locks bench: bad value '%s' for %s\n", v, a);           \
             return 2;                                                                \
         }                                                                            \
-        o->field = one[0];                                                           \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -217,25 +227,15 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--steps")) {
             INT_OPT(steps, 1);
         } else if (!strcmp(a, "--warmup")) {
-            NEED_VALUE;
-            if (!strcmp(v, "0")) o->warmup = 0;
-            else {
-                i--;
-                INT_OPT(warmup, 0);
-            }
+            INT_OPT(warmup, 0);
         } else if (!strcmp(a, "--threads")) {
             INT_OPT(threads, 1);
         } else if (!strcmp(a, "--rank")) {
             INT_OPT(rank, 1);
-        } else if (!strcmp(a, "--sink") || !strcmp(a, "--recent")) {
-            NEED_VALUE;
-            char *end;
-            long x = strtol(v, &end, 10);
-            if (*end || x < 0 || x > 1000000) {
-                fprintf(stderr, "locks bench: bad value '%s' for %s\n", v, a);
-                return 2;
-            }
-            *(!strcmp(a, "--sink") ? &o->n_sink : &o->n_recent) = (int32_t)x;
+        } else if (!strcmp(a, "--sink")) {
+            INT_OPT(n_sink, 0);
+        } else if (!strcmp(a, "--recent")) {
+            INT_OPT(n_recent, 0);
         } else if (!strcmp(a, "--no-fidelity")) {
             o->fidelity = 0;
         } else if (!strcmp(a, "--json")) {
