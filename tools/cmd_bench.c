@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "cmds.h"
@@ -50,7 +51,8 @@ typedef struct {
     int32_t batch, steps, warmup, threads, rank, n_sink, n_recent;
     locks_summary_prec prec;
     uint64_t seed;
-    int json, fidelity;
+    int json, fidelity, membw;
+    double host_gbps; /* measured with --membw, else 0 */
     locks_backend backend;
 } bench_opts;
 
@@ -85,6 +87,8 @@ static void usage(FILE *f) {
             "  --selector L       selectors to report                  [full,oracle,locks]\n"
             "  --seed N           workload seed                        [1]\n"
             "  --no-fidelity      skip the float64 reference (timing only)\n"
+            "  --membw            first measure the host's read bandwidth (the roofline\n"
+            "                     for the GB/s column) with the same thread count\n"
             "  --json             one JSON object per (configuration, selector) on stdout\n"
             "  --backend cpu|cuda                                      [cpu]\n"
             "  --help\n");
@@ -238,6 +242,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
             INT_OPT(n_recent, 0);
         } else if (!strcmp(a, "--no-fidelity")) {
             o->fidelity = 0;
+        } else if (!strcmp(a, "--membw")) {
+            o->membw = 1;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
         } else {
@@ -277,6 +283,58 @@ static size_t analytic_summary_bytes(int32_t d, int32_t r, locks_summary_prec pr
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* Host read bandwidth (--membw)                                                        */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} bw_job;
+
+static void *bw_worker(void *arg) {
+    bw_job *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= j->n; i += 4) s0 += j->p[i], s1 += j->p[i + 1], s2 += j->p[i + 2], s3 += j->p[i + 3];
+    j->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Best of 5 passes summing a 512 MiB buffer with n threads, in GB/s. */
+static double measure_read_gbps(int32_t n_threads) {
+    const size_t bytes = (size_t)512 << 20, n = bytes / 8;
+    uint64_t *buf = locks_alloc(n, 8);
+    if (!buf) return 0.0;
+    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    if (n_threads > 64) n_threads = 64;
+    double best = 0.0;
+    uint64_t sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        bw_job jobs[64];
+        pthread_t tid[64];
+        int ok[64] = {0};
+        double t0 = locks_now_ms();
+        for (int32_t t = 0; t < n_threads; t++) {
+            size_t a = n / (size_t)n_threads * (size_t)t, b = t == n_threads - 1 ? n : n / (size_t)n_threads * (size_t)(t + 1);
+            jobs[t] = (bw_job){buf + a, b - a, 0};
+            if (t > 0) ok[t] = pthread_create(&tid[t], NULL, bw_worker, &jobs[t]) == 0;
+        }
+        bw_worker(&jobs[0]);
+        for (int32_t t = 1; t < n_threads; t++) {
+            if (ok[t]) pthread_join(tid[t], NULL);
+            else bw_worker(&jobs[t]);
+        }
+        double ms = locks_now_ms() - t0;
+        for (int32_t t = 0; t < n_threads; t++) sink += jobs[t].sum;
+        double gbps = (double)bytes / (ms * 1e-3) / 1e9;
+        if (gbps > best) best = gbps;
+    }
+    locks_free(buf);
+    if (sink == 42) fprintf(stderr, " "); /* keep the sums live */
+    return best;
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* One (shape, context): fill, then every budget                                       */
 /* ---------------------------------------------------------------------------------- */
 
@@ -306,6 +364,8 @@ static void print_header(const bench_ctx *b, int32_t budget, size_t sb, size_t s
     printf("summary %s rank %d: %zu B per (page, head), analytic %zu B (%+.2f%%); fill %.1f s; seed %llu\n",
            o->prec == LOCKS_SUMMARY_Q ? "q (int8/int4/int8)" : "f32", o->rank, sb, sba,
            100.0 * ((double)sb - (double)sba) / (double)sba, b->fill_s, (unsigned long long)o->seed);
+    if (o->host_gbps > 0.0)
+        printf("host read bandwidth (--membw, %d threads): %.2f GB/s\n", o->threads, o->host_gbps);
     printf("%-8s %9s %8s %8s %8s %8s %9s %9s %9s %7s | %8s %8s %6s %6s %8s %7s %8s\n", "selector",
            "step_ms", "score", "select", "attend", "speedup", "meta_MB", "kv_MB", "dense_MB", "GB/s",
            "coverage", "oracle", "ratio", "recall", "rel_err", "cosine", "kern_err");
@@ -332,6 +392,7 @@ static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, cons
                "\"speedup\":%.6g,\"bytes_meta\":%.0f,\"bytes_kv\":%.0f,\"bytes_dense\":%.0f,"
                "\"bytes_step\":%.0f,\"gbps\":%.6g,\"summary_bytes\":%zu,\"summary_bytes_analytic\":%zu,",
                dense_ms, ms, sc, se, at, dense_ms / ms, meta, kv, dense, meta + kv, gbps, sb, sba);
+        if (o->host_gbps > 0.0) printf("\"host_read_gbps\":%.6g,", o->host_gbps);
         if (r->n_fid)
             printf("\"mass_coverage\":%.8g,\"oracle_mass_coverage\":%.8g,\"coverage_ratio\":%.8g,"
                    "\"coverage_ratio_min\":%.8g,\"oracle_recall\":%.8g,\"output_rel_err\":%.8g,"
@@ -572,6 +633,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
 #endif
     }
+    if (o.membw) o.host_gbps = measure_read_gbps(o.threads);
     for (int i = 0; i < o.n_shapes; i++)
         for (int j = 0; j < o.n_context; j++)
             if ((rc = run_context(&o, o.shape[i], o.context[j])) != 0) return rc;
