@@ -348,7 +348,19 @@ typedef struct {
     locks_kv_src *src;     /* [batch] */
     float **host_k, **host_v; /* fallback reference inputs when the cache is not host-readable */
     double fill_s;
+    double load1; /* 1-minute load average before the timed steps (-1: unknown) */
 } bench_ctx;
+
+/* 1-minute load average from /proc/loadavg, -1 where there is none. */
+static double load_average(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l = -1.0;
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1.0;
+        fclose(f);
+    }
+    return l;
+}
 
 static int report_error(const char *what, locks_status st) {
     fprintf(stderr, "locks bench: %s: %s\n", what, locks_status_str(st));
@@ -358,9 +370,9 @@ static int report_error(const char *what, locks_status st) {
 static void print_header(const bench_ctx *b, int32_t budget, size_t sb, size_t sba) {
     const bench_opts *o = b->o;
     printf("\nshape %s (%d q / %d kv heads, d=%d)  context %d  budget %d  batch %d  steps %d (median; "
-           "%d warm-up)  threads %d\n",
+           "%d warm-up)  threads %d  load %.2f\n",
            b->sh->name, b->sh->hq, b->sh->hkv, b->sh->d, b->ctx, budget, o->batch, o->steps, o->warmup,
-           o->threads);
+           o->threads, b->load1);
     printf("summary %s rank %d: %zu B per (page, head), analytic %zu B (%+.2f%%); fill %.1f s; seed %llu\n",
            o->prec == LOCKS_SUMMARY_Q ? "q (int8/int4/int8)" : "f32", o->rank, sb, sba,
            100.0 * ((double)sb - (double)sba) / (double)sba, b->fill_s, (unsigned long long)o->seed);
@@ -383,10 +395,10 @@ static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, cons
     if (o->json) {
         printf("{\"shape\":\"%s\",\"hq\":%d,\"hkv\":%d,\"head_dim\":%d,\"context\":%d,\"budget\":%d,"
                "\"batch\":%d,\"steps\":%d,\"warmup\":%d,\"threads\":%d,\"rank\":%d,\"summary\":\"%s\","
-               "\"backend\":\"%s\",\"seed\":%llu,\"selector\":\"%s\",",
+               "\"backend\":\"%s\",\"seed\":%llu,\"load1\":%.3g,\"selector\":\"%s\",",
                b->sh->name, b->sh->hq, b->sh->hkv, b->sh->d, b->ctx, budget, o->batch, o->steps, o->warmup,
                o->threads, o->rank, o->prec == LOCKS_SUMMARY_Q ? "q" : "f32",
-               o->backend == LOCKS_BACKEND_CPU ? "cpu" : "cuda", (unsigned long long)o->seed,
+               o->backend == LOCKS_BACKEND_CPU ? "cpu" : "cuda", (unsigned long long)o->seed, b->load1,
                locks_selector_name(s));
         printf("\"dense_ms\":%.6g,\"step_ms\":%.6g,\"score_ms\":%.6g,\"select_ms\":%.6g,\"attend_ms\":%.6g,"
                "\"speedup\":%.6g,\"bytes_meta\":%.0f,\"bytes_kv\":%.0f,\"bytes_dense\":%.0f,"
@@ -450,6 +462,7 @@ static int run_budget(bench_ctx *b, int32_t budget) {
     sp.n_sink = o->n_sink;
     sp.n_recent = o->n_recent;
     locks_selection sel = {pages, npg, max_pages};
+    b->load1 = load_average();
 
     for (int step = 0; step < o->warmup + o->steps; step++) {
         int rec = step >= o->warmup, k = step - o->warmup;
