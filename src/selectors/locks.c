@@ -100,6 +100,23 @@ __attribute__((target("avx2"))) static float hmax_ps(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+/* 2^x for 8 floats x <= 0 (below -126: ~0): the exponent bits take 2^round(x), a
+ * degree-4 Taylor polynomial the fraction in [-1/2, 1/2] (relative error < 5e-5).
+ * Only page scores use it: ranking needs far less than the int8 query rounding
+ * already costs (~1e-2), and the attention itself uses the exact exp. */
+__attribute__((target("avx2,fma"))) static __m256 exp2_fast8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(9.6181291e-3f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504109e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022651e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
 /* Quantized summaries, r = 8, d a multiple of 64. Per page, the summary is unpacked
  * once into registers / L1 (nibbles as unsigned bytes, |mu|, the columns of C as
  * floats) and reused by every head of the group:
@@ -109,8 +126,9 @@ __attribute__((target("avx2"))) static float hmax_ps(__m256 v) {
  * C is stored row-major [16][8]; read as dwords, byte b of every dword is column b
  * (even lanes) or 4 + b (odd lanes) of some rows, so shifts give the columns without
  * shuffles; the row order inside the logit vectors is permuted, which the page
- * log-sum-exp does not see. The LSE uses one max per head and block of pages (pages
- * 87 below the block's best get mass ~0 anyway) and one batched exp and log. */
+ * log-sum-exp does not see. The LSE works in base 2 (logits times log2 e) with one max
+ * per head and block of pages (pages 126 octaves below the block's best get mass ~0
+ * anyway), exp2_fast8, and one batched log per block. */
 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1, float *scores,
               int32_t ld, const int32_t nch /* d / 64: a constant in each caller */) {
@@ -121,13 +139,12 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
     for (int32_t g = 0; g < G; g++) q8_prepare(x->q + (size_t)g * d, d, &qq[g]);
     const __m256i mask4 = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x88);
     const __m256i ones16 = _mm256_set1_epi16(1);
-    const __m256 vscale = _mm256_set1_ps(x->scale);
+    const __m256 vscale = _mm256_set1_ps(x->scale * 1.44269504f); /* base-2 logits */
     __m256i zidx[4];
     for (int32_t b = 0; b < 4; b++) zidx[b] = _mm256_setr_epi32(b, 4 + b, b, 4 + b, b, 4 + b, b, 4 + b);
     __m256i nib[8][8];        /* [k][2 * nch]: row k's low nibbles then high nibbles, + 8 */
     __m256 ccol[4][4];        /* [m][b]: rows 4m..4m+3, column b (even lanes) / 4 + b (odd) */
     __m256i mabs[8], msgn[8]; /* |mu| and mu, 32 bytes per chunk */
-    static const float pad[P] = {0};
     float lg[512][P];         /* [g * nbp + page]: scaled logits, then exp(logit - max) */
     for (int32_t b0 = j0; b0 < j1; b0 += qblock) {
         const int32_t b1 = b0 + qblock < j1 ? b0 + qblock : j1, nb = b1 - b0, nbp = (nb + 7) & ~7;
@@ -155,7 +172,7 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
             }
             const __m256 vc = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.v_s + p * 8))),
                                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.c_s + p * 8))));
-            const float mus = locks_f16_to_f32(a.mu_s[p]) * x->scale;
+            const float mus = locks_f16_to_f32(a.mu_s[p]) * x->scale * 1.44269504f;
             for (int32_t g = 0; g < G; g++) {
                 const q8 *qg = &qq[g];
                 __m256i yk[8];
@@ -195,21 +212,22 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
                 vmx = _mm256_max_ps(vmx, _mm256_max_ps(_mm256_loadu_ps(rows[jj]), _mm256_loadu_ps(rows[jj] + 8)));
             const float mx = hmax_ps(vmx);
             vmx = _mm256_set1_ps(mx);
-            for (int32_t jj = 0; jj < nb; jj++) {
-                _mm256_storeu_ps(rows[jj], _mm256_sub_ps(_mm256_loadu_ps(rows[jj]), vmx));
-                _mm256_storeu_ps(rows[jj] + 8, _mm256_sub_ps(_mm256_loadu_ps(rows[jj] + 8), vmx));
-            }
-            for (int32_t jj = nb; jj < nbp; jj++) memcpy(rows[jj], pad, sizeof pad);
-            locks_exp_n(&rows[0][0], (size_t)nbp * P);
             float sums[32];
             for (int32_t jj = 0; jj < nbp; jj += 8) {
                 __m256 v[8];
-                for (int32_t i = 0; i < 8; i++) v[i] = _mm256_add_ps(_mm256_loadu_ps(rows[jj + i]), _mm256_loadu_ps(rows[jj + i] + 8));
+                for (int32_t i = 0; i < 8; i++) {
+                    if (jj + i < nb) {
+                        v[i] = _mm256_add_ps(exp2_fast8(_mm256_sub_ps(_mm256_loadu_ps(rows[jj + i]), vmx)),
+                                             exp2_fast8(_mm256_sub_ps(_mm256_loadu_ps(rows[jj + i] + 8), vmx)));
+                    } else {
+                        v[i] = _mm256_set1_ps(1.0f); /* padding, not stored */
+                    }
+                }
                 _mm256_storeu_ps(sums + jj, _mm256_max_ps(hsum8_ps(v), _mm256_set1_ps(1e-30f)));
             }
             locks_log_n(sums, (size_t)nbp);
             float *srow = scores + (size_t)g * ld + b0;
-            for (int32_t jj = 0; jj < nb; jj++) srow[jj] = sums[jj] + mx;
+            for (int32_t jj = 0; jj < nb; jj++) srow[jj] = sums[jj] + mx * 0.69314718f; /* ln 2 */
         }
     }
 }
