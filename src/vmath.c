@@ -13,23 +13,33 @@
 #include <immintrin.h>
 #endif
 
-/* -1: not checked yet, 0: portable kernels, 1: AVX2 kernels. */
+/* -1: not checked yet; bit 0: AVX2/FMA/F16C kernels; bit 1: AVX-VNNI too. */
 static atomic_int simd_state = -1;
+static atomic_int simd_mask = 3; /* what locks_simd_enable allows */
 
-void locks_simd_enable(int on) { atomic_store_explicit(&simd_state, on ? -1 : 0, memory_order_relaxed); }
+void locks_simd_enable(int on) {
+    atomic_store_explicit(&simd_mask, on == 0 ? 0 : on == 2 ? 1 : 3, memory_order_relaxed);
+    atomic_store_explicit(&simd_state, -1, memory_order_relaxed);
+}
 
-int locks_have_avx2(void) {
+static int simd_get(void) {
     int st = atomic_load_explicit(&simd_state, memory_order_relaxed);
     if (st >= 0) return st;
+    st = 0;
 #ifdef LOCKS_X86
     __builtin_cpu_init();
-    st = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-    st = 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        st = 1;
+        if (__builtin_cpu_supports("avxvnni")) st |= 2;
+    }
 #endif
+    st &= atomic_load_explicit(&simd_mask, memory_order_relaxed);
     atomic_store_explicit(&simd_state, st, memory_order_relaxed);
     return st;
 }
+
+int locks_have_avx2(void) { return simd_get() & 1; }
+int locks_have_avxvnni(void) { return (simd_get() >> 1) & 1; }
 
 #ifdef LOCKS_X86
 __attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_avx2(const uint16_t *src, float *dst,

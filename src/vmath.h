@@ -13,8 +13,10 @@
 
 /* 1 when the AVX2/FMA/F16C kernels are in use (cached after the first call). */
 int locks_have_avx2(void);
-/* Tests only: 0 forces the portable kernels, 1 restores the CPU check. Not thread-safe:
- * call with no step running. */
+/* 1 when, on top of those, AVX-VNNI (vpdpbusd, VEX) is there and in use. */
+int locks_have_avxvnni(void);
+/* Tests only: 0 forces the portable kernels, 1 restores the CPU check, 2 keeps AVX2
+ * but not AVX-VNNI. Call with no step running. */
 void locks_simd_enable(int on);
 /* dst[i] = half_to_float(src[i]) for i < n. */
 void locks_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);

@@ -100,6 +100,15 @@ __attribute__((target("avx2"))) static float hmax_ps(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+/* acc += sum over each group of 4 bytes of u[i] * s[i] (u unsigned, s signed), per
+ * 32-bit lane: AVX-VNNI's vpdpbusd. Inline assembly ({vex}: the AVX-VNNI encoding) so
+ * the kernel body compiles once for both instruction sets; only score_q8_vnni, chosen
+ * when the CPU reports AVX-VNNI, executes it. */
+__attribute__((target("avx2"))) static __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+}
+
 /* 2^x for 8 floats x <= 0 (below -126: ~0): the exponent bits take 2^round(x), a
  * degree-4 Taylor polynomial the fraction in [-1/2, 1/2] (relative error < 5e-5).
  * Only page scores use it: ranking needs far less than the int8 query rounding
@@ -131,7 +140,8 @@ __attribute__((target("avx2,fma"))) static __m256 exp2_fast8(__m256 x) {
  * anyway), exp2_fast8, and one batched log per block. */
 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1, float *scores,
-              int32_t ld, const int32_t nch /* d / 64: a constant in each caller */) {
+              int32_t ld, const int32_t nch /* d / 64: a constant in each caller */,
+              const int vnni /* constant: use vpdpbusd (AVX-VNNI) for the byte dot products */) {
     const int32_t d = nch * 64, G = x->group, half = d / 2;
     int32_t qblock = (256 / G) & ~7; /* pages per exp/log batch: multiple of 8, <= 32 */
     qblock = qblock < 8 ? 8 : qblock > 32 ? 32 : qblock;
@@ -177,12 +187,21 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
                 const q8 *qg = &qq[g];
                 __m256i yk[8];
                 for (int32_t k = 0; k < 8; k++) {
-                    __m256i s16 = _mm256_setzero_si256();
-                    for (int32_t ch = 0; ch < nch; ch++) {
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32))));
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32))));
+                    if (vnni) {
+                        __m256i acc = _mm256_setzero_si256();
+                        for (int32_t ch = 0; ch < nch; ch++) {
+                            acc = dpbusd(acc, nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32)));
+                            acc = dpbusd(acc, nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32)));
+                        }
+                        yk[k] = acc;
+                    } else {
+                        __m256i s16 = _mm256_setzero_si256();
+                        for (int32_t ch = 0; ch < nch; ch++) {
+                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32))));
+                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32))));
+                        }
+                        yk[k] = _mm256_madd_epi16(s16, ones16);
                     }
-                    yk[k] = _mm256_madd_epi16(s16, ones16);
                 }
                 __m256 y = _mm256_sub_ps(_mm256_cvtepi32_ps(hsum8_epi32(yk)), _mm256_set1_ps(8.0f * (float)qg->qsum));
                 __m256 z = _mm256_mul_ps(_mm256_mul_ps(y, _mm256_set1_ps(qg->qs)), vc);
@@ -197,7 +216,8 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
                 __m256i macc = _mm256_setzero_si256();
                 for (int32_t ch = 0; ch < d / 32; ch++) {
                     __m256i qv = _mm256_load_si256((const __m256i *)(qg->qi + ch * 32));
-                    macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(mabs[ch], _mm256_sign_epi8(qv, msgn[ch])), ones16));
+                    if (vnni) macc = dpbusd(macc, mabs[ch], _mm256_sign_epi8(qv, msgn[ch]));
+                    else macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(mabs[ch], _mm256_sign_epi8(qv, msgn[ch])), ones16));
                 }
                 const __m256 qmu = _mm256_set1_ps((float)hsum_epi32(macc) * qg->qs * mus);
                 float *row = lg[g * nbp + (j - b0)];
@@ -232,15 +252,27 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
     }
 }
 
-/* One copy of the kernel per head dim, so the chunk loops are unrolled. */
+/* One copy of the kernel per head dim (so the chunk loops unroll) and per dot-product
+ * instruction: AVX2 maddubs + madd, or AVX-VNNI vpdpbusd where the CPU has it. */
 __attribute__((target("avx2,fma,f16c"))) static void score_q8_avx2(const locks_sel_ctx *x,
                                                                    locks_sum_arrays a, int32_t j0,
                                                                    int32_t j1, float *scores,
                                                                    int32_t ld) {
     switch (x->c->d) {
-    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1); break;
-    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2); break;
-    default: score_q8_body(x, a, j0, j1, scores, ld, 4); break; /* 256 */
+    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 0); break;
+    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 0); break;
+    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 0); break; /* 256 */
+    }
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void score_q8_vnni(const locks_sel_ctx *x,
+                                                                   locks_sum_arrays a, int32_t j0,
+                                                                   int32_t j1, float *scores,
+                                                                   int32_t ld) {
+    switch (x->c->d) {
+    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 1); break;
+    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 1); break;
+    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 1); break; /* 256 */
     }
 }
 #endif
@@ -251,9 +283,9 @@ void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float
     locks_sum_arrays a = locks_cache_summaries(x->c, x->layer, x->kv_head);
 #ifdef LOCKS_X86
     if (x->c->p.summary_prec == LOCKS_SUMMARY_Q && r == 8 && (d == 64 || d == 128 || d == 256) &&
-        x->group <= 64 &&
-        locks_have_avx2()) {
-        score_q8_avx2(x, a, j0, j1, scores, ld);
+        x->group <= 64 && locks_have_avx2()) {
+        if (locks_have_avxvnni()) score_q8_vnni(x, a, j0, j1, scores, ld);
+        else score_q8_avx2(x, a, j0, j1, scores, ld);
         return;
     }
 #endif
