@@ -2,7 +2,10 @@
 # fuzz-gguf.sh — build the libFuzzer harness tests/fuzz/fuzz_gguf.c (GGUF reader +
 # tokenizer-from-GGUF) with ASan+UBSan and run it for SECONDS (default 60).
 #
-#   scripts/fuzz-gguf.sh [SECONDS]
+#   scripts/fuzz-gguf.sh [SECONDS] [gguf|tokenizer]
+#
+# "tokenizer" runs tests/fuzz/fuzz_tokenizer.c instead: encode/decode round trips on the
+# real SmolLM2 vocabulary ($LOCKS_MODEL or the fetch-model.sh cache; no corpus kept).
 #
 # Outside the CMake build on purpose (clang only). Installs clang and its runtime with
 # apt-get if clang cannot link a fuzzer. Seeds: tests/fuzz/corpus/ (read-only here);
@@ -14,6 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 secs=${1:-60}
+target=${2:-gguf}
 out=${FUZZ_OUT:-build-fuzz}
 cc=${CC:-clang}
 mkdir -p "$out/corpus"
@@ -33,19 +37,32 @@ if ! command -v "$cc" >/dev/null 2>&1 || ! probe; then
     probe || { echo "fuzz-gguf: clang cannot link -fsanitize=fuzzer" >&2; exit 1; }
 fi
 
-"$cc" -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -fno-omit-frame-pointer -Wall -Wextra \
-    -Iinclude -Isrc -Itests -Itests/fuzz \
-    tests/fuzz/fuzz_gguf.c src/model/gguf.c src/model/tokenizer.c src/model/tokenizer_gguf.c \
-    src/model/unicode_tables.c src/util.c src/status.c -lm -o "$out/fuzz_gguf"
+build() { # build NAME: tests/fuzz/NAME.c -> $out/NAME
+    "$cc" -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+        -fno-omit-frame-pointer -Wall -Wextra \
+        -Iinclude -Isrc -Itests -Itests/fuzz \
+        "tests/fuzz/$1.c" src/model/gguf.c src/model/tokenizer.c src/model/tokenizer_gguf.c \
+        src/model/unicode_tables.c src/util.c src/status.c -lm -o "$out/$1"
+}
 
-echo "fuzz-gguf: running $out/fuzz_gguf for ${secs}s" >&2
 set +e
-"$out/fuzz_gguf" -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-    -dict=tests/fuzz/gguf.dict -artifact_prefix="$out/" -print_final_stats=1 \
-    "$out/corpus" tests/fuzz/corpus
-rc=$?
+if [ "$target" = tokenizer ]; then
+    build fuzz_tokenizer || exit 1
+    mkdir -p "$out/corpus-tok"
+    echo "fuzz-gguf: running $out/fuzz_tokenizer for ${secs}s" >&2
+    "$out/fuzz_tokenizer" -max_total_time="$secs" -max_len=512 -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="$out/tok-" -print_final_stats=1 "$out/corpus-tok"
+    rc=$?
+else
+    build fuzz_gguf || exit 1
+    echo "fuzz-gguf: running $out/fuzz_gguf for ${secs}s" >&2
+    "$out/fuzz_gguf" -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+        -dict=tests/fuzz/gguf.dict -artifact_prefix="$out/" -print_final_stats=1 \
+        "$out/corpus" tests/fuzz/corpus
+    rc=$?
+fi
 set -e
-crashes=$(ls "$out"/crash-* "$out"/leak-* "$out"/timeout-* "$out"/oom-* 2>/dev/null | wc -l)
-echo "fuzz-gguf: exit $rc, $(ls "$out/corpus" | wc -l) inputs in $out/corpus, $crashes artifact(s)" >&2
+crashes=$(find "$out" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
+    -o -name 'oom-*' -o -name 'tok-*' \) | wc -l)
+echo "fuzz-gguf: $target: exit $rc, $crashes artifact(s) in $out" >&2
 [ "$rc" -eq 0 ] && [ "$crashes" -eq 0 ]
