@@ -59,6 +59,11 @@ locks_model *locks_model_load(const char *path, locks_status *err);
 void locks_model_free(locks_model *m);
 locks_model_info locks_model_get_info(const locks_model *m);
 
+/* Where scripts/fetch-model.sh puts SmolLM2-135M-Instruct: $LOCKS_MODEL_DIR (default
+ * $HOME/.cache/locks) + "/SmolLM2-135M-Instruct.Q4_1.gguf", into buf (NUL-terminated).
+ * Returns the length, as snprintf (the file may not exist). */
+int32_t locks_model_default_path(char *buf, size_t size);
+
 /* The model's tokenizer, built from its GGUF vocabulary (see the Tokenizer section
  * for its API). Owned by the model. */
 typedef struct locks_tokenizer locks_tokenizer;
@@ -71,6 +76,9 @@ const locks_tokenizer *locks_model_tokenizer(const locks_model *m);
 typedef struct locks_ctx locks_ctx;
 
 typedef void (*locks_progress_fn)(int32_t done, int32_t total, void *user);
+/* Sees the queries of every decode step, per layer, after RoPE: q[n_q_heads][head_dim]
+ * of the token at position pos (for KV dumps and analysis). */
+typedef void (*locks_query_fn)(int32_t layer, int32_t pos, const float *q, void *user);
 
 typedef struct {
     int32_t n_ctx;       /* max tokens in the session (default 4096) */
@@ -83,6 +91,8 @@ typedef struct {
                       * blocks, like llama.cpp; 1: fp32 activations (slower; validation) */
     locks_progress_fn progress;      /* called after each prefill chunk (may be NULL) */
     void *progress_user;
+    locks_query_fn on_query;         /* called in each decode step, per layer (may be NULL) */
+    void *on_query_user;
 } locks_ctx_params;
 
 locks_ctx_params locks_ctx_default_params(void);

@@ -21,12 +21,14 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gguf.h"
 #include "locks_model.h"
 #include "matmul.h"
 #include "pool.h"
+#include "tokenizer_gguf.h"
 #include "util.h"
 
 /* ================================================================================ */
@@ -107,14 +109,16 @@ static locks_status load_norm(const gguf *g, const char *name, int32_t n, float 
     return LOCKS_OK;
 }
 
-/* Tokenizer: not wired yet (waits for the tok branch). */
+/* The tokenizer from the GGUF vocabulary (tokenizer_gguf.c). */
 static locks_status load_tokenizer(const gguf *g, locks_tokenizer **tok) {
-    (void)g;
-    *tok = NULL;
-    return LOCKS_OK;
+    locks_status st = LOCKS_OK;
+    *tok = locks_tokenizer_from_gguf(g, &st);
+    return *tok ? LOCKS_OK : st;
 }
-static void free_tokenizer(locks_tokenizer *tok) { (void)tok; }
-static int is_eog(const locks_model *m, int32_t tok) { return tok == m->info.eos_id; }
+static void free_tokenizer(locks_tokenizer *tok) { locks_tokenizer_free(tok); }
+static int is_eog(const locks_model *m, int32_t tok) {
+    return tok == m->info.eos_id || (m->tok && locks_tokenizer_is_eog(m->tok, tok));
+}
 
 locks_model *locks_model_load(const char *path, locks_status *err) {
     locks_status st = LOCKS_OK;
@@ -259,6 +263,15 @@ void locks_model_free(locks_model *m) {
 
 locks_model_info locks_model_get_info(const locks_model *m) { return m->info; }
 
+int32_t locks_model_default_path(char *buf, size_t size) {
+    const char *dir = getenv("LOCKS_MODEL_DIR");
+    const char *home = getenv("HOME");
+    int n;
+    if (dir && *dir) n = snprintf(buf, size, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else n = snprintf(buf, size, "%s/.cache/locks/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    return n;
+}
+
 const locks_tokenizer *locks_model_tokenizer(const locks_model *m) { return m->tok; }
 
 /* ================================================================================ */
@@ -297,6 +310,8 @@ locks_ctx_params locks_ctx_default_params(void) {
         .f32_act = 0,
         .progress = NULL,
         .progress_user = NULL,
+        .on_query = NULL,
+        .on_query_user = NULL,
     };
     return p;
 }
@@ -541,6 +556,7 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
         rope(c->k, n, hkv, hd, m->n_rot, c->inv_freq, pos);
         if ((st = locks_cache_write(c->cache, c->seq, l, pos, n, c->k, c->v)) != LOCKS_OK) return st;
         if (decode) {
+            if (c->p.on_query) c->p.on_query(l, pos, c->q, c->p.on_query_user);
             locks_step_stats ss;
             double t0 = locks_now_ms();
             st = locks_decode_step(c->cache, l, &c->seq, 1, c->q, hq, &c->p.step, c->att, NULL, &ss);

@@ -1,11 +1,12 @@
 /*
  * matmul.c — y = W x on GGUF weight types, one vector (decode) or a batch (prefill).
  *
- * The kernels are plain C loops that the compiler vectorises. On x86-64 with GCC or
- * Clang the row worker is also compiled for Haswell (AVX2/FMA) and picked at load time
- * (target_clones); elsewhere the portable build runs. Rows are cut into tasks of
- * MATMUL_ROWS_PER_TASK for the pool; inside a task, ROW_TILE rows are held in cache
- * while every vector of the batch passes over them.
+ * Two versions of the block kernels: plain C loops (portable, the reference), and on
+ * x86-64 with GCC/Clang AVX2 versions chosen at run time when the CPU has AVX2/FMA/F16C
+ * (locks_have_avx2; the build never assumes the host CPU). Both compute the same
+ * integer block sums; only the float accumulation order differs. Rows are cut into
+ * tasks of MATMUL_ROWS_PER_TASK for the pool; inside a task, ROW_TILE rows are held in
+ * cache while every vector of the batch passes over them.
  */
 #include "matmul.h"
 
@@ -14,15 +15,15 @@
 #include <string.h>
 
 #include "util.h"
+#include "vmath.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MATMUL_X86 1
+#include <immintrin.h>
+#endif
 
 #define MATMUL_ROWS_PER_TASK 32
 #define ROW_TILE 8
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
-#define MATMUL_CLONES __attribute__((target_clones("arch=haswell", "default")))
-#else
-#define MATMUL_CLONES
-#endif
 
 /* ================================================================================ */
 /* fp16 table                                                                       */
@@ -145,6 +146,110 @@ static inline float dot_bf16(const uint8_t *w, const float *x, int32_t n) {
     return acc;
 }
 
+#ifdef MATMUL_X86
+/* ---- AVX2 block kernels: 32 products per block via maddubs (u8 x s8 -> s16 pairs)
+ * and madd (s16 pairs -> s32), scaled in fp32 with one FMA per block. ---- */
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 bytes of nibbles -> 32 unsigned bytes: low nibbles (elements 0..15), then high. */
+AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs) {
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m128i lo = _mm_and_si128(raw, m4);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* sum of u8 w[j] * s8 x[j] over 32 bytes, as 8 fp32 partial sums */
+AVX2 static inline __m256 dot_u8s8(__m256i w, __m256i x) {
+    __m256i p16 = _mm256_maddubs_epi16(w, x); /* |15 * 127 * 2| and |128 * 127 * 2| fit s16 */
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+AVX2 static float dot_q4_1_avx2(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int32_t b = 0; b < nb; b++, w += 20) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
+        __m256 p = dot_u8s8(unpack_nibbles(w + 4), xv);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(w) * x[b].d), p, acc);
+        accm += f16_at(w + 2) * x[b].d * (float)x[b].sum;
+    }
+    return hsum8(acc) + accm;
+}
+
+/* sum (n - 8) x = sum n x - 8 sum x */
+AVX2 static float dot_q4_0_avx2(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int32_t b = 0; b < nb; b++, w += 18) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
+        __m256 p = dot_u8s8(unpack_nibbles(w + 2), xv);
+        float dd = f16_at(w) * x[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), p, acc);
+        accm -= 8.0f * dd * (float)x[b].sum;
+    }
+    return hsum8(acc) + accm;
+}
+
+/* signed x signed: maddubs(|w|, sign(w) * x) */
+AVX2 static float dot_q8_0_avx2(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int32_t b = 0; b < nb; b++, w += 34) {
+        __m256i wv = _mm256_loadu_si256((const __m256i *)(w + 2));
+        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
+        __m256 p = dot_u8s8(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(w) * x[b].d), p, acc);
+    }
+    return hsum8(acc);
+}
+
+AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, int32_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(const void *)(w + 4 * (size_t)j)),
+                              _mm256_loadu_ps(x + j), acc);
+    float s = hsum8(acc);
+    for (; j < n; j++) {
+        float v;
+        memcpy(&v, w + 4 * (size_t)j, 4);
+        s += v * x[j];
+    }
+    return s;
+}
+
+AVX2 static void matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y,
+                                  int32_t ldy, int32_t r0, int32_t r1) {
+    int32_t nb = w->cols / GGML_QBLOCK;
+    for (int32_t rt = r0; rt < r1; rt += ROW_TILE) {
+        int32_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
+        for (int32_t t = 0; t < a->n; t++) {
+            const matmul_q8 *xq = a->xq + (size_t)t * nb;
+            for (int32_t r = rt; r < re; r++) {
+                const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+                float v;
+                switch (w->type) {
+                case GGML_TYPE_Q4_1: v = dot_q4_1_avx2(row, xq, nb); break;
+                case GGML_TYPE_Q4_0: v = dot_q4_0_avx2(row, xq, nb); break;
+                case GGML_TYPE_Q8_0: v = dot_q8_0_avx2(row, xq, nb); break;
+                default: v = dot_f32_avx2(row, a->x + (size_t)t * w->cols, w->cols); break;
+                }
+                y[(size_t)t * ldy + r] = v;
+            }
+        }
+    }
+}
+#endif
+
 /* Block-quantized row . fp32 x, dequantizing each block on the fly (exact mode). */
 static inline float dot_q_f32(ggml_type type, const uint8_t *w, const float *x, int32_t nb) {
     float acc = 0.0f;
@@ -198,8 +303,7 @@ typedef struct {
 
 /* Rows [r0, r1) for every vector of the batch: a tile of rows stays in L1 while the
  * vectors stream past it. */
-MATMUL_CLONES
-static void matmul_rows(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
+static void matmul_rows_c(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
                         int32_t r0, int32_t r1) {
     for (int32_t rt = r0; rt < r1; rt += ROW_TILE) {
         int32_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
@@ -214,7 +318,15 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
     const matmul_job *j = arg;
     int32_t r0 = task * MATMUL_ROWS_PER_TASK;
     int32_t r1 = r0 + MATMUL_ROWS_PER_TASK < j->w->rows ? r0 + MATMUL_ROWS_PER_TASK : j->w->rows;
-    matmul_rows(j->w, j->a, j->y, j->ldy, r0, r1);
+#ifdef MATMUL_X86
+    /* AVX2 covers the int8 paths and F32; F16/BF16 and the exact mode stay portable */
+    int q8 = matmul_wants_q8(j->w->type) && j->a->xq;
+    if (locks_have_avx2() && (q8 || j->w->type == GGML_TYPE_F32)) {
+        matmul_rows_avx2(j->w, j->a, j->y, j->ldy, r0, r1);
+        return;
+    }
+#endif
+    matmul_rows_c(j->w, j->a, j->y, j->ldy, r0, r1);
 }
 
 void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy) {
