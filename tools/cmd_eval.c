@@ -54,6 +54,8 @@ static void eval_usage(FILE *f) {
             "    --heads HQ:HKV      query and KV heads (default 9:3, SmolLM2-135M)\n"
             "    --head-dim D        (default 64)\n"
             "    --seed N            (default 1)\n"
+            "    --write-dump FILE   only write the workload as a KV dump (context tokens of\n"
+            "                        prefill + --steps decode tokens with their queries)\n"
             "options:\n"
             "  --budgets LIST        token budgets (default 64,128,256,512,1024,2048)\n"
             "  --selectors LIST      (default oracle,locks,quest,rocket,shadow,shadow-lm)\n"
@@ -84,6 +86,7 @@ typedef struct {
     int32_t n_sink, n_recent, max_steps, threads;
     int per_layer, json;
     const char *csv;
+    const char *write_dump;
 } eval_opts;
 
 static int parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
@@ -159,6 +162,8 @@ static int parse_opts(int argc, char **argv, eval_opts *o) {
             o->dump = v;
         } else if (!strcmp(a, "--csv")) {
             o->csv = v;
+        } else if (!strcmp(a, "--write-dump")) {
+            o->write_dump = v;
         } else if (!strcmp(a, "--context")) {
             ok = parse_int(v, LOCKS_PAGE, 1 << 24, &o->context);
         } else if (!strcmp(a, "--steps")) {
@@ -205,6 +210,63 @@ static int parse_opts(int argc, char **argv, eval_opts *o) {
         eval_usage(stderr);
         return 2;
     }
+    if (o->write_dump && !o->synthetic) {
+        fprintf(stderr, "locks eval: --write-dump needs --synthetic\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Writes the synthetic workload as a dump: one generator per layer (seed + layer) over
+ * context + steps tokens; the first `context` are the prefill, token context + s is
+ * decode step s, whose queries are the generator's query of step s. */
+static int write_synthetic_dump(const eval_opts *o) {
+    locks_dump_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = o->layers;
+    sh.n_q_heads = o->hq;
+    sh.n_kv_heads = o->hkv;
+    sh.head_dim = o->d;
+    sh.n_ctx = o->context;
+    sh.n_steps = o->steps;
+    sh.kv_dtype = LOCKS_DTYPE_F16;
+    sh.scale = 1.0f / sqrtf((float)o->d);
+    snprintf(sh.model, sizeof sh.model, "synthetic seed %llu", (unsigned long long)o->seed);
+    const int32_t n_tok = o->context + o->steps;
+    const size_t row = (size_t)o->hkv * (size_t)o->d, qn = (size_t)o->hq * (size_t)o->d;
+    float *k = locks_alloc((size_t)n_tok * row, sizeof *k), *v = locks_alloc((size_t)n_tok * row, sizeof *v);
+    float *q = locks_alloc((size_t)o->steps * qn, sizeof *q);
+    int32_t *pos = locks_alloc((size_t)n_tok, sizeof *pos);
+    locks_status st = LOCKS_ERR_OOM;
+    locks_dump_writer *w = NULL;
+    if (!k || !v || !q || !pos) goto done;
+    for (int32_t t = 0; t < n_tok; t++) pos[t] = t;
+    w = locks_dump_writer_open(o->write_dump, &sh, &st);
+    for (int32_t l = 0; w && l < o->layers; l++) {
+        locks_synth_params sp = locks_synth_default_params(o->hkv, o->hq, o->d, n_tok, o->seed + 1000003u * (uint64_t)l);
+        locks_synth *sy = locks_synth_init(sp, &st);
+        if (!sy) break;
+        st = locks_synth_kv(sy, 0, n_tok, k, v);
+        for (int32_t s = 0; st == LOCKS_OK && s < o->steps; s++) st = locks_synth_query(sy, s, q + (size_t)s * qn);
+        locks_synth_free(sy);
+        if (st == LOCKS_OK) st = locks_dump_write_layer(w, l, pos, k, v, q);
+        if (st != LOCKS_OK) break;
+    }
+    if (w) {
+        locks_status cst = locks_dump_writer_close(w);
+        if (st == LOCKS_OK) st = cst;
+    }
+done:
+    locks_free(k);
+    locks_free(v);
+    locks_free(q);
+    locks_free(pos);
+    if (st != LOCKS_OK) {
+        fprintf(stderr, "locks eval: writing %s: %s\n", o->write_dump, locks_status_str(st));
+        return 1;
+    }
+    fprintf(stderr, "locks eval: wrote %s (%d layers, %d + %d tokens)\n", o->write_dump, (int)o->layers,
+            (int)o->context, (int)o->steps);
     return 0;
 }
 
@@ -494,6 +556,7 @@ int cmd_eval(int argc, char **argv) {
     int pr = parse_opts(argc, argv, &e.o);
     if (pr) return pr == 1 ? 0 : 2;
     const eval_opts *o = &e.o;
+    if (o->write_dump) return write_synthetic_dump(o);
     int rc = 1;
     if (o->dump) {
         locks_status st = locks_dump_load(o->dump, &e.dump);
