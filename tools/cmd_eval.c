@@ -67,7 +67,8 @@ static void eval_usage(FILE *f) {
             "  --threads N           CPU threads (default 2)\n"
             "  --per-layer           print the per-layer tables too\n"
             "  --csv FILE            write every row (per layer and layer=all) as CSV\n"
-            "  --json                print JSON instead of tables\n"
+            "  --json                one JSON object per line and (selector, budget, layer)\n"
+            "                        (layer \"all\": the mean over layers), instead of tables\n"
             "plot: scripts/plot-eval.sh FILE.csv OUT.png\n");
 }
 
@@ -491,38 +492,36 @@ static void print_table(eval_state *e, int l) {
     }
 }
 
-static void json_row(eval_state *e, int si, int bi, int l, int *first) {
+/* One JSON object per line and (selector, budget, layer), flat, as `locks bench --json`. */
+static void json_row(eval_state *e, int si, int bi, int l) {
+    const eval_opts *o = &e->o;
     eval_acc r = acc_mean(e, si, bi, l);
     if (r.n == 0) return;
-    printf("%s\n    {\"selector\": \"%s\", \"budget\": %d, \"layer\": ", *first ? "" : ",",
-           locks_selector_name(e->o.sels[si]), (int)e->o.budgets[bi]);
-    if (l < 0) printf("\"all\"");
-    else printf("%d", l);
-    printf(", \"coverage\": %.6f, \"oracle_coverage\": %.6f, \"coverage_rel\": %.6f, \"recall\": %.6f, "
-           "\"out_err\": %.6f, \"cosine\": %.6f, \"tokens\": %.1f, \"bytes_meta\": %.0f, \"bytes_kv\": %.0f, "
-           "\"bytes_dense\": %.0f, \"samples\": %lld",
-           r.cov, r.ocov, r.ratio, r.recall, r.err, r.cosine, r.tokens, r.meta, r.kv, r.dense, (long long)r.n);
-    if (e->synth) printf(", \"carrier_recall\": %.6f", locks_metrics_carrier_recall(&r.car));
-    printf("}");
-    *first = 0;
+    printf("{\"command\":\"eval\",\"source\":\"%s\",\"model\":\"%s\",", o->dump ? "dump" : "synthetic", e->model);
+    if (o->dump) printf("\"dump\":\"%s\",", o->dump);
+    else printf("\"seed\":%llu,", (unsigned long long)o->seed);
+    printf("\"layers\":%d,\"hq\":%d,\"hkv\":%d,\"head_dim\":%d,\"context\":%d,\"steps\":%d,\"rank\":%d,"
+           "\"summary\":\"%s\",\"n_sink\":%d,\"n_recent\":%d,\"selector\":\"%s\",\"budget\":%d,\"layer\":",
+           (int)e->L, (int)e->Hq, (int)e->Hkv, (int)e->d, (int)e->n_ctx,
+           (int)(e->n_steps < o->max_steps ? e->n_steps : o->max_steps), (int)o->rank,
+           o->prec == LOCKS_SUMMARY_Q ? "q" : "f32", (int)o->n_sink, (int)o->n_recent,
+           locks_selector_name(o->sels[si]), (int)o->budgets[bi]);
+    if (l < 0) printf("\"all\",");
+    else printf("%d,", l);
+    printf("\"mass_coverage\":%.8g,\"oracle_mass_coverage\":%.8g,\"coverage_ratio\":%.8g,\"oracle_recall\":%.8g,"
+           "\"output_rel_err\":%.8g,\"cosine\":%.8g,\"tokens\":%.6g,\"bytes_meta\":%.0f,\"bytes_kv\":%.0f,"
+           "\"bytes_dense\":%.0f,\"bytes_step\":%.0f,\"samples\":%lld,\"carrier_recall\":",
+           r.cov, r.ocov, r.ratio, r.recall, r.err, r.cosine, r.tokens, r.meta, r.kv, r.dense, r.meta + r.kv,
+           (long long)r.n);
+    double cr = e->synth ? locks_metrics_carrier_recall(&r.car) : -1.0;
+    if (cr < 0) printf("null}\n");
+    else printf("%.8g}\n", cr);
 }
 
 static void print_json(eval_state *e) {
-    const eval_opts *o = &e->o;
-    printf("{\n  \"command\": \"eval\",\n  \"source\": \"%s\",\n", o->dump ? "dump" : "synthetic");
-    if (o->dump) printf("  \"dump\": \"%s\",\n", o->dump);
-    else printf("  \"seed\": %llu,\n", (unsigned long long)o->seed);
-    printf("  \"model\": \"%s\",\n  \"shape\": {\"layers\": %d, \"n_q_heads\": %d, \"n_kv_heads\": %d, "
-           "\"head_dim\": %d, \"context\": %d, \"steps\": %d, \"scale\": %.6g},\n",
-           e->model, (int)e->L, (int)e->Hq, (int)e->Hkv, (int)e->d, (int)e->n_ctx,
-           (int)(e->n_steps < o->max_steps ? e->n_steps : o->max_steps), (double)e->scale);
-    printf("  \"rank\": %d,\n  \"summary\": \"%s\",\n  \"n_sink\": %d,\n  \"n_recent\": %d,\n  \"rows\": [",
-           (int)o->rank, o->prec == LOCKS_SUMMARY_Q ? "q" : "f32", (int)o->n_sink, (int)o->n_recent);
-    int first = 1;
     for (int l = -1; l < e->L; l++)
-        for (int bi = 0; bi < o->n_budgets; bi++)
-            for (int si = 0; si < o->n_sels; si++) json_row(e, si, bi, l, &first);
-    printf("\n  ]\n}\n");
+        for (int bi = 0; bi < e->o.n_budgets; bi++)
+            for (int si = 0; si < e->o.n_sels; si++) json_row(e, si, bi, l);
 }
 
 static int write_csv(eval_state *e, const char *path) {
