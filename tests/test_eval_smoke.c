@@ -1,7 +1,7 @@
 /*
  * test_eval_smoke.c — runs the real `locks eval` binary (built next to this test) end to
  * end on a tiny synthetic KV dump: --write-dump, then --dump --json --csv. Checks that
- * every selector and budget has a row, that the oracle's coverage ratio is 1, every
+ * every selector (and rocket+snapkv) and budget has a row, that the oracle's coverage ratio is 1, every
  * ratio lies in (0, 1], a budget above the context is dense for every selector (ratio 1,
  * output error ~0), the CSV has the same rows, and that bad input fails (exit 2 for
  * usage, 1 for a malformed dump).
@@ -56,14 +56,14 @@ int main(int argc, char **argv) {
              bin, ctx, steps, seed, dump);
     int rc = run(cmd);
     test_cond(rc == 0, "write-dump exit %d: %s", rc, cmd);
-    snprintf(cmd, sizeof cmd, "%s eval --dump %s --budgets 64,128,100000 --json --csv %s", bin, dump, csv);
+    snprintf(cmd, sizeof cmd, "%s eval --dump %s --budgets 64,128,100000 --snapkv 2 --json --csv %s", bin, dump, csv);
     FILE *f = popen(cmd, "r");
     if (!f) {
         fprintf(stderr, "popen failed\n");
         return 1;
     }
-    static const char *sels[] = {"oracle", "locks", "quest", "rocket", "shadow", "shadow-lm"};
-    int seen[6][3] = {{0}};
+    static const char *sels[] = {"oracle", "locks", "quest", "rocket", "shadow", "shadow-lm", "rocket+snapkv"};
+    int seen[7][3] = {{0}};
     int n_rows = 0;
     char line[8192];
     while (fgets(line, sizeof line, f)) {
@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
         double budget = num_after(line, "budget"), ratio = num_after(line, "coverage_ratio");
         double err = num_after(line, "output_rel_err");
         int bi = budget == 64 ? 0 : budget == 128 ? 1 : 2;
-        for (int s = 0; s < 6; s++)
+        for (int s = 0; s < 7; s++)
             if (!strcmp(sel, sels[s]) && is_all) seen[s][bi]++;
         test_cond(ratio > 0.0 && ratio <= 1.0 + 1e-9, "%s budget %g: coverage ratio %g outside (0, 1]", sel, budget,
                   ratio);
@@ -86,9 +86,9 @@ int main(int argc, char **argv) {
     }
     rc = pclose(f);
     test_cond(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "eval --dump exit status %d", rc);
-    for (int s = 0; s < 6; s++)
+    for (int s = 0; s < 7; s++)
         for (int b = 0; b < 3; b++) test_cond(seen[s][b] == 1, "%s budget #%d: %d averaged rows", sels[s], b, seen[s][b]);
-    test_cond(n_rows == 6 * 3 * 3, "%d JSON rows, want 54 (6 selectors x 3 budgets x (2 layers + all))", n_rows);
+    test_cond(n_rows == 7 * 3 * 3, "%d JSON rows, want 63 (7 selectors x 3 budgets x (2 layers + all))", n_rows);
     /* the CSV holds the same rows plus a header */
     f = fopen(csv, "r");
     int n_csv = 0;
@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
         while (fgets(line, sizeof line, f)) n_csv++;
         fclose(f);
     }
-    test_cond(n_csv == 1 + 54, "CSV has %d lines, want 55", n_csv);
+    test_cond(n_csv == 1 + 63, "CSV has %d lines, want 64", n_csv);
     /* failures: usage errors exit 2, a truncated dump exits 1 */
     snprintf(cmd, sizeof cmd, "%s eval --budgets x --synthetic 2>/dev/null", bin);
     test_cond(run(cmd) == 2, "bad --budgets exits 2");

@@ -17,8 +17,9 @@
  * of that step: mass coverage M(S), M(S)/M(S_oracle) (the float64 oracle of the same
  * budget and forced pages), oracle recall, output error and cosine, and the bytes the
  * step read (selector metadata + K/V of the attended tokens; dense K/V for reference),
- * counted per layer-step for the one sequence over all its KV heads. Results are the
- * mean over steps, per layer and over all layers.
+ * counted per layer-step for the one sequence over all its KV heads (as the decode
+ * step counts them: every full page's metadata, including pages SnapKV evicted).
+ * Results are the mean over steps, per layer and over all layers.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -36,6 +37,9 @@
 
 #define EVAL_MAX_BUDGETS 32
 #define EVAL_MAX_SELS 8
+/* The synthetic workload's observation window (the "last prefill queries" SnapKV
+ * needs): queries of steps SYNTH_OBS_STEP + i, fresh draws never replayed as steps. */
+#define SYNTH_OBS_STEP 1000000
 
 static void eval_usage(FILE *f) {
     fprintf(f,
@@ -59,6 +63,10 @@ static void eval_usage(FILE *f) {
             "options:\n"
             "  --budgets LIST        token budgets (default 64,128,256,512,1024,2048)\n"
             "  --selectors LIST      (default oracle,locks,quest,rocket,shadow,shadow-lm)\n"
+            "  --snapkv F            add the row rocket+snapkv: RocketKV's SnapKV prefill\n"
+            "                        eviction first, keeping F x budget tokens (F >= 1), from\n"
+            "                        the dump's observation window (or --snap-window W\n"
+            "                        extra synthetic queries, default 32)\n"
             "  --rank R              summary rank, also shadow's basis rank and rocket's\n"
             "                        channel count (default 8)\n"
             "  --summary q|f32       LOCKS summary precision (default q, the deployed one)\n"
@@ -88,7 +96,14 @@ typedef struct {
     int per_layer, json;
     const char *csv;
     const char *write_dump;
+    float snapkv;        /* > 0: add rocket+snapkv keeping snapkv x budget tokens */
+    int32_t snap_window; /* observation window of the synthetic workload */
+    int snap[EVAL_MAX_SELS]; /* 1: this row is rocket with SnapKV eviction */
 } eval_opts;
+
+static const char *sel_name(const eval_opts *o, int si) {
+    return o->snap[si] ? "rocket+snapkv" : locks_selector_name(o->sels[si]);
+}
 
 static int parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
     char *end;
@@ -141,6 +156,7 @@ static int parse_opts(int argc, char **argv, eval_opts *o) {
     o->n_recent = 1;
     o->max_steps = 1 << 30;
     o->threads = 2;
+    o->snap_window = 32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -163,6 +179,12 @@ static int parse_opts(int argc, char **argv, eval_opts *o) {
             o->dump = v;
         } else if (!strcmp(a, "--csv")) {
             o->csv = v;
+        } else if (!strcmp(a, "--snapkv")) {
+            char *end;
+            o->snapkv = strtof(v, &end);
+            ok = *end == '\0' && o->snapkv >= 1.0f && o->snapkv <= 1e6f;
+        } else if (!strcmp(a, "--snap-window")) {
+            ok = parse_int(v, 1, 1 << 16, &o->snap_window);
         } else if (!strcmp(a, "--write-dump")) {
             o->write_dump = v;
         } else if (!strcmp(a, "--context")) {
@@ -211,6 +233,14 @@ static int parse_opts(int argc, char **argv, eval_opts *o) {
         eval_usage(stderr);
         return 2;
     }
+    if (o->snapkv > 0.0f) {
+        if (o->n_sels == EVAL_MAX_SELS) {
+            fprintf(stderr, "locks eval: too many selectors\n");
+            return 2;
+        }
+        o->sels[o->n_sels] = LOCKS_SEL_ROCKET;
+        o->snap[o->n_sels++] = 1;
+    }
     if (o->write_dump && !o->synthetic) {
         fprintf(stderr, "locks eval: --write-dump needs --synthetic\n");
         return 2;
@@ -230,6 +260,7 @@ static int write_synthetic_dump(const eval_opts *o) {
     sh.head_dim = o->d;
     sh.n_ctx = o->context;
     sh.n_steps = o->steps;
+    sh.n_obs = o->snap_window < o->context ? o->snap_window : o->context;
     sh.kv_dtype = LOCKS_DTYPE_F16;
     sh.scale = 1.0f / sqrtf((float)o->d);
     snprintf(sh.model, sizeof sh.model, "synthetic seed %llu", (unsigned long long)o->seed);
@@ -237,10 +268,11 @@ static int write_synthetic_dump(const eval_opts *o) {
     const size_t row = (size_t)o->hkv * (size_t)o->d, qn = (size_t)o->hq * (size_t)o->d;
     float *k = locks_alloc((size_t)n_tok * row, sizeof *k), *v = locks_alloc((size_t)n_tok * row, sizeof *v);
     float *q = locks_alloc((size_t)o->steps * qn, sizeof *q);
+    float *q_obs = locks_alloc((size_t)sh.n_obs * qn, sizeof *q_obs);
     int32_t *pos = locks_alloc((size_t)n_tok, sizeof *pos);
     locks_status st = LOCKS_ERR_OOM;
     locks_dump_writer *w = NULL;
-    if (!k || !v || !q || !pos) goto done;
+    if (!k || !v || !q || !q_obs || !pos) goto done;
     for (int32_t t = 0; t < n_tok; t++) pos[t] = t;
     w = locks_dump_writer_open(o->write_dump, &sh, &st);
     for (int32_t l = 0; w && l < o->layers; l++) {
@@ -249,8 +281,10 @@ static int write_synthetic_dump(const eval_opts *o) {
         if (!sy) break;
         st = locks_synth_kv(sy, 0, n_tok, k, v);
         for (int32_t s = 0; st == LOCKS_OK && s < o->steps; s++) st = locks_synth_query(sy, s, q + (size_t)s * qn);
+        for (int32_t i = 0; st == LOCKS_OK && i < sh.n_obs; i++)
+            st = locks_synth_query(sy, SYNTH_OBS_STEP + i, q_obs + (size_t)i * qn);
         locks_synth_free(sy);
-        if (st == LOCKS_OK) st = locks_dump_write_layer(w, l, pos, k, v, q);
+        if (st == LOCKS_OK) st = locks_dump_write_layer_obs(w, l, pos, k, v, q, q_obs);
         if (st != LOCKS_OK) break;
     }
     if (w) {
@@ -261,6 +295,7 @@ done:
     locks_free(k);
     locks_free(v);
     locks_free(q);
+    locks_free(q_obs);
     locks_free(pos);
     if (st != LOCKS_OK) {
         fprintf(stderr, "locks eval: writing %s: %s\n", o->write_dump, locks_status_str(st));
@@ -351,6 +386,26 @@ static int run_replay(eval_state *e) {
         for (int32_t l = 0; l < e->L; l++) EVAL_TRY(locks_synth_fill(e->synth[l], c, seq, l, o->threads));
     }
     EVAL_TRY(locks_cache_shadow_fit(c, seq)); /* end of prefill: shadow's shared basis */
+    if (o->snapkv > 0.0f) { /* end of prefill: SnapKV's votes from the observation window */
+        const int32_t n_obs = o->dump ? e->dump.shape.n_obs : (o->snap_window < e->n_ctx ? o->snap_window : e->n_ctx);
+        if (n_obs < 1) {
+            fprintf(stderr, "locks eval: --snapkv needs an observation window; this dump has none\n");
+            goto fail;
+        }
+        float *q_obs = locks_alloc((size_t)n_obs * (size_t)e->Hq * (size_t)e->d, sizeof *q_obs);
+        if (!q_obs) goto fail;
+        for (int32_t l = 0; l < e->L; l++) {
+            st = LOCKS_OK;
+            if (o->dump)
+                memcpy(q_obs, locks_dump_q_obs(&e->dump, l), (size_t)n_obs * (size_t)e->Hq * (size_t)e->d * sizeof *q_obs);
+            for (int32_t i = 0; !o->dump && st == LOCKS_OK && i < n_obs; i++)
+                st = locks_synth_query(e->synth[l], SYNTH_OBS_STEP + i, q_obs + (size_t)i * (size_t)e->Hq * (size_t)e->d);
+            if (st == LOCKS_OK) st = locks_cache_snapkv_observe(c, seq, l, q_obs, n_obs, e->Hq, e->scale);
+            if (st != LOCKS_OK) break;
+        }
+        locks_free(q_obs);
+        EVAL_TRY(st);
+    }
     if (!o->json) fprintf(stderr, "locks eval: prefill of %d tokens x %d layers in %.1f s\n", (int)e->n_ctx,
                           (int)e->L, (locks_now_ms() - t0) / 1000.0);
 
@@ -388,7 +443,9 @@ static int run_replay(eval_state *e) {
                     p.n_recent = o->n_recent;
                     p.scale = e->scale;
                     locks_step_stats stats;
+                    if (o->snap[si]) EVAL_TRY(locks_cache_snapkv_keep(c, seq, l, (int32_t)(o->snapkv * (float)B)));
                     st = locks_decode_step(c, l, &seq, 1, q, e->Hq, &p, out, &sel, &stats);
+                    if (o->snap[si]) EVAL_TRY(locks_cache_snapkv_keep(c, seq, l, 0));
                     if (st == LOCKS_ERR_BUDGET) continue; /* budget below the forced pages */
                     EVAL_TRY(st);
                     locks_sel_metrics m;
@@ -473,18 +530,18 @@ static eval_acc acc_mean(eval_state *e, int si, int bi, int l) {
 static void print_table(eval_state *e, int l) {
     if (l < 0) printf("\nAveraged over %d layers and the steps:\n", (int)e->L);
     else printf("\nLayer %d:\n", l);
-    printf("%7s %-10s %9s %9s %8s %9s %8s %11s %11s %8s%s\n", "budget", "selector", "coverage", "cov/orcl",
+    printf("%7s %-13s %9s %9s %8s %9s %8s %11s %11s %8s%s\n", "budget", "selector", "coverage", "cov/orcl",
            "recall", "out_err", "cosine", "meta B/st", "kv B/st", "/dense", e->synth ? "  carrier" : "");
     for (int bi = 0; bi < e->o.n_budgets; bi++) {
         for (int si = 0; si < e->o.n_sels; si++) {
             eval_acc r = acc_mean(e, si, bi, l);
             if (r.n == 0) {
-                printf("%7d %-10s   (budget below the forced pages)\n", (int)e->o.budgets[bi],
-                       locks_selector_name(e->o.sels[si]));
+                printf("%7d %-13s   (budget below the forced pages)\n", (int)e->o.budgets[bi],
+                       sel_name(&e->o, si));
                 continue;
             }
-            printf("%7d %-10s %9.4f %9.4f %8.4f %9.4f %8.4f %11.0f %11.0f %8.4f", (int)e->o.budgets[bi],
-                   locks_selector_name(e->o.sels[si]), r.cov, r.ratio, r.recall, r.err, r.cosine, r.meta, r.kv,
+            printf("%7d %-13s %9.4f %9.4f %8.4f %9.4f %8.4f %11.0f %11.0f %8.4f", (int)e->o.budgets[bi],
+                   sel_name(&e->o, si), r.cov, r.ratio, r.recall, r.err, r.cosine, r.meta, r.kv,
                    (r.meta + r.kv) / r.dense);
             if (e->synth) printf("  %7.3f", locks_metrics_carrier_recall(&r.car));
             printf("\n");
@@ -505,7 +562,7 @@ static void json_row(eval_state *e, int si, int bi, int l) {
            (int)e->L, (int)e->Hq, (int)e->Hkv, (int)e->d, (int)e->n_ctx,
            (int)(e->n_steps < o->max_steps ? e->n_steps : o->max_steps), (int)o->rank,
            o->prec == LOCKS_SUMMARY_Q ? "q" : "f32", (int)o->n_sink, (int)o->n_recent,
-           locks_selector_name(o->sels[si]), (int)o->budgets[bi]);
+           sel_name(o, si), (int)o->budgets[bi]);
     if (l < 0) printf("\"all\",");
     else printf("%d,", l);
     printf("\"mass_coverage\":%.8g,\"oracle_mass_coverage\":%.8g,\"coverage_ratio\":%.8g,\"oracle_recall\":%.8g,"
@@ -537,7 +594,7 @@ static int write_csv(eval_state *e, const char *path) {
             for (int si = 0; si < e->o.n_sels; si++) {
                 eval_acc r = acc_mean(e, si, bi, l);
                 if (r.n == 0) continue;
-                fprintf(f, "%s,%d,", locks_selector_name(e->o.sels[si]), (int)e->o.budgets[bi]);
+                fprintf(f, "%s,%d,", sel_name(&e->o, si), (int)e->o.budgets[bi]);
                 if (l < 0) fprintf(f, "all,");
                 else fprintf(f, "%d,", l);
                 fprintf(f, "%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.1f,%.0f,%.0f,%.0f,%lld,%.6f\n", r.cov, r.ratio, r.ocov,
