@@ -184,7 +184,7 @@ static int parse_opts(int argc, char **argv, eval_opts *o) {
             o->snapkv = strtof(v, &end);
             ok = *end == '\0' && o->snapkv >= 1.0f && o->snapkv <= 1e6f;
         } else if (!strcmp(a, "--snap-window")) {
-            ok = parse_int(v, 1, 1 << 16, &o->snap_window);
+            ok = parse_int(v, 0, 1 << 16, &o->snap_window);
         } else if (!strcmp(a, "--write-dump")) {
             o->write_dump = v;
         } else if (!strcmp(a, "--context")) {
@@ -268,7 +268,7 @@ static int write_synthetic_dump(const eval_opts *o) {
     const size_t row = (size_t)o->hkv * (size_t)o->d, qn = (size_t)o->hq * (size_t)o->d;
     float *k = locks_alloc((size_t)n_tok * row, sizeof *k), *v = locks_alloc((size_t)n_tok * row, sizeof *v);
     float *q = locks_alloc((size_t)o->steps * qn, sizeof *q);
-    float *q_obs = locks_alloc((size_t)sh.n_obs * qn, sizeof *q_obs);
+    float *q_obs = locks_alloc((size_t)(sh.n_obs > 0 ? sh.n_obs : 1) * qn, sizeof *q_obs);
     int32_t *pos = locks_alloc((size_t)n_tok, sizeof *pos);
     locks_status st = LOCKS_ERR_OOM;
     locks_dump_writer *w = NULL;
@@ -284,7 +284,7 @@ static int write_synthetic_dump(const eval_opts *o) {
         for (int32_t i = 0; st == LOCKS_OK && i < sh.n_obs; i++)
             st = locks_synth_query(sy, SYNTH_OBS_STEP + i, q_obs + (size_t)i * qn);
         locks_synth_free(sy);
-        if (st == LOCKS_OK) st = locks_dump_write_layer_obs(w, l, pos, k, v, q, q_obs);
+        if (st == LOCKS_OK) st = locks_dump_write_layer_obs(w, l, pos, k, v, q, sh.n_obs > 0 ? q_obs : NULL);
         if (st != LOCKS_OK) break;
     }
     if (w) {
@@ -349,7 +349,7 @@ static locks_status write_dump_tokens(eval_state *e, locks_cache *c, int32_t seq
 }
 
 static int run_replay(eval_state *e) {
-    const eval_opts *o = &e->o;
+    const eval_opts *o = &e->o; /* e->o.n_sels may drop the snapkv row below */
     int rc = 1;
     locks_cache *c = NULL;
     float *q = NULL, *out = NULL;
@@ -388,9 +388,12 @@ static int run_replay(eval_state *e) {
     EVAL_TRY(locks_cache_shadow_fit(c, seq)); /* end of prefill: shadow's shared basis */
     if (o->snapkv > 0.0f) { /* end of prefill: SnapKV's votes from the observation window */
         const int32_t n_obs = o->dump ? e->dump.shape.n_obs : (o->snap_window < e->n_ctx ? o->snap_window : e->n_ctx);
-        if (n_obs < 1) {
-            fprintf(stderr, "locks eval: --snapkv needs an observation window; this dump has none\n");
-            goto fail;
+        if (n_obs < 1) { /* drop the row rather than the whole sweep */
+            fprintf(stderr, "locks eval: this dump has no observation window: no rocket+snapkv row\n");
+            e->o.n_sels--;
+            e->o.snap[e->o.n_sels] = 0;
+            o = &e->o;
+            goto snap_done;
         }
         float *q_obs = locks_alloc((size_t)n_obs * (size_t)e->Hq * (size_t)e->d, sizeof *q_obs);
         if (!q_obs) goto fail;
@@ -406,6 +409,7 @@ static int run_replay(eval_state *e) {
         locks_free(q_obs);
         EVAL_TRY(st);
     }
+snap_done:
     if (!o->json) fprintf(stderr, "locks eval: prefill of %d tokens x %d layers in %.1f s\n", (int)e->n_ctx,
                           (int)e->L, (locks_now_ms() - t0) / 1000.0);
 
