@@ -547,7 +547,11 @@ static void print_table(eval_state *e, int l) {
             printf("%7d %-13s %9.4f %9.4f %8.4f %9.4f %8.4f %11.0f %11.0f %8.4f", (int)e->o.budgets[bi],
                    sel_name(&e->o, si), r.cov, r.ratio, r.recall, r.err, r.cosine, r.meta, r.kv,
                    (r.meta + r.kv) / r.dense);
-            if (e->synth) printf("  %7.3f", locks_metrics_carrier_recall(&r.car));
+            if (e->synth) {
+                double cr = locks_metrics_carrier_recall(&r.car);
+                if (cr < 0) printf("  %7s", "-"); /* the oracle never picked a needle page */
+                else printf("  %7.3f", cr);
+            }
             printf("\n");
         }
     }
