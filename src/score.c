@@ -66,12 +66,9 @@ void locks_mass_one(locks_seq_work *w, int32_t h, int32_t G, locks_selector sel)
     for (int32_t i = 0; i < n_full; i++) m[i] = 0.0f;
     for (int32_t g = 0; g < G; g++) {
         float *s = w->scores + ((size_t)h * G + g) * n_full;
-        float mx = -INFINITY;
-        for (int32_t i = 0; i < n_full; i++) mx = s[i] > mx ? s[i] : mx;
-        for (int32_t i = 0; i < n_full; i++) s[i] -= mx;
-        locks_exp_n(s, (size_t)n_full);
-        double z = 0.0;
-        for (int32_t i = 0; i < n_full; i++) z += (double)s[i];
+        if (n_full == 0) break;
+        const float mx = locks_max_n(s, (size_t)n_full);
+        const double z = locks_exp_sum_n(s, (size_t)n_full, mx);
         const float inv = (float)(1.0 / z) / (use_max ? 1.0f : (float)G);
         if (use_max) {
             for (int32_t i = 0; i < n_full; i++) m[i] = s[i] * inv > m[i] ? s[i] * inv : m[i];

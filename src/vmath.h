@@ -28,6 +28,10 @@ void locks_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
 void locks_exp_n(float *x, size_t n);
 /* x[i] = log(x[i]) in place, x[i] > 0 normal (absolute error < 4e-7 * max(1, |log x|)). */
 void locks_log_n(float *x, size_t n);
+/* max_i x[i] for n >= 1 values (no NaN). */
+float locks_max_n(const float *x, size_t n);
+/* x[i] = exp(x[i] - sub) in place (as locks_exp_n); returns sum_i x[i]. */
+double locks_exp_sum_n(float *x, size_t n, float sub);
 /* log sum_i exp(x[i]) for n >= 1 finite values. */
 float locks_lse(const float *x, int32_t n);
 
