@@ -30,8 +30,6 @@ typedef struct {
 
 /* Effective softmax scale of the params (0 -> 1/sqrt(d)). */
 float locks_step_scale(const locks_cache *c, float scale);
-/* 1 if all n values are finite. */
-int locks_all_finite(const float *x, size_t n);
 
 /* score.c: selector scores of every (sequence, KV head), then (with_mass) the group
  * masses; w[i].scores and w[i].mass must be set. */

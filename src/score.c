@@ -18,12 +18,6 @@ float locks_step_scale(const locks_cache *c, float scale) {
     return scale > 0.0f ? scale : 1.0f / sqrtf((float)c->d);
 }
 
-int locks_all_finite(const float *x, size_t n) {
-    float acc = 0.0f; /* x * 0 is NaN iff x is NaN or Inf */
-    for (size_t i = 0; i < n; i++) acc += x[i] * 0.0f;
-    return acc == 0.0f;
-}
-
 typedef struct {
     locks_cache *c;
     int32_t layer, hq, G;

@@ -181,6 +181,12 @@ __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const 
 }
 #endif
 
+int locks_all_finite(const float *x, size_t n) {
+    float acc = 0.0f; /* x * 0 is NaN iff x is NaN or Inf; vectorises, no branch */
+    for (size_t i = 0; i < n; i++) acc += x[i] * 0.0f;
+    return acc == 0.0f;
+}
+
 void locks_f16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
 #ifdef LOCKS_X86
     if (locks_have_avx2()) {

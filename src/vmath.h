@@ -18,6 +18,8 @@ int locks_have_avxvnni(void);
 /* Tests only: 0 forces the portable kernels, 1 restores the CPU check, 2 keeps AVX2
  * but not AVX-VNNI. Call with no step running. */
 void locks_simd_enable(int on);
+/* 1 if all n values are finite (no NaN, no Inf). */
+int locks_all_finite(const float *x, size_t n);
 /* dst[i] = half_to_float(src[i]) for i < n. */
 void locks_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 /* sum_i a[i] b[i] (fp32, several partial sums). */
