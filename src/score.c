@@ -112,6 +112,7 @@ locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const fl
     if (!q || !p || !mass || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
         n_q_heads % c->hkv != 0 || !locks_selector_available(p->selector))
         return LOCKS_ERR_INVALID_ARG;
+    if (n_q_heads / c->hkv > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
     if (!locks_all_finite(q, (size_t)n_q_heads * c->d)) return LOCKS_ERR_NONFINITE;
     const int32_t n_full = s->len / P;
     float *scores = locks_cache_scratch(c, 0, (size_t)n_q_heads * (size_t)(n_full + 1) * sizeof(float));
