@@ -30,7 +30,8 @@ static void score_page_f32(const locks_sel_ctx *x, const float *mu, const float 
             for (int32_t k = 0; k < r; k++) s += coef[i * r + k] * y[k];
             logit[i] = x->scale * s;
         }
-        scores[(size_t)g * ld + j] = locks_lse(logit, P);
+        const float mx = locks_max_n(logit, P);
+        scores[(size_t)g * ld + j] = mx + logf((float)locks_exp_sum_n(logit, P, mx));
     }
 }
 
