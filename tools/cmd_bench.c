@@ -590,6 +590,8 @@ static int run_context(const bench_opts *o, const bench_shape *sh, int32_t ctx) 
     cp.n_threads = o->threads;
     b.cache = locks_cache_init(cp, &st);
     if (!b.cache) {
+        if (st == LOCKS_ERR_UNSUPPORTED && o->backend == LOCKS_BACKEND_CUDA)
+            fprintf(stderr, "locks bench: the CUDA backend is not available in this build yet\n");
         rc = report_error("cache init", st);
         goto done;
     }
