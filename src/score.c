@@ -10,6 +10,7 @@
 #include "decode.h"
 #include "selector.h"
 #include "util.h"
+#include "vmath.h"
 
 enum { P = LOCKS_PAGE, SCORE_CHUNK = 256 /* pages per scoring task */ };
 
@@ -50,7 +51,9 @@ static void score_task(void *arg, int32_t t, int32_t thread) {
     locks_selector_score(j->sel, &x, j0, j1, w->scores + (size_t)h * j->G * n_full, n_full);
 }
 
-/* Task t -> (sequence, KV head): scores -> group masses. */
+/* Task t -> (sequence, KV head): scores -> group masses. The scores are scratch, so
+ * each head's row is turned into exp(s - max) in place (one vector exp pass) and the
+ * masses follow as e_j / sum_j e_j. */
 static void mass_task(void *arg, int32_t t, int32_t thread) {
     (void)thread;
     score_job *j = arg;
@@ -58,26 +61,23 @@ static void mass_task(void *arg, int32_t t, int32_t thread) {
     locks_seq_work *w = &j->w[t / H];
     const int32_t h = t % H, n_full = w->s->len / P, G = j->G;
     float *m = w->mass + (size_t)h * n_full;
-    locks_group_rule rule = locks_selector_group_rule(j->sel);
+    const int use_max = locks_selector_group_rule(j->sel) == LOCKS_GROUP_MAX;
     for (int32_t i = 0; i < n_full; i++) m[i] = 0.0f;
     for (int32_t g = 0; g < G; g++) {
-        const float *s = w->scores + ((size_t)h * G + g) * n_full;
+        float *s = w->scores + ((size_t)h * G + g) * n_full;
         float mx = -INFINITY;
         for (int32_t i = 0; i < n_full; i++) mx = s[i] > mx ? s[i] : mx;
+        for (int32_t i = 0; i < n_full; i++) s[i] -= mx;
+        locks_exp_n(s, (size_t)n_full);
         double z = 0.0;
-        for (int32_t i = 0; i < n_full; i++) z += (double)expf(s[i] - mx);
-        float Z = mx + (float)log(z);
-        if (rule == LOCKS_GROUP_MAX) {
-            for (int32_t i = 0; i < n_full; i++) {
-                float e = expf(s[i] - Z);
-                m[i] = e > m[i] ? e : m[i];
-            }
+        for (int32_t i = 0; i < n_full; i++) z += (double)s[i];
+        const float inv = (float)(1.0 / z) / (use_max ? 1.0f : (float)G);
+        if (use_max) {
+            for (int32_t i = 0; i < n_full; i++) m[i] = s[i] * inv > m[i] ? s[i] * inv : m[i];
         } else {
-            for (int32_t i = 0; i < n_full; i++) m[i] += expf(s[i] - Z);
+            for (int32_t i = 0; i < n_full; i++) m[i] += s[i] * inv;
         }
     }
-    if (rule != LOCKS_GROUP_MAX)
-        for (int32_t i = 0; i < n_full; i++) m[i] /= (float)G;
 }
 
 locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
