@@ -266,6 +266,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static double min_of(const double *x, int n) {
+    double m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] < m ? x[i] : m;
+    return m;
+}
+
 static double median(const double *x, int n) {
     double *t = malloc(sizeof(double) * (size_t)n);
     if (!t) return (double)NAN;
@@ -385,7 +391,7 @@ static void print_header(const bench_ctx *b, int32_t budget, size_t sb, size_t s
 }
 
 static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, const sel_result *r,
-                      double dense_ms, size_t sb, size_t sba) {
+                      double dense_ms, double dense_min, size_t sb, size_t sba) {
     const bench_opts *o = b->o;
     int n = o->steps;
     double ms = median(r->ms, n), sc = median(r->score_ms, n), se = median(r->select_ms, n),
@@ -406,6 +412,7 @@ static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, cons
                "\"bytes_step\":%.0f,\"gbps\":%.6g,\"summary_bytes\":%zu,\"summary_bytes_analytic\":%zu,",
                dense_ms, ms, sc, se, at, dense_ms / ms, meta, kv, dense, meta + kv, gbps, sb, sba);
         if (o->host_gbps > 0.0) printf("\"host_read_gbps\":%.6g,", o->host_gbps);
+        printf("\"step_ms_min\":%.6g,\"dense_ms_min\":%.6g,", min_of(r->ms, n), dense_min);
         if (r->n_fid)
             printf("\"mass_coverage\":%.8g,\"oracle_mass_coverage\":%.8g,\"coverage_ratio\":%.8g,"
                    "\"coverage_ratio_min\":%.8g,\"oracle_recall\":%.8g,\"carrier_recall\":%.8g,"
@@ -541,7 +548,8 @@ static int run_budget(bench_ctx *b, int32_t budget) {
     size_t sb = locks_cache_summary_bytes(b->cache), sba = analytic_summary_bytes(d, o->rank, o->prec);
     double dense_ms = median(res[full_at].ms, o->steps);
     if (!o->json) print_header(b, budget, sb, sba);
-    for (int i = 0; i < o->n_sel; i++) print_row(b, budget, run[i], &res[i], dense_ms, sb, sba);
+    double dense_min = min_of(res[full_at].ms, o->steps);
+    for (int i = 0; i < o->n_sel; i++) print_row(b, budget, run[i], &res[i], dense_ms, dense_min, sb, sba);
     fflush(stdout);
     rc = 0;
 done:
