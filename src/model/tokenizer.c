@@ -155,38 +155,14 @@ static size_t utf8_put(uint32_t cp, char *out) {
     return 4;
 }
 
-typedef enum { CP_LETTER, CP_NUMBER, CP_SPACE, CP_OTHER } cp_class;
-
-static int in_ranges(const locks_cp_range *r, int32_t n, uint32_t cp) {
-    int32_t lo = 0, hi = n - 1;
-    while (lo <= hi) {
-        int32_t mid = (lo + hi) / 2;
-        if (cp < r[mid].lo) hi = mid - 1;
-        else if (cp > r[mid].hi) lo = mid + 1;
-        else return 1;
-    }
-    return 0;
-}
-
-/* The Unicode White_Space property (what \s matches in the reference regex engines). */
-static int cp_is_space(uint32_t cp) {
-    if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);
-    if (cp < 0x85) return 0;
-    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
+typedef locks_unicode_cls cp_class;
+#define CP_LETTER LOCKS_UC_LETTER
+#define CP_NUMBER LOCKS_UC_NUMBER
+#define CP_SPACE LOCKS_UC_SPACE
+#define CP_OTHER LOCKS_UC_OTHER
 
 static cp_class cp_classify(uint32_t cp) {
-    if (cp == CP_INVALID) return CP_OTHER;
-    if (cp < 0x80) {
-        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return CP_LETTER;
-        if (cp >= '0' && cp <= '9') return CP_NUMBER;
-        return cp_is_space(cp) ? CP_SPACE : CP_OTHER;
-    }
-    if (cp_is_space(cp)) return CP_SPACE;
-    if (in_ranges(locks_unicode_letters, locks_unicode_letters_count, cp)) return CP_LETTER;
-    if (in_ranges(locks_unicode_numbers, locks_unicode_numbers_count, cp)) return CP_NUMBER;
-    return CP_OTHER;
+    return cp == CP_INVALID ? CP_OTHER : locks_unicode_class(cp);
 }
 
 /* ------------------------------------------------------------------------------ */
