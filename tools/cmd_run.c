@@ -285,7 +285,7 @@ int cmd_run(int argc, char **argv) {
         sh.kv_dtype = LOCKS_DTYPE_F16;
         sh.scale = 1.0f / sqrtf((float)in.head_dim);
         sh.rope_theta = in.rope_theta;
-        snprintf(sh.model, sizeof sh.model, "%s", in.name);
+        memcpy(sh.model, in.name, sizeof sh.model - 1); /* truncated, NUL-padded */
         st = locks_dump_write_cache(dump_path, &sh, locks_ctx_cache(ctx), locks_ctx_seq(ctx), NULL, rec.q);
         if (st != LOCKS_OK) {
             fprintf(stderr, "locks run: writing %s failed: %s\n", dump_path, locks_status_str(st));
