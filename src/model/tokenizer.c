@@ -262,24 +262,30 @@ static int parse_byte_token(const char *s, int *byte) {
     return 1;
 }
 
-static int cmp_special_len(const void *a, const void *b, const locks_tokenizer *t) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = t->off[x + 1] - t->off[x], ly = t->off[y + 1] - t->off[y];
-    if (lx != ly) return lx > ly ? -1 : 1;
-    return x < y ? -1 : x > y;
+typedef struct {
+    uint32_t len;
+    int32_t id;
+} special_key;
+
+static int cmp_special(const void *a, const void *b) {
+    const special_key *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1; /* longest first */
+    return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Insertion sort: a vocabulary has a handful of special tokens, and qsort has no
- * context pointer in C11. */
-static void sort_specials(locks_tokenizer *t) {
-    for (int32_t i = 1; i < t->n_special; i++) {
-        int32_t v = t->special[i], j = i;
-        while (j > 0 && cmp_special_len(&t->special[j - 1], &v, t) > 0) {
-            t->special[j] = t->special[j - 1];
-            j--;
-        }
-        t->special[j] = v;
+/* Orders the special tokens longest text first (ties: lower id), so that the first
+ * match at a position is the longest. */
+static locks_status sort_specials(locks_tokenizer *t) {
+    special_key *k = locks_alloc((size_t)t->n_special + 1, sizeof *k);
+    if (!k) return LOCKS_ERR_OOM;
+    for (int32_t i = 0; i < t->n_special; i++) {
+        int32_t id = t->special[i];
+        k[i] = (special_key){t->off[id + 1] - t->off[id], id};
     }
+    qsort(k, (size_t)t->n_special, sizeof *k, cmp_special);
+    for (int32_t i = 0; i < t->n_special; i++) t->special[i] = k[i].id;
+    locks_free(k);
+    return LOCKS_OK;
 }
 
 static int pre_parse(const char *pre, pre_kind *out) {
@@ -404,7 +410,7 @@ locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *
             t->special_first[b >> 3] |= (uint8_t)(1u << (b & 7));
         }
     }
-    sort_specials(t);
+    if (sort_specials(t) != LOCKS_OK) goto fail;
 
     /* Byte tokens: GPT-2's single-character tokens, else "<0xAB>" BYTE tokens. */
     if (strmap_init(&by_enc, n_tokens, enc, enc_off) != LOCKS_OK) goto fail;
