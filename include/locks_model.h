@@ -194,12 +194,16 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
  *                               's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *   "smollm", "starcoder",      every \p{N} code point is its own piece first, then the
  *   "refact", "codeshell"       GPT-2 regex on the spans between them
- * \p{L}, \p{N} follow Unicode 14 general categories, \s the White_Space property. Bytes
+ * \p{L}, \p{N} follow Unicode 16.0 general categories, \s the White_Space property: every
+ * code point is classified as Hugging Face tokenizers' regex engine does. Bytes
  * that are not valid UTF-8 count as "other" (neither letter, number nor space), so any
  * byte string whose bytes all have tokens encodes and decodes back to itself.
  *
  * Decoding is byte-exact: a token's piece is its raw bytes, which may be a fragment of a
  * UTF-8 character; locks_tokenizer_decode_stream holds such fragments back.
+ *
+ * A tokenizer is read-only after init (set_special aside): encode and decode may run on
+ * several threads at once.
  */
 
 typedef struct locks_tokenizer locks_tokenizer;
