@@ -30,6 +30,7 @@ bench: build
 	$(BUILD)/locks bench --shape llama3-8b --context 131072 --budget 2048
 
 demo: build
+	scripts/fetch-model.sh >/dev/null
 	$(BUILD)/locks demo
 
 # Long-context task sweep (eval/README.md): results are appended to EVAL_JSONL (a rerun

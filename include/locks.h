@@ -135,6 +135,7 @@ typedef enum {
     LOCKS_SEL_QUEST,    /* per-channel min/max bound (Quest) */
     LOCKS_SEL_SHADOW,   /* shared per-(layer, head) basis (ShadowKV-style) */
     LOCKS_SEL_ROCKET,   /* top-r channel min/max, temperature softmax (RocketKV-style) */
+    LOCKS_SEL_SHADOW_LM, /* ShadowKV's landmark rule: page means, softmax, max over group */
     LOCKS_SEL_COUNT
 } locks_selector;
 
@@ -228,6 +229,14 @@ locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_
 
 /* Bytes of summaries stored per (page, KV head). */
 size_t locks_cache_summary_bytes(const locks_cache *c);
+
+/* LOCKS_SEL_SHADOW's shared basis (CPU backend): fits, for every layer and KV head, the
+ * top-r right singular vectors of the sequence's keys written so far (call it at the
+ * end of prefill) and projects its full pages' centroids on them; pages that fill
+ * later are projected on this basis when first scored. Without this call the first
+ * shadow step fits the basis from the keys present then. A sequence id reused after
+ * locks_cache_seq_remove keeps the old basis until it is refitted. */
+locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id);
 
 /* ------------------------------------------------------------------------------ */
 /* Decode step                                                                      */

@@ -31,6 +31,7 @@ const char *locks_status_str(locks_status s) {
 static const char *const selector_names[LOCKS_SEL_COUNT] = {
     [LOCKS_SEL_FULL] = "full",   [LOCKS_SEL_ORACLE] = "oracle", [LOCKS_SEL_LOCKS] = "locks",
     [LOCKS_SEL_QUEST] = "quest", [LOCKS_SEL_SHADOW] = "shadow", [LOCKS_SEL_ROCKET] = "rocket",
+    [LOCKS_SEL_SHADOW_LM] = "shadow-lm",
 };
 
 const char *locks_selector_name(locks_selector s) {

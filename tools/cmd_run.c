@@ -1,11 +1,307 @@
-/* cmd_run.c — `locks run`. Not built yet: its issue is open. */
+/*
+ * cmd_run.c — `locks run`: generate text with a GGUF model, decoding through the LOCKS
+ * cache with any selector. Flags follow llama.cpp's (-m -p -f -c -n --temp --top-k
+ * --top-p -s -t) plus the selector's. Generated text goes to stdout; progress, speeds
+ * and the KV traffic per decode step go to stderr.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "cmds.h"
+#include "dump.h"
+#include "locks_model.h"
+#include "runutil.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: locks run [options]\n"
+            "\n"
+            "  -m FILE          GGUF model (default: the one scripts/fetch-model.sh fetches)\n"
+            "  -p TEXT          prompt\n"
+            "  -f FILE          read the prompt from FILE\n"
+            "  -c N             context size in tokens (default: prompt + n, at least 512)\n"
+            "  -n N             tokens to generate (default 128)\n"
+            "  --temp X         temperature; 0 = greedy (default 0.8)\n"
+            "  --top-k N        top-k sampling, 0 = off (default 40)\n"
+            "  --top-p X        top-p sampling, 1 = off (default 0.95)\n"
+            "  -s SEED          sampler seed (default: from the clock)\n"
+            "  -t N             threads (default 2)\n"
+            "  --chat           wrap the prompt as one ChatML user turn (default system prompt)\n"
+            "  --selector NAME  full|oracle|locks|quest|shadow|rocket (default locks)\n"
+            "  --budget N       tokens attended per KV head in decode (default 2048)\n"
+            "  --sink N         leading pages always attended (default 1)\n"
+            "  --recent N       trailing full pages always attended (default 1)\n"
+            "  --rank R         summary rank 1..15 (default 8)\n"
+            "  --f32-act        fp32 activations for quantized weights (slower; validation)\n"
+            "  --dump-kv FILE   write the KV dump (keys, values, decode queries) for `locks eval`\n"
+            "  -v               verbose library log\n"
+            "  -h, --help       this text\n");
+}
+
+static int parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) return 0;
+    *out = (int32_t)v;
+    return 1;
+}
+
+static int parse_float(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || *end || end == s) return 0;
+    *out = v;
+    return 1;
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (cap - len - 1 == 0) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf) buf[len] = '\0';
+    return buf;
+}
+
+/* Queries of every decode step, for --dump-kv: [n_layers][max_steps][Hq][d]. */
+typedef struct {
+    float *q;
+    int32_t n_layers, max_steps, n_prompt, qsize;
+} query_rec;
+
+static void record_query(int32_t layer, int32_t pos, const float *q, void *user) {
+    query_rec *r = user;
+    int32_t step = pos - r->n_prompt;
+    if (step < 0 || step >= r->max_steps) return;
+    memcpy(r->q + ((size_t)layer * r->max_steps + step) * r->qsize, q, sizeof(float) * (size_t)r->qsize);
+}
+
+static int on_token(int32_t token, void *user) {
+    ru_stream_token(user, token);
+    return 0;
+}
 
 int cmd_run(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "locks run: not available in this build yet\n");
-    return 2;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *dump_path = NULL;
+    int32_t n_ctx = 0, n_predict = 128, n_threads = 2, chat = 0, verbose = 0, f32_act = 0, rank = 8;
+    int seeded = 0;
+    locks_sampler_params sp = locks_sampler_default_params();
+    locks_step_params step = locks_step_default_params();
+    step.selector = LOCKS_SEL_LOCKS;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = 1, takes = 1;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--chat")) {
+            chat = 1, takes = 0;
+        } else if (!strcmp(a, "--f32-act")) {
+            f32_act = 1, takes = 0;
+        } else if (!strcmp(a, "-v")) {
+            verbose = 1, takes = 0;
+        } else if (!v) {
+            fprintf(stderr, "locks run: %s needs a value\n", a);
+            return 2;
+        } else if (!strcmp(a, "-m")) {
+            model_path = v;
+        } else if (!strcmp(a, "-p")) {
+            prompt = v;
+        } else if (!strcmp(a, "-f")) {
+            prompt_file = v;
+        } else if (!strcmp(a, "--dump-kv")) {
+            dump_path = v;
+        } else if (!strcmp(a, "-c")) {
+            ok = parse_int(v, 16, 1 << 24, &n_ctx);
+        } else if (!strcmp(a, "-n")) {
+            ok = parse_int(v, 0, 1 << 24, &n_predict);
+        } else if (!strcmp(a, "-t")) {
+            ok = parse_int(v, 1, 256, &n_threads);
+        } else if (!strcmp(a, "--temp")) {
+            ok = parse_float(v, &sp.temp);
+        } else if (!strcmp(a, "--top-k")) {
+            ok = parse_int(v, 0, 1 << 30, &sp.top_k);
+        } else if (!strcmp(a, "--top-p")) {
+            ok = parse_float(v, &sp.top_p);
+        } else if (!strcmp(a, "-s")) {
+            char *end;
+            sp.seed = strtoull(v, &end, 10);
+            ok = *end == '\0';
+            seeded = 1;
+        } else if (!strcmp(a, "--selector")) {
+            ok = locks_selector_parse(v, &step.selector) == LOCKS_OK;
+        } else if (!strcmp(a, "--budget")) {
+            ok = parse_int(v, 1, INT32_MAX, &step.budget);
+        } else if (!strcmp(a, "--sink")) {
+            ok = parse_int(v, 0, 1 << 20, &step.n_sink);
+        } else if (!strcmp(a, "--recent")) {
+            ok = parse_int(v, 0, 1 << 20, &step.n_recent);
+        } else if (!strcmp(a, "--rank")) {
+            ok = parse_int(v, 1, LOCKS_MAX_RANK, &rank);
+        } else {
+            fprintf(stderr, "locks run: unknown option '%s' (--help lists them)\n", a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "locks run: bad value '%s' for %s\n", v, a);
+            return 2;
+        }
+        i += takes;
+    }
+    if (!prompt && !prompt_file) {
+        fprintf(stderr, "locks run: give a prompt with -p TEXT or -f FILE (--help lists the options)\n");
+        return 2;
+    }
+    if (!seeded) sp.seed = (uint64_t)time(NULL);
+    ru_log_to_stderr(verbose);
+
+    int rc = 1;
+    char *file_text = NULL, *chat_text = NULL;
+    int32_t *tokens = NULL;
+    locks_model *m = NULL;
+    locks_ctx *ctx = NULL;
+    locks_sampler *smp = NULL;
+    query_rec rec = {0};
+    ru_stream out = {0};
+
+    if (prompt_file) {
+        file_text = read_file(prompt_file);
+        if (!file_text) {
+            fprintf(stderr, "locks run: cannot read %s\n", prompt_file);
+            goto done;
+        }
+        prompt = file_text;
+    }
+    m = ru_load_model(model_path);
+    if (!m) goto done;
+    locks_model_info in = locks_model_get_info(m);
+
+    if (chat) {
+        locks_chat_msg msgs[2] = {{"system", LOCKS_SMOLLM2_SYSTEM_PROMPT}, {"user", prompt}};
+        size_t need = 0;
+        locks_chatml_format(msgs, 2, true, NULL, 0, &need);
+        chat_text = malloc(need + 1);
+        if (!chat_text || locks_chatml_format(msgs, 2, true, chat_text, need + 1, &need) != LOCKS_OK) goto done;
+        prompt = chat_text;
+    }
+    int32_t n_prompt = 0;
+    /* a ChatML prompt opens with <|im_start|> itself; raw prompts get BOS if the model asks */
+    tokens = ru_tokenize(m, prompt, !chat && in.add_bos, chat, &n_prompt);
+    if (!tokens) goto done;
+    if (n_prompt == 0) {
+        fprintf(stderr, "locks run: the prompt is empty\n");
+        goto done;
+    }
+    if (n_ctx == 0) n_ctx = n_prompt + n_predict < 512 ? 512 : n_prompt + n_predict;
+    if (n_prompt >= n_ctx) {
+        fprintf(stderr, "locks run: the prompt has %d tokens, the context %d\n", n_prompt, n_ctx);
+        goto done;
+    }
+    if (n_prompt + n_predict > n_ctx) n_predict = n_ctx - n_prompt;
+
+    locks_ctx_params cp = locks_ctx_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_threads = n_threads;
+    cp.rank = rank;
+    cp.step = step;
+    cp.f32_act = f32_act;
+    cp.progress = ru_progress;
+    if (dump_path) {
+        rec.n_layers = in.n_layers;
+        rec.max_steps = n_predict;
+        rec.n_prompt = n_prompt;
+        rec.qsize = in.n_heads * in.head_dim;
+        rec.q = calloc((size_t)in.n_layers * (size_t)(n_predict > 0 ? n_predict : 1) * (size_t)rec.qsize, sizeof(float));
+        if (!rec.q) goto done;
+        cp.on_query = record_query;
+        cp.on_query_user = &rec;
+    }
+    locks_status st;
+    ctx = locks_ctx_init(m, cp, &st);
+    if (!ctx) {
+        fprintf(stderr, "locks run: cannot create the context: %s\n", locks_status_str(st));
+        goto done;
+    }
+    smp = locks_sampler_init(sp, in.n_vocab, &st);
+    if (!smp) goto done;
+    fprintf(stderr, "prompt: %d tokens; context %d; selector %s, budget %d, sink %d, recent %d, rank %d; %d threads\n",
+            n_prompt, n_ctx, locks_selector_name(step.selector), step.budget, step.n_sink, step.n_recent, rank,
+            n_threads);
+
+    out.m = m;
+    out.f = stdout;
+    int32_t n_gen = 0;
+    st = locks_generate(ctx, tokens, n_prompt, n_predict, smp, on_token, &out, NULL, &n_gen);
+    ru_stream_end(&out);
+    fputc('\n', stdout);
+    if (st != LOCKS_OK) {
+        fprintf(stderr, "locks run: generation failed after %d tokens: %s\n", n_gen, locks_status_str(st));
+        goto done;
+    }
+    locks_run_stats rs = locks_ctx_stats(ctx);
+    ru_report(stderr, &rs, in.n_layers);
+
+    if (dump_path) {
+        int32_t steps = locks_ctx_len(ctx) - n_prompt;
+        if (steps < 1) {
+            fprintf(stderr, "locks run: --dump-kv needs at least one decode step (-n >= 2)\n");
+            goto done;
+        }
+        /* compact the recorded queries to [n_layers][steps][Hq][d] */
+        for (int32_t l = 1; l < in.n_layers; l++)
+            memmove(rec.q + (size_t)l * steps * rec.qsize, rec.q + (size_t)l * rec.max_steps * rec.qsize,
+                    sizeof(float) * (size_t)steps * rec.qsize);
+        locks_dump_shape sh = {0};
+        sh.n_layers = in.n_layers;
+        sh.n_q_heads = in.n_heads;
+        sh.n_kv_heads = in.n_kv_heads;
+        sh.head_dim = in.head_dim;
+        sh.n_ctx = n_prompt;
+        sh.n_steps = steps;
+        sh.kv_dtype = LOCKS_DTYPE_F16;
+        sh.scale = 1.0f / sqrtf((float)in.head_dim);
+        sh.rope_theta = in.rope_theta;
+        memcpy(sh.model, in.name, sizeof sh.model - 1); /* truncated, NUL-padded */
+        st = locks_dump_write_cache(dump_path, &sh, locks_ctx_cache(ctx), locks_ctx_seq(ctx), NULL, rec.q);
+        if (st != LOCKS_OK) {
+            fprintf(stderr, "locks run: writing %s failed: %s\n", dump_path, locks_status_str(st));
+            goto done;
+        }
+        fprintf(stderr, "KV dump: %s (%d prompt tokens, %d decode steps)\n", dump_path, n_prompt, steps);
+    }
+    rc = 0;
+done:
+    locks_sampler_free(smp);
+    locks_ctx_free(ctx);
+    locks_model_free(m);
+    free(tokens);
+    free(chat_text);
+    free(file_text);
+    free(rec.q);
+    free(out.text);
+    return rc;
 }

@@ -1,0 +1,313 @@
+/*
+ * locks_model.h — a small inference engine for Llama-family GGUF models that decodes
+ * through the LOCKS cache (locks.h) with any selector.
+ *
+ * Objects (init/free pairs, opaque):
+ *   locks_model    the weights (a read-only mapping of the GGUF file), hyper-parameters
+ *                  and tokenizer. Shareable by several contexts (read-only after load).
+ *   locks_ctx      one session: a locks_cache holding one sequence, a thread pool and the
+ *                  activation buffers. Tokens go in through prefill (batched, causal dense
+ *                  attention) and decode (one token, attention by the chosen selector).
+ *   locks_sampler  greedy / temperature / top-k / top-p sampling with its own RNG.
+ *
+ * Supported models: GGUF `general.architecture = llama` (Llama 2/3, SmolLM, TinyLlama,
+ * ...) with F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors, head_dim 64/128/256, GQA, tied or
+ * separate output embeddings. RoPE follows llama.cpp's GGUF convention: the converter
+ * permutes Q/K so that rotation acts on adjacent pairs (x[2i], x[2i+1]).
+ *
+ * Threading: a context is used by one thread at a time; it runs its own n_threads.
+ */
+#ifndef LOCKS_MODEL_H
+#define LOCKS_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------ */
+/* Model                                                                            */
+/* ------------------------------------------------------------------------------ */
+
+typedef struct locks_model locks_model;
+
+typedef struct {
+    int32_t n_vocab;
+    int32_t dim;        /* embedding width */
+    int32_t n_layers;
+    int32_t n_heads;    /* query heads Hq */
+    int32_t n_kv_heads; /* KV heads Hkv (Hq % Hkv == 0) */
+    int32_t head_dim;   /* dim / n_heads */
+    int32_t ffn_dim;    /* SwiGLU hidden width */
+    int32_t n_ctx_train;
+    float rope_theta;
+    float norm_eps;
+    int32_t bos_id, eos_id; /* -1 if the file has none */
+    int32_t add_bos;        /* tokenizer.ggml.add_bos_token */
+    char name[128];         /* general.name (truncated), "" if absent */
+} locks_model_info;
+
+/* Maps and checks a GGUF file. Returns NULL and sets *err: LOCKS_ERR_IO, LOCKS_ERR_FORMAT
+ * (malformed file, missing tensor or key, inconsistent shapes), LOCKS_ERR_UNSUPPORTED
+ * (another architecture or tensor type; the log says which), LOCKS_ERR_OOM. */
+locks_model *locks_model_load(const char *path, locks_status *err);
+void locks_model_free(locks_model *m);
+locks_model_info locks_model_get_info(const locks_model *m);
+
+/* Where scripts/fetch-model.sh puts SmolLM2-135M-Instruct: $LOCKS_MODEL_DIR (default
+ * $HOME/.cache/locks) + "/SmolLM2-135M-Instruct.Q4_1.gguf", into buf (NUL-terminated).
+ * Returns the length, as snprintf (the file may not exist). */
+int32_t locks_model_default_path(char *buf, size_t size);
+
+/* The model's tokenizer, built from its GGUF vocabulary (see the Tokenizer section
+ * for its API). Owned by the model. */
+typedef struct locks_tokenizer locks_tokenizer;
+const locks_tokenizer *locks_model_tokenizer(const locks_model *m);
+
+/* ------------------------------------------------------------------------------ */
+/* Context (one session through a locks_cache)                                      */
+/* ------------------------------------------------------------------------------ */
+
+typedef struct locks_ctx locks_ctx;
+
+typedef void (*locks_progress_fn)(int32_t done, int32_t total, void *user);
+/* Sees the queries of every decode step, per layer, after RoPE: q[n_q_heads][head_dim]
+ * of the token at position pos (for KV dumps and analysis). */
+typedef void (*locks_query_fn)(int32_t layer, int32_t pos, const float *q, void *user);
+
+typedef struct {
+    int32_t n_ctx;       /* max tokens in the session (default 4096) */
+    int32_t n_threads;   /* worker threads, caller included (default 1) */
+    int32_t n_batch;     /* prefill chunk in tokens (default 64) */
+    int32_t rank;        /* summary rank (default 8) */
+    locks_summary_prec summary_prec; /* default LOCKS_SUMMARY_Q */
+    locks_step_params step;          /* selector, budget, sink, recent for decode */
+    int32_t f32_act; /* 0 (default): activations meet block-quantized weights as int8
+                      * blocks, like llama.cpp; 1: fp32 activations (slower; validation) */
+    locks_progress_fn progress;      /* called after each prefill chunk (may be NULL) */
+    void *progress_user;
+    locks_query_fn on_query;         /* called in each decode step, per layer (may be NULL) */
+    void *on_query_user;
+} locks_ctx_params;
+
+locks_ctx_params locks_ctx_default_params(void);
+
+/* Returns NULL and sets *err on invalid parameters or allocation failure. */
+locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status *err);
+void locks_ctx_free(locks_ctx *c);
+/* A new context with the same parameters holding a copy of src's tokens and KV (the
+ * summaries are rebuilt from the copied keys: same values). For answering one prompt
+ * several ways without prefilling it again. */
+locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err);
+/* Empties the session (the cache sequence is dropped and re-added). */
+locks_status locks_ctx_reset(locks_ctx *c);
+/* Tokens in the session. */
+int32_t locks_ctx_len(const locks_ctx *c);
+/* The cache, for inspection (summaries, pages, KV dumps). Owned by the context. */
+locks_cache *locks_ctx_cache(locks_ctx *c);
+int32_t locks_ctx_seq(const locks_ctx *c);
+/* Decode step parameters (selector, budget, ...) used by later decode calls. */
+locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step);
+
+/* Runs n tokens through the model (chunks of n_batch: batched matmuls, causal dense
+ * attention), appending them to the session. logits (may be NULL): [n_vocab] of the last
+ * token. LOCKS_ERR_POOL_FULL if the session would exceed n_ctx (nothing appended). */
+locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits);
+/* One token through the model; attention of every layer is one locks_decode_step with the
+ * context's step parameters. logits: [n_vocab]. */
+locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits);
+
+/* KV traffic and time of the decode steps so far (summed over steps and layers). */
+typedef struct {
+    int32_t n_prefill, n_decode;  /* tokens */
+    double prefill_ms, decode_ms; /* wall time */
+    uint64_t bytes_meta;          /* selector metadata read by decode attention */
+    uint64_t bytes_kv;            /* K/V bytes read by decode attention */
+    uint64_t bytes_dense;         /* K/V bytes dense decode attention would read */
+    double attn_ms;               /* decode attention time (score + select + attend) */
+} locks_run_stats;
+
+locks_run_stats locks_ctx_stats(const locks_ctx *c);
+void locks_ctx_stats_reset(locks_ctx *c);
+
+/* ------------------------------------------------------------------------------ */
+/* Sampler                                                                          */
+/* ------------------------------------------------------------------------------ */
+
+typedef struct {
+    float temp;    /* <= 0: greedy (argmax, lowest id on ties) (default 0.8) */
+    int32_t top_k; /* keep the k most likely (<= 0: all) (default 40) */
+    float top_p;   /* keep the smallest set with mass >= top_p (>= 1: all) (default 0.95) */
+    uint64_t seed; /* RNG seed (default 42) */
+} locks_sampler_params;
+
+locks_sampler_params locks_sampler_default_params(void);
+
+typedef struct locks_sampler locks_sampler;
+
+locks_sampler *locks_sampler_init(locks_sampler_params p, int32_t n_vocab, locks_status *err);
+void locks_sampler_free(locks_sampler *s);
+/* Picks a token from logits[n_vocab] (not modified). */
+int32_t locks_sampler_sample(locks_sampler *s, const float *logits);
+
+/* ------------------------------------------------------------------------------ */
+/* Generate                                                                         */
+/* ------------------------------------------------------------------------------ */
+
+/* Called with each generated token; return non-zero to stop. */
+typedef int (*locks_token_fn)(int32_t token, void *user);
+
+/* Prefills the prompt, then samples up to n_predict tokens (stopping after an
+ * end-of-generation token, which is reported but not fed back), decoding each through
+ * the context's selector. out (may be NULL) receives up to n_predict ids, *n_out (may be
+ * NULL) their count. Stats: locks_ctx_stats. */
+locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt,
+                            int32_t n_predict, locks_sampler *s, locks_token_fn on_token,
+                            void *user, int32_t *out, int32_t *n_out);
+
+/* ================================================================================ */
+/* Tokenizer                                                                         */
+/* ================================================================================ */
+/*
+ * GPT-2-style byte-level BPE, built from a vocabulary as a GGUF stores it:
+ *
+ *   tokenizer.ggml.tokens      string[n]   token text; NORMAL tokens are in GPT-2's
+ *                                          byte-to-unicode alphabet ("Ġthe" = " the"),
+ *                                          CONTROL / USER_DEFINED tokens are plain UTF-8
+ *   tokenizer.ggml.token_type  int32[n]    locks_token_type
+ *   tokenizer.ggml.merges      string[m]   "left right" in rank order (first = merged first)
+ *   tokenizer.ggml.pre         string      pre-tokenizer name (see below)
+ *   tokenizer.ggml.{bos,eos,unknown,padding}_token_id
+ *
+ * Encoding: text is first cut at special tokens (CONTROL tokens when parse_special is
+ * set, USER_DEFINED tokens always; longest match wins), each remaining span is split by
+ * the pre-tokenizer, and each piece is BPE-merged from its bytes by merge rank (lowest
+ * rank first, leftmost first on ties), as Hugging Face `tokenizers` does.
+ *
+ * Pre-tokenizers ("pre"):
+ *   "gpt2"                      GPT-2's regex
+ *                               's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   "smollm", "starcoder",      every \p{N} code point is its own piece first, then the
+ *   "refact", "codeshell"       GPT-2 regex on the spans between them
+ * \p{L}, \p{N} follow Unicode 14 general categories, \s the White_Space property. Bytes
+ * that are not valid UTF-8 count as "other" (neither letter, number nor space), so any
+ * byte string whose bytes all have tokens encodes and decodes back to itself.
+ *
+ * Decoding is byte-exact: a token's piece is its raw bytes, which may be a fragment of a
+ * UTF-8 character; locks_tokenizer_decode_stream holds such fragments back.
+ */
+
+typedef struct locks_tokenizer locks_tokenizer;
+
+/* Token types, numbered as GGUF (llama.cpp) stores them. */
+typedef enum {
+    LOCKS_TOKEN_UNDEFINED = 0,
+    LOCKS_TOKEN_NORMAL = 1,
+    LOCKS_TOKEN_UNKNOWN = 2,
+    LOCKS_TOKEN_CONTROL = 3,      /* <|im_start|>, <|endoftext|>, ... */
+    LOCKS_TOKEN_USER_DEFINED = 4, /* added text token: always matched literally */
+    LOCKS_TOKEN_UNUSED = 5,
+    LOCKS_TOKEN_BYTE = 6, /* "<0xAB>": the single byte 0xAB */
+} locks_token_type;
+
+/* Special token ids; -1 = the vocabulary has none. */
+typedef struct {
+    int32_t bos, eos, unk, pad;
+} locks_token_ids;
+
+/* Builds a tokenizer. tokens[n_tokens] (UTF-8, NUL-terminated), types[n_tokens]
+ * (locks_token_type; NULL = all NORMAL), merges[n_merges] ("a b"; a merge whose parts or
+ * result are not in the vocabulary is skipped with a warning), pre = pre-tokenizer name
+ * (NULL = "gpt2"). The tokenizer copies what it needs; the arrays may be freed after.
+ * Special ids start as all -1 (set them with locks_tokenizer_set_special).
+ * Returns NULL and sets *err (if err is non-NULL): LOCKS_ERR_INVALID_ARG for NULL arrays,
+ * n_tokens <= 0 or a type out of range, LOCKS_ERR_UNSUPPORTED for an unknown pre name,
+ * LOCKS_ERR_OOM. */
+locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *types,
+                                      int32_t n_tokens, const char *const *merges,
+                                      int32_t n_merges, const char *pre, locks_status *err);
+void locks_tokenizer_free(locks_tokenizer *t);
+
+int32_t locks_tokenizer_n_vocab(const locks_tokenizer *t);
+/* LOCKS_ERR_INVALID_ARG if an id is neither -1 nor in [0, n_vocab); nothing changes then. */
+locks_status locks_tokenizer_set_special(locks_tokenizer *t, locks_token_ids ids);
+locks_token_ids locks_tokenizer_special(const locks_tokenizer *t);
+/* Type of token id; LOCKS_TOKEN_UNDEFINED for an id out of range. */
+locks_token_type locks_tokenizer_type(const locks_tokenizer *t, int32_t id);
+/* Id of the token whose decoded bytes are exactly text[0, len) (CONTROL and USER_DEFINED
+ * tokens first, then the lowest id), or -1. E.g. locks_tokenizer_find(t, "<|im_end|>", 10). */
+int32_t locks_tokenizer_find(const locks_tokenizer *t, const char *text, size_t len);
+/* True for ids that end a generation: eos, and the CONTROL tokens <|im_end|>,
+ * <|endoftext|>, <|eot_id|>, <|end|> where the vocabulary has them. */
+bool locks_tokenizer_is_eog(const locks_tokenizer *t, int32_t id);
+
+/* Encodes text[0, len) (any bytes; no BOS is added). Writes up to cap ids to ids and the
+ * total count to *n_out. At most len ids are ever produced, so cap >= len always fits.
+ * Returns LOCKS_ERR_INVALID_ARG with *n_out = the count needed if cap is too small
+ * (call again with a bigger buffer), LOCKS_ERR_OOM. A byte that has no token in the
+ * vocabulary is dropped, as Hugging Face tokenizers and llama.cpp do (SmolLM2 has tokens
+ * for all of valid UTF-8 below U+40000 except six ASCII control characters). */
+locks_status locks_tokenizer_encode(const locks_tokenizer *t, const char *text, size_t len,
+                                    bool parse_special, int32_t *ids, int32_t cap,
+                                    int32_t *n_out);
+
+/* The raw bytes of token id (not NUL-terminated; valid while t lives). CONTROL, UNKNOWN
+ * and UNUSED tokens give their text only when special is true, else zero bytes.
+ * LOCKS_ERR_INVALID_ARG for an id out of range. */
+locks_status locks_tokenizer_piece(const locks_tokenizer *t, int32_t id, bool special,
+                                   const char **bytes, size_t *len);
+
+/* Concatenated pieces of ids[0, n), NUL-terminated. *n_out = length without the NUL;
+ * LOCKS_ERR_INVALID_ARG (with *n_out set) if cap < *n_out + 1 or an id is out of range. */
+locks_status locks_tokenizer_decode(const locks_tokenizer *t, const int32_t *ids, int32_t n,
+                                    bool special, char *out, size_t cap, size_t *n_out);
+
+/* Streaming detokenization: zero-initialise one per output stream. */
+typedef struct {
+    char pending[4]; /* trailing bytes of an unfinished UTF-8 character */
+    int32_t n_pending;
+} locks_detok_state;
+
+/* Appends the piece of id to what st holds back and writes to out everything except a
+ * trailing, still-incomplete UTF-8 character, which st keeps for the next call. Bytes that
+ * can never become valid UTF-8 are passed through. out needs cap >= piece length + 4;
+ * *n_out = bytes written (no NUL). LOCKS_ERR_INVALID_ARG for a bad id or small cap
+ * (st unchanged). */
+locks_status locks_tokenizer_decode_stream(const locks_tokenizer *t, locks_detok_state *st,
+                                           int32_t id, bool special, char *out, size_t cap,
+                                           size_t *n_out);
+/* Writes whatever st still holds (at most 3 bytes; an unfinished character at the end
+ * of the stream) and resets it. */
+size_t locks_detok_flush(locks_detok_state *st, char out[4]);
+
+/* One chat message; role is "system", "user" or "assistant" (any text is accepted). */
+typedef struct {
+    const char *role;
+    const char *content;
+} locks_chat_msg;
+
+/* SmolLM2's chat template inserts this system message when the first message is not a
+ * system message; pass it yourself to get the same prompt. */
+#define LOCKS_SMOLLM2_SYSTEM_PROMPT \
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+/* ChatML: for each message "<|im_start|>{role}\n{content}<|im_end|>\n", then, if
+ * add_assistant, "<|im_start|>assistant\n". Writes the NUL-terminated text to out;
+ * *n_out = its length. LOCKS_ERR_INVALID_ARG (with *n_out set) if cap < *n_out + 1 or a
+ * role/content is NULL. Encode the result with parse_special = true. */
+locks_status locks_chatml_format(const locks_chat_msg *msgs, int32_t n_msgs, bool add_assistant,
+                                 char *out, size_t cap, size_t *n_out);
+
+/* ================================================================================ */
+/* end Tokenizer                                                                     */
+/* ================================================================================ */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOCKS_MODEL_H */

@@ -1,0 +1,669 @@
+/*
+ * llama.c — the Llama-family forward pass over GGUF weights, attending through the
+ * LOCKS cache.
+ *
+ * One transformer block, for a batch of T tokens at positions pos .. pos + T - 1
+ * (T = 1 is a decode step, T > 1 a prefill chunk):
+ *
+ *     h   = x + Wo . attn(rope(Wq . rms(x)), rope(Wk . rms(x)), Wv . rms(x))
+ *     out = h + Wdown . (silu(Wgate . rms(h)) * (Wup . rms(h)))
+ *
+ * with rms(x) = x / sqrt(mean(x^2) + eps) * w. K (after RoPE) and V go into the cache;
+ * a prefill chunk attends causally and densely (locks_prefill_attend), a decode step
+ * through locks_decode_step with the context's selector and budget. The logits are the
+ * final rms-normed state times the output matrix (the token embeddings when tied).
+ *
+ * What always holds: a model holds only tensors whose shapes were checked against the
+ * hyper-parameters at load, so the forward pass indexes without further checks. A
+ * context's sequence holds exactly n_tokens tokens of K/V in every layer; a failed
+ * prefill/decode (anything but POOL_FULL, which changes nothing) marks the context
+ * broken until locks_ctx_reset.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "locks_model.h"
+#include "matmul.h"
+#include "pool.h"
+#include "tokenizer_gguf.h"
+#include "util.h"
+
+/* ================================================================================ */
+/* Model                                                                            */
+/* ================================================================================ */
+
+typedef struct {
+    float *attn_norm;     /* (dim,) */
+    float *ffn_norm;      /* (dim,) */
+    matmul_weight wq;     /* (n_heads * head_dim, dim) */
+    matmul_weight wk;     /* (n_kv_heads * head_dim, dim) */
+    matmul_weight wv;     /* (n_kv_heads * head_dim, dim) */
+    matmul_weight wo;     /* (dim, n_heads * head_dim) */
+    matmul_weight w_gate; /* (ffn_dim, dim) */
+    matmul_weight w_up;   /* (ffn_dim, dim) */
+    matmul_weight w_down; /* (dim, ffn_dim) */
+} llama_layer;
+
+struct locks_model {
+    gguf *g;
+    locks_model_info info;
+    int32_t n_rot;          /* rotated dims per head (rope.dimension_count) */
+    matmul_weight tok_embd; /* (n_vocab, dim) */
+    matmul_weight output;   /* (n_vocab, dim); the embeddings when tied */
+    float *output_norm;     /* (dim,) */
+    llama_layer *layers;    /* (n_layers,) */
+    locks_tokenizer *tok;   /* from the GGUF vocabulary */
+};
+
+/* Hyper-parameter "<arch>.<name>" as int32; required unless dflt >= 0 is given. */
+static locks_status meta_i32(const gguf *g, const char *name, int32_t dflt, int32_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "llama.%s", name);
+    locks_status st = gguf_get_i32(g, key, out);
+    if (st == LOCKS_ERR_INVALID_ARG && dflt >= 0) {
+        *out = dflt;
+        return LOCKS_OK;
+    }
+    if (st != LOCKS_OK) locks_log(LOCKS_LOG_ERROR, "model: key %s is %s", key, st == LOCKS_ERR_INVALID_ARG ? "missing" : "not an integer");
+    return st == LOCKS_OK ? LOCKS_OK : LOCKS_ERR_FORMAT;
+}
+
+/* A 2-D weight (rows, cols) by name, shape-checked. */
+static locks_status load_weight(const gguf *g, const char *name, int32_t rows, int32_t cols,
+                                matmul_weight *w) {
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) {
+        locks_log(LOCKS_LOG_ERROR, "model: tensor %s is missing", name);
+        return LOCKS_ERR_FORMAT;
+    }
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
+        locks_log(LOCKS_LOG_ERROR, "model: tensor %s has shape [%lld, %lld, %lld], expected [%d, %d]",
+                  name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], cols, rows);
+        return LOCKS_ERR_FORMAT;
+    }
+    if (matmul_wants_q8(t->type) && cols % GGML_QBLOCK != 0) return LOCKS_ERR_FORMAT;
+    w->data = t->data;
+    w->type = t->type;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = ggml_row_bytes(t->type, cols);
+    return LOCKS_OK;
+}
+
+/* A 1-D norm weight (n,) dequantized to an owned fp32 array. */
+static locks_status load_norm(const gguf *g, const char *name, int32_t n, float **out) {
+    matmul_weight w;
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t || t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1 ||
+        (matmul_wants_q8(t->type))) {
+        locks_log(LOCKS_LOG_ERROR, "model: tensor %s is missing or not a float vector of %d", name, n);
+        return LOCKS_ERR_FORMAT;
+    }
+    w = (matmul_weight){t->data, t->type, 1, n, t->nbytes};
+    *out = locks_alloc((size_t)n, sizeof(float));
+    if (!*out) return LOCKS_ERR_OOM;
+    matmul_row_f32(&w, 0, *out);
+    return LOCKS_OK;
+}
+
+/* The tokenizer from the GGUF vocabulary (tokenizer_gguf.c). */
+static locks_status load_tokenizer(const gguf *g, locks_tokenizer **tok) {
+    locks_status st = LOCKS_OK;
+    *tok = locks_tokenizer_from_gguf(g, &st);
+    return *tok ? LOCKS_OK : st;
+}
+static void free_tokenizer(locks_tokenizer *tok) { locks_tokenizer_free(tok); }
+static int is_eog(const locks_model *m, int32_t tok) {
+    return tok == m->info.eos_id || (m->tok && locks_tokenizer_is_eog(m->tok, tok));
+}
+
+locks_model *locks_model_load(const char *path, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    locks_model *m = locks_alloc(1, sizeof *m);
+    if (!m) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    matmul_init_tables();
+    m->g = gguf_open(path, &st);
+    if (!m->g) goto fail;
+    const gguf *g = m->g;
+
+    const char *arch;
+    size_t arch_len;
+    if (gguf_get_str(g, "general.architecture", &arch, &arch_len) != LOCKS_OK) {
+        locks_log(LOCKS_LOG_ERROR, "model: general.architecture is missing");
+        st = LOCKS_ERR_FORMAT;
+        goto fail;
+    }
+    if (arch_len != 5 || memcmp(arch, "llama", 5) != 0) {
+        locks_log(LOCKS_LOG_ERROR, "model: architecture '%.*s' is not supported (llama only)", (int)arch_len, arch);
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+
+    /* ---- hyper-parameters ---- */
+    locks_model_info *in = &m->info;
+    if ((st = meta_i32(g, "embedding_length", -1, &in->dim)) ||
+        (st = meta_i32(g, "block_count", -1, &in->n_layers)) ||
+        (st = meta_i32(g, "attention.head_count", -1, &in->n_heads)) ||
+        (st = meta_i32(g, "attention.head_count_kv", in->n_heads, &in->n_kv_heads)) ||
+        (st = meta_i32(g, "feed_forward_length", -1, &in->ffn_dim)) ||
+        (st = meta_i32(g, "context_length", 2048, &in->n_ctx_train)))
+        goto fail;
+    if (in->dim <= 0 || in->n_layers <= 0 || in->n_layers > 1024 || in->n_heads <= 0 ||
+        in->n_kv_heads <= 0 || in->n_heads % in->n_kv_heads != 0 || in->dim % in->n_heads != 0 ||
+        in->ffn_dim <= 0) {
+        locks_log(LOCKS_LOG_ERROR, "model: inconsistent hyper-parameters (dim %d, layers %d, heads %d/%d, ffn %d)",
+                  in->dim, in->n_layers, in->n_heads, in->n_kv_heads, in->ffn_dim);
+        st = LOCKS_ERR_FORMAT;
+        goto fail;
+    }
+    in->head_dim = in->dim / in->n_heads;
+    if (in->head_dim != 64 && in->head_dim != 128 && in->head_dim != 256) {
+        locks_log(LOCKS_LOG_ERROR, "model: head_dim %d is not supported by the cache (64, 128, 256)", in->head_dim);
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    if ((st = meta_i32(g, "rope.dimension_count", in->head_dim, &m->n_rot))) goto fail;
+    if (m->n_rot <= 0 || m->n_rot > in->head_dim || m->n_rot % 2 != 0) {
+        st = LOCKS_ERR_FORMAT;
+        goto fail;
+    }
+    in->rope_theta = 10000.0f;
+    in->norm_eps = 1e-5f;
+    if (gguf_get_f32(g, "llama.rope.freq_base", &in->rope_theta) == LOCKS_ERR_FORMAT ||
+        gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &in->norm_eps) == LOCKS_ERR_FORMAT ||
+        !(in->rope_theta > 0.0f) || !(in->norm_eps >= 0.0f)) {
+        locks_log(LOCKS_LOG_ERROR, "model: bad rope.freq_base or layer_norm_rms_epsilon");
+        st = LOCKS_ERR_FORMAT;
+        goto fail;
+    }
+    in->bos_id = in->eos_id = -1;
+    uint32_t u;
+    if (gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &u) == LOCKS_OK && u <= INT32_MAX) in->bos_id = (int32_t)u;
+    if (gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &u) == LOCKS_OK && u <= INT32_MAX) in->eos_id = (int32_t)u;
+    int b = 0;
+    in->add_bos = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == LOCKS_OK ? b : 0;
+    const char *name;
+    size_t name_len;
+    if (gguf_get_str(g, "general.name", &name, &name_len) == LOCKS_OK) {
+        if (name_len >= sizeof in->name) name_len = sizeof in->name - 1;
+        memcpy(in->name, name, name_len);
+        in->name[name_len] = '\0';
+    }
+
+    /* ---- weights ---- */
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (!te || te->ne[0] != in->dim || te->ne[1] <= 0 || te->ne[1] > INT32_MAX) {
+        locks_log(LOCKS_LOG_ERROR, "model: token_embd.weight is missing or not [dim, n_vocab]");
+        st = LOCKS_ERR_FORMAT;
+        goto fail;
+    }
+    in->n_vocab = (int32_t)te->ne[1];
+    int32_t dim = in->dim, q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
+    if ((st = load_weight(g, "token_embd.weight", in->n_vocab, dim, &m->tok_embd))) goto fail;
+    if (gguf_find_tensor(g, "output.weight")) {
+        if ((st = load_weight(g, "output.weight", in->n_vocab, dim, &m->output))) goto fail;
+    } else {
+        m->output = m->tok_embd; /* tied embeddings */
+    }
+    if ((st = load_norm(g, "output_norm.weight", dim, &m->output_norm))) goto fail;
+    m->layers = locks_alloc((size_t)in->n_layers, sizeof *m->layers);
+    if (!m->layers) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    for (int32_t l = 0; l < in->n_layers; l++) {
+        llama_layer *L = &m->layers[l];
+        char nm[96];
+#define W(field, suffix, rows, cols)                                      \
+    snprintf(nm, sizeof nm, "blk.%d." suffix ".weight", (int)l);          \
+    if ((st = load_weight(g, nm, rows, cols, &L->field)) != LOCKS_OK) goto fail
+        W(wq, "attn_q", q_dim, dim);
+        W(wk, "attn_k", kv_dim, dim);
+        W(wv, "attn_v", kv_dim, dim);
+        W(wo, "attn_output", dim, q_dim);
+        W(w_gate, "ffn_gate", in->ffn_dim, dim);
+        W(w_up, "ffn_up", in->ffn_dim, dim);
+        W(w_down, "ffn_down", dim, in->ffn_dim);
+#undef W
+        snprintf(nm, sizeof nm, "blk.%d.attn_norm.weight", (int)l);
+        if ((st = load_norm(g, nm, dim, &L->attn_norm))) goto fail;
+        snprintf(nm, sizeof nm, "blk.%d.ffn_norm.weight", (int)l);
+        if ((st = load_norm(g, nm, dim, &L->ffn_norm))) goto fail;
+    }
+
+    if ((st = load_tokenizer(g, &m->tok)) != LOCKS_OK) goto fail;
+    if (err) *err = LOCKS_OK;
+    return m;
+fail:
+    locks_model_free(m);
+    if (err) *err = st;
+    return NULL;
+}
+
+void locks_model_free(locks_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int32_t l = 0; l < m->info.n_layers; l++) {
+            locks_free(m->layers[l].attn_norm);
+            locks_free(m->layers[l].ffn_norm);
+        }
+        locks_free(m->layers);
+    }
+    locks_free(m->output_norm);
+    free_tokenizer(m->tok);
+    gguf_close(m->g);
+    locks_free(m);
+}
+
+locks_model_info locks_model_get_info(const locks_model *m) { return m->info; }
+
+int32_t locks_model_default_path(char *buf, size_t size) {
+    const char *dir = getenv("LOCKS_MODEL_DIR");
+    const char *home = getenv("HOME");
+    int n;
+    if (dir && *dir) n = snprintf(buf, size, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else n = snprintf(buf, size, "%s/.cache/locks/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    return n;
+}
+
+const locks_tokenizer *locks_model_tokenizer(const locks_model *m) { return m->tok; }
+
+/* ================================================================================ */
+/* Context                                                                          */
+/* ================================================================================ */
+
+struct locks_ctx {
+    const locks_model *m;
+    locks_ctx_params p;
+    locks_cache *cache;
+    int32_t seq;
+    locks_pool *pool;
+    int32_t n_tokens;
+    int broken;
+    locks_run_stats stats;
+    /* activations for up to n_batch tokens */
+    float *x;       /* (B, dim) residual stream */
+    float *xb;      /* (B, dim) normed input of a matmul */
+    float *q;       /* (B, n_heads * head_dim) */
+    float *k, *v;   /* (B, n_kv_heads * head_dim) */
+    float *att;     /* (B, n_heads * head_dim) attention output */
+    float *hb, *hb2; /* (B, ffn_dim) */
+    float *proj;    /* (B, dim) output of Wo / Wdown */
+    matmul_q8 *xq;  /* (B, max(dim, q_dim, ffn_dim) / 32) quantized activations */
+    float *inv_freq; /* (n_rot / 2,) RoPE frequencies theta^(-2i / n_rot) */
+};
+
+locks_ctx_params locks_ctx_default_params(void) {
+    locks_ctx_params p = {
+        .n_ctx = 4096,
+        .n_threads = 1,
+        .n_batch = 64,
+        .rank = 8,
+        .summary_prec = LOCKS_SUMMARY_Q,
+        .step = locks_step_default_params(),
+        .f32_act = 0,
+        .progress = NULL,
+        .progress_user = NULL,
+        .on_query = NULL,
+        .on_query_user = NULL,
+    };
+    return p;
+}
+
+locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    locks_ctx *c = NULL;
+    if (!m || p.n_ctx <= 0 || p.n_threads <= 0 || p.n_threads > 256 || p.n_batch <= 0 ||
+        p.n_batch > 4096) {
+        st = LOCKS_ERR_INVALID_ARG;
+        goto fail;
+    }
+    const locks_model_info *in = &m->info;
+    c = locks_alloc(1, sizeof *c);
+    if (!c) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    c->m = m;
+    c->p = p;
+    c->seq = -1;
+
+    locks_cache_params cp = locks_cache_default_params();
+    cp.n_layers = in->n_layers;
+    cp.n_kv_heads = in->n_kv_heads;
+    cp.head_dim = in->head_dim;
+    cp.n_pages = (p.n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE;
+    cp.max_seqs = 1;
+    cp.rank = p.rank;
+    cp.summary_prec = p.summary_prec;
+    cp.n_threads = p.n_threads;
+    c->cache = locks_cache_init(cp, &st);
+    if (!c->cache) goto fail;
+    if ((st = locks_cache_seq_add(c->cache, &c->seq)) != LOCKS_OK) goto fail;
+    if (p.n_threads > 1) {
+        c->pool = locks_pool_init(p.n_threads);
+        if (!c->pool) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+    }
+
+    size_t B = (size_t)p.n_batch;
+    int32_t q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
+    int32_t widest = in->dim > q_dim ? in->dim : q_dim;
+    if (in->ffn_dim > widest) widest = in->ffn_dim;
+    c->x = locks_alloc(B * (size_t)in->dim, sizeof(float));
+    c->xb = locks_alloc(B * (size_t)in->dim, sizeof(float));
+    c->proj = locks_alloc(B * (size_t)in->dim, sizeof(float));
+    c->q = locks_alloc(B * (size_t)q_dim, sizeof(float));
+    c->att = locks_alloc(B * (size_t)q_dim, sizeof(float));
+    c->k = locks_alloc(B * (size_t)kv_dim, sizeof(float));
+    c->v = locks_alloc(B * (size_t)kv_dim, sizeof(float));
+    c->hb = locks_alloc(B * (size_t)in->ffn_dim, sizeof(float));
+    c->hb2 = locks_alloc(B * (size_t)in->ffn_dim, sizeof(float));
+    c->xq = locks_alloc(B * (size_t)(widest / GGML_QBLOCK + 1), sizeof(matmul_q8));
+    c->inv_freq = locks_alloc((size_t)m->n_rot / 2, sizeof(float));
+    if (!c->x || !c->xb || !c->proj || !c->q || !c->att || !c->k || !c->v || !c->hb || !c->hb2 ||
+        !c->xq || !c->inv_freq) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    for (int32_t i = 0; i < m->n_rot / 2; i++)
+        c->inv_freq[i] = (float)pow((double)in->rope_theta, -2.0 * i / m->n_rot);
+    if (err) *err = LOCKS_OK;
+    return c;
+fail:
+    locks_ctx_free(c);
+    if (err) *err = st;
+    return NULL;
+}
+
+void locks_ctx_free(locks_ctx *c) {
+    if (!c) return;
+    locks_cache_free(c->cache);
+    locks_pool_free(c->pool);
+    locks_free(c->x);
+    locks_free(c->xb);
+    locks_free(c->proj);
+    locks_free(c->q);
+    locks_free(c->att);
+    locks_free(c->k);
+    locks_free(c->v);
+    locks_free(c->hb);
+    locks_free(c->hb2);
+    locks_free(c->xq);
+    locks_free(c->inv_freq);
+    locks_free(c);
+}
+
+locks_status locks_ctx_reset(locks_ctx *c) {
+    locks_status st = locks_cache_seq_remove(c->cache, c->seq);
+    if (st != LOCKS_OK) return st;
+    c->seq = -1;
+    c->n_tokens = 0;
+    c->broken = 1;
+    if ((st = locks_cache_seq_add(c->cache, &c->seq)) != LOCKS_OK) return st;
+    c->broken = 0;
+    return LOCKS_OK;
+}
+
+int32_t locks_ctx_len(const locks_ctx *c) { return c->n_tokens; }
+locks_cache *locks_ctx_cache(locks_ctx *c) { return c->cache; }
+int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq; }
+
+locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
+    if (step.budget <= 0 || step.n_sink < 0 || step.n_recent < 0 || (int)step.selector < 0 ||
+        step.selector >= LOCKS_SEL_COUNT)
+        return LOCKS_ERR_INVALID_ARG;
+    c->p.step = step;
+    return LOCKS_OK;
+}
+
+locks_run_stats locks_ctx_stats(const locks_ctx *c) { return c->stats; }
+void locks_ctx_stats_reset(locks_ctx *c) { memset(&c->stats, 0, sizeof c->stats); }
+
+locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    float *k = NULL, *v = NULL;
+    locks_ctx *c = NULL;
+    if (!src || src->broken) {
+        st = LOCKS_ERR_INVALID_ARG;
+        goto fail;
+    }
+    c = locks_ctx_init(src->m, src->p, &st);
+    if (!c) goto fail;
+    int32_t n = src->n_tokens;
+    c->stats = src->stats;
+    if (n == 0) goto done;
+    const locks_model_info *in = &src->m->info;
+    int32_t hkv = in->n_kv_heads, hd = in->head_dim;
+    k = locks_alloc((size_t)n * hkv * hd, sizeof(float));
+    v = locks_alloc((size_t)n * hkv * hd, sizeof(float));
+    if (!k || !v) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    if ((st = locks_cache_append(c->cache, c->seq, n)) != LOCKS_OK) goto fail;
+    int32_t n_pages;
+    const int32_t *bt = locks_cache_block_table(src->cache, src->seq, &n_pages);
+    for (int32_t l = 0; l < in->n_layers; l++) {
+        /* pages are [Hkv][P][d] fp16; the write wants tokens [n][Hkv][d] fp32 */
+        for (int32_t t = 0; t < n; t++) {
+            const uint16_t *kp = locks_cache_k_page(src->cache, l, bt[t / LOCKS_PAGE]);
+            const uint16_t *vp = locks_cache_v_page(src->cache, l, bt[t / LOCKS_PAGE]);
+            if (!kp || !vp) {
+                st = LOCKS_ERR_UNSUPPORTED;
+                goto fail;
+            }
+            for (int32_t h = 0; h < hkv; h++)
+                for (int32_t i = 0; i < hd; i++) {
+                    size_t s = ((size_t)h * LOCKS_PAGE + t % LOCKS_PAGE) * hd + i;
+                    size_t o = ((size_t)t * hkv + h) * hd + i;
+                    k[o] = locks_f16_to_f32(kp[s]);
+                    v[o] = locks_f16_to_f32(vp[s]);
+                }
+        }
+        if ((st = locks_cache_write(c->cache, c->seq, l, 0, n, k, v)) != LOCKS_OK) goto fail;
+    }
+    c->n_tokens = n;
+done:
+    locks_free(k);
+    locks_free(v);
+    if (err) *err = LOCKS_OK;
+    return c;
+fail:
+    locks_free(k);
+    locks_free(v);
+    locks_ctx_free(c);
+    if (err) *err = st;
+    return NULL;
+}
+
+/* ================================================================================ */
+/* Forward pass                                                                     */
+/* ================================================================================ */
+
+/* out = x / sqrt(mean(x^2) + eps) * w, for each of n vectors of length dim */
+static void rmsnorm(float *out, const float *x, const float *w, int32_t n, int32_t dim, float eps) {
+    for (int32_t t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * dim;
+        float *ot = out + (size_t)t * dim;
+        double ss = 0.0;
+        for (int32_t i = 0; i < dim; i++) ss += (double)xt[i] * (double)xt[i];
+        float r = (float)(1.0 / sqrt(ss / dim + (double)eps));
+        for (int32_t i = 0; i < dim; i++) ot[i] = xt[i] * r * w[i];
+    }
+}
+
+/* Rotates adjacent pairs (v[2i], v[2i+1]) of the first n_rot dims of each head by
+ * angle pos * inv_freq[i] (llama.cpp's "normal" RoPE, which GGUF llama models use). */
+static void rope(float *v, int32_t n, int32_t n_heads, int32_t head_dim, int32_t n_rot,
+                 const float *inv_freq, int32_t pos0) {
+    for (int32_t t = 0; t < n; t++) {
+        for (int32_t i = 0; i < n_rot / 2; i++) {
+            double a = (double)(pos0 + t) * (double)inv_freq[i];
+            float cs = (float)cos(a), sn = (float)sin(a);
+            for (int32_t h = 0; h < n_heads; h++) {
+                float *p = v + ((size_t)t * n_heads + h) * head_dim + 2 * i;
+                float x0 = p[0], x1 = p[1];
+                p[0] = x0 * cs - x1 * sn;
+                p[1] = x0 * sn + x1 * cs;
+            }
+        }
+    }
+}
+
+/* y (n, w->rows) = W . x (n, w->cols), quantizing x first if the weight type wants it */
+static void linear(locks_ctx *c, const matmul_weight *w, const float *x, int32_t n, float *y) {
+    matmul_act a = {x, NULL, n, w->cols};
+    if (matmul_wants_q8(w->type) && !c->p.f32_act) {
+        matmul_quantize(x, n, w->cols, c->xq);
+        a.xq = c->xq;
+    }
+    matmul(c->pool, w, &a, y, w->rows);
+}
+
+/* Runs tokens [pos, pos + n) (n <= n_batch, already reserved in the cache) through every
+ * layer. decode: attention by locks_decode_step (n == 1), else causal prefill attention.
+ * logits (may be NULL): [n_vocab] for the last token. */
+static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int decode, float *logits) {
+    const locks_model *m = c->m;
+    const locks_model_info *in = &m->info;
+    int32_t dim = in->dim, hd = in->head_dim, hq = in->n_heads, hkv = in->n_kv_heads;
+    int32_t q_dim = hq * hd, ffn = in->ffn_dim;
+    int32_t pos = c->n_tokens;
+    float scale = 1.0f / sqrtf((float)hd);
+    locks_status st;
+
+    /* x = token embeddings */
+    for (int32_t t = 0; t < n; t++) matmul_row_f32(&m->tok_embd, tokens[t], c->x + (size_t)t * dim);
+
+    for (int32_t l = 0; l < in->n_layers; l++) {
+        const llama_layer *L = &m->layers[l];
+
+        /* ---- attention ---- */
+        rmsnorm(c->xb, c->x, L->attn_norm, n, dim, in->norm_eps);
+        linear(c, &L->wq, c->xb, n, c->q); /* (n, Hq * d) */
+        linear(c, &L->wk, c->xb, n, c->k); /* (n, Hkv * d) */
+        linear(c, &L->wv, c->xb, n, c->v); /* (n, Hkv * d) */
+        rope(c->q, n, hq, hd, m->n_rot, c->inv_freq, pos);
+        rope(c->k, n, hkv, hd, m->n_rot, c->inv_freq, pos);
+        if ((st = locks_cache_write(c->cache, c->seq, l, pos, n, c->k, c->v)) != LOCKS_OK) return st;
+        if (decode) {
+            if (c->p.on_query) c->p.on_query(l, pos, c->q, c->p.on_query_user);
+            locks_step_stats ss;
+            double t0 = locks_now_ms();
+            st = locks_decode_step(c->cache, l, &c->seq, 1, c->q, hq, &c->p.step, c->att, NULL, &ss);
+            if (st != LOCKS_OK) return st;
+            c->stats.attn_ms += locks_now_ms() - t0;
+            c->stats.bytes_meta += ss.bytes_meta;
+            c->stats.bytes_kv += ss.bytes_kv;
+            c->stats.bytes_dense += ss.bytes_dense;
+        } else {
+            st = locks_prefill_attend(c->cache, l, c->seq, pos, n, c->q, hq, scale, c->att);
+            if (st != LOCKS_OK) return st;
+        }
+        linear(c, &L->wo, c->att, n, c->proj); /* (n, dim) */
+        for (size_t i = 0; i < (size_t)n * dim; i++) c->x[i] += c->proj[i];
+
+        /* ---- SwiGLU feed-forward ---- */
+        rmsnorm(c->xb, c->x, L->ffn_norm, n, dim, in->norm_eps);
+        linear(c, &L->w_gate, c->xb, n, c->hb); /* (n, ffn) */
+        linear(c, &L->w_up, c->xb, n, c->hb2);  /* (n, ffn) */
+        for (size_t i = 0; i < (size_t)n * ffn; i++) {
+            float g = c->hb[i];
+            c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
+        }
+        linear(c, &L->w_down, c->hb, n, c->proj); /* (n, dim) */
+        for (size_t i = 0; i < (size_t)n * dim; i++) c->x[i] += c->proj[i];
+    }
+    (void)q_dim;
+
+    /* logits of the last token = Wout . rms(x) */
+    if (logits) {
+        const float *last = c->x + (size_t)(n - 1) * dim;
+        rmsnorm(c->xb, last, m->output_norm, 1, dim, in->norm_eps);
+        linear(c, &m->output, c->xb, 1, logits);
+    }
+    return LOCKS_OK;
+}
+
+/* Reserves n tokens, runs them, keeps the context consistent: POOL_FULL changes nothing,
+ * any later failure marks the context broken. */
+static locks_status run_tokens(locks_ctx *c, const int32_t *tokens, int32_t n, int decode, float *logits) {
+    for (int32_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->m->info.n_vocab) return LOCKS_ERR_INVALID_ARG;
+    if (c->n_tokens + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+    locks_status st = locks_cache_append(c->cache, c->seq, n);
+    if (st != LOCKS_OK) return st;
+    st = forward(c, tokens, n, decode, logits);
+    if (st != LOCKS_OK) {
+        c->broken = 1;
+        locks_log(LOCKS_LOG_ERROR, "model: forward pass failed at position %d: %s", c->n_tokens,
+                  locks_status_str(st));
+        return st;
+    }
+    c->n_tokens += n;
+    return LOCKS_OK;
+}
+
+locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits) {
+    if (!c || (!tokens && n > 0) || n < 0) return LOCKS_ERR_INVALID_ARG;
+    if (c->broken) return LOCKS_ERR_INVALID_ARG;
+    if (c->n_tokens + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+    double t0 = locks_now_ms();
+    for (int32_t done = 0; done < n;) {
+        int32_t chunk = n - done < c->p.n_batch ? n - done : c->p.n_batch;
+        int last = done + chunk == n;
+        locks_status st = run_tokens(c, tokens + done, chunk, 0, last ? logits : NULL);
+        if (st != LOCKS_OK) return st;
+        done += chunk;
+        if (c->p.progress) c->p.progress(done, n, c->p.progress_user);
+    }
+    c->stats.n_prefill += n;
+    c->stats.prefill_ms += locks_now_ms() - t0;
+    return LOCKS_OK;
+}
+
+locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
+    if (!c || !logits || c->broken) return LOCKS_ERR_INVALID_ARG;
+    double t0 = locks_now_ms();
+    locks_status st = run_tokens(c, &token, 1, 1, logits);
+    if (st != LOCKS_OK) return st;
+    c->stats.n_decode += 1;
+    c->stats.decode_ms += locks_now_ms() - t0;
+    return LOCKS_OK;
+}
+
+/* ================================================================================ */
+/* Generate                                                                         */
+/* ================================================================================ */
+
+locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt,
+                            int32_t n_predict, locks_sampler *s, locks_token_fn on_token,
+                            void *user, int32_t *out, int32_t *n_out) {
+    if (n_out) *n_out = 0;
+    if (!c || !s || n_prompt <= 0 || n_predict < 0) return LOCKS_ERR_INVALID_ARG;
+    float *logits = locks_alloc((size_t)c->m->info.n_vocab, sizeof(float));
+    if (!logits) return LOCKS_ERR_OOM;
+    locks_status st = locks_ctx_prefill(c, prompt, n_prompt, logits);
+    int32_t produced = 0;
+    while (st == LOCKS_OK && produced < n_predict) {
+        int32_t tok = locks_sampler_sample(s, logits);
+        if (out) out[produced] = tok;
+        produced++;
+        int stop = on_token ? on_token(tok, user) : 0;
+        if (stop || is_eog(c->m, tok) || produced == n_predict) break;
+        if (c->n_tokens >= c->p.n_ctx) break; /* context full: stop, not an error */
+        st = locks_ctx_decode(c, tok, logits);
+    }
+    if (n_out) *n_out = produced;
+    locks_free(logits);
+    return st;
+}

@@ -1,0 +1,419 @@
+/*
+ * matmul.c — y = W x on GGUF weight types, one vector (decode) or a batch (prefill).
+ *
+ * Two versions of the block kernels: plain C loops (portable, the reference), and on
+ * x86-64 with GCC/Clang AVX2 versions chosen at run time when the CPU has AVX2/FMA/F16C
+ * (locks_have_avx2; the build never assumes the host CPU). Both compute the same
+ * integer block sums; only the float accumulation order differs. Rows are cut into
+ * tasks of MATMUL_ROWS_PER_TASK for the pool; inside a task, ROW_TILE rows are held in
+ * cache while every vector of the batch passes over them.
+ */
+#include "matmul.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "util.h"
+#include "vmath.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MATMUL_X86 1
+#include <immintrin.h>
+#endif
+
+#define MATMUL_ROWS_PER_TASK 32
+#define ROW_TILE 8
+
+/* ================================================================================ */
+/* fp16 table                                                                       */
+/* ================================================================================ */
+
+static float f16_table[65536];
+static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
+
+static void build_f16_table(void) {
+    for (uint32_t i = 0; i < 65536; i++) f16_table[i] = locks_f16_to_f32((uint16_t)i);
+}
+
+void matmul_init_tables(void) { pthread_once(&f16_once, build_f16_table); }
+
+static inline float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return f16_table[h];
+}
+
+/* ================================================================================ */
+/* Activation quantization                                                          */
+/* ================================================================================ */
+
+int matmul_wants_q8(ggml_type type) {
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1;
+}
+
+/* Round-to-nearest int8 with one scale per 32 values: d = max|x| / 127. */
+void matmul_quantize(const float *x, int32_t n, int32_t cols, matmul_q8 *xq) {
+    int32_t nb = cols / GGML_QBLOCK;
+    for (int32_t t = 0; t < n; t++) {
+        for (int32_t b = 0; b < nb; b++) {
+            const float *v = x + (size_t)t * cols + (size_t)b * GGML_QBLOCK;
+            matmul_q8 *o = &xq[(size_t)t * nb + b];
+            float amax = 0.0f;
+            for (int j = 0; j < GGML_QBLOCK; j++) amax = fmaxf(amax, fabsf(v[j]));
+            float d = amax / 127.0f;
+            float id = d > 0.0f ? 1.0f / d : 0.0f;
+            int32_t sum = 0;
+            for (int j = 0; j < GGML_QBLOCK; j++) {
+                int32_t q = (int32_t)lrintf(v[j] * id);
+                o->q[j] = (int8_t)q;
+                sum += q;
+            }
+            o->d = d;
+            o->sum = sum;
+        }
+    }
+}
+
+/* ================================================================================ */
+/* Row . vector kernels                                                             */
+/* ================================================================================ */
+
+/* Q8_0 row (nb blocks of 34 bytes) . quantized x */
+static inline float dot_q8_0(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+    float acc = 0.0f;
+    for (int32_t b = 0; b < nb; b++, w += 34) {
+        const int8_t *qw = (const int8_t *)(w + 2);
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) s += qw[j] * x[b].q[j];
+        acc += f16_at(w) * x[b].d * (float)s;
+    }
+    return acc;
+}
+
+/* Q4_0 row (18-byte blocks: d, 16 bytes of nibbles) . quantized x */
+static inline float dot_q4_0(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+    float acc = 0.0f;
+    for (int32_t b = 0; b < nb; b++, w += 18) {
+        const uint8_t *qs = w + 2;
+        const int8_t *q = x[b].q;
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) s += ((qs[j] & 15) - 8) * q[j] + ((qs[j] >> 4) - 8) * q[j + 16];
+        acc += f16_at(w) * x[b].d * (float)s;
+    }
+    return acc;
+}
+
+/* Q4_1 row (20-byte blocks: d, m, 16 bytes of nibbles) . quantized x */
+static inline float dot_q4_1(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+    float acc = 0.0f;
+    for (int32_t b = 0; b < nb; b++, w += 20) {
+        const uint8_t *qs = w + 4;
+        const int8_t *q = x[b].q;
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) s += (qs[j] & 15) * q[j] + (qs[j] >> 4) * q[j + 16];
+        acc += x[b].d * (f16_at(w) * (float)s + f16_at(w + 2) * (float)x[b].sum);
+    }
+    return acc;
+}
+
+static inline float dot_f32(const uint8_t *w, const float *x, int32_t n) {
+    float acc = 0.0f;
+    for (int32_t j = 0; j < n; j++) {
+        float v;
+        memcpy(&v, w + 4 * (size_t)j, 4);
+        acc += v * x[j];
+    }
+    return acc;
+}
+
+static inline float dot_f16(const uint8_t *w, const float *x, int32_t n) {
+    float acc = 0.0f;
+    for (int32_t j = 0; j < n; j++) acc += f16_at(w + 2 * (size_t)j) * x[j];
+    return acc;
+}
+
+static inline float dot_bf16(const uint8_t *w, const float *x, int32_t n) {
+    float acc = 0.0f;
+    for (int32_t j = 0; j < n; j++) {
+        uint16_t h;
+        memcpy(&h, w + 2 * (size_t)j, 2);
+        uint32_t u = (uint32_t)h << 16;
+        float v;
+        memcpy(&v, &u, 4);
+        acc += v * x[j];
+    }
+    return acc;
+}
+
+#ifdef MATMUL_X86
+/* ---- AVX2 block kernels: 32 products per block via maddubs (u8 x s8 -> s16 pairs)
+ * and madd (s16 pairs -> s32), scaled in fp32 with one FMA per block. ---- */
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 bytes of nibbles -> 32 unsigned bytes: low nibbles (elements 0..15), then high. */
+AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs) {
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m128i lo = _mm_and_si128(raw, m4);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* sum of u8 w[j] * s8 x[j] over 32 bytes, as 8 fp32 partial sums */
+AVX2 static inline __m256 dot_u8s8(__m256i w, __m256i x) {
+    __m256i p16 = _mm256_maddubs_epi16(w, x); /* |15 * 127 * 2| and |128 * 127 * 2| fit s16 */
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+AVX2 static float dot_q4_1_avx2(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int32_t b = 0; b < nb; b++, w += 20) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
+        __m256 p = dot_u8s8(unpack_nibbles(w + 4), xv);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(w) * x[b].d), p, acc);
+        accm += f16_at(w + 2) * x[b].d * (float)x[b].sum;
+    }
+    return hsum8(acc) + accm;
+}
+
+/* sum (n - 8) x = sum n x - 8 sum x */
+AVX2 static float dot_q4_0_avx2(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    for (int32_t b = 0; b < nb; b++, w += 18) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
+        __m256 p = dot_u8s8(unpack_nibbles(w + 2), xv);
+        float dd = f16_at(w) * x[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), p, acc);
+        accm -= 8.0f * dd * (float)x[b].sum;
+    }
+    return hsum8(acc) + accm;
+}
+
+/* signed x signed: maddubs(|w|, sign(w) * x) */
+AVX2 static float dot_q8_0_avx2(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int32_t b = 0; b < nb; b++, w += 34) {
+        __m256i wv = _mm256_loadu_si256((const __m256i *)(w + 2));
+        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
+        __m256 p = dot_u8s8(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(w) * x[b].d), p, acc);
+    }
+    return hsum8(acc);
+}
+
+AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, int32_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(const void *)(w + 4 * (size_t)j)),
+                              _mm256_loadu_ps(x + j), acc);
+    float s = hsum8(acc);
+    for (; j < n; j++) {
+        float v;
+        memcpy(&v, w + 4 * (size_t)j, 4);
+        s += v * x[j];
+    }
+    return s;
+}
+
+/* Exact mode: a block's 32 weights as fp32 (d * q + o) times fp32 x, 8 lanes at a time.
+ * Q4_1: o = m; Q4_0: o = -8 d; Q8_0: signed bytes, o = 0. */
+AVX2 static float dot_qf_avx2(ggml_type type, const uint8_t *w, const float *x, int32_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t bb = type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_0 ? 18 : 20;
+    for (int32_t b = 0; b < nb; b++, w += bb, x += GGML_QBLOCK) {
+        float d = f16_at(w);
+        __m256i q;
+        float o = 0.0f;
+        if (type == GGML_TYPE_Q8_0) {
+            q = _mm256_loadu_si256((const __m256i *)(w + 2));
+        } else if (type == GGML_TYPE_Q4_0) {
+            q = unpack_nibbles(w + 2);
+            o = -8.0f * d;
+        } else {
+            q = unpack_nibbles(w + 4);
+            o = f16_at(w + 2);
+        }
+        __m128i half[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+        __m256 vd = _mm256_set1_ps(d), vo = _mm256_set1_ps(o);
+        for (int k = 0; k < 4; k++) {
+            __m128i bytes = (k & 1) ? _mm_srli_si128(half[k >> 1], 8) : half[k >> 1];
+            __m256i i32 = type == GGML_TYPE_Q8_0 ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
+            __m256 wf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), vd, vo);
+            acc = _mm256_fmadd_ps(wf, _mm256_loadu_ps(x + 8 * k), acc);
+        }
+    }
+    return hsum8(acc);
+}
+
+AVX2 static void matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y,
+                                  int32_t ldy, int32_t r0, int32_t r1) {
+    int32_t nb = w->cols / GGML_QBLOCK;
+    for (int32_t rt = r0; rt < r1; rt += ROW_TILE) {
+        int32_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
+        for (int32_t t = 0; t < a->n; t++) {
+            const matmul_q8 *xq = a->xq ? a->xq + (size_t)t * nb : NULL;
+            for (int32_t r = rt; r < re; r++) {
+                const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+                float v;
+                if (!xq && w->type != GGML_TYPE_F32) {
+                    y[(size_t)t * ldy + r] = dot_qf_avx2(w->type, row, a->x + (size_t)t * w->cols, nb);
+                    continue;
+                }
+                switch (w->type) {
+                case GGML_TYPE_Q4_1: v = dot_q4_1_avx2(row, xq, nb); break;
+                case GGML_TYPE_Q4_0: v = dot_q4_0_avx2(row, xq, nb); break;
+                case GGML_TYPE_Q8_0: v = dot_q8_0_avx2(row, xq, nb); break;
+                default: v = dot_f32_avx2(row, a->x + (size_t)t * w->cols, w->cols); break;
+                }
+                y[(size_t)t * ldy + r] = v;
+            }
+        }
+    }
+}
+#endif
+
+/* Block-quantized row . fp32 x, dequantizing each block on the fly (exact mode). */
+static inline float dot_q_f32(ggml_type type, const uint8_t *w, const float *x, int32_t nb) {
+    float acc = 0.0f;
+    float tmp[GGML_QBLOCK];
+    size_t bb = type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_0 ? 18 : 20;
+    for (int32_t b = 0; b < nb; b++, w += bb, x += GGML_QBLOCK) {
+        float d = f16_at(w);
+        if (type == GGML_TYPE_Q8_0) {
+            for (int j = 0; j < 32; j++) tmp[j] = d * (float)((const int8_t *)(w + 2))[j];
+        } else if (type == GGML_TYPE_Q4_0) {
+            for (int j = 0; j < 16; j++) {
+                tmp[j] = d * (float)((w[2 + j] & 15) - 8);
+                tmp[j + 16] = d * (float)((w[2 + j] >> 4) - 8);
+            }
+        } else {
+            float m = f16_at(w + 2);
+            for (int j = 0; j < 16; j++) {
+                tmp[j] = d * (float)(w[4 + j] & 15) + m;
+                tmp[j + 16] = d * (float)(w[4 + j] >> 4) + m;
+            }
+        }
+        for (int j = 0; j < 32; j++) acc += tmp[j] * x[j];
+    }
+    return acc;
+}
+
+static inline float dot_row(const matmul_weight *w, const uint8_t *row, const matmul_act *a, int32_t t) {
+    int32_t nb = w->cols / GGML_QBLOCK;
+    if (!a->xq && matmul_wants_q8(w->type)) return dot_q_f32(w->type, row, a->x + (size_t)t * w->cols, nb);
+    switch (w->type) {
+    case GGML_TYPE_Q8_0: return dot_q8_0(row, a->xq + (size_t)t * nb, nb);
+    case GGML_TYPE_Q4_0: return dot_q4_0(row, a->xq + (size_t)t * nb, nb);
+    case GGML_TYPE_Q4_1: return dot_q4_1(row, a->xq + (size_t)t * nb, nb);
+    case GGML_TYPE_F32: return dot_f32(row, a->x + (size_t)t * w->cols, w->cols);
+    case GGML_TYPE_F16: return dot_f16(row, a->x + (size_t)t * w->cols, w->cols);
+    case GGML_TYPE_BF16: return dot_bf16(row, a->x + (size_t)t * w->cols, w->cols);
+    }
+    return 0.0f;
+}
+
+/* ================================================================================ */
+/* Parallel product                                                                 */
+/* ================================================================================ */
+
+typedef struct {
+    const matmul_weight *w;
+    const matmul_act *a;
+    float *y;
+    int32_t ldy;
+} matmul_job;
+
+/* Rows [r0, r1) for every vector of the batch: a tile of rows stays in L1 while the
+ * vectors stream past it. */
+static void matmul_rows_c(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
+                        int32_t r0, int32_t r1) {
+    for (int32_t rt = r0; rt < r1; rt += ROW_TILE) {
+        int32_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
+        for (int32_t t = 0; t < a->n; t++)
+            for (int32_t r = rt; r < re; r++)
+                y[(size_t)t * ldy + r] = dot_row(w, w->data + (size_t)r * w->row_bytes, a, t);
+    }
+}
+
+static void matmul_task(void *arg, int32_t task, int32_t thread) {
+    (void)thread;
+    const matmul_job *j = arg;
+    int32_t r0 = task * MATMUL_ROWS_PER_TASK;
+    int32_t r1 = r0 + MATMUL_ROWS_PER_TASK < j->w->rows ? r0 + MATMUL_ROWS_PER_TASK : j->w->rows;
+#ifdef MATMUL_X86
+    /* AVX2 covers the block types (int8 and exact mode) and F32; F16/BF16 stay portable */
+    if (locks_have_avx2() && (matmul_wants_q8(j->w->type) || j->w->type == GGML_TYPE_F32)) {
+        matmul_rows_avx2(j->w, j->a, j->y, j->ldy, r0, r1);
+        return;
+    }
+#endif
+    matmul_rows_c(j->w, j->a, j->y, j->ldy, r0, r1);
+}
+
+void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy) {
+    matmul_job job = {w, a, y, ldy};
+    int32_t n_tasks = (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
+    if (pool) {
+        locks_pool_run(pool, n_tasks, matmul_task, &job);
+    } else {
+        for (int32_t t = 0; t < n_tasks; t++) matmul_task(&job, t, 0);
+    }
+}
+
+/* ================================================================================ */
+/* Dequantize one row                                                               */
+/* ================================================================================ */
+
+void matmul_row_f32(const matmul_weight *w, int32_t r, float *out) {
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int32_t nb = w->cols / GGML_QBLOCK;
+    switch (w->type) {
+    case GGML_TYPE_Q8_0:
+        for (int32_t b = 0; b < nb; b++, p += 34) {
+            float d = f16_at(p);
+            for (int j = 0; j < 32; j++) out[b * 32 + j] = d * (float)((const int8_t *)(p + 2))[j];
+        }
+        return;
+    case GGML_TYPE_Q4_0:
+        for (int32_t b = 0; b < nb; b++, p += 18) {
+            float d = f16_at(p);
+            for (int j = 0; j < 16; j++) {
+                out[b * 32 + j] = d * (float)((p[2 + j] & 15) - 8);
+                out[b * 32 + j + 16] = d * (float)((p[2 + j] >> 4) - 8);
+            }
+        }
+        return;
+    case GGML_TYPE_Q4_1:
+        for (int32_t b = 0; b < nb; b++, p += 20) {
+            float d = f16_at(p), m = f16_at(p + 2);
+            for (int j = 0; j < 16; j++) {
+                out[b * 32 + j] = d * (float)(p[4 + j] & 15) + m;
+                out[b * 32 + j + 16] = d * (float)(p[4 + j] >> 4) + m;
+            }
+        }
+        return;
+    case GGML_TYPE_F32: memcpy(out, p, (size_t)w->cols * 4); return;
+    case GGML_TYPE_F16:
+        for (int32_t j = 0; j < w->cols; j++) out[j] = f16_at(p + 2 * (size_t)j);
+        return;
+    case GGML_TYPE_BF16:
+        for (int32_t j = 0; j < w->cols; j++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * (size_t)j, 2);
+            out[j] = locks_bf16_to_f32(h);
+        }
+        return;
+    }
+}

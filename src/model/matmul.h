@@ -1,0 +1,65 @@
+/*
+ * matmul.h — matrix products on quantized GGUF weights, multi-threaded.
+ *
+ * A weight W is `rows x cols`, row-major in its ggml type (GGUF ne[0] = cols is the
+ * contiguous dimension, ne[1] = rows). Products compute y = W x for one or a batch of
+ * activation vectors x.
+ *
+ * For the block-quantized types (Q8_0, Q4_0, Q4_1) the activations are first quantized
+ * to int8 in 32-element blocks (one fp32 scale per block, like llama.cpp's q8 activation
+ * blocks), and each block product is an integer dot product scaled once:
+ *     Q8_0:  d_w d_x sum q_w q_x
+ *     Q4_0:  d_w d_x sum (n_w - 8) q_x
+ *     Q4_1:  d_w d_x sum n_w q_x + m_w d_x sum q_x
+ * The float types (F32, F16, BF16) use the fp32 activations directly.
+ *
+ * Work is split over rows in tasks of the caller's pool; a batch of T vectors reuses
+ * each block of weight rows from cache across all T (prefill).
+ */
+#ifndef LOCKS_MATMUL_H
+#define LOCKS_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "pool.h"
+
+typedef struct {
+    const uint8_t *data; /* rows * row_bytes */
+    ggml_type type;
+    int32_t rows, cols;
+    size_t row_bytes;
+} matmul_weight;
+
+/* One 32-element activation block: x ~= d * q, sum = sum of q (for Q4_1's offset). */
+typedef struct {
+    float d;
+    int32_t sum;
+    int8_t q[32];
+} matmul_q8;
+
+/* Activations of one batch in whichever form the weight type wants. */
+typedef struct {
+    const float *x;      /* [n][cols] fp32 */
+    const matmul_q8 *xq; /* [n][cols / 32] for block types; NULL: fp32 activations
+                          * with blocks dequantized on the fly (slow, for validation) */
+    int32_t n, cols;
+} matmul_act;
+
+/* fp16 -> fp32 through a table (built once, thread-safe). */
+void matmul_init_tables(void);
+
+/* Quantizes x[n][cols] (cols a multiple of 32) to xq[n][cols / 32]. */
+void matmul_quantize(const float *x, int32_t n, int32_t cols, matmul_q8 *xq);
+/* 1 if the weight type needs quantized activations. */
+int matmul_wants_q8(ggml_type type);
+
+/* y[t][r] = sum_c W[r][c] x[t][c] for t < a->n, r < W->rows; y row stride = ldy floats.
+ * Runs on the pool (NULL: inline). */
+void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy);
+
+/* Row r of W dequantized to fp32 (out[cols]); for embeddings. */
+void matmul_row_f32(const matmul_weight *w, int32_t r, float *out);
+
+#endif

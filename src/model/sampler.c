@@ -1,0 +1,128 @@
+/*
+ * sampler.c — next-token choice from logits: greedy, or temperature + top-k + top-p.
+ *
+ * Order of operations (llama.cpp's default chain): top-k on the logits, softmax at
+ * temperature T, keep the smallest prefix (by probability) whose mass reaches top_p,
+ * renormalise, draw one token with the sampler's RNG. temp <= 0 is argmax (lowest id on
+ * ties) and touches no RNG. The RNG is xorshift64* seeded from the params, so a seed
+ * reproduces a run.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "locks_model.h"
+#include "util.h"
+
+typedef struct {
+    float logit;
+    int32_t id;
+} cand;
+
+struct locks_sampler {
+    locks_sampler_params p;
+    int32_t n_vocab;
+    uint64_t rng;
+    cand *c;     /* [n_vocab] candidates */
+    float *prob; /* [n_vocab] */
+};
+
+locks_sampler_params locks_sampler_default_params(void) {
+    locks_sampler_params p = {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42};
+    return p;
+}
+
+locks_sampler *locks_sampler_init(locks_sampler_params p, int32_t n_vocab, locks_status *err) {
+    if (n_vocab <= 0 || !isfinite(p.temp) || !isfinite(p.top_p)) {
+        if (err) *err = LOCKS_ERR_INVALID_ARG;
+        return NULL;
+    }
+    locks_sampler *s = locks_alloc(1, sizeof *s);
+    if (!s) goto fail;
+    s->p = p;
+    s->n_vocab = n_vocab;
+    /* splitmix the seed so that nearby seeds give unrelated streams; never zero */
+    uint64_t z = p.seed + UINT64_C(0x9E3779B97F4A7C15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    s->rng = (z ^ (z >> 31)) | 1u;
+    s->c = locks_alloc((size_t)n_vocab, sizeof *s->c);
+    s->prob = locks_alloc((size_t)n_vocab, sizeof *s->prob);
+    if (!s->c || !s->prob) goto fail;
+    if (err) *err = LOCKS_OK;
+    return s;
+fail:
+    locks_sampler_free(s);
+    if (err) *err = LOCKS_ERR_OOM;
+    return NULL;
+}
+
+void locks_sampler_free(locks_sampler *s) {
+    if (!s) return;
+    locks_free(s->c);
+    locks_free(s->prob);
+    locks_free(s);
+}
+
+/* Uniform in [0, 1). */
+static float rng_uniform(locks_sampler *s) {
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    uint64_t r = s->rng * UINT64_C(0x2545F4914F6CDD1D);
+    return (float)(r >> 40) / 16777216.0f;
+}
+
+static int by_logit_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit > y->logit) return -1;
+    if (x->logit < y->logit) return 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int32_t argmax(const float *logits, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+int32_t locks_sampler_sample(locks_sampler *s, const float *logits) {
+    int32_t n = s->n_vocab;
+    if (s->p.temp <= 0.0f) return argmax(logits, n);
+
+    /* top-k: a partial selection would be faster; a full sort of 50K floats is ~3 ms,
+     * small next to a forward pass, and keeps the order exact and deterministic. */
+    for (int32_t i = 0; i < n; i++) s->c[i] = (cand){logits[i], i};
+    qsort(s->c, (size_t)n, sizeof *s->c, by_logit_desc);
+    int32_t k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+
+    /* softmax at temperature over the k candidates */
+    float mx = s->c[0].logit;
+    double sum = 0.0;
+    for (int32_t i = 0; i < k; i++) {
+        s->prob[i] = expf((s->c[i].logit - mx) / s->p.temp);
+        sum += (double)s->prob[i];
+    }
+    /* top-p: smallest prefix whose mass reaches top_p */
+    if (s->p.top_p < 1.0f) {
+        double cum = 0.0;
+        int32_t keep = k;
+        for (int32_t i = 0; i < k; i++) {
+            cum += (double)s->prob[i] / sum;
+            if (cum >= (double)s->p.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        k = keep;
+        sum = 0.0;
+        for (int32_t i = 0; i < k; i++) sum += (double)s->prob[i];
+    }
+    double r = (double)rng_uniform(s) * sum;
+    double cum = 0.0;
+    for (int32_t i = 0; i < k; i++) {
+        cum += (double)s->prob[i];
+        if (r < cum) return s->c[i].id;
+    }
+    return s->c[k - 1].id;
+}

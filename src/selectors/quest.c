@@ -1,0 +1,111 @@
+/*
+ * quest.c — Quest's page score (Tang et al., 2024) and the per-channel key min/max
+ * metadata it shares with the RocketKV-style selector.
+ *
+ * Rule: for every page keep the element-wise minimum m and maximum M of its keys; the
+ * criticality of page j for query q is sum_c max(q_c M_c, q_c m_c), an upper bound of
+ * max_i q . k_i. Pages are ranked by it and the top pages that fit the budget attended.
+ *
+ * Deviations from the original method (also stated in bench/RESULTS.md):
+ *  - Quest is MHA-only: it selects pages per query head. Here the heads of a GQA group
+ *    share one selection (one gather per group, as every selector in this project), so
+ *    each head's scaled bound is softmax-normalised over the pages and the group ranks
+ *    pages by the mean of those per-head distributions (DESIGN §2).
+ *  - Quest's page size is a tuning knob (16 in its paper); here it is LOCKS_PAGE = 16.
+ *  - Quest keeps the first two layers dense; here every layer is replayed with the same
+ *    selector (the evaluation reports per layer, so the first layers can be read off).
+ *  - min/max are stored in fp16 (exact: they are values of the fp16 keys).
+ */
+#include <math.h>
+
+#include "refsel.h"
+#include "selector.h"
+#include "util.h"
+
+/* ---- per-cache metadata: fp16 key min/max per (layer, KV head, physical page) ------ */
+
+locks_status locks_sel_minmax_init(locks_cache *c) {
+    locks_minmax_meta *m = locks_alloc(1, sizeof *m);
+    if (!m) return LOCKS_ERR_OOM;
+    size_t n = (size_t)c->p.n_layers * (size_t)c->hkv * (size_t)c->p.n_pages * (size_t)c->d;
+    m->kmin = locks_alloc(n, sizeof *m->kmin);
+    m->kmax = locks_alloc(n, sizeof *m->kmax);
+    if (!m->kmin || !m->kmax) {
+        locks_free(m->kmin);
+        locks_free(m->kmax);
+        locks_free(m);
+        return LOCKS_ERR_OOM;
+    }
+    c->sel_meta[LOCKS_SEL_QUEST] = m;
+    return LOCKS_OK;
+}
+
+void locks_sel_minmax_free(locks_cache *c) {
+    locks_minmax_meta *m = c->sel_meta[LOCKS_SEL_QUEST];
+    if (!m) return;
+    locks_free(m->kmin);
+    locks_free(m->kmax);
+    locks_free(m);
+    c->sel_meta[LOCKS_SEL_QUEST] = NULL;
+}
+
+size_t locks_minmax_offset(const locks_cache *c, int32_t layer, int32_t kv_head) {
+    return ((size_t)layer * (size_t)c->hkv + (size_t)kv_head) * (size_t)c->p.n_pages * (size_t)c->d;
+}
+
+void locks_sel_minmax_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
+                                  const float *k) {
+    locks_minmax_meta *m = c->sel_meta[LOCKS_SEL_QUEST];
+    size_t off = locks_minmax_offset(c, layer, kv_head) + (size_t)page * (size_t)c->d;
+    locks_minmax_build(c->d, k, m->kmin + off, m->kmax + off);
+}
+
+void locks_sel_quest_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
+                           int32_t ld) {
+    const locks_cache *c = x->c;
+    const locks_minmax_meta *m = c->sel_meta[LOCKS_SEL_QUEST];
+    size_t off = locks_minmax_offset(c, x->layer, x->kv_head);
+    locks_quest_score(c->d, x->group, j1 - j0, x->table + j0, m->kmin + off, m->kmax + off, x->q,
+                      x->scale, scores + j0, ld);
+}
+
+void locks_minmax_build(int32_t d, const float *k, uint16_t *kmin, uint16_t *kmax) {
+    for (int32_t c = 0; c < d; c++) {
+        float lo = k[c], hi = k[c];
+        for (int32_t i = 1; i < LOCKS_PAGE; i++) {
+            float x = k[(size_t)i * (size_t)d + (size_t)c];
+            lo = x < lo ? x : lo;
+            hi = x > hi ? x : hi;
+        }
+        kmin[c] = locks_f32_to_f16(lo);
+        kmax[c] = locks_f32_to_f16(hi);
+    }
+}
+
+void locks_page_mean(int32_t d, const float *k, float *mean) {
+    for (int32_t c = 0; c < d; c++) {
+        float acc = 0.0f;
+        for (int32_t i = 0; i < LOCKS_PAGE; i++) acc += k[(size_t)i * (size_t)d + (size_t)c];
+        mean[c] = acc * (1.0f / (float)LOCKS_PAGE);
+    }
+}
+
+void locks_quest_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
+                       const uint16_t *kmin, const uint16_t *kmax, const float *q, float scale,
+                       float *s, int32_t ld) {
+    float lo[LOCKS_MAX_HEAD_DIM], hi[LOCKS_MAX_HEAD_DIM];
+    for (int32_t j = 0; j < n; j++) {
+        const uint16_t *mn = kmin + (size_t)pages[j] * (size_t)d;
+        const uint16_t *mx = kmax + (size_t)pages[j] * (size_t)d;
+        for (int32_t c = 0; c < d; c++) {
+            lo[c] = locks_f16_to_f32(mn[c]);
+            hi[c] = locks_f16_to_f32(mx[c]);
+        }
+        for (int32_t g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * (size_t)d;
+            float acc = 0.0f;
+            for (int32_t c = 0; c < d; c++) acc += qg[c] > 0.0f ? qg[c] * hi[c] : qg[c] * lo[c];
+            s[(size_t)g * (size_t)ld + (size_t)j] = scale * acc;
+        }
+    }
+}
