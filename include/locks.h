@@ -238,6 +238,25 @@ size_t locks_cache_summary_bytes(const locks_cache *c);
  * locks_cache_seq_remove keeps the old basis until it is refitted. */
 locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id);
 
+/* RocketKV's optional first stage, SnapKV prefill eviction, for LOCKS_SEL_ROCKET only
+ * (CPU backend), page-granular.
+ * observe: q_obs [n_obs][n_q_heads][d] are the queries of the sequence's last n_obs
+ * tokens (the prefill's observation window). Every full page of (layer, KV head) gets
+ * the SnapKV vote: the softmax attention the window's queries (causal, all G heads of
+ * the group) pay to each token before the window, max-pooled over 7 tokens, summed
+ * over the page. Pages overlapping the window, and pages that fill later, always stay.
+ * scale <= 0 means 1/sqrt(d). Clears earlier evictions of those pages.
+ * keep: per KV head, keeps the keep_tokens / 16 pages with the most votes (ties: lower
+ * page) and evicts the others from rocket's ranking: they get mass 0, so they are
+ * ranked last (a budget larger than the kept pages still reaches them); forced pages
+ * are attended regardless. keep_tokens <= 0 keeps every page. Other selectors are not
+ * affected. */
+locks_status locks_cache_snapkv_observe(locks_cache *c, int32_t seq_id, int32_t layer,
+                                        const float *q_obs, int32_t n_obs, int32_t n_q_heads,
+                                        float scale);
+locks_status locks_cache_snapkv_keep(locks_cache *c, int32_t seq_id, int32_t layer,
+                                     int32_t keep_tokens);
+
 /* ------------------------------------------------------------------------------ */
 /* Decode step                                                                      */
 /* ------------------------------------------------------------------------------ */

@@ -36,14 +36,14 @@ while read -r sel; do
 done < "$tmp/order"
 
 gnuplot <<GP
-set terminal pngcairo size 900,560 enhanced font 'sans,11' noenhanced
+set terminal pngcairo size 1000,560 enhanced font 'sans,11' noenhanced
 set output '$png'
 set title "$title"
 set xlabel 'token budget'
 set ylabel 'mass coverage / oracle'
 set logscale x 2
 set grid
-set key bottom right
+set key outside right top
 set yrange [*:1.02]
 plot $plots
 GP

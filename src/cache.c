@@ -14,6 +14,7 @@
 #include "selector.h"
 #include "summary.h"
 #include "util.h"
+#include "vmath.h"
 
 enum { P = LOCKS_PAGE };
 
@@ -66,22 +67,22 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
     const size_t L = (size_t)params.n_layers, NP = (size_t)params.n_pages;
     const size_t H = (size_t)c->hkv, d = (size_t)c->d, r = (size_t)c->r;
     const size_t kv_elems = L * NP * H * c->block;
-    c->k = locks_alloc(kv_elems, sizeof(uint16_t));
-    c->v = locks_alloc(kv_elems, sizeof(uint16_t));
+    c->k = locks_alloc_huge(kv_elems, sizeof(uint16_t));
+    c->v = locks_alloc_huge(kv_elems, sizeof(uint16_t));
     c->fill = locks_alloc(L * NP, sizeof(uint16_t));
     if (!c->k || !c->v || !c->fill) goto fail;
     const size_t LHN = L * H * NP;
     if (params.summary_prec == LOCKS_SUMMARY_F32) {
-        c->s_mu = locks_alloc(LHN * d, sizeof(float));
-        c->s_basis = locks_alloc(LHN * r * d, sizeof(float));
-        c->s_coef = locks_alloc(LHN * P * r, sizeof(float));
+        c->s_mu = locks_alloc_huge(LHN * d, sizeof(float));
+        c->s_basis = locks_alloc_huge(LHN * r * d, sizeof(float));
+        c->s_coef = locks_alloc_huge(LHN * P * r, sizeof(float));
         if (!c->s_mu || !c->s_basis || !c->s_coef) goto fail;
     } else {
-        c->s_mu_q = locks_alloc(LHN * d, 1);
+        c->s_mu_q = locks_alloc_huge(LHN * d, 1);
         c->s_mu_s = locks_alloc(LHN, sizeof(uint16_t));
-        c->s_v_q = locks_alloc(LHN * r * d / 2, 1);
+        c->s_v_q = locks_alloc_huge(LHN * r * d / 2, 1);
         c->s_v_s = locks_alloc(LHN * r, sizeof(uint16_t));
-        c->s_c_q = locks_alloc(LHN * P * r, 1);
+        c->s_c_q = locks_alloc_huge(LHN * P * r, 1);
         c->s_c_s = locks_alloc(LHN * r, sizeof(uint16_t));
         if (!c->s_mu_q || !c->s_mu_s || !c->s_v_q || !c->s_v_s || !c->s_c_q || !c->s_c_s) goto fail;
     }
@@ -260,7 +261,7 @@ static void build_page_head(locks_cache *c, int32_t layer, int32_t page, int32_t
     float k[P * LOCKS_MAX_HEAD_DIM];
     float mu[LOCKS_MAX_HEAD_DIM], basis[LOCKS_MAX_RANK * LOCKS_MAX_HEAD_DIM], coef[P * LOCKS_MAX_RANK];
     const uint16_t *kb = locks_cache_kblock(c, layer, page, h);
-    for (size_t i = 0; i < c->block; i++) k[i] = locks_f16_to_f32(kb[i]);
+    locks_f16_to_f32_n(kb, k, c->block);
     /* keys are finite (checked on write), so the build cannot fail */
     (void)locks_summary_build_f32(d, r, k, mu, basis, coef);
     locks_sum_arrays a = locks_cache_summaries(c, layer, h);
@@ -314,10 +315,8 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
             size_t off = block_offset(c, layer, page, h) + (size_t)slot * d;
             const float *ks = k + (size_t)t * row + (size_t)h * d;
             const float *vs = v + (size_t)t * row + (size_t)h * d;
-            for (int32_t i = 0; i < d; i++) {
-                c->k[off + i] = locks_f32_to_f16(ks[i]);
-                c->v[off + i] = locks_f32_to_f16(vs[i]);
-            }
+            locks_f32_to_f16_n(ks, c->k + off, (size_t)d);
+            locks_f32_to_f16_n(vs, c->v + off, (size_t)d);
         }
         c->fill[(size_t)layer * c->p.n_pages + page] |= (uint16_t)(1u << slot);
     }

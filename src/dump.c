@@ -60,6 +60,7 @@ locks_status locks_dump_shape_check(const locks_dump_shape *s) {
     if (s->n_q_heads % s->n_kv_heads != 0) return LOCKS_ERR_INVALID_ARG;
     if (s->head_dim < 1 || s->head_dim > LOCKS_MAX_HEAD_DIM) return LOCKS_ERR_INVALID_ARG;
     if (s->n_ctx < 1 || s->n_steps < 1) return LOCKS_ERR_INVALID_ARG;
+    if (s->n_obs < 0 || s->n_obs > s->n_ctx) return LOCKS_ERR_INVALID_ARG;
     if ((int64_t)s->n_ctx + s->n_steps > INT32_MAX) return LOCKS_ERR_INVALID_ARG;
     if (s->kv_dtype != LOCKS_DTYPE_F32 && s->kv_dtype != LOCKS_DTYPE_F16) return LOCKS_ERR_INVALID_ARG;
     if (!isfinite(s->scale) || !(s->scale > 0.0f)) return LOCKS_ERR_INVALID_ARG;
@@ -73,7 +74,7 @@ static uint64_t layer_bytes(const locks_dump_shape *s) {
     uint64_t esz = s->kv_dtype == LOCKS_DTYPE_F16 ? 2 : 4;
     /* every factor is < 2^32 and the products below stay < 2^63 for valid shapes */
     uint64_t kv = n_tok * (uint64_t)s->n_kv_heads * (uint64_t)s->head_dim; /* < 2^31*2^10*2^8 */
-    uint64_t qn = (uint64_t)s->n_steps * (uint64_t)s->n_q_heads * (uint64_t)s->head_dim;
+    uint64_t qn = ((uint64_t)s->n_steps + (uint64_t)s->n_obs) * (uint64_t)s->n_q_heads * (uint64_t)s->head_dim;
     return 4 + 4 * n_tok + 2 * esz * kv + 4 * qn;
 }
 
@@ -150,7 +151,7 @@ locks_dump_writer *locks_dump_writer_open(const char *path, const locks_dump_sha
     put_u32(h + 40, shape->kv_dtype == LOCKS_DTYPE_F16 ? 1u : 0u);
     put_u32(h + 44, f32_bits(shape->scale));
     put_u32(h + 48, f32_bits(shape->rope_theta));
-    put_u32(h + 52, 0);
+    put_u32(h + 52, (uint32_t)shape->n_obs);
     memcpy(h + 56, w->shape.model, 64);
     put_u64(h + 120, total);
     st = w_bytes(w, h, sizeof h);
@@ -195,13 +196,22 @@ static locks_status w_floats(locks_dump_writer *w, const float *x, size_t n, int
 
 locks_status locks_dump_write_layer(locks_dump_writer *w, int32_t layer, const int32_t *pos,
                                     const float *k, const float *v, const float *q) {
+    return locks_dump_write_layer_obs(w, layer, pos, k, v, q, NULL);
+}
+
+locks_status locks_dump_write_layer_obs(locks_dump_writer *w, int32_t layer, const int32_t *pos,
+                                        const float *k, const float *v, const float *q,
+                                        const float *q_obs) {
     if (!w || !pos || !k || !v || !q || w->failed) return LOCKS_ERR_INVALID_ARG;
     const locks_dump_shape *s = &w->shape;
+    if ((s->n_obs > 0) != (q_obs != NULL)) return LOCKS_ERR_INVALID_ARG;
+    const size_t nobs = (size_t)s->n_obs * (size_t)s->n_q_heads * (size_t)s->head_dim;
     if (layer != w->next_layer || layer >= s->n_layers) return LOCKS_ERR_INVALID_ARG;
     size_t n_tok = (size_t)s->n_ctx + (size_t)s->n_steps;
     size_t nkv = n_tok * (size_t)s->n_kv_heads * (size_t)s->head_dim;
     size_t nq = (size_t)s->n_steps * (size_t)s->n_q_heads * (size_t)s->head_dim;
-    if (!all_finite(k, nkv) || !all_finite(v, nkv) || !all_finite(q, nq)) return LOCKS_ERR_NONFINITE;
+    if (!all_finite(k, nkv) || !all_finite(v, nkv) || !all_finite(q, nq) || (q_obs && !all_finite(q_obs, nobs)))
+        return LOCKS_ERR_NONFINITE;
     if (s->kv_dtype == LOCKS_DTYPE_F16) {
         /* keys/values that overflow fp16 would be stored as Inf: refuse them */
         for (size_t i = 0; i < nkv; i++)
@@ -219,6 +229,7 @@ locks_status locks_dump_write_layer(locks_dump_writer *w, int32_t layer, const i
     if (st == LOCKS_OK) st = w_floats(w, k, nkv, f16);
     if (st == LOCKS_OK) st = w_floats(w, v, nkv, f16);
     if (st == LOCKS_OK) st = w_floats(w, q, nq, 0);
+    if (st == LOCKS_OK && q_obs) st = w_floats(w, q_obs, nobs, 0);
     if (st != LOCKS_OK) return st;
     w->next_layer++;
     return LOCKS_OK;
@@ -242,7 +253,13 @@ locks_status locks_dump_writer_close(locks_dump_writer *w) {
 locks_status locks_dump_write_cache(const char *path, const locks_dump_shape *shape,
                                     const locks_cache *cache, int32_t seq_id,
                                     const int32_t *pos, const float *q) {
-    if (!path || !shape || !cache || !q) return LOCKS_ERR_INVALID_ARG;
+    return locks_dump_write_cache_obs(path, shape, cache, seq_id, pos, q, NULL);
+}
+
+locks_status locks_dump_write_cache_obs(const char *path, const locks_dump_shape *shape,
+                                        const locks_cache *cache, int32_t seq_id,
+                                        const int32_t *pos, const float *q, const float *q_obs) {
+    if (!path || !shape || !cache || !q || (shape->n_obs > 0) != (q_obs != NULL)) return LOCKS_ERR_INVALID_ARG;
     locks_status st = locks_dump_shape_check(shape);
     if (st != LOCKS_OK) return st;
     locks_cache_params cp = locks_cache_get_params(cache);
@@ -286,7 +303,8 @@ locks_status locks_dump_write_cache(const char *path, const locks_dump_shape *sh
                 }
             }
         }
-        st = locks_dump_write_layer(w, l, p, k, v, q + (size_t)l * nq);
+        const size_t nobs = (size_t)shape->n_obs * (size_t)shape->n_q_heads * (size_t)d;
+        st = locks_dump_write_layer_obs(w, l, p, k, v, q + (size_t)l * nq, q_obs ? q_obs + (size_t)l * nobs : NULL);
         if (st != LOCKS_OK) goto done;
     }
 done:
@@ -329,6 +347,7 @@ void locks_dump_free(locks_dump *d) {
     locks_free(d->k);
     locks_free(d->v);
     locks_free(d->q);
+    locks_free(d->q_obs);
     memset(d, 0, sizeof *d);
 }
 
@@ -369,7 +388,8 @@ locks_status locks_dump_load(const char *path, locks_dump *out) {
     s->n_ctx = (int32_t)get_u32(h + 32);
     s->n_steps = (int32_t)get_u32(h + 36);
     uint32_t dt = get_u32(h + 40);
-    if (dt > 1 || get_u32(h + 52) != 0) {
+    s->n_obs = (int32_t)get_u32(h + 52);
+    if (dt > 1 || get_u32(h + 52) > (uint32_t)INT32_MAX) {
         st = LOCKS_ERR_FORMAT;
         goto fail;
     }
@@ -405,8 +425,10 @@ locks_status locks_dump_load(const char *path, locks_dump *out) {
     d.k = locks_alloc(L * nkv, sizeof *d.k);
     d.v = locks_alloc(L * nkv, sizeof *d.v);
     d.q = locks_alloc(L * nq, sizeof *d.q);
+    const size_t nobs = (size_t)s->n_obs * (size_t)s->n_q_heads * (size_t)s->head_dim;
+    if (nobs) d.q_obs = locks_alloc(L * nobs, sizeof *d.q_obs);
     buf = locks_alloc(cap, 1);
-    if (!d.pos || !d.k || !d.v || !d.q || !buf) {
+    if (!d.pos || !d.k || !d.v || !d.q || (nobs && !d.q_obs) || !buf) {
         st = LOCKS_ERR_OOM;
         goto fail;
     }
@@ -429,6 +451,7 @@ locks_status locks_dump_load(const char *path, locks_dump *out) {
         st = r_floats(f, d.k + l * nkv, nkv, f16, buf, cap);
         if (st == LOCKS_OK) st = r_floats(f, d.v + l * nkv, nkv, f16, buf, cap);
         if (st == LOCKS_OK) st = r_floats(f, d.q + l * nq, nq, 0, buf, cap);
+        if (st == LOCKS_OK && nobs) st = r_floats(f, d.q_obs + l * nobs, nobs, 0, buf, cap);
         if (st != LOCKS_OK) goto fail;
     }
     fclose(f);
@@ -466,4 +489,9 @@ const float *locks_dump_q(const locks_dump *d, int32_t layer, int32_t step) {
         return NULL;
     size_t per = (size_t)d->shape.n_q_heads * (size_t)d->shape.head_dim;
     return d->q + ((size_t)layer * (size_t)d->shape.n_steps + (size_t)step) * per;
+}
+
+const float *locks_dump_q_obs(const locks_dump *d, int32_t layer) {
+    if (!d || !d->q_obs || layer < 0 || layer >= d->shape.n_layers) return NULL;
+    return d->q_obs + (size_t)layer * (size_t)d->shape.n_obs * (size_t)d->shape.n_q_heads * (size_t)d->shape.head_dim;
 }

@@ -26,7 +26,9 @@
  *     40     4  u32 kv_dtype     0 = f32, 1 = f16 (IEEE half) for keys and values
  *     44     4  f32 scale        the model's softmax scale (finite, > 0)
  *     48     4  f32 rope_theta   informative only (0 if unknown)
- *     52     4  u32 flags        0 (reserved)
+ *     52     4  u32 n_obs        observation-window queries per layer, 0 .. n_ctx (may
+ *                            be 0): the queries of the last n_obs prefill tokens, for
+ *                            prefill-time methods such as SnapKV (RocketKV's first stage)
  *     56    64  model name, NUL-padded UTF-8 (informative)
  *    120     8  u64 file_bytes   total size of the file; must match
  *
@@ -36,6 +38,7 @@
  *      K   [n_tok][Hkv][d]  kv_dtype    keys as the cache stores them (after RoPE)
  *      V   [n_tok][Hkv][d]  kv_dtype
  *      f32 Q[n_steps][Hq][d]            query of decode step s (after RoPE)
+ *      f32 Qobs[n_obs][Hq][d]           query of prefill token n_ctx - n_obs + i
  *
  *  Semantics of decode step s (0-based): the token at index n_ctx + s has been
  *  appended (its K/V written) and its queries Q[s] attend tokens [0, n_ctx + s]
@@ -66,6 +69,7 @@ typedef struct {
     int32_t n_layers, n_q_heads, n_kv_heads, head_dim;
     int32_t n_ctx;   /* prefill tokens */
     int32_t n_steps; /* decode steps */
+    int32_t n_obs;   /* observation-window queries (last prefill tokens), 0 .. n_ctx */
     locks_dtype kv_dtype; /* LOCKS_DTYPE_F32 or LOCKS_DTYPE_F16 on disk */
     float scale;
     float rope_theta;
@@ -79,6 +83,7 @@ typedef struct {
     float *k;     /* [n_layers][n_tok][Hkv][d] */
     float *v;     /* [n_layers][n_tok][Hkv][d] */
     float *q;     /* [n_layers][n_steps][Hq][d] */
+    float *q_obs; /* [n_layers][n_obs][Hq][d] (NULL when n_obs = 0) */
 } locks_dump;
 
 /* Checks a shape (ranges above); LOCKS_ERR_INVALID_ARG if it is not writable. */
@@ -97,10 +102,15 @@ typedef struct locks_dump_writer locks_dump_writer;
 locks_dump_writer *locks_dump_writer_open(const char *path, const locks_dump_shape *shape,
                                           locks_status *err);
 /* One layer: pos[n_tok], k/v [n_tok][Hkv][d] fp32, q [n_steps][Hq][d] fp32.
- * LOCKS_ERR_INVALID_ARG if layer is not the next one, LOCKS_ERR_NONFINITE for NaN/Inf
- * (nothing written), LOCKS_ERR_IO on a failed write. */
+ * LOCKS_ERR_INVALID_ARG if layer is not the next one (or the shape has n_obs > 0: use
+ * locks_dump_write_layer_obs), LOCKS_ERR_NONFINITE for NaN/Inf (nothing written),
+ * LOCKS_ERR_IO on a failed write. */
 locks_status locks_dump_write_layer(locks_dump_writer *w, int32_t layer, const int32_t *pos,
                                     const float *k, const float *v, const float *q);
+/* The same with the observation window q_obs [n_obs][Hq][d] (may be NULL iff n_obs = 0). */
+locks_status locks_dump_write_layer_obs(locks_dump_writer *w, int32_t layer, const int32_t *pos,
+                                        const float *k, const float *v, const float *q,
+                                        const float *q_obs);
 /* Flushes and closes; always frees w. */
 locks_status locks_dump_writer_close(locks_dump_writer *w);
 
@@ -108,10 +118,15 @@ locks_status locks_dump_writer_close(locks_dump_writer *w);
  * holds exactly n_ctx + n_steps tokens of it (keys/values read back from the cache's
  * fp16 pages, so shape->kv_dtype F16 is lossless). pos: [n_tok] (the same positions
  * for every layer; NULL means 0 .. n_tok-1); q: [n_layers][n_steps][Hq][d].
- * shape->n_kv_heads/head_dim/n_layers must match the cache. */
+ * shape->n_kv_heads/head_dim/n_layers must match the cache; shape->n_obs must be 0. */
 locks_status locks_dump_write_cache(const char *path, const locks_dump_shape *shape,
                                     const locks_cache *cache, int32_t seq_id,
                                     const int32_t *pos, const float *q);
+/* The same with the observation window q_obs [n_layers][n_obs][Hq][d] (may be NULL iff
+ * shape->n_obs = 0): the queries of the last n_obs prefill tokens of each layer. */
+locks_status locks_dump_write_cache_obs(const char *path, const locks_dump_shape *shape,
+                                        const locks_cache *cache, int32_t seq_id,
+                                        const int32_t *pos, const float *q, const float *q_obs);
 
 /* ---- reading --------------------------------------------------------------------- */
 
@@ -124,5 +139,7 @@ const int32_t *locks_dump_pos(const locks_dump *d, int32_t layer);
 const float *locks_dump_k(const locks_dump *d, int32_t layer);
 const float *locks_dump_v(const locks_dump *d, int32_t layer);
 const float *locks_dump_q(const locks_dump *d, int32_t layer, int32_t step);
+/* [n_obs][Hq][d] of one layer, NULL when the dump has no observation window. */
+const float *locks_dump_q_obs(const locks_dump *d, int32_t layer);
 
 #endif

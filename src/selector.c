@@ -65,6 +65,7 @@ locks_status locks_selector_prepare(locks_selector s, locks_cache *c, int32_t la
  * projections. */
 locks_status locks_selector_cache_init(locks_cache *c) {
     locks_status st = locks_sel_minmax_init(c);
+    if (st == LOCKS_OK) st = locks_sel_rocket_init(c);
     if (st == LOCKS_OK) st = locks_sel_shadow_init(c);
     if (st != LOCKS_OK) locks_selector_cache_free(c);
     return st;
@@ -72,11 +73,13 @@ locks_status locks_selector_cache_init(locks_cache *c) {
 
 void locks_selector_cache_free(locks_cache *c) {
     locks_sel_minmax_free(c);
+    locks_sel_rocket_free(c);
     locks_sel_shadow_free(c);
 }
 
 void locks_selector_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                 const float *k) {
     locks_sel_minmax_page_filled(c, layer, page, kv_head, k);
+    locks_sel_rocket_page_filled(c, layer, page, kv_head);
     locks_sel_shadow_page_filled(c, layer, page, kv_head, k);
 }

@@ -92,6 +92,10 @@ void locks_sel_quest_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float
                            int32_t ld);
 void locks_sel_rocket_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                             int32_t ld);
+/* rocket.c: SnapKV votes and evictions per (layer, KV head, page). */
+locks_status locks_sel_rocket_init(locks_cache *c);
+void locks_sel_rocket_free(locks_cache *c);
+void locks_sel_rocket_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head);
 /* shadow.c: landmarks per page, shared basis per (sequence, layer, KV head). */
 locks_status locks_sel_shadow_init(locks_cache *c);
 void locks_sel_shadow_free(locks_cache *c);

@@ -25,7 +25,7 @@ static float nrand(void) { return (float)tu_normal(); }
 typedef struct {
     locks_dump_shape s;
     int32_t *pos;
-    float *k, *v, *q; /* whole-dump arrays, layout as locks_dump */
+    float *k, *v, *q, *q_obs; /* whole-dump arrays, layout as locks_dump */
 } src_data;
 
 static void make_src(src_data *x, locks_dtype dt) {
@@ -37,6 +37,8 @@ static void make_src(src_data *x, locks_dtype dt) {
     s->head_dim = 8 * (1 + (int32_t)(urand() * 8));
     s->n_ctx = 1 + (int32_t)(urand() * 70);
     s->n_steps = 1 + (int32_t)(urand() * 5);
+    s->n_obs = urand() < 0.5 ? 0 : 1 + (int32_t)(urand() * (double)(s->n_ctx < 8 ? s->n_ctx : 8));
+    if (s->n_obs > s->n_ctx) s->n_obs = s->n_ctx;
     s->kv_dtype = dt;
     s->scale = 1.0f / sqrtf((float)s->head_dim);
     s->rope_theta = 10000.0f;
@@ -49,7 +51,10 @@ static void make_src(src_data *x, locks_dtype dt) {
     x->k = locks_alloc(L * nkv, sizeof(float));
     x->v = locks_alloc(L * nkv, sizeof(float));
     x->q = locks_alloc(L * nq, sizeof(float));
-    SETUP(x->pos && x->k && x->v && x->q);
+    size_t nobs = (size_t)s->n_obs * (size_t)s->n_q_heads * (size_t)s->head_dim;
+    x->q_obs = nobs ? locks_alloc(L * nobs, sizeof(float)) : NULL;
+    SETUP(x->pos && x->k && x->v && x->q && (!nobs || x->q_obs));
+    for (size_t i = 0; i < L * nobs; i++) x->q_obs[i] = 1.5f * nrand();
     for (size_t i = 0; i < L * n_tok; i++) x->pos[i] = (int32_t)(i % n_tok) + (int32_t)(urand() * 3) - 1;
     for (size_t i = 0; i < L * nkv; i++) {
         x->k[i] = 3.0f * nrand();
@@ -63,6 +68,7 @@ static void free_src(src_data *x) {
     locks_free(x->k);
     locks_free(x->v);
     locks_free(x->q);
+    locks_free(x->q_obs);
 }
 
 static locks_status write_src(const char *path, const src_data *x) {
@@ -74,8 +80,10 @@ static locks_status write_src(const char *path, const src_data *x) {
     locks_dump_writer *w = locks_dump_writer_open(path, s, &st);
     if (!w) return st;
     for (int32_t l = 0; l < s->n_layers; l++) {
-        st = locks_dump_write_layer(w, l, x->pos + (size_t)l * n_tok, x->k + (size_t)l * nkv,
-                                    x->v + (size_t)l * nkv, x->q + (size_t)l * nq);
+        size_t nobs = (size_t)s->n_obs * (size_t)s->n_q_heads * (size_t)s->head_dim;
+        st = locks_dump_write_layer_obs(w, l, x->pos + (size_t)l * n_tok, x->k + (size_t)l * nkv,
+                                        x->v + (size_t)l * nkv, x->q + (size_t)l * nq,
+                                        x->q_obs ? x->q_obs + (size_t)l * nobs : NULL);
         if (st != LOCKS_OK) {
             locks_dump_writer_close(w);
             return st;
@@ -133,6 +141,13 @@ static void test_round_trip(const char *path, locks_dtype dt) {
             size_t per = (size_t)s->n_q_heads * (size_t)s->head_dim;
             double e = cmp_arrays(x.q + (size_t)l * nq + (size_t)st_i * per, locks_dump_q(&d, l, st_i), per, 0, "q");
             if (e > eq) eq = e;
+        }
+        size_t nobs = (size_t)s->n_obs * (size_t)s->n_q_heads * (size_t)s->head_dim;
+        if (nobs) {
+            double e = cmp_arrays(x.q_obs + (size_t)l * nobs, locks_dump_q_obs(&d, l), nobs, 0, "q_obs");
+            if (e > eq) eq = e;
+        } else {
+            test_cond(locks_dump_q_obs(&d, l) == NULL, "no observation window -> NULL");
         }
         test_cond(isfinite(ek) && isfinite(ev) && eq == 0.0, "layer %d data: max err k %.3g v %.3g q %.3g",
                   (int)l, ek, ev, eq);
@@ -204,7 +219,8 @@ static void test_malformed(const char *good, const char *bad) {
         {36, (uint32_t)x.s.n_steps + 1u, "steps disagree with size"},
         {40, 7, "dtype"},
         {44, 0xff800000u, "scale -inf"},
-        {52, 1, "flags"},
+        {52, (uint32_t)x.s.n_obs + 1u, "n_obs disagrees with size"},
+        {52, (uint32_t)x.s.n_ctx + 1u, "n_obs > n_ctx"},
         {120, 12345, "file_bytes"},
     };
     for (size_t i = 0; i < sizeof pokes / sizeof pokes[0]; i++) {
@@ -226,7 +242,7 @@ static void test_malformed(const char *good, const char *bad) {
     size_t n_tok = (size_t)x.s.n_ctx + (size_t)x.s.n_steps;
     size_t esz = x.s.kv_dtype == LOCKS_DTYPE_F16 ? 2 : 4;
     size_t lb = 4 + 4 * n_tok + 2 * esz * n_tok * (size_t)x.s.n_kv_heads * (size_t)x.s.head_dim +
-                4 * (size_t)x.s.n_steps * (size_t)x.s.n_q_heads * (size_t)x.s.head_dim;
+                4 * (size_t)(x.s.n_steps + x.s.n_obs) * (size_t)x.s.n_q_heads * (size_t)x.s.head_dim;
     size_t koff = LOCKS_DUMP_HEADER_BYTES + (size_t)(x.s.n_layers - 1) * lb + 4 + 4 * n_tok;
     memcpy(m, b, n);
     if (esz == 2) {
@@ -261,9 +277,12 @@ static void test_writer_contract(const char *path) {
     SETUP(w);
     size_t n_tok = (size_t)x.s.n_ctx + (size_t)x.s.n_steps;
     x.k[n_tok / 2] = NAN;
-    test_cond(locks_dump_write_layer(w, 0, x.pos, x.k, x.v, x.q) == LOCKS_ERR_NONFINITE,
+    if (x.s.n_obs > 0)
+        test_cond(locks_dump_write_layer(w, 0, x.pos, x.k, x.v, x.q) == LOCKS_ERR_INVALID_ARG,
+                  "write_layer without the observation window the shape promises");
+    test_cond(locks_dump_write_layer_obs(w, 0, x.pos, x.k, x.v, x.q, x.q_obs) == LOCKS_ERR_NONFINITE,
               "writer refuses NaN");
-    test_cond(locks_dump_write_layer(w, 1, x.pos, x.k, x.v, x.q) == LOCKS_ERR_INVALID_ARG,
+    test_cond(locks_dump_write_layer_obs(w, 1, x.pos, x.k, x.v, x.q, x.q_obs) == LOCKS_ERR_INVALID_ARG,
               "writer refuses out-of-order layer");
     st = locks_dump_writer_close(w);
     test_cond(st == LOCKS_ERR_INVALID_ARG, "close after missing layers -> %s", locks_status_str(st));

@@ -17,8 +17,9 @@
  * of that step: mass coverage M(S), M(S)/M(S_oracle) (the float64 oracle of the same
  * budget and forced pages), oracle recall, output error and cosine, and the bytes the
  * step read (selector metadata + K/V of the attended tokens; dense K/V for reference),
- * counted per layer-step for the one sequence over all its KV heads. Results are the
- * mean over steps, per layer and over all layers.
+ * counted per layer-step for the one sequence over all its KV heads (as the decode
+ * step counts them: every full page's metadata, including pages SnapKV evicted).
+ * Results are the mean over steps, per layer and over all layers.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -36,6 +37,9 @@
 
 #define EVAL_MAX_BUDGETS 32
 #define EVAL_MAX_SELS 8
+/* The synthetic workload's observation window (the "last prefill queries" SnapKV
+ * needs): queries of steps SYNTH_OBS_STEP + i, fresh draws never replayed as steps. */
+#define SYNTH_OBS_STEP 1000000
 
 static void eval_usage(FILE *f) {
     fprintf(f,
@@ -54,9 +58,15 @@ static void eval_usage(FILE *f) {
             "    --heads HQ:HKV      query and KV heads (default 9:3, SmolLM2-135M)\n"
             "    --head-dim D        (default 64)\n"
             "    --seed N            (default 1)\n"
+            "    --write-dump FILE   only write the workload as a KV dump (context tokens of\n"
+            "                        prefill + --steps decode tokens with their queries)\n"
             "options:\n"
             "  --budgets LIST        token budgets (default 64,128,256,512,1024,2048)\n"
             "  --selectors LIST      (default oracle,locks,quest,rocket,shadow,shadow-lm)\n"
+            "  --snapkv F            add the row rocket+snapkv: RocketKV's SnapKV prefill\n"
+            "                        eviction first, keeping F x budget tokens (F >= 1), from\n"
+            "                        the dump's observation window (or --snap-window W\n"
+            "                        extra synthetic queries, default 32)\n"
             "  --rank R              summary rank, also shadow's basis rank and rocket's\n"
             "                        channel count (default 8)\n"
             "  --summary q|f32       LOCKS summary precision (default q, the deployed one)\n"
@@ -65,7 +75,8 @@ static void eval_usage(FILE *f) {
             "  --threads N           CPU threads (default 2)\n"
             "  --per-layer           print the per-layer tables too\n"
             "  --csv FILE            write every row (per layer and layer=all) as CSV\n"
-            "  --json                print JSON instead of tables\n"
+            "  --json                one JSON object per line and (selector, budget, layer)\n"
+            "                        (layer \"all\": the mean over layers), instead of tables\n"
             "plot: scripts/plot-eval.sh FILE.csv OUT.png\n");
 }
 
@@ -84,7 +95,15 @@ typedef struct {
     int32_t n_sink, n_recent, max_steps, threads;
     int per_layer, json;
     const char *csv;
+    const char *write_dump;
+    float snapkv;        /* > 0: add rocket+snapkv keeping snapkv x budget tokens */
+    int32_t snap_window; /* observation window of the synthetic workload */
+    int snap[EVAL_MAX_SELS]; /* 1: this row is rocket with SnapKV eviction */
 } eval_opts;
+
+static const char *sel_name(const eval_opts *o, int si) {
+    return o->snap[si] ? "rocket+snapkv" : locks_selector_name(o->sels[si]);
+}
 
 static int parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
     char *end;
@@ -137,6 +156,7 @@ static int parse_opts(int argc, char **argv, eval_opts *o) {
     o->n_recent = 1;
     o->max_steps = 1 << 30;
     o->threads = 2;
+    o->snap_window = 32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -159,6 +179,14 @@ static int parse_opts(int argc, char **argv, eval_opts *o) {
             o->dump = v;
         } else if (!strcmp(a, "--csv")) {
             o->csv = v;
+        } else if (!strcmp(a, "--snapkv")) {
+            char *end;
+            o->snapkv = strtof(v, &end);
+            ok = *end == '\0' && o->snapkv >= 1.0f && o->snapkv <= 1e6f;
+        } else if (!strcmp(a, "--snap-window")) {
+            ok = parse_int(v, 0, 1 << 16, &o->snap_window);
+        } else if (!strcmp(a, "--write-dump")) {
+            o->write_dump = v;
         } else if (!strcmp(a, "--context")) {
             ok = parse_int(v, LOCKS_PAGE, 1 << 24, &o->context);
         } else if (!strcmp(a, "--steps")) {
@@ -205,6 +233,76 @@ static int parse_opts(int argc, char **argv, eval_opts *o) {
         eval_usage(stderr);
         return 2;
     }
+    if (o->snapkv > 0.0f) {
+        if (o->n_sels == EVAL_MAX_SELS) {
+            fprintf(stderr, "locks eval: too many selectors\n");
+            return 2;
+        }
+        o->sels[o->n_sels] = LOCKS_SEL_ROCKET;
+        o->snap[o->n_sels++] = 1;
+    }
+    if (o->write_dump && !o->synthetic) {
+        fprintf(stderr, "locks eval: --write-dump needs --synthetic\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Writes the synthetic workload as a dump: one generator per layer (seed + layer) over
+ * context + steps tokens; the first `context` are the prefill, token context + s is
+ * decode step s, whose queries are the generator's query of step s. */
+static int write_synthetic_dump(const eval_opts *o) {
+    locks_dump_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = o->layers;
+    sh.n_q_heads = o->hq;
+    sh.n_kv_heads = o->hkv;
+    sh.head_dim = o->d;
+    sh.n_ctx = o->context;
+    sh.n_steps = o->steps;
+    sh.n_obs = o->snap_window < o->context ? o->snap_window : o->context;
+    sh.kv_dtype = LOCKS_DTYPE_F16;
+    sh.scale = 1.0f / sqrtf((float)o->d);
+    snprintf(sh.model, sizeof sh.model, "synthetic seed %llu", (unsigned long long)o->seed);
+    const int32_t n_tok = o->context + o->steps;
+    const size_t row = (size_t)o->hkv * (size_t)o->d, qn = (size_t)o->hq * (size_t)o->d;
+    float *k = locks_alloc((size_t)n_tok * row, sizeof *k), *v = locks_alloc((size_t)n_tok * row, sizeof *v);
+    float *q = locks_alloc((size_t)o->steps * qn, sizeof *q);
+    float *q_obs = locks_alloc((size_t)(sh.n_obs > 0 ? sh.n_obs : 1) * qn, sizeof *q_obs);
+    int32_t *pos = locks_alloc((size_t)n_tok, sizeof *pos);
+    locks_status st = LOCKS_ERR_OOM;
+    locks_dump_writer *w = NULL;
+    if (!k || !v || !q || !q_obs || !pos) goto done;
+    for (int32_t t = 0; t < n_tok; t++) pos[t] = t;
+    w = locks_dump_writer_open(o->write_dump, &sh, &st);
+    for (int32_t l = 0; w && l < o->layers; l++) {
+        locks_synth_params sp = locks_synth_default_params(o->hkv, o->hq, o->d, n_tok, o->seed + 1000003u * (uint64_t)l);
+        locks_synth *sy = locks_synth_init(sp, &st);
+        if (!sy) break;
+        st = locks_synth_kv(sy, 0, n_tok, k, v);
+        for (int32_t s = 0; st == LOCKS_OK && s < o->steps; s++) st = locks_synth_query(sy, s, q + (size_t)s * qn);
+        for (int32_t i = 0; st == LOCKS_OK && i < sh.n_obs; i++)
+            st = locks_synth_query(sy, SYNTH_OBS_STEP + i, q_obs + (size_t)i * qn);
+        locks_synth_free(sy);
+        if (st == LOCKS_OK) st = locks_dump_write_layer_obs(w, l, pos, k, v, q, sh.n_obs > 0 ? q_obs : NULL);
+        if (st != LOCKS_OK) break;
+    }
+    if (w) {
+        locks_status cst = locks_dump_writer_close(w);
+        if (st == LOCKS_OK) st = cst;
+    }
+done:
+    locks_free(k);
+    locks_free(v);
+    locks_free(q);
+    locks_free(q_obs);
+    locks_free(pos);
+    if (st != LOCKS_OK) {
+        fprintf(stderr, "locks eval: writing %s: %s\n", o->write_dump, locks_status_str(st));
+        return 1;
+    }
+    fprintf(stderr, "locks eval: wrote %s (%d layers, %d + %d tokens)\n", o->write_dump, (int)o->layers,
+            (int)o->context, (int)o->steps);
     return 0;
 }
 
@@ -251,7 +349,7 @@ static locks_status write_dump_tokens(eval_state *e, locks_cache *c, int32_t seq
 }
 
 static int run_replay(eval_state *e) {
-    const eval_opts *o = &e->o;
+    const eval_opts *o = &e->o; /* e->o.n_sels may drop the snapkv row below */
     int rc = 1;
     locks_cache *c = NULL;
     float *q = NULL, *out = NULL;
@@ -288,6 +386,30 @@ static int run_replay(eval_state *e) {
         for (int32_t l = 0; l < e->L; l++) EVAL_TRY(locks_synth_fill(e->synth[l], c, seq, l, o->threads));
     }
     EVAL_TRY(locks_cache_shadow_fit(c, seq)); /* end of prefill: shadow's shared basis */
+    if (o->snapkv > 0.0f) { /* end of prefill: SnapKV's votes from the observation window */
+        const int32_t n_obs = o->dump ? e->dump.shape.n_obs : (o->snap_window < e->n_ctx ? o->snap_window : e->n_ctx);
+        if (n_obs < 1) { /* drop the row rather than the whole sweep */
+            fprintf(stderr, "locks eval: this dump has no observation window: no rocket+snapkv row\n");
+            e->o.n_sels--;
+            e->o.snap[e->o.n_sels] = 0;
+            o = &e->o;
+            goto snap_done;
+        }
+        float *q_obs = locks_alloc((size_t)n_obs * (size_t)e->Hq * (size_t)e->d, sizeof *q_obs);
+        if (!q_obs) goto fail;
+        for (int32_t l = 0; l < e->L; l++) {
+            st = LOCKS_OK;
+            if (o->dump)
+                memcpy(q_obs, locks_dump_q_obs(&e->dump, l), (size_t)n_obs * (size_t)e->Hq * (size_t)e->d * sizeof *q_obs);
+            for (int32_t i = 0; !o->dump && st == LOCKS_OK && i < n_obs; i++)
+                st = locks_synth_query(e->synth[l], SYNTH_OBS_STEP + i, q_obs + (size_t)i * (size_t)e->Hq * (size_t)e->d);
+            if (st == LOCKS_OK) st = locks_cache_snapkv_observe(c, seq, l, q_obs, n_obs, e->Hq, e->scale);
+            if (st != LOCKS_OK) break;
+        }
+        locks_free(q_obs);
+        EVAL_TRY(st);
+    }
+snap_done:
     if (!o->json) fprintf(stderr, "locks eval: prefill of %d tokens x %d layers in %.1f s\n", (int)e->n_ctx,
                           (int)e->L, (locks_now_ms() - t0) / 1000.0);
 
@@ -325,7 +447,9 @@ static int run_replay(eval_state *e) {
                     p.n_recent = o->n_recent;
                     p.scale = e->scale;
                     locks_step_stats stats;
+                    if (o->snap[si]) EVAL_TRY(locks_cache_snapkv_keep(c, seq, l, (int32_t)(o->snapkv * (float)B)));
                     st = locks_decode_step(c, l, &seq, 1, q, e->Hq, &p, out, &sel, &stats);
+                    if (o->snap[si]) EVAL_TRY(locks_cache_snapkv_keep(c, seq, l, 0));
                     if (st == LOCKS_ERR_BUDGET) continue; /* budget below the forced pages */
                     EVAL_TRY(st);
                     locks_sel_metrics m;
@@ -410,57 +534,59 @@ static eval_acc acc_mean(eval_state *e, int si, int bi, int l) {
 static void print_table(eval_state *e, int l) {
     if (l < 0) printf("\nAveraged over %d layers and the steps:\n", (int)e->L);
     else printf("\nLayer %d:\n", l);
-    printf("%7s %-10s %9s %9s %8s %9s %8s %11s %11s %8s%s\n", "budget", "selector", "coverage", "cov/orcl",
+    printf("%7s %-13s %9s %9s %8s %9s %8s %11s %11s %8s%s\n", "budget", "selector", "coverage", "cov/orcl",
            "recall", "out_err", "cosine", "meta B/st", "kv B/st", "/dense", e->synth ? "  carrier" : "");
     for (int bi = 0; bi < e->o.n_budgets; bi++) {
         for (int si = 0; si < e->o.n_sels; si++) {
             eval_acc r = acc_mean(e, si, bi, l);
             if (r.n == 0) {
-                printf("%7d %-10s   (budget below the forced pages)\n", (int)e->o.budgets[bi],
-                       locks_selector_name(e->o.sels[si]));
+                printf("%7d %-13s   (budget below the forced pages)\n", (int)e->o.budgets[bi],
+                       sel_name(&e->o, si));
                 continue;
             }
-            printf("%7d %-10s %9.4f %9.4f %8.4f %9.4f %8.4f %11.0f %11.0f %8.4f", (int)e->o.budgets[bi],
-                   locks_selector_name(e->o.sels[si]), r.cov, r.ratio, r.recall, r.err, r.cosine, r.meta, r.kv,
+            printf("%7d %-13s %9.4f %9.4f %8.4f %9.4f %8.4f %11.0f %11.0f %8.4f", (int)e->o.budgets[bi],
+                   sel_name(&e->o, si), r.cov, r.ratio, r.recall, r.err, r.cosine, r.meta, r.kv,
                    (r.meta + r.kv) / r.dense);
-            if (e->synth) printf("  %7.3f", locks_metrics_carrier_recall(&r.car));
+            if (e->synth) {
+                double cr = locks_metrics_carrier_recall(&r.car);
+                if (cr < 0) printf("  %7s", "-"); /* the oracle never picked a needle page */
+                else printf("  %7.3f", cr);
+            }
             printf("\n");
         }
     }
 }
 
-static void json_row(eval_state *e, int si, int bi, int l, int *first) {
+/* One JSON object per line and (selector, budget, layer), flat, as `locks bench --json`. */
+static void json_row(eval_state *e, int si, int bi, int l) {
+    const eval_opts *o = &e->o;
     eval_acc r = acc_mean(e, si, bi, l);
     if (r.n == 0) return;
-    printf("%s\n    {\"selector\": \"%s\", \"budget\": %d, \"layer\": ", *first ? "" : ",",
-           locks_selector_name(e->o.sels[si]), (int)e->o.budgets[bi]);
-    if (l < 0) printf("\"all\"");
-    else printf("%d", l);
-    printf(", \"coverage\": %.6f, \"oracle_coverage\": %.6f, \"coverage_rel\": %.6f, \"recall\": %.6f, "
-           "\"out_err\": %.6f, \"cosine\": %.6f, \"tokens\": %.1f, \"bytes_meta\": %.0f, \"bytes_kv\": %.0f, "
-           "\"bytes_dense\": %.0f, \"samples\": %lld",
-           r.cov, r.ocov, r.ratio, r.recall, r.err, r.cosine, r.tokens, r.meta, r.kv, r.dense, (long long)r.n);
-    if (e->synth) printf(", \"carrier_recall\": %.6f", locks_metrics_carrier_recall(&r.car));
-    printf("}");
-    *first = 0;
+    printf("{\"command\":\"eval\",\"source\":\"%s\",\"model\":\"%s\",", o->dump ? "dump" : "synthetic", e->model);
+    if (o->dump) printf("\"dump\":\"%s\",", o->dump);
+    else printf("\"seed\":%llu,", (unsigned long long)o->seed);
+    printf("\"layers\":%d,\"hq\":%d,\"hkv\":%d,\"head_dim\":%d,\"context\":%d,\"steps\":%d,\"rank\":%d,"
+           "\"summary\":\"%s\",\"n_sink\":%d,\"n_recent\":%d,\"selector\":\"%s\",\"budget\":%d,\"layer\":",
+           (int)e->L, (int)e->Hq, (int)e->Hkv, (int)e->d, (int)e->n_ctx,
+           (int)(e->n_steps < o->max_steps ? e->n_steps : o->max_steps), (int)o->rank,
+           o->prec == LOCKS_SUMMARY_Q ? "q" : "f32", (int)o->n_sink, (int)o->n_recent,
+           sel_name(o, si), (int)o->budgets[bi]);
+    if (l < 0) printf("\"all\",");
+    else printf("%d,", l);
+    printf("\"mass_coverage\":%.8g,\"oracle_mass_coverage\":%.8g,\"coverage_ratio\":%.8g,\"oracle_recall\":%.8g,"
+           "\"output_rel_err\":%.8g,\"cosine\":%.8g,\"tokens\":%.6g,\"bytes_meta\":%.0f,\"bytes_kv\":%.0f,"
+           "\"bytes_dense\":%.0f,\"bytes_step\":%.0f,\"samples\":%lld,\"carrier_recall\":",
+           r.cov, r.ocov, r.ratio, r.recall, r.err, r.cosine, r.tokens, r.meta, r.kv, r.dense, r.meta + r.kv,
+           (long long)r.n);
+    double cr = e->synth ? locks_metrics_carrier_recall(&r.car) : -1.0;
+    if (cr < 0) printf("null}\n");
+    else printf("%.8g}\n", cr);
 }
 
 static void print_json(eval_state *e) {
-    const eval_opts *o = &e->o;
-    printf("{\n  \"command\": \"eval\",\n  \"source\": \"%s\",\n", o->dump ? "dump" : "synthetic");
-    if (o->dump) printf("  \"dump\": \"%s\",\n", o->dump);
-    else printf("  \"seed\": %llu,\n", (unsigned long long)o->seed);
-    printf("  \"model\": \"%s\",\n  \"shape\": {\"layers\": %d, \"n_q_heads\": %d, \"n_kv_heads\": %d, "
-           "\"head_dim\": %d, \"context\": %d, \"steps\": %d, \"scale\": %.6g},\n",
-           e->model, (int)e->L, (int)e->Hq, (int)e->Hkv, (int)e->d, (int)e->n_ctx,
-           (int)(e->n_steps < o->max_steps ? e->n_steps : o->max_steps), (double)e->scale);
-    printf("  \"rank\": %d,\n  \"summary\": \"%s\",\n  \"n_sink\": %d,\n  \"n_recent\": %d,\n  \"rows\": [",
-           (int)o->rank, o->prec == LOCKS_SUMMARY_Q ? "q" : "f32", (int)o->n_sink, (int)o->n_recent);
-    int first = 1;
     for (int l = -1; l < e->L; l++)
-        for (int bi = 0; bi < o->n_budgets; bi++)
-            for (int si = 0; si < o->n_sels; si++) json_row(e, si, bi, l, &first);
-    printf("\n  ]\n}\n");
+        for (int bi = 0; bi < e->o.n_budgets; bi++)
+            for (int si = 0; si < e->o.n_sels; si++) json_row(e, si, bi, l);
 }
 
 static int write_csv(eval_state *e, const char *path) {
@@ -476,7 +602,7 @@ static int write_csv(eval_state *e, const char *path) {
             for (int si = 0; si < e->o.n_sels; si++) {
                 eval_acc r = acc_mean(e, si, bi, l);
                 if (r.n == 0) continue;
-                fprintf(f, "%s,%d,", locks_selector_name(e->o.sels[si]), (int)e->o.budgets[bi]);
+                fprintf(f, "%s,%d,", sel_name(&e->o, si), (int)e->o.budgets[bi]);
                 if (l < 0) fprintf(f, "all,");
                 else fprintf(f, "%d,", l);
                 fprintf(f, "%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.1f,%.0f,%.0f,%.0f,%lld,%.6f\n", r.cov, r.ratio, r.ocov,
@@ -494,6 +620,7 @@ int cmd_eval(int argc, char **argv) {
     int pr = parse_opts(argc, argv, &e.o);
     if (pr) return pr == 1 ? 0 : 2;
     const eval_opts *o = &e.o;
+    if (o->write_dump) return write_synthetic_dump(o);
     int rc = 1;
     if (o->dump) {
         locks_status st = locks_dump_load(o->dump, &e.dump);

@@ -6,6 +6,7 @@
  * reading only the summary (DESIGN.md §1). V_j^T q is computed once per query head and
  * page and reused for the 16 coefficient rows.
  */
+#include <math.h>
 #include <string.h>
 
 #include "selector.h"
@@ -33,10 +34,211 @@ static void score_page_f32(const locks_sel_ctx *x, const float *mu, const float 
     }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define LOCKS_X86 1
+#include <immintrin.h>
+
+/* Queries of one group prepared for integer dot products with the quantized summary:
+ * q_g ~= qs[g] * qi[g] with qi int8 in [-127, 127]; qp[g] the same values reordered to
+ * meet packed int4 rows: for each 32-byte chunk ch of a row (64 elements), the 32 even
+ * elements ch*64 + 2b at qp + ch*32 + b, the 32 odd ones at qp + d/2 + ch*32 + b. */
+typedef struct {
+    int8_t qi[LOCKS_MAX_HEAD_DIM] __attribute__((aligned(32)));
+    int8_t qp[LOCKS_MAX_HEAD_DIM] __attribute__((aligned(32)));
+    float qs;
+    int32_t qsum; /* sum of qi: the int4 rows are read as unsigned nib + 8 */
+} q8;
+
+static void q8_prepare(const float *q, int32_t d, q8 *o) {
+    float amax = 0.0f;
+    for (int32_t c = 0; c < d; c++) amax = fabsf(q[c]) > amax ? fabsf(q[c]) : amax;
+    o->qs = amax > 0.0f ? amax / 127.0f : 1.0f;
+    const float inv = 1.0f / o->qs;
+    o->qsum = 0;
+    for (int32_t c = 0; c < d; c++) {
+        int32_t v = (int32_t)lrintf(q[c] * inv);
+        v = v > 127 ? 127 : v < -127 ? -127 : v;
+        o->qi[c] = (int8_t)v;
+        o->qsum += v;
+    }
+    for (int32_t ch = 0; ch < d / 64; ch++)
+        for (int32_t b = 0; b < 32; b++) {
+            o->qp[ch * 32 + b] = o->qi[ch * 64 + 2 * b];
+            o->qp[d / 2 + ch * 32 + b] = o->qi[ch * 64 + 2 * b + 1];
+        }
+}
+
+/* 8 int32 vectors -> one vector of their 8 horizontal sums (lane k = sum of v[k]). */
+__attribute__((target("avx2"))) static __m256i hsum8_epi32(const __m256i *v) {
+    __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i c = _mm256_hadd_epi32(v[4], v[5]), e = _mm256_hadd_epi32(v[6], v[7]);
+    a = _mm256_hadd_epi32(a, b);
+    c = _mm256_hadd_epi32(c, e);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20), _mm256_permute2x128_si256(a, c, 0x31));
+}
+
+/* Same for floats. */
+__attribute__((target("avx2"))) static __m256 hsum8_ps(const __m256 *v) {
+    __m256 a = _mm256_hadd_ps(v[0], v[1]), b = _mm256_hadd_ps(v[2], v[3]);
+    __m256 c = _mm256_hadd_ps(v[4], v[5]), e = _mm256_hadd_ps(v[6], v[7]);
+    a = _mm256_hadd_ps(a, b);
+    c = _mm256_hadd_ps(c, e);
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, c, 0x20), _mm256_permute2f128_ps(a, c, 0x31));
+}
+
+__attribute__((target("avx2"))) static int32_t hsum_epi32(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+    return _mm_cvtsi128_si32(x);
+}
+
+__attribute__((target("avx2"))) static float hmax_ps(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+/* Quantized summaries, r = 8, d a multiple of 64. Per page, the summary is unpacked
+ * once into registers / L1 (nibbles as unsigned bytes, |mu|, the columns of C as
+ * floats) and reused by every head of the group:
+ *   V^T q   int8 x uint4 dot products (maddubs), corrected for the +8 nibble offset;
+ *   q . mu  int8 x int8 dot products;
+ *   logits  sum_k z[k] C[:, k] by FMAs on columns of C, z = (V^T q) * scales.
+ * C is stored row-major [16][8]; read as dwords, byte b of every dword is column b
+ * (even lanes) or 4 + b (odd lanes) of some rows, so shifts give the columns without
+ * shuffles; the row order inside the logit vectors is permuted, which the page
+ * log-sum-exp does not see. The LSE uses one max per head and block of pages (pages
+ * 87 below the block's best get mass ~0 anyway) and one batched exp and log. */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
+score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1, float *scores,
+              int32_t ld, const int32_t nch /* d / 64: a constant in each caller */) {
+    const int32_t d = nch * 64, G = x->group, half = d / 2;
+    int32_t qblock = (256 / G) & ~7; /* pages per exp/log batch: multiple of 8, <= 32 */
+    qblock = qblock < 8 ? 8 : qblock > 32 ? 32 : qblock;
+    q8 qq[64];
+    for (int32_t g = 0; g < G; g++) q8_prepare(x->q + (size_t)g * d, d, &qq[g]);
+    const __m256i mask4 = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x88);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    const __m256 vscale = _mm256_set1_ps(x->scale);
+    __m256i zidx[4];
+    for (int32_t b = 0; b < 4; b++) zidx[b] = _mm256_setr_epi32(b, 4 + b, b, 4 + b, b, 4 + b, b, 4 + b);
+    __m256i nib[8][8];        /* [k][2 * nch]: row k's low nibbles then high nibbles, + 8 */
+    __m256 ccol[4][4];        /* [m][b]: rows 4m..4m+3, column b (even lanes) / 4 + b (odd) */
+    __m256i mabs[8], msgn[8]; /* |mu| and mu, 32 bytes per chunk */
+    static const float pad[P] = {0};
+    float lg[512][P];         /* [g * nbp + page]: scaled logits, then exp(logit - max) */
+    for (int32_t b0 = j0; b0 < j1; b0 += qblock) {
+        const int32_t b1 = b0 + qblock < j1 ? b0 + qblock : j1, nb = b1 - b0, nbp = (nb + 7) & ~7;
+        for (int32_t j = b0; j < b1; j++) {
+            const size_t p = (size_t)x->table[j];
+            const uint8_t *vq = a.v_q + p * 8 * half;
+            for (int32_t k = 0; k < 8; k++)
+                for (int32_t ch = 0; ch < nch; ch++) {
+                    __m256i bytes = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(vq + k * half + ch * 32)), flip);
+                    nib[k][ch] = _mm256_and_si256(bytes, mask4);
+                    nib[k][nch + ch] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask4);
+                }
+            const int8_t *cq = a.c_q + p * P * 8;
+            for (int32_t m = 0; m < 4; m++) {
+                __m256i rows = _mm256_loadu_si256((const __m256i *)(cq + m * 32));
+                ccol[m][0] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 24), 24));
+                ccol[m][1] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 16), 24));
+                ccol[m][2] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 8), 24));
+                ccol[m][3] = _mm256_cvtepi32_ps(_mm256_srai_epi32(rows, 24));
+            }
+            const int8_t *muq = a.mu_q + p * d;
+            for (int32_t ch = 0; ch < d / 32; ch++) {
+                msgn[ch] = _mm256_loadu_si256((const __m256i *)(muq + ch * 32));
+                mabs[ch] = _mm256_abs_epi8(msgn[ch]);
+            }
+            const __m256 vc = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.v_s + p * 8))),
+                                            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.c_s + p * 8))));
+            const float mus = locks_f16_to_f32(a.mu_s[p]) * x->scale;
+            for (int32_t g = 0; g < G; g++) {
+                const q8 *qg = &qq[g];
+                __m256i yk[8];
+                for (int32_t k = 0; k < 8; k++) {
+                    __m256i s16 = _mm256_setzero_si256();
+                    for (int32_t ch = 0; ch < nch; ch++) {
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32))));
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32))));
+                    }
+                    yk[k] = _mm256_madd_epi16(s16, ones16);
+                }
+                __m256 y = _mm256_sub_ps(_mm256_cvtepi32_ps(hsum8_epi32(yk)), _mm256_set1_ps(8.0f * (float)qg->qsum));
+                __m256 z = _mm256_mul_ps(_mm256_mul_ps(y, _mm256_set1_ps(qg->qs)), vc);
+                __m256 zb[4], t[4];
+                for (int32_t b = 0; b < 4; b++) zb[b] = _mm256_permutevar8x32_ps(z, zidx[b]);
+                for (int32_t m = 0; m < 4; m++) {
+                    __m256 acc = _mm256_mul_ps(ccol[m][0], zb[0]);
+                    acc = _mm256_fmadd_ps(ccol[m][1], zb[1], acc);
+                    acc = _mm256_fmadd_ps(ccol[m][2], zb[2], acc);
+                    t[m] = _mm256_fmadd_ps(ccol[m][3], zb[3], acc);
+                }
+                __m256i macc = _mm256_setzero_si256();
+                for (int32_t ch = 0; ch < d / 32; ch++) {
+                    __m256i qv = _mm256_load_si256((const __m256i *)(qg->qi + ch * 32));
+                    macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(mabs[ch], _mm256_sign_epi8(qv, msgn[ch])), ones16));
+                }
+                const __m256 qmu = _mm256_set1_ps((float)hsum_epi32(macc) * qg->qs * mus);
+                float *row = lg[g * nbp + (j - b0)];
+                _mm256_storeu_ps(row, _mm256_fmadd_ps(_mm256_hadd_ps(t[0], t[1]), vscale, qmu));
+                _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(_mm256_hadd_ps(t[2], t[3]), vscale, qmu));
+            }
+        }
+        for (int32_t g = 0; g < G; g++) {
+            float(*rows)[P] = &lg[g * nbp];
+            __m256 vmx = _mm256_set1_ps(-INFINITY);
+            for (int32_t jj = 0; jj < nb; jj++)
+                vmx = _mm256_max_ps(vmx, _mm256_max_ps(_mm256_loadu_ps(rows[jj]), _mm256_loadu_ps(rows[jj] + 8)));
+            const float mx = hmax_ps(vmx);
+            vmx = _mm256_set1_ps(mx);
+            for (int32_t jj = 0; jj < nb; jj++) {
+                _mm256_storeu_ps(rows[jj], _mm256_sub_ps(_mm256_loadu_ps(rows[jj]), vmx));
+                _mm256_storeu_ps(rows[jj] + 8, _mm256_sub_ps(_mm256_loadu_ps(rows[jj] + 8), vmx));
+            }
+            for (int32_t jj = nb; jj < nbp; jj++) memcpy(rows[jj], pad, sizeof pad);
+            locks_exp_n(&rows[0][0], (size_t)nbp * P);
+            float sums[32];
+            for (int32_t jj = 0; jj < nbp; jj += 8) {
+                __m256 v[8];
+                for (int32_t i = 0; i < 8; i++) v[i] = _mm256_add_ps(_mm256_loadu_ps(rows[jj + i]), _mm256_loadu_ps(rows[jj + i] + 8));
+                _mm256_storeu_ps(sums + jj, _mm256_max_ps(hsum8_ps(v), _mm256_set1_ps(1e-30f)));
+            }
+            locks_log_n(sums, (size_t)nbp);
+            float *srow = scores + (size_t)g * ld + b0;
+            for (int32_t jj = 0; jj < nb; jj++) srow[jj] = sums[jj] + mx;
+        }
+    }
+}
+
+/* One copy of the kernel per head dim, so the chunk loops are unrolled. */
+__attribute__((target("avx2,fma,f16c"))) static void score_q8_avx2(const locks_sel_ctx *x,
+                                                                   locks_sum_arrays a, int32_t j0,
+                                                                   int32_t j1, float *scores,
+                                                                   int32_t ld) {
+    switch (x->c->d) {
+    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1); break;
+    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2); break;
+    default: score_q8_body(x, a, j0, j1, scores, ld, 4); break; /* 256 */
+    }
+}
+#endif
+
 void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                            int32_t ld) {
     const int32_t d = x->c->d, r = x->c->r;
     locks_sum_arrays a = locks_cache_summaries(x->c, x->layer, x->kv_head);
+#ifdef LOCKS_X86
+    if (x->c->p.summary_prec == LOCKS_SUMMARY_Q && r == 8 && (d == 64 || d == 128 || d == 256) &&
+        x->group <= 64 &&
+        locks_have_avx2()) {
+        score_q8_avx2(x, a, j0, j1, scores, ld);
+        return;
+    }
+#endif
     if (x->c->p.summary_prec == LOCKS_SUMMARY_F32) {
         for (int32_t j = j0; j < j1; j++) {
             size_t p = (size_t)x->table[j];
