@@ -219,6 +219,26 @@ locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
     return LOCKS_OK;
 }
 
+locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
+    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    locks_seq *s = &c->seqs[seq_id];
+    if (len < 0 || len > s->len) return LOCKS_ERR_INVALID_ARG;
+    int32_t keep = (len + P - 1) / P;
+    /* push back in reverse, as seq_remove does */
+    for (int32_t i = s->n_pages - 1; i >= keep; i--) c->free_list[c->n_free++] = s->table[i];
+    s->n_pages = keep;
+    s->len = len;
+    /* The last kept page forgets its slots past len: it is partial again (no selector
+     * reads the summary of a page that is not full) until a write fills it, which
+     * rebuilds the summary and the selectors' page metadata. */
+    if (len % P) {
+        uint16_t mask = (uint16_t)((1u << (len % P)) - 1u);
+        int32_t page = s->table[keep - 1];
+        for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] &= mask;
+    }
+    return LOCKS_OK;
+}
+
 int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
     const locks_seq *s = locks_cache_seq(c, seq_id);
     return s ? s->len : -1;
