@@ -183,7 +183,7 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
             }
             const __m256 vc = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.v_s + p * 8))),
                                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.c_s + p * 8))));
-            const float mus = locks_f16_to_f32(a.mu_s[p]) * x->scale * 1.44269504f;
+            const float mus = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(a.mu_s[p]))) * x->scale * 1.44269504f;
             for (int32_t g = 0; g < G; g++) {
                 const q8 *qg = &qq[g];
                 __m256i yk[8];
