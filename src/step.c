@@ -14,6 +14,7 @@
 #include "decode.h"
 #include "selector.h"
 #include "util.h"
+#include "vmath.h"
 
 enum { P = LOCKS_PAGE };
 
@@ -37,6 +38,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
     if (layer < 0 || layer >= c->p.n_layers || n_q_heads < H || n_q_heads % H != 0 ||
         !locks_selector_available(p->selector))
         return LOCKS_ERR_INVALID_ARG;
+    if (n_q_heads / H > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
     int32_t max_pages = 0;
     size_t n_scores = 0, n_mass = 0;
     for (int32_t i = 0; i < n_seqs; i++) {

@@ -421,8 +421,38 @@ static void test_bad(const buf *good, const layout *lay) {
     printf("random corruption: %d of 3000 still parsed (all without overreads)\n", ok);
 }
 
+/* matmul_quantize (AVX2 or portable, whichever runs) against the formula: d = amax / 127,
+ * q = round-half-even(x / d) computed as x * (1 / d), sum = sum q. */
+static void test_quantize(void) {
+    enum { NB = 40 };
+    float x[NB * 32];
+    tu_fill_normal(x, NB * 32, 2.0);
+    x[5] = 0.5f * 127.0f / 127.0f; /* ties and exact values */
+    for (int j = 32; j < 64; j++) x[j] = 0.0f; /* an all-zero block: d = 0, q = 0 */
+    x[64] = -300.0f;                          /* an outlier block */
+    matmul_q8 q[NB];
+    matmul_quantize(x, 2, NB * 16, q); /* 2 rows of 20 blocks: same as 40 blocks */
+    int bad = 0;
+    for (int b = 0; b < NB; b++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int32_t r = (int32_t)lrintf(x[b * 32 + j] * id);
+            sum += r;
+            if (q[b].q[j] != r && bad++ < 4)
+                fprintf(stderr, "  block %d[%d]: q %d, want %d\n", b, j, q[b].q[j], r);
+        }
+        if ((q[b].d != d || q[b].sum != sum) && bad++ < 4)
+            fprintf(stderr, "  block %d: d %g sum %d, want %g %d\n", b, (double)q[b].d, q[b].sum, (double)d, sum);
+    }
+    test_cond(bad == 0, "matmul_quantize: %d mismatches", bad);
+}
+
 int main(void) {
     tu_seed("test_gguf");
+    test_quantize();
     matmul_init_tables();
     static double ref[N_T][ROWS * COLS];
     layout lay = {0};

@@ -5,7 +5,10 @@
  *     pass over the dequantized GGUF weights (tests/data/smollm2_logits_ref.h, made by
  *     scripts/logits_reference.py). fp32-activation mode must match to float/fp16-KV
  *     rounding; the default int8-activation mode to its quantization error, same top-1.
- *  2. Golden greedy decoding: fixed prompts give the recorded token ids (full attention).
+ *  2. Golden greedy decoding: fixed prompts give the recorded token ids (full attention,
+ *     fp32 activations: the path that agrees with the float64 reference to ~1e-3, so the
+ *     recorded ids do not hinge on rounding; the int8-activation path can flip close
+ *     calls when an unrelated summation order changes).
  *  3. Consistency: prefill logits == token-by-token decode logits; a cloned context
  *     decodes like the original; selector `locks` with budget >= context gives exactly
  *     the tokens and logits of `full` on a multi-page prompt.
@@ -102,7 +105,7 @@ static char *long_prompt(void) {
     size_t cap = 16384, len = 0;
     char *s = malloc(cap);
     len += (size_t)snprintf(s + len, cap - len, "Here is a list of lockers and the color of each one.\n");
-    for (int i = 1; i <= 12; i++)
+    for (int i = 1; i <= 9; i++)
         len += (size_t)snprintf(s + len, cap - len, "Locker %d is painted %s and holds %d books.\n", i,
                                 colors[(i * 5) % 8], (i * 37) % 50 + 3);
     snprintf(s + len, cap - len, "Question: what color is locker 7? Answer: Locker 7 is painted");
@@ -162,16 +165,17 @@ int main(void) {
     CHECK(locks_chatml_format(msgs, 2, true, chat, sizeof chat, &chat_len));
     int32_t n_tok[3];
     int32_t *toks[3] = {
-        tokenize(m, "The three primary colors are", 1, 0, &n_tok[0]),
+        tokenize(m, "Water boils at 100 degrees Celsius, and it freezes at", 0, 0, &n_tok[0]),
         tokenize(m, chat, 0, 1, &n_tok[1]),
         tokenize(m, long_text, 1, 0, &n_tok[2]),
     };
     printf("prompts: %d, %d, %d tokens\n", n_tok[0], n_tok[1], n_tok[2]);
     test_cond(n_tok[2] > 8 * LOCKS_PAGE, "long prompt spans many pages (%d tokens)", n_tok[2]);
+    test_cond(n_tok[0] == 14 && n_tok[1] == 37, "prompt lengths %d, %d (tokenizer changed?)", n_tok[0], n_tok[1]);
     int32_t got[3][N_GEN];
     for (int p = 0; p < 3; p++) {
         int32_t n_ctx = n_tok[p] + N_GEN;
-        locks_ctx *c = new_ctx(m, n_ctx, LOCKS_SEL_FULL, 1 << 20, 0);
+        locks_ctx *c = new_ctx(m, n_ctx, LOCKS_SEL_FULL, 1 << 20, 1);
         double t0 = locks_now_ms();
         float margin = greedy(c, toks[p], n_tok[p], nv, got[p], NULL);
         printf("%s: %d + %d tokens in %.0f ms, smallest top-1 margin %.3f\n", names[p], n_tok[p], N_GEN,
@@ -188,11 +192,11 @@ int main(void) {
     /* ---- 3. consistency on the long prompt ---- */
     {
         int32_t n = n_tok[2];
-        /* prefill (chunks of 64, batched) vs decode token by token, on the first 104
+        /* prefill (chunks of 64, batched) vs decode token by token, on the first 80
          * tokens, with fp32 activations: the int8 activation rounding turns the tiny
          * summation-order differences of the two attention paths into logit changes of
          * ~0.5, which would hide a real error; in fp32 they stay ~1e-3 */
-        int32_t nc = n < 104 ? n : 104;
+        int32_t nc = n < 80 ? n : 80;
         locks_ctx *pa = new_ctx(m, nc, LOCKS_SEL_FULL, 1 << 20, 1);
         locks_ctx *pb = new_ctx(m, nc, LOCKS_SEL_FULL, 1 << 20, 1);
         CHECK(locks_ctx_prefill(pa, toks[2], nc, lg));

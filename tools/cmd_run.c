@@ -216,6 +216,11 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "locks run: the prompt is empty\n");
         goto done;
     }
+    if (verbose) {
+        fprintf(stderr, "prompt ids:");
+        for (int32_t i = 0; i < n_prompt; i++) fprintf(stderr, " %d", tokens[i]);
+        fprintf(stderr, "\n");
+    }
     if (n_ctx == 0) n_ctx = n_prompt + n_predict < 512 ? 512 : n_prompt + n_predict;
     if (n_prompt >= n_ctx) {
         fprintf(stderr, "locks run: the prompt has %d tokens, the context %d\n", n_prompt, n_ctx);

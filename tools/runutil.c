@@ -46,20 +46,25 @@ locks_model *ru_load_model(const char *path) {
 }
 
 void ru_progress(int32_t done, int32_t total, void *user) {
-    static double t0;
+    /* rate measured from the first chunk's end: the callback sees no start */
+    static double t_first;
+    static int32_t done_first;
     (void)user;
     if (total < 256) return;
-    if (t0 == 0.0 || done <= 64) t0 = locks_now_ms();
+    double now = locks_now_ms();
+    if (done_first == 0 || done <= done_first) {
+        t_first = now;
+        done_first = done;
+    }
     const int width = 40;
     int fill = (int)((int64_t)done * width / total);
-    double el = (locks_now_ms() - t0) / 1000.0;
     fprintf(stderr, "\rprefill [");
     for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
     fprintf(stderr, "] %d/%d", done, total);
-    if (el > 0.0) fprintf(stderr, " %.0f tok/s", done / el);
+    if (now > t_first) fprintf(stderr, " %.0f tok/s  ", (done - done_first) / ((now - t_first) / 1e3));
     if (done == total) {
         fputc('\n', stderr);
-        t0 = 0.0;
+        done_first = 0;
     }
     fflush(stderr);
 }

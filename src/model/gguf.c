@@ -179,6 +179,11 @@ static int key_eq(const gguf_kv *kv, const char *key) {
     return kv->key_len == n && memcmp(kv->key, key, n) == 0;
 }
 
+/* Names from the file go into log lines through "%.*s" with this precision: a length
+ * above INT_MAX cast to int would turn negative, which printf reads as "no precision"
+ * and would run on past the mapping looking for a NUL. */
+#define LOG_LEN(n) ((int)((n) < 200 ? (n) : 200))
+
 #define FAIL(code, ...)                                 \
     do {                                                \
         locks_log(LOCKS_LOG_ERROR, "gguf: " __VA_ARGS__); \
@@ -213,7 +218,7 @@ static locks_status parse(gguf *g) {
         uint32_t t = cur_u32(&c);
         if (c.bad) FAIL(LOCKS_ERR_FORMAT, "truncated in metadata key %llu", (unsigned long long)i);
         if (t >= GGUF_VAL_COUNT)
-            FAIL(LOCKS_ERR_FORMAT, "key '%.*s': bad value type %u", (int)kv->key_len, kv->key, t);
+            FAIL(LOCKS_ERR_FORMAT, "key '%.*s': bad value type %u", LOG_LEN(kv->key_len), kv->key, t);
         kv->type = (gguf_val_type)t;
         kv->val = c.p;
         if (t == GGUF_VAL_ARRAY) {
@@ -222,12 +227,12 @@ static locks_status parse(gguf *g) {
             kv->n = cur_u64(&a);
             kv->elems = a.p;
             if (a.bad || et >= GGUF_VAL_COUNT)
-                FAIL(LOCKS_ERR_FORMAT, "key '%.*s': bad array header", (int)kv->key_len, kv->key);
+                FAIL(LOCKS_ERR_FORMAT, "key '%.*s': bad array header", LOG_LEN(kv->key_len), kv->key);
             kv->elem_type = (gguf_val_type)et;
         }
         if (!cur_skip_value(&c, t, 0))
             FAIL(LOCKS_ERR_FORMAT, "key '%.*s': value runs past the end of the file or is malformed",
-                 (int)kv->key_len, kv->key);
+                 LOG_LEN(kv->key_len), kv->key);
         if (key_eq(kv, "general.alignment")) {
             if (t != GGUF_VAL_U32) FAIL(LOCKS_ERR_FORMAT, "general.alignment is not a u32");
             memcpy(&align, kv->val, 4);
@@ -269,13 +274,13 @@ static locks_status parse(gguf *g) {
         }
         if (overflow) {
             locks_free(offs);
-            FAIL(LOCKS_ERR_FORMAT, "tensor '%.*s': zero or absurd dimensions", (int)t->name_len, t->name);
+            FAIL(LOCKS_ERR_FORMAT, "tensor '%.*s': zero or absurd dimensions", LOG_LEN(t->name_len), t->name);
         }
         if (!type_supported(type)) {
             locks_free(offs);
             FAIL(LOCKS_ERR_UNSUPPORTED,
                  "tensor '%.*s' has type %s (%u): this reader supports F32, F16, BF16, Q8_0, Q4_0, Q4_1",
-                 (int)t->name_len, t->name, ggml_type_name(type), type);
+                 LOG_LEN(t->name_len), t->name, ggml_type_name(type), type);
         }
         t->type = (ggml_type)type;
         size_t bb;
@@ -284,12 +289,12 @@ static locks_status parse(gguf *g) {
         if (t->ne[0] % be != 0) {
             locks_free(offs);
             FAIL(LOCKS_ERR_FORMAT, "tensor '%.*s': ne[0] = %lld is not a multiple of the %s block (%lld)",
-                 (int)t->name_len, t->name, (long long)t->ne[0], ggml_type_name(type), (long long)be);
+                 LOG_LEN(t->name_len), t->name, (long long)t->ne[0], ggml_type_name(type), (long long)be);
         }
         uint64_t nb = nel / (uint64_t)be;
         if (nb > SIZE_MAX / bb) {
             locks_free(offs);
-            FAIL(LOCKS_ERR_FORMAT, "tensor '%.*s': size overflows", (int)t->name_len, t->name);
+            FAIL(LOCKS_ERR_FORMAT, "tensor '%.*s': size overflows", LOG_LEN(t->name_len), t->name);
         }
         t->nbytes = (size_t)nb * bb;
     }
@@ -309,7 +314,7 @@ static locks_status parse(gguf *g) {
         if (off % align != 0 || off > room || t->nbytes > room - off) {
             locks_free(offs);
             FAIL(LOCKS_ERR_FORMAT, "tensor '%.*s': offset %llu (+%zu bytes) misaligned or past the end of the file",
-                 (int)t->name_len, t->name, (unsigned long long)off, t->nbytes);
+                 LOG_LEN(t->name_len), t->name, (unsigned long long)off, t->nbytes);
         }
         t->data = g->base + data + off;
     }

@@ -52,9 +52,48 @@ int matmul_wants_q8(ggml_type type) {
     return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1;
 }
 
+#ifdef MATMUL_X86
+/* The same rounding (nearest, ties to even, as lrintf) with AVX2. */
+__attribute__((target("avx2,fma"))) static void quantize_avx2(const float *x, int32_t nblocks, matmul_q8 *xq) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int32_t b = 0; b < nblocks; b++, x += GGML_QBLOCK) {
+        __m256 v[4];
+        __m256 amax = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float d = _mm_cvtss_f32(m4) / 127.0f;
+        __m256 id = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        /* packs interleave the 128-bit lanes; the permute puts the 32 bytes back in order */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)xq[b].q, p);
+        xq[b].d = d;
+        xq[b].sum = _mm_cvtsi128_si32(s4);
+    }
+}
+#endif
+
 /* Round-to-nearest int8 with one scale per 32 values: d = max|x| / 127. */
 void matmul_quantize(const float *x, int32_t n, int32_t cols, matmul_q8 *xq) {
     int32_t nb = cols / GGML_QBLOCK;
+#ifdef MATMUL_X86
+    if (locks_have_avx2()) {
+        quantize_avx2(x, n * nb, xq);
+        return;
+    }
+#endif
     for (int32_t t = 0; t < n; t++) {
         for (int32_t b = 0; b < nb; b++) {
             const float *v = x + (size_t)t * cols + (size_t)b * GGML_QBLOCK;
@@ -257,12 +296,64 @@ AVX2 static float dot_qf_avx2(ggml_type type, const uint8_t *w, const float *x, 
     return hsum8(acc);
 }
 
+/* One row against four quantized vectors (prefill): each weight block is unpacked and
+ * scaled once and meets four activation blocks. Same block sums as the one-vector
+ * kernels above. */
+AVX2 static void dot4_avx2(ggml_type type, const uint8_t *w, const matmul_q8 *const x[4], int32_t nb,
+                           float out[4]) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    float accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    size_t bb = type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_0 ? 18 : 20;
+    for (int32_t b = 0; b < nb; b++, w += bb) {
+        float d = f16_at(w), mo = 0.0f;
+        __m256i wv, wa;
+        if (type == GGML_TYPE_Q8_0) {
+            wv = _mm256_loadu_si256((const __m256i *)(w + 2));
+            wa = _mm256_sign_epi8(wv, wv);
+        } else if (type == GGML_TYPE_Q4_0) {
+            wv = wa = unpack_nibbles(w + 2);
+            mo = -8.0f * d;
+        } else {
+            wv = wa = unpack_nibbles(w + 4);
+            mo = f16_at(w + 2);
+        }
+#define DOT4_ONE(k, acc)                                                                      \
+    do {                                                                                      \
+        __m256i xv = _mm256_loadu_si256((const __m256i *)x[k][b].q);                          \
+        if (type == GGML_TYPE_Q8_0) xv = _mm256_sign_epi8(xv, wv);                            \
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[k][b].d), dot_u8s8(wa, xv), acc);          \
+        accm[k] += mo * x[k][b].d * (float)x[k][b].sum;                                       \
+    } while (0)
+        DOT4_ONE(0, acc0);
+        DOT4_ONE(1, acc1);
+        DOT4_ONE(2, acc2);
+        DOT4_ONE(3, acc3);
+#undef DOT4_ONE
+    }
+    out[0] = hsum8(acc0) + accm[0];
+    out[1] = hsum8(acc1) + accm[1];
+    out[2] = hsum8(acc2) + accm[2];
+    out[3] = hsum8(acc3) + accm[3];
+}
+
 AVX2 static void matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y,
                                   int32_t ldy, int32_t r0, int32_t r1) {
     int32_t nb = w->cols / GGML_QBLOCK;
     for (int32_t rt = r0; rt < r1; rt += ROW_TILE) {
         int32_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
-        for (int32_t t = 0; t < a->n; t++) {
+        int32_t t = 0;
+        if (a->xq && w->type != GGML_TYPE_F32) {
+            for (; t + 4 <= a->n; t += 4) {
+                const matmul_q8 *const x4[4] = {a->xq + (size_t)t * nb, a->xq + (size_t)(t + 1) * nb,
+                                                a->xq + (size_t)(t + 2) * nb, a->xq + (size_t)(t + 3) * nb};
+                for (int32_t r = rt; r < re; r++) {
+                    float o[4];
+                    dot4_avx2(w->type, w->data + (size_t)r * w->row_bytes, x4, nb, o);
+                    for (int k = 0; k < 4; k++) y[(size_t)(t + k) * ldy + r] = o[k];
+                }
+            }
+        }
+        for (; t < a->n; t++) {
             const matmul_q8 *xq = a->xq ? a->xq + (size_t)t * nb : NULL;
             for (int32_t r = rt; r < re; r++) {
                 const uint8_t *row = w->data + (size_t)r * w->row_bytes;

@@ -69,8 +69,9 @@ locks_tokenizer *locks_tokenizer_from_gguf(const gguf *g, locks_status *err) {
     if (gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n_types, &data) == LOCKS_OK) {
         if (n_types != n_tok || !(et == GGUF_VAL_I32 || et == GGUF_VAL_U32 || et == GGUF_VAL_I8 ||
                                   et == GGUF_VAL_U8 || et == GGUF_VAL_I16 || et == GGUF_VAL_U16)) {
-            locks_log(LOCKS_LOG_ERROR, "tokenizer: tokenizer.ggml.token_type has %llu integers, want %llu",
-                      (unsigned long long)n_types, (unsigned long long)n_tok);
+            locks_log(LOCKS_LOG_ERROR,
+                      "tokenizer: tokenizer.ggml.token_type has %llu elements of type %d, want %llu integers",
+                      (unsigned long long)n_types, (int)et, (unsigned long long)n_tok);
             st = LOCKS_ERR_FORMAT;
             goto fail;
         }

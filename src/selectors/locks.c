@@ -30,7 +30,8 @@ static void score_page_f32(const locks_sel_ctx *x, const float *mu, const float 
             for (int32_t k = 0; k < r; k++) s += coef[i * r + k] * y[k];
             logit[i] = x->scale * s;
         }
-        scores[(size_t)g * ld + j] = locks_lse(logit, P);
+        const float mx = locks_max_n(logit, P);
+        scores[(size_t)g * ld + j] = mx + logf((float)locks_exp_sum_n(logit, P, mx));
     }
 }
 
@@ -100,6 +101,32 @@ __attribute__((target("avx2"))) static float hmax_ps(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+/* acc += sum over each group of 4 bytes of u[i] * s[i] (u unsigned, s signed), per
+ * 32-bit lane: AVX-VNNI's vpdpbusd. Inline assembly ({vex}: the AVX-VNNI encoding) so
+ * the kernel body compiles once for both instruction sets; only score_q8_vnni, chosen
+ * when the CPU reports AVX-VNNI, executes it. */
+__attribute__((target("avx2"))) static __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+}
+
+/* 2^x for 8 floats x <= 0 (below -126: ~0): the exponent bits take 2^round(x), a
+ * degree-4 Taylor polynomial the fraction in [-1/2, 1/2] (relative error < 5e-5).
+ * Only page scores use it: ranking needs far less than the int8 query rounding
+ * already costs (~1e-2), and the attention itself uses the exact exp. */
+__attribute__((target("avx2,fma"))) static __m256 exp2_fast8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(9.6181291e-3f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504109e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022651e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
 /* Quantized summaries, r = 8, d a multiple of 64. Per page, the summary is unpacked
  * once into registers / L1 (nibbles as unsigned bytes, |mu|, the columns of C as
  * floats) and reused by every head of the group:
@@ -109,11 +136,13 @@ __attribute__((target("avx2"))) static float hmax_ps(__m256 v) {
  * C is stored row-major [16][8]; read as dwords, byte b of every dword is column b
  * (even lanes) or 4 + b (odd lanes) of some rows, so shifts give the columns without
  * shuffles; the row order inside the logit vectors is permuted, which the page
- * log-sum-exp does not see. The LSE uses one max per head and block of pages (pages
- * 87 below the block's best get mass ~0 anyway) and one batched exp and log. */
+ * log-sum-exp does not see. The LSE works in base 2 (logits times log2 e) with one max
+ * per head and block of pages (pages 126 octaves below the block's best get mass ~0
+ * anyway), exp2_fast8, and one batched log per block. */
 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1, float *scores,
-              int32_t ld, const int32_t nch /* d / 64: a constant in each caller */) {
+              int32_t ld, const int32_t nch /* d / 64: a constant in each caller */,
+              const int vnni /* constant: use vpdpbusd (AVX-VNNI) for the byte dot products */) {
     const int32_t d = nch * 64, G = x->group, half = d / 2;
     int32_t qblock = (256 / G) & ~7; /* pages per exp/log batch: multiple of 8, <= 32 */
     qblock = qblock < 8 ? 8 : qblock > 32 ? 32 : qblock;
@@ -121,13 +150,12 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
     for (int32_t g = 0; g < G; g++) q8_prepare(x->q + (size_t)g * d, d, &qq[g]);
     const __m256i mask4 = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x88);
     const __m256i ones16 = _mm256_set1_epi16(1);
-    const __m256 vscale = _mm256_set1_ps(x->scale);
+    const __m256 vscale = _mm256_set1_ps(x->scale * 1.44269504f); /* base-2 logits */
     __m256i zidx[4];
     for (int32_t b = 0; b < 4; b++) zidx[b] = _mm256_setr_epi32(b, 4 + b, b, 4 + b, b, 4 + b, b, 4 + b);
     __m256i nib[8][8];        /* [k][2 * nch]: row k's low nibbles then high nibbles, + 8 */
     __m256 ccol[4][4];        /* [m][b]: rows 4m..4m+3, column b (even lanes) / 4 + b (odd) */
     __m256i mabs[8], msgn[8]; /* |mu| and mu, 32 bytes per chunk */
-    static const float pad[P] = {0};
     float lg[512][P];         /* [g * nbp + page]: scaled logits, then exp(logit - max) */
     for (int32_t b0 = j0; b0 < j1; b0 += qblock) {
         const int32_t b1 = b0 + qblock < j1 ? b0 + qblock : j1, nb = b1 - b0, nbp = (nb + 7) & ~7;
@@ -155,17 +183,26 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
             }
             const __m256 vc = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.v_s + p * 8))),
                                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.c_s + p * 8))));
-            const float mus = locks_f16_to_f32(a.mu_s[p]) * x->scale;
+            const float mus = locks_f16_to_f32(a.mu_s[p]) * x->scale * 1.44269504f;
             for (int32_t g = 0; g < G; g++) {
                 const q8 *qg = &qq[g];
                 __m256i yk[8];
                 for (int32_t k = 0; k < 8; k++) {
-                    __m256i s16 = _mm256_setzero_si256();
-                    for (int32_t ch = 0; ch < nch; ch++) {
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32))));
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32))));
+                    if (vnni) {
+                        __m256i acc = _mm256_setzero_si256();
+                        for (int32_t ch = 0; ch < nch; ch++) {
+                            acc = dpbusd(acc, nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32)));
+                            acc = dpbusd(acc, nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32)));
+                        }
+                        yk[k] = acc;
+                    } else {
+                        __m256i s16 = _mm256_setzero_si256();
+                        for (int32_t ch = 0; ch < nch; ch++) {
+                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32))));
+                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32))));
+                        }
+                        yk[k] = _mm256_madd_epi16(s16, ones16);
                     }
-                    yk[k] = _mm256_madd_epi16(s16, ones16);
                 }
                 __m256 y = _mm256_sub_ps(_mm256_cvtepi32_ps(hsum8_epi32(yk)), _mm256_set1_ps(8.0f * (float)qg->qsum));
                 __m256 z = _mm256_mul_ps(_mm256_mul_ps(y, _mm256_set1_ps(qg->qs)), vc);
@@ -180,7 +217,8 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
                 __m256i macc = _mm256_setzero_si256();
                 for (int32_t ch = 0; ch < d / 32; ch++) {
                     __m256i qv = _mm256_load_si256((const __m256i *)(qg->qi + ch * 32));
-                    macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(mabs[ch], _mm256_sign_epi8(qv, msgn[ch])), ones16));
+                    if (vnni) macc = dpbusd(macc, mabs[ch], _mm256_sign_epi8(qv, msgn[ch]));
+                    else macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(mabs[ch], _mm256_sign_epi8(qv, msgn[ch])), ones16));
                 }
                 const __m256 qmu = _mm256_set1_ps((float)hsum_epi32(macc) * qg->qs * mus);
                 float *row = lg[g * nbp + (j - b0)];
@@ -195,34 +233,47 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
                 vmx = _mm256_max_ps(vmx, _mm256_max_ps(_mm256_loadu_ps(rows[jj]), _mm256_loadu_ps(rows[jj] + 8)));
             const float mx = hmax_ps(vmx);
             vmx = _mm256_set1_ps(mx);
-            for (int32_t jj = 0; jj < nb; jj++) {
-                _mm256_storeu_ps(rows[jj], _mm256_sub_ps(_mm256_loadu_ps(rows[jj]), vmx));
-                _mm256_storeu_ps(rows[jj] + 8, _mm256_sub_ps(_mm256_loadu_ps(rows[jj] + 8), vmx));
-            }
-            for (int32_t jj = nb; jj < nbp; jj++) memcpy(rows[jj], pad, sizeof pad);
-            locks_exp_n(&rows[0][0], (size_t)nbp * P);
             float sums[32];
             for (int32_t jj = 0; jj < nbp; jj += 8) {
                 __m256 v[8];
-                for (int32_t i = 0; i < 8; i++) v[i] = _mm256_add_ps(_mm256_loadu_ps(rows[jj + i]), _mm256_loadu_ps(rows[jj + i] + 8));
+                for (int32_t i = 0; i < 8; i++) {
+                    if (jj + i < nb) {
+                        v[i] = _mm256_add_ps(exp2_fast8(_mm256_sub_ps(_mm256_loadu_ps(rows[jj + i]), vmx)),
+                                             exp2_fast8(_mm256_sub_ps(_mm256_loadu_ps(rows[jj + i] + 8), vmx)));
+                    } else {
+                        v[i] = _mm256_set1_ps(1.0f); /* padding, not stored */
+                    }
+                }
                 _mm256_storeu_ps(sums + jj, _mm256_max_ps(hsum8_ps(v), _mm256_set1_ps(1e-30f)));
             }
             locks_log_n(sums, (size_t)nbp);
             float *srow = scores + (size_t)g * ld + b0;
-            for (int32_t jj = 0; jj < nb; jj++) srow[jj] = sums[jj] + mx;
+            for (int32_t jj = 0; jj < nb; jj++) srow[jj] = sums[jj] + mx * 0.69314718f; /* ln 2 */
         }
     }
 }
 
-/* One copy of the kernel per head dim, so the chunk loops are unrolled. */
+/* One copy of the kernel per head dim (so the chunk loops unroll) and per dot-product
+ * instruction: AVX2 maddubs + madd, or AVX-VNNI vpdpbusd where the CPU has it. */
 __attribute__((target("avx2,fma,f16c"))) static void score_q8_avx2(const locks_sel_ctx *x,
                                                                    locks_sum_arrays a, int32_t j0,
                                                                    int32_t j1, float *scores,
                                                                    int32_t ld) {
     switch (x->c->d) {
-    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1); break;
-    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2); break;
-    default: score_q8_body(x, a, j0, j1, scores, ld, 4); break; /* 256 */
+    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 0); break;
+    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 0); break;
+    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 0); break; /* 256 */
+    }
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void score_q8_vnni(const locks_sel_ctx *x,
+                                                                   locks_sum_arrays a, int32_t j0,
+                                                                   int32_t j1, float *scores,
+                                                                   int32_t ld) {
+    switch (x->c->d) {
+    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 1); break;
+    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 1); break;
+    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 1); break; /* 256 */
     }
 }
 #endif
@@ -233,9 +284,9 @@ void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float
     locks_sum_arrays a = locks_cache_summaries(x->c, x->layer, x->kv_head);
 #ifdef LOCKS_X86
     if (x->c->p.summary_prec == LOCKS_SUMMARY_Q && r == 8 && (d == 64 || d == 128 || d == 256) &&
-        x->group <= 64 &&
-        locks_have_avx2()) {
-        score_q8_avx2(x, a, j0, j1, scores, ld);
+        x->group <= 64 && locks_have_avx2()) {
+        if (locks_have_avxvnni()) score_q8_vnni(x, a, j0, j1, scores, ld);
+        else score_q8_avx2(x, a, j0, j1, scores, ld);
         return;
     }
 #endif
