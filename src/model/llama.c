@@ -588,6 +588,9 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
             c->stats.bytes_kv += ss.bytes_kv;
             c->stats.bytes_dense += ss.bytes_dense;
         } else {
+            if (c->p.on_query) /* the prompt's queries too (KV dumps keep the last ones) */
+                for (int32_t t = 0; t < n; t++)
+                    c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
             st = locks_prefill_attend(c->cache, l, c->seq, pos, n, c->q, hq, scale, c->att);
             if (st != LOCKS_OK) return st;
         }
