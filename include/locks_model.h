@@ -139,6 +139,9 @@ locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits);
 typedef struct {
     int32_t n_prefill, n_decode;  /* tokens */
     double prefill_ms, decode_ms; /* wall time */
+    double prefill_cpu_ms, decode_cpu_ms; /* process CPU time (all threads): on a shared
+                                           * machine, CPU ms / n_threads estimates the
+                                           * wall time the machine would take alone */
     uint64_t bytes_meta;          /* selector metadata read by decode attention */
     uint64_t bytes_kv;            /* K/V bytes read by decode attention */
     uint64_t bytes_dense;         /* K/V bytes dense decode attention would read */

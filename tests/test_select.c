@@ -320,7 +320,10 @@ static void test_gqa(void) {
 
 int main(void) {
     tu_seed("test_select");
+    test_rank15_exact();  /* AVX2 fp32-summary kernel where the CPU has it */
+    locks_simd_enable(0); /* then the portable loop */
     test_rank15_exact();
+    locks_simd_enable(1);
     test_quantized_coverage();
     for (int32_t d = 64; d <= 256; d *= 2) {
         test_quantized_scores(1, d); /* AVX-VNNI kernel where the CPU has it */

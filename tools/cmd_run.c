@@ -40,6 +40,9 @@ static void usage(FILE *f) {
             "  --f32-act        fp32 activations for quantized weights (slower; validation)\n"
             "  --dump-kv FILE   write the KV dump (keys, values, decode queries, the last 32 prompt\n"
             "                   queries as SnapKV's observation window) for `locks eval`\n"
+            "  --eval-logits FILE  no generation: run the prompt token by token (decode path,\n"
+            "                   --selector applies) and write fp32 logits [n_prompt][n_vocab]\n"
+            "                   to FILE (for scripts/logits_reference.py --compare)\n"
             "  -v               verbose library log\n"
             "  -h, --help       this text\n");
 }
@@ -107,6 +110,31 @@ static void record_query(int32_t layer, int32_t pos, const float *q, void *user)
     memcpy(r->q + ((size_t)layer * r->max_steps + step) * r->qsize, q, sizeof(float) * (size_t)r->qsize);
 }
 
+/* --eval-logits: every prompt position's logits through the decode path. */
+static int eval_logits(locks_ctx *ctx, const int32_t *tokens, int32_t n, int32_t n_vocab, const char *path) {
+    FILE *f = fopen(path, "wb");
+    float *lg = malloc(sizeof(float) * (size_t)n_vocab);
+    int rc = 1;
+    if (!f || !lg) {
+        fprintf(stderr, "locks run: cannot write %s\n", path);
+        goto out;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        locks_status st = locks_ctx_decode(ctx, tokens[i], lg);
+        if (st != LOCKS_OK) {
+            fprintf(stderr, "locks run: decode at %d: %s\n", i, locks_status_str(st));
+            goto out;
+        }
+        if (fwrite(lg, sizeof(float), (size_t)n_vocab, f) != (size_t)n_vocab) goto out;
+    }
+    rc = 0;
+    fprintf(stderr, "logits of %d positions written to %s\n", n, path);
+out:
+    if (f && fclose(f) != 0) rc = 1;
+    free(lg);
+    return rc;
+}
+
 static int on_token(int32_t token, void *user) {
     ru_stream_token(user, token);
     return 0;
@@ -114,6 +142,7 @@ static int on_token(int32_t token, void *user) {
 
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *dump_path = NULL;
+    const char *logits_path = NULL;
     int32_t n_ctx = 0, n_predict = 128, n_threads = 2, chat = 0, verbose = 0, f32_act = 0, rank = 8;
     int seeded = 0;
     locks_sampler_params sp = locks_sampler_default_params();
@@ -144,6 +173,8 @@ int cmd_run(int argc, char **argv) {
             prompt_file = v;
         } else if (!strcmp(a, "--dump-kv")) {
             dump_path = v;
+        } else if (!strcmp(a, "--eval-logits")) {
+            logits_path = v;
         } else if (!strcmp(a, "-c")) {
             ok = parse_int(v, 16, 1 << 24, &n_ctx);
         } else if (!strcmp(a, "-n")) {
@@ -268,6 +299,10 @@ int cmd_run(int argc, char **argv) {
             n_prompt, n_ctx, locks_selector_name(step.selector), step.budget, step.n_sink, step.n_recent, rank,
             n_threads);
 
+    if (logits_path) {
+        rc = eval_logits(ctx, tokens, n_prompt, in.n_vocab, logits_path);
+        goto done;
+    }
     out.m = m;
     out.f = stdout;
     int32_t n_gen = 0;
