@@ -76,8 +76,9 @@ const locks_tokenizer *locks_model_tokenizer(const locks_model *m);
 typedef struct locks_ctx locks_ctx;
 
 typedef void (*locks_progress_fn)(int32_t done, int32_t total, void *user);
-/* Sees the queries of every decode step, per layer, after RoPE: q[n_q_heads][head_dim]
- * of the token at position pos (for KV dumps and analysis). */
+/* Sees the query of every token, per layer, after RoPE: q[n_q_heads][head_dim] of the
+ * token at position pos, prompt (prefill) tokens and decode steps alike (for KV dumps
+ * and analysis). */
 typedef void (*locks_query_fn)(int32_t layer, int32_t pos, const float *q, void *user);
 /* Sees every decode step's attention, per layer, after it ran: the queries q[n_q_heads]
  * [head_dim] (after RoPE) and the pages attended, for one sequence: sel->pages[Hkv]
@@ -97,7 +98,7 @@ typedef struct {
                       * blocks, like llama.cpp; 1: fp32 activations (slower; validation) */
     locks_progress_fn progress;      /* called after each prefill chunk (may be NULL) */
     void *progress_user;
-    locks_query_fn on_query;         /* called in each decode step, per layer (may be NULL) */
+    locks_query_fn on_query;         /* called for every token's query, per layer (may be NULL) */
     void *on_query_user;
     locks_step_fn on_step;           /* called after each decode attention, per layer (may be NULL) */
     void *on_step_user;
@@ -138,6 +139,9 @@ locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits);
 typedef struct {
     int32_t n_prefill, n_decode;  /* tokens */
     double prefill_ms, decode_ms; /* wall time */
+    double prefill_cpu_ms, decode_cpu_ms; /* process CPU time (all threads): on a shared
+                                           * machine, CPU ms / n_threads estimates the
+                                           * wall time the machine would take alone */
     uint64_t bytes_meta;          /* selector metadata read by decode attention */
     uint64_t bytes_kv;            /* K/V bytes read by decode attention */
     uint64_t bytes_dense;         /* K/V bytes dense decode attention would read */

@@ -8,7 +8,10 @@ RMSNorm, RoPE on adjacent pairs (llama.cpp's GGUF convention), GQA softmax atten
 SwiGLU, tied output embeddings. Everything in float64.
 
 usage: scripts/logits_reference.py MODEL.gguf ID,ID,... [--header OUT.h] [--npy OUT.npy]
+                                   [--compare OURS.f32]
 Prints, for the last position, the top-k ids and logits; --header writes them as C.
+--compare reads the engine's logits of every position (`locks run --eval-logits FILE`,
+fp32 [T][vocab]) and prints max |diff|, relative L2 error and top-1 agreement.
 """
 import argparse
 
@@ -24,6 +27,7 @@ def main():
     ap.add_argument("--header")
     ap.add_argument("--npy", help="all positions' logits (T, vocab), float32")
     ap.add_argument("--topk", type=int, default=8)
+    ap.add_argument("--compare", help="engine logits, fp32 [T][vocab] (locks run --eval-logits)")
     a = ap.parse_args()
     toks = [int(x) for x in a.ids.split(",")]
 
@@ -85,6 +89,15 @@ def main():
     top = np.argsort(-last)[: a.topk]
     print("top ids   ", top.tolist())
     print("top logits", [round(float(last[i]), 6) for i in top])
+    if a.compare:
+        ours = np.fromfile(a.compare, dtype=np.float32).reshape(logits.shape).astype(np.float64)
+        d = np.abs(ours - logits)
+        rel = np.linalg.norm(ours - logits, axis=1) / np.linalg.norm(logits, axis=1)
+        top1 = (ours.argmax(1) == logits.argmax(1))
+        print("positions %d, vocab %d" % logits.shape)
+        print("max |logit diff| %.4g, mean %.4g (logits span %.1f .. %.1f)" % (d.max(), d.mean(), logits.min(), logits.max()))
+        print("relative L2 error per position: median %.3g, max %.3g" % (np.median(rel), rel.max()))
+        print("top-1 agreement %d / %d" % (top1.sum(), len(top1)))
     if a.npy:
         np.save(a.npy, logits.astype(np.float32))
     if a.header:

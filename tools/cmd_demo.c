@@ -181,9 +181,10 @@ static void report(const char *label, const char *ans, const locks_run_stats *s)
     double read = ((double)s->bytes_meta + (double)s->bytes_kv) / steps;
     double dense = (double)s->bytes_dense / steps;
     printf("%-22s \"%s\"  [%s]\n", label, ans, strstr(ans, NEEDLE_CODE) ? "found the needle" : "missed");
-    printf("%-22s decode %.1f tok/s (%.1f ms/token, attention %.2f ms), KV read/step %.2f MB vs dense %.2f MB (%.1f%%)\n",
-           "", s->n_decode / (s->decode_ms / 1e3), s->decode_ms / steps, s->attn_ms / steps, read / 1e6,
-           dense / 1e6, dense > 0 ? 100.0 * read / dense : 0.0);
+    printf("%-22s decode %.1f tok/s (%.1f ms/token, attention %.2f ms; %.1f CPU-ms/token)\n", "",
+           s->n_decode / (s->decode_ms / 1e3), s->decode_ms / steps, s->attn_ms / steps, s->decode_cpu_ms / steps);
+    printf("%-22s KV bytes read per step %.2f MB vs dense %.2f MB (%.1f%%)\n", "", read / 1e6, dense / 1e6,
+           dense > 0 ? 100.0 * read / dense : 0.0);
 }
 
 static int parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
@@ -289,8 +290,10 @@ int cmd_demo(int argc, char **argv) {
         goto done;
     }
     locks_run_stats ps = locks_ctx_stats(full);
-    printf("prefill (dense, once for both): %d tokens in %.1f s (%.1f tok/s, %d threads)\n", ps.n_prefill,
-           ps.prefill_ms / 1e3, ps.n_prefill / (ps.prefill_ms / 1e3), n_threads);
+    printf("prefill (dense, once for both): %d tokens in %.1f s (%.1f tok/s, %d threads; %.1f CPU-s)\n",
+           ps.n_prefill, ps.prefill_ms / 1e3, ps.n_prefill / (ps.prefill_ms / 1e3), n_threads,
+           ps.prefill_cpu_ms / 1e3);
+    fflush(stdout);
 
     sp = locks_ctx_clone(full, &st);
     if (!sp || (st = locks_ctx_set_step(sp, sparse)) != LOCKS_OK) {

@@ -125,12 +125,13 @@ void ru_stream_end(ru_stream *s) {
 void ru_report(FILE *f, const locks_run_stats *s, int32_t n_layers) {
     (void)n_layers;
     if (s->n_prefill > 0)
-        fprintf(f, "prefill: %d tokens in %.2f s (%.1f tok/s)\n", s->n_prefill, s->prefill_ms / 1e3,
-                s->n_prefill / (s->prefill_ms / 1e3));
+        fprintf(f, "prefill: %d tokens in %.2f s (%.1f tok/s; %.1f CPU-s)\n", s->n_prefill, s->prefill_ms / 1e3,
+                s->n_prefill / (s->prefill_ms / 1e3), s->prefill_cpu_ms / 1e3);
     if (s->n_decode > 0) {
         double steps = s->n_decode;
-        fprintf(f, "decode:  %d tokens in %.2f s (%.1f tok/s; attention %.2f ms/token)\n", s->n_decode,
-                s->decode_ms / 1e3, s->n_decode / (s->decode_ms / 1e3), s->attn_ms / steps);
+        fprintf(f, "decode:  %d tokens in %.2f s (%.1f tok/s; attention %.2f ms/token; %.1f CPU-ms/token)\n",
+                s->n_decode, s->decode_ms / 1e3, s->n_decode / (s->decode_ms / 1e3), s->attn_ms / steps,
+                s->decode_cpu_ms / steps);
         double read = ((double)s->bytes_meta + (double)s->bytes_kv) / steps;
         double dense = (double)s->bytes_dense / steps;
         fprintf(f, "KV bytes read per decode step (all layers): %.3f MB (summaries %.3f MB + K/V %.3f MB)"

@@ -19,8 +19,10 @@
  * prefill/decode (anything but POOL_FULL, which changes nothing) marks the context
  * broken until locks_ctx_reset.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -505,6 +507,13 @@ fail:
     return NULL;
 }
 
+/* Process CPU time (all threads) in ms. */
+static double cpu_ms(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0.0;
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 /* ================================================================================ */
 /* Forward pass                                                                     */
 /* ================================================================================ */
@@ -539,14 +548,20 @@ static void rope(float *v, int32_t n, int32_t n_heads, int32_t head_dim, int32_t
     }
 }
 
-/* y (n, w->rows) = W . x (n, w->cols), quantizing x first if the weight type wants it */
-static void linear(locks_ctx *c, const matmul_weight *w, const float *x, int32_t n, float *y) {
-    matmul_act a = {x, NULL, n, w->cols};
-    if (matmul_wants_q8(w->type) && !c->p.f32_act) {
-        matmul_quantize(x, n, w->cols, c->xq);
+/* Activations x (n, cols) for the next products: quantized once to int8 blocks (used by
+ * every block-quantized weight that reads x), unless the context wants fp32. */
+static matmul_act prepare(locks_ctx *c, const float *x, int32_t n, int32_t cols) {
+    matmul_act a = {x, NULL, n, cols};
+    if (!c->p.f32_act && cols % GGML_QBLOCK == 0) {
+        matmul_quantize(x, n, cols, c->xq);
         a.xq = c->xq;
     }
-    matmul(c->pool, w, &a, y, w->rows);
+    return a;
+}
+
+/* y (a->n, w->rows) = W . x */
+static void linear(locks_ctx *c, const matmul_weight *w, const matmul_act *a, float *y) {
+    matmul(c->pool, w, a, y, w->rows);
 }
 
 /* Runs tokens [pos, pos + n) (n <= n_batch, already reserved in the cache) through every
@@ -569,9 +584,10 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
 
         /* ---- attention ---- */
         rmsnorm(c->xb, c->x, L->attn_norm, n, dim, in->norm_eps);
-        linear(c, &L->wq, c->xb, n, c->q); /* (n, Hq * d) */
-        linear(c, &L->wk, c->xb, n, c->k); /* (n, Hkv * d) */
-        linear(c, &L->wv, c->xb, n, c->v); /* (n, Hkv * d) */
+        matmul_act a = prepare(c, c->xb, n, dim);
+        linear(c, &L->wq, &a, c->q); /* (n, Hq * d) */
+        linear(c, &L->wk, &a, c->k); /* (n, Hkv * d) */
+        linear(c, &L->wv, &a, c->v); /* (n, Hkv * d) */
         rope(c->q, n, hq, hd, m->n_rot, c->inv_freq, pos);
         rope(c->k, n, hkv, hd, m->n_rot, c->inv_freq, pos);
         if ((st = locks_cache_write(c->cache, c->seq, l, pos, n, c->k, c->v)) != LOCKS_OK) return st;
@@ -588,30 +604,36 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
             c->stats.bytes_kv += ss.bytes_kv;
             c->stats.bytes_dense += ss.bytes_dense;
         } else {
+            if (c->p.on_query) /* the prompt's queries too (KV dumps keep the last ones) */
+                for (int32_t t = 0; t < n; t++)
+                    c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
             st = locks_prefill_attend(c->cache, l, c->seq, pos, n, c->q, hq, scale, c->att);
             if (st != LOCKS_OK) return st;
         }
-        linear(c, &L->wo, c->att, n, c->proj); /* (n, dim) */
+        a = prepare(c, c->att, n, q_dim);
+        linear(c, &L->wo, &a, c->proj); /* (n, dim) */
         for (size_t i = 0; i < (size_t)n * dim; i++) c->x[i] += c->proj[i];
 
         /* ---- SwiGLU feed-forward ---- */
         rmsnorm(c->xb, c->x, L->ffn_norm, n, dim, in->norm_eps);
-        linear(c, &L->w_gate, c->xb, n, c->hb); /* (n, ffn) */
-        linear(c, &L->w_up, c->xb, n, c->hb2);  /* (n, ffn) */
+        a = prepare(c, c->xb, n, dim);
+        linear(c, &L->w_gate, &a, c->hb); /* (n, ffn) */
+        linear(c, &L->w_up, &a, c->hb2);  /* (n, ffn) */
         for (size_t i = 0; i < (size_t)n * ffn; i++) {
             float g = c->hb[i];
             c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
         }
-        linear(c, &L->w_down, c->hb, n, c->proj); /* (n, dim) */
+        a = prepare(c, c->hb, n, ffn);
+        linear(c, &L->w_down, &a, c->proj); /* (n, dim) */
         for (size_t i = 0; i < (size_t)n * dim; i++) c->x[i] += c->proj[i];
     }
-    (void)q_dim;
 
     /* logits of the last token = Wout . rms(x) */
     if (logits) {
         const float *last = c->x + (size_t)(n - 1) * dim;
         rmsnorm(c->xb, last, m->output_norm, 1, dim, in->norm_eps);
-        linear(c, &m->output, c->xb, 1, logits);
+        matmul_act a = prepare(c, c->xb, 1, dim);
+        linear(c, &m->output, &a, logits);
     }
     return LOCKS_OK;
 }
@@ -639,7 +661,7 @@ locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, f
     if (!c || (!tokens && n > 0) || n < 0) return LOCKS_ERR_INVALID_ARG;
     if (c->broken) return LOCKS_ERR_INVALID_ARG;
     if (c->n_tokens + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
-    double t0 = locks_now_ms();
+    double t0 = locks_now_ms(), c0 = cpu_ms();
     for (int32_t done = 0; done < n;) {
         int32_t chunk = n - done < c->p.n_batch ? n - done : c->p.n_batch;
         int last = done + chunk == n;
@@ -650,16 +672,18 @@ locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, f
     }
     c->stats.n_prefill += n;
     c->stats.prefill_ms += locks_now_ms() - t0;
+    c->stats.prefill_cpu_ms += cpu_ms() - c0;
     return LOCKS_OK;
 }
 
 locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
     if (!c || !logits || c->broken) return LOCKS_ERR_INVALID_ARG;
-    double t0 = locks_now_ms();
+    double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = run_tokens(c, &token, 1, 1, logits);
     if (st != LOCKS_OK) return st;
     c->stats.n_decode += 1;
     c->stats.decode_ms += locks_now_ms() - t0;
+    c->stats.decode_cpu_ms += cpu_ms() - c0;
     return LOCKS_OK;
 }
 
