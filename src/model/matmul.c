@@ -3,7 +3,8 @@
  *
  * Two versions of the block kernels: plain C loops (portable, the reference), and on
  * x86-64 with GCC/Clang AVX2 versions chosen at run time when the CPU has AVX2/FMA/F16C
- * (locks_have_avx2; the build never assumes the host CPU). Both compute the same
+ * (locks_have_avx2; the build never assumes the host CPU), using AVX-VNNI's byte dot
+ * product when present (locks_have_avxvnni). Both compute the same
  * integer block sums; only the float accumulation order differs. Rows are cut into
  * tasks of MATMUL_ROWS_PER_TASK for the pool; inside a task, ROW_TILE rows are held in
  * cache while every vector of the batch passes over them.
@@ -80,7 +81,7 @@ __attribute__((target("avx2,fma"))) static void quantize_avx2(const float *x, in
         p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)xq[b].q, p);
         xq[b].d = d;
-        xq[b].sum = _mm_cvtsi128_si32(s4);
+        xq[b].ds = d * (float)_mm_cvtsi128_si32(s4);
     }
 }
 #endif
@@ -109,7 +110,7 @@ void matmul_quantize(const float *x, int32_t n, int32_t cols, matmul_q8 *xq) {
                 sum += q;
             }
             o->d = d;
-            o->sum = sum;
+            o->ds = d * (float)sum;
         }
     }
 }
@@ -151,7 +152,7 @@ static inline float dot_q4_1(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
         const int8_t *q = x[b].q;
         int32_t s = 0;
         for (int j = 0; j < 16; j++) s += (qs[j] & 15) * q[j] + (qs[j] >> 4) * q[j + 16];
-        acc += x[b].d * (f16_at(w) * (float)s + f16_at(w + 2) * (float)x[b].sum);
+        acc += x[b].d * f16_at(w) * (float)s + f16_at(w + 2) * x[b].ds;
     }
     return acc;
 }
@@ -186,12 +187,15 @@ static inline float dot_bf16(const uint8_t *w, const float *x, int32_t n) {
 }
 
 #ifdef MATMUL_X86
-/* ---- AVX2 block kernels: 32 products per block via maddubs (u8 x s8 -> s16 pairs)
- * and madd (s16 pairs -> s32), scaled in fp32 with one FMA per block. ---- */
+/* ---- AVX2 block kernels: 32 products per block as u8 x s8 byte dot products summed
+ * into 8 int32 lanes (maddubs + madd, or AVX-VNNI's vpdpbusd when the CPU has it),
+ * scaled in fp32 with one FMA per block. The integer sums are the same either way:
+ * maddubs cannot saturate here (|15 * 127 * 2| and |128 * 127 * 2| < 32768). ---- */
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 
-AVX2 static inline float hsum8(__m256 v) {
+AVX2_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -199,7 +203,7 @@ AVX2 static inline float hsum8(__m256 v) {
 }
 
 /* 16 bytes of nibbles -> 32 unsigned bytes: low nibbles (elements 0..15), then high. */
-AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs) {
+AVX2_INLINE __m256i unpack_nibbles(const uint8_t *qs) {
     const __m128i m4 = _mm_set1_epi8(0x0F);
     __m128i raw = _mm_loadu_si128((const __m128i *)qs);
     __m128i lo = _mm_and_si128(raw, m4);
@@ -207,51 +211,91 @@ AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs) {
     return _mm256_set_m128i(hi, lo);
 }
 
-/* sum of u8 w[j] * s8 x[j] over 32 bytes, as 8 fp32 partial sums */
-AVX2 static inline __m256 dot_u8s8(__m256i w, __m256i x) {
-    __m256i p16 = _mm256_maddubs_epi16(w, x); /* |15 * 127 * 2| and |128 * 127 * 2| fit s16 */
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+/* sum of u8 w[j] * s8 x[j] over 32 bytes, as 8 fp32 partial sums. vnni is a constant
+ * after inlining; vpdpbusd goes through inline assembly ({vex}: the AVX-VNNI encoding)
+ * so that one body serves both instruction sets. */
+AVX2_INLINE __m256 dot_u8s8(__m256i w, __m256i x, const int vnni) {
+    __m256i p;
+    if (vnni) {
+        p = _mm256_setzero_si256();
+        __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(p) : "x"(w), "x"(x));
+    } else {
+        p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+    }
+    return _mm256_cvtepi32_ps(p);
 }
 
-AVX2 static float dot_q4_1_avx2(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
+/* A weight block as bytes ready for dot_u8s8: *wa the unsigned operand, *ws the sign
+ * source for the activations (Q8_0: |w| and sign(w); Q4: the nibbles, no sign), *d its
+ * scale and *mo the coefficient of d_x sum(q_x) (Q4_1: m; Q4_0: -8 d; Q8_0: 0). */
+AVX2_INLINE void load_block(ggml_type type, const uint8_t *w, __m256i *wa, __m256i *ws, float *d,
+                            float *mo) {
+    *d = f16_at(w);
+    if (type == GGML_TYPE_Q8_0) {
+        *ws = _mm256_loadu_si256((const __m256i *)(w + 2));
+        *wa = _mm256_sign_epi8(*ws, *ws);
+        *mo = 0.0f;
+    } else if (type == GGML_TYPE_Q4_0) {
+        *wa = *ws = unpack_nibbles(w + 2);
+        *mo = -8.0f * *d;
+    } else {
+        *wa = *ws = unpack_nibbles(w + 4);
+        *mo = f16_at(w + 2);
+    }
+}
+
+static inline size_t block_bytes(ggml_type type) {
+    return type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_0 ? 18 : 20;
+}
+
+/* One row . one quantized vector. */
+AVX2_INLINE float dot1_body(ggml_type type, const uint8_t *w, const matmul_q8 *x, int32_t nb, const int vnni) {
     __m256 acc = _mm256_setzero_ps();
     float accm = 0.0f;
-    for (int32_t b = 0; b < nb; b++, w += 20) {
+    size_t bb = block_bytes(type);
+    for (int32_t b = 0; b < nb; b++, w += bb) {
+        __m256i wa, ws;
+        float d, mo;
+        load_block(type, w, &wa, &ws, &d, &mo);
         __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
-        __m256 p = dot_u8s8(unpack_nibbles(w + 4), xv);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(w) * x[b].d), p, acc);
-        accm += f16_at(w + 2) * x[b].d * (float)x[b].sum;
+        if (type == GGML_TYPE_Q8_0) xv = _mm256_sign_epi8(xv, ws);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[b].d), dot_u8s8(wa, xv, vnni), acc);
+        accm += mo * x[b].ds;
     }
     return hsum8(acc) + accm;
 }
 
-/* sum (n - 8) x = sum n x - 8 sum x */
-AVX2 static float dot_q4_0_avx2(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
-    for (int32_t b = 0; b < nb; b++, w += 18) {
-        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
-        __m256 p = dot_u8s8(unpack_nibbles(w + 2), xv);
-        float dd = f16_at(w) * x[b].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), p, acc);
-        accm -= 8.0f * dd * (float)x[b].sum;
+/* One row against four quantized vectors (prefill): each weight block is unpacked and
+ * scaled once and meets four activation blocks. */
+AVX2_INLINE void dot4_body(ggml_type type, const uint8_t *w, const matmul_q8 *const x[4], int32_t nb,
+                           float out[4], const int vnni) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    float accm0 = 0.0f, accm1 = 0.0f, accm2 = 0.0f, accm3 = 0.0f;
+    size_t bb = block_bytes(type);
+    for (int32_t b = 0; b < nb; b++, w += bb) {
+        __m256i wa, ws;
+        float d, mo;
+        load_block(type, w, &wa, &ws, &d, &mo);
+#define DOT4_ONE(k)                                                                            \
+    do {                                                                                       \
+        __m256i xv = _mm256_loadu_si256((const __m256i *)x[k][b].q);                           \
+        if (type == GGML_TYPE_Q8_0) xv = _mm256_sign_epi8(xv, ws);                             \
+        acc##k = _mm256_fmadd_ps(_mm256_set1_ps(d * x[k][b].d), dot_u8s8(wa, xv, vnni), acc##k); \
+        accm##k += mo * x[k][b].ds;                                                            \
+    } while (0)
+        DOT4_ONE(0);
+        DOT4_ONE(1);
+        DOT4_ONE(2);
+        DOT4_ONE(3);
+#undef DOT4_ONE
     }
-    return hsum8(acc) + accm;
+    out[0] = hsum8(acc0) + accm0;
+    out[1] = hsum8(acc1) + accm1;
+    out[2] = hsum8(acc2) + accm2;
+    out[3] = hsum8(acc3) + accm3;
 }
 
-/* signed x signed: maddubs(|w|, sign(w) * x) */
-AVX2 static float dot_q8_0_avx2(const uint8_t *w, const matmul_q8 *x, int32_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int32_t b = 0; b < nb; b++, w += 34) {
-        __m256i wv = _mm256_loadu_si256((const __m256i *)(w + 2));
-        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
-        __m256 p = dot_u8s8(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(w) * x[b].d), p, acc);
-    }
-    return hsum8(acc);
-}
-
-AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, int32_t n) {
+AVX2_INLINE float dot_f32_avx2(const uint8_t *w, const float *x, int32_t n) {
     __m256 acc = _mm256_setzero_ps();
     int32_t j = 0;
     for (; j + 8 <= n; j += 8)
@@ -268,22 +312,14 @@ AVX2 static float dot_f32_avx2(const uint8_t *w, const float *x, int32_t n) {
 
 /* Exact mode: a block's 32 weights as fp32 (d * q + o) times fp32 x, 8 lanes at a time.
  * Q4_1: o = m; Q4_0: o = -8 d; Q8_0: signed bytes, o = 0. */
-AVX2 static float dot_qf_avx2(ggml_type type, const uint8_t *w, const float *x, int32_t nb) {
+AVX2_INLINE float dot_qf_avx2(ggml_type type, const uint8_t *w, const float *x, int32_t nb) {
     __m256 acc = _mm256_setzero_ps();
-    size_t bb = type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_0 ? 18 : 20;
+    size_t bb = block_bytes(type);
     for (int32_t b = 0; b < nb; b++, w += bb, x += GGML_QBLOCK) {
-        float d = f16_at(w);
-        __m256i q;
-        float o = 0.0f;
-        if (type == GGML_TYPE_Q8_0) {
-            q = _mm256_loadu_si256((const __m256i *)(w + 2));
-        } else if (type == GGML_TYPE_Q4_0) {
-            q = unpack_nibbles(w + 2);
-            o = -8.0f * d;
-        } else {
-            q = unpack_nibbles(w + 4);
-            o = f16_at(w + 2);
-        }
+        __m256i wa, ws;
+        float d, o;
+        load_block(type, w, &wa, &ws, &d, &o);
+        __m256i q = type == GGML_TYPE_Q8_0 ? ws : wa;
         __m128i half[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
         __m256 vd = _mm256_set1_ps(d), vo = _mm256_set1_ps(o);
         for (int k = 0; k < 4; k++) {
@@ -296,82 +332,47 @@ AVX2 static float dot_qf_avx2(ggml_type type, const uint8_t *w, const float *x, 
     return hsum8(acc);
 }
 
-/* One row against four quantized vectors (prefill): each weight block is unpacked and
- * scaled once and meets four activation blocks. Same block sums as the one-vector
- * kernels above. */
-AVX2 static void dot4_avx2(ggml_type type, const uint8_t *w, const matmul_q8 *const x[4], int32_t nb,
-                           float out[4]) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    float accm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    size_t bb = type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_0 ? 18 : 20;
-    for (int32_t b = 0; b < nb; b++, w += bb) {
-        float d = f16_at(w), mo = 0.0f;
-        __m256i wv, wa;
-        if (type == GGML_TYPE_Q8_0) {
-            wv = _mm256_loadu_si256((const __m256i *)(w + 2));
-            wa = _mm256_sign_epi8(wv, wv);
-        } else if (type == GGML_TYPE_Q4_0) {
-            wv = wa = unpack_nibbles(w + 2);
-            mo = -8.0f * d;
-        } else {
-            wv = wa = unpack_nibbles(w + 4);
-            mo = f16_at(w + 2);
-        }
-#define DOT4_ONE(k, acc)                                                                      \
-    do {                                                                                      \
-        __m256i xv = _mm256_loadu_si256((const __m256i *)x[k][b].q);                          \
-        if (type == GGML_TYPE_Q8_0) xv = _mm256_sign_epi8(xv, wv);                            \
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[k][b].d), dot_u8s8(wa, xv), acc);          \
-        accm[k] += mo * x[k][b].d * (float)x[k][b].sum;                                       \
-    } while (0)
-        DOT4_ONE(0, acc0);
-        DOT4_ONE(1, acc1);
-        DOT4_ONE(2, acc2);
-        DOT4_ONE(3, acc3);
-#undef DOT4_ONE
-    }
-    out[0] = hsum8(acc0) + accm[0];
-    out[1] = hsum8(acc1) + accm[1];
-    out[2] = hsum8(acc2) + accm[2];
-    out[3] = hsum8(acc3) + accm[3];
-}
-
-AVX2 static void matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y,
-                                  int32_t ldy, int32_t r0, int32_t r1) {
+/* Rows [r0, r1) for every vector: a tile of ROW_TILE rows stays in L1 while the vectors
+ * pass over it, four at a time when they are int8. */
+AVX2_INLINE void rows_body(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
+                           int32_t r0, int32_t r1, const int vnni) {
     int32_t nb = w->cols / GGML_QBLOCK;
+    int q8 = a->xq && w->type != GGML_TYPE_F32;
     for (int32_t rt = r0; rt < r1; rt += ROW_TILE) {
         int32_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
         int32_t t = 0;
-        if (a->xq && w->type != GGML_TYPE_F32) {
+        if (q8) {
             for (; t + 4 <= a->n; t += 4) {
                 const matmul_q8 *const x4[4] = {a->xq + (size_t)t * nb, a->xq + (size_t)(t + 1) * nb,
                                                 a->xq + (size_t)(t + 2) * nb, a->xq + (size_t)(t + 3) * nb};
                 for (int32_t r = rt; r < re; r++) {
                     float o[4];
-                    dot4_avx2(w->type, w->data + (size_t)r * w->row_bytes, x4, nb, o);
+                    dot4_body(w->type, w->data + (size_t)r * w->row_bytes, x4, nb, o, vnni);
                     for (int k = 0; k < 4; k++) y[(size_t)(t + k) * ldy + r] = o[k];
                 }
             }
         }
         for (; t < a->n; t++) {
-            const matmul_q8 *xq = a->xq ? a->xq + (size_t)t * nb : NULL;
             for (int32_t r = rt; r < re; r++) {
                 const uint8_t *row = w->data + (size_t)r * w->row_bytes;
                 float v;
-                if (!xq && w->type != GGML_TYPE_F32) {
-                    y[(size_t)t * ldy + r] = dot_qf_avx2(w->type, row, a->x + (size_t)t * w->cols, nb);
-                    continue;
-                }
-                switch (w->type) {
-                case GGML_TYPE_Q4_1: v = dot_q4_1_avx2(row, xq, nb); break;
-                case GGML_TYPE_Q4_0: v = dot_q4_0_avx2(row, xq, nb); break;
-                case GGML_TYPE_Q8_0: v = dot_q8_0_avx2(row, xq, nb); break;
-                default: v = dot_f32_avx2(row, a->x + (size_t)t * w->cols, w->cols); break;
-                }
+                if (w->type == GGML_TYPE_F32) v = dot_f32_avx2(row, a->x + (size_t)t * w->cols, w->cols);
+                else if (q8) v = dot1_body(w->type, row, a->xq + (size_t)t * nb, nb, vnni);
+                else v = dot_qf_avx2(w->type, row, a->x + (size_t)t * w->cols, nb);
                 y[(size_t)t * ldy + r] = v;
             }
         }
     }
+}
+
+AVX2 static void matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
+                                  int32_t r0, int32_t r1) {
+    rows_body(w, a, y, ldy, r0, r1, 0);
+}
+
+AVX2 static void matmul_rows_vnni(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
+                                  int32_t r0, int32_t r1) {
+    rows_body(w, a, y, ldy, r0, r1, 1);
 }
 #endif
 
@@ -446,7 +447,8 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
 #ifdef MATMUL_X86
     /* AVX2 covers the block types (int8 and exact mode) and F32; F16/BF16 stay portable */
     if (locks_have_avx2() && (matmul_wants_q8(j->w->type) || j->w->type == GGML_TYPE_F32)) {
-        matmul_rows_avx2(j->w, j->a, j->y, j->ldy, r0, r1);
+        if (locks_have_avxvnni()) matmul_rows_vnni(j->w, j->a, j->y, j->ldy, r0, r1);
+        else matmul_rows_avx2(j->w, j->a, j->y, j->ldy, r0, r1);
         return;
     }
 #endif
@@ -454,6 +456,7 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
 }
 
 void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy) {
+    matmul_init_tables(); /* once; an atomic check after that */
     matmul_job job = {w, a, y, ldy};
     int32_t n_tasks = (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
     if (pool) {
@@ -468,6 +471,7 @@ void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float
 /* ================================================================================ */
 
 void matmul_row_f32(const matmul_weight *w, int32_t r, float *out) {
+    matmul_init_tables();
     const uint8_t *p = w->data + (size_t)r * w->row_bytes;
     int32_t nb = w->cols / GGML_QBLOCK;
     switch (w->type) {

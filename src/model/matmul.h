@@ -10,7 +10,7 @@
  * blocks), and each block product is an integer dot product scaled once:
  *     Q8_0:  d_w d_x sum q_w q_x
  *     Q4_0:  d_w d_x sum (n_w - 8) q_x
- *     Q4_1:  d_w d_x sum n_w q_x + m_w d_x sum q_x
+ *     Q4_1:  d_w d_x sum n_w q_x + m_w (d_x sum q_x)
  * The float types (F32, F16, BF16) use the fp32 activations directly.
  *
  * Work is split over rows in tasks of the caller's pool; a batch of T vectors reuses
@@ -32,10 +32,11 @@ typedef struct {
     size_t row_bytes;
 } matmul_weight;
 
-/* One 32-element activation block: x ~= d * q, sum = sum of q (for Q4_1's offset). */
+/* One 32-element activation block: x ~= d * q; ds = d * sum(q) (for the Q4_1 / Q4_0
+ * offset terms). */
 typedef struct {
     float d;
-    int32_t sum;
+    float ds;
     int8_t q[32];
 } matmul_q8;
 
@@ -47,7 +48,7 @@ typedef struct {
     int32_t n, cols;
 } matmul_act;
 
-/* fp16 -> fp32 through a table (built once, thread-safe). */
+/* Builds the fp16 -> fp32 table (once, thread-safe; matmul and matmul_row_f32 call it). */
 void matmul_init_tables(void);
 
 /* Quantizes x[n][cols] (cols a multiple of 32) to xq[n][cols / 32]. */
