@@ -227,18 +227,26 @@ def plot(path_png, recs_cells, tasks, sels, budgets, metric, ylabel):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("jsonl")
+    ap.add_argument("jsonl", nargs="+")
     ap.add_argument("--out", default="eval/RESULTS.md")
     ap.add_argument("--plots", default="eval")
     ap.add_argument("--command", default="")
     ap.add_argument("--note", default="", help="a file whose text is put under the header")
     a = ap.parse_args()
 
-    recs = load(a.jsonl)
+    recs = []
+    for path in a.jsonl:
+        recs += load(path)
     if not recs:
         print("eval-report: no records", file=sys.stderr)
         return 1
-    tasks = order({r["task"] for r in recs}, TASK_ORDER)
+    # A table per (task, context): label "task@2048".
+    for r in recs:
+        r["task_name"] = r["task"]
+        r["task"] = f"{r['task']}@{r['context']}"
+    tasks = sorted({r["task"] for r in recs},
+                   key=lambda t: (TASK_ORDER.index(t.split("@")[0])
+                                  if t.split("@")[0] in TASK_ORDER else 99, int(t.split("@")[1])))
     sels = order({r["selector"] for r in recs}, SEL_ORDER)
     budgets = sorted({int(r["budget"]) for r in recs if int(r["budget"]) > 0})
     contexts = sorted({int(r["context"]) for r in recs})
@@ -253,7 +261,7 @@ def main():
     L.append("# Long-context tasks: accuracy and carrier recall per selector and budget")
     L.append("")
     L.append(f"Generated {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC by "
-             f"`scripts/eval-report.py` from `{os.path.basename(a.jsonl)}` "
+             f"`scripts/eval-report.py` from `{' '.join(os.path.basename(j) for j in a.jsonl)}` "
              f"({len(recs)} decodes, {len(samples)} samples).")
     L.append("")
     for k in ("model", "commit", "machine", "threads"):
@@ -282,8 +290,10 @@ def main():
     L.append("")
     L.append("Scanning budgets from the largest down, the first budget at which the "
              "selector's accuracy is more than 5 points below dense attention; "
-             "`sig` when the two 95% intervals do not overlap. Oracle and LOCKS at that budget "
-             "are shown beside it.")
+             "`sig` when the two 95% intervals do not overlap; `none`: never more than 5 points "
+             "below at the budgets run; `n/a`: dense attention itself fails the task. Oracle "
+             "and LOCKS accuracy at that budget are shown beside it. `all` pools every task "
+             "and context.")
     L.append("")
     L.append("| task | full | " + " | ".join(s for s in sels if s != "full") + " |")
     L.append("|---|---|" + "---|" * (len(sels) - 1))
@@ -296,8 +306,11 @@ def main():
             if s == "full":
                 continue
             d = drops.get(s)
+            if full is None or full.acc < 0.05:
+                row.append("n/a")
+                continue
             if d is None:
-                row.append("none" if full else "–")
+                row.append("none")
                 continue
             b, c = d
             lo, hi = c.ci()
