@@ -203,6 +203,12 @@ const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int
 /* Free physical pages left in the pool. */
 int32_t locks_cache_free_pages(const locks_cache *c);
 
+/* Shortens the sequence to its first len tokens (0 <= len <= its length, else
+ * LOCKS_ERR_INVALID_ARG; LOCKS_ERR_NO_SEQ for an unknown id): pages past the new end go
+ * back to the pool, and a page that becomes partial loses its summary (rebuilt when a
+ * write fills it again). For decoding several continuations of one prefix. */
+locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len);
+
 /* Reserves n_tokens more positions at the end of the sequence (for all layers),
  * taking pages from the pool. LOCKS_ERR_POOL_FULL if the pool cannot hold them:
  * then nothing is reserved and the cache is unchanged. */

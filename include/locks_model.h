@@ -76,9 +76,16 @@ const locks_tokenizer *locks_model_tokenizer(const locks_model *m);
 typedef struct locks_ctx locks_ctx;
 
 typedef void (*locks_progress_fn)(int32_t done, int32_t total, void *user);
-/* Sees the queries of every decode step, per layer, after RoPE: q[n_q_heads][head_dim]
- * of the token at position pos (for KV dumps and analysis). */
+/* Sees the query of every token, per layer, after RoPE: q[n_q_heads][head_dim] of the
+ * token at position pos, prompt (prefill) tokens and decode steps alike (for KV dumps
+ * and analysis). */
 typedef void (*locks_query_fn)(int32_t layer, int32_t pos, const float *q, void *user);
+/* Sees every decode step's attention, per layer, after it ran: the queries q[n_q_heads]
+ * [head_dim] (after RoPE) and the pages attended, for one sequence: sel->pages[Hkv]
+ * [sel->max_pages] (logical, ascending), sel->n_pages[Hkv]. For measurements (locks eval
+ * --tasks); it must not use the context. */
+typedef void (*locks_step_fn)(int32_t layer, const float *q, int32_t n_q_heads,
+                              const locks_selection *sel, void *user);
 
 typedef struct {
     int32_t n_ctx;       /* max tokens in the session (default 4096) */
@@ -91,8 +98,10 @@ typedef struct {
                       * blocks, like llama.cpp; 1: fp32 activations (slower; validation) */
     locks_progress_fn progress;      /* called after each prefill chunk (may be NULL) */
     void *progress_user;
-    locks_query_fn on_query;         /* called in each decode step, per layer (may be NULL) */
+    locks_query_fn on_query;         /* called for every token's query, per layer (may be NULL) */
     void *on_query_user;
+    locks_step_fn on_step;           /* called after each decode attention, per layer (may be NULL) */
+    void *on_step_user;
 } locks_ctx_params;
 
 locks_ctx_params locks_ctx_default_params(void);
@@ -108,6 +117,10 @@ locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err);
 locks_status locks_ctx_reset(locks_ctx *c);
 /* Tokens in the session. */
 int32_t locks_ctx_len(const locks_ctx *c);
+/* Drops every token after the first n (0 <= n <= locks_ctx_len, else
+ * LOCKS_ERR_INVALID_ARG): the session goes on from n exactly as if the rest had never
+ * been run (locks_cache_seq_truncate). For answering one prefill several ways. */
+locks_status locks_ctx_truncate(locks_ctx *c, int32_t n);
 /* The cache, for inspection (summaries, pages, KV dumps). Owned by the context. */
 locks_cache *locks_ctx_cache(locks_ctx *c);
 int32_t locks_ctx_seq(const locks_ctx *c);
@@ -197,12 +210,16 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
  *                               's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *   "smollm", "starcoder",      every \p{N} code point is its own piece first, then the
  *   "refact", "codeshell"       GPT-2 regex on the spans between them
- * \p{L}, \p{N} follow Unicode 14 general categories, \s the White_Space property. Bytes
+ * \p{L}, \p{N} follow Unicode 16.0 general categories, \s the White_Space property: every
+ * code point is classified as Hugging Face tokenizers' regex engine does. Bytes
  * that are not valid UTF-8 count as "other" (neither letter, number nor space), so any
  * byte string whose bytes all have tokens encodes and decodes back to itself.
  *
  * Decoding is byte-exact: a token's piece is its raw bytes, which may be a fragment of a
  * UTF-8 character; locks_tokenizer_decode_stream holds such fragments back.
+ *
+ * A tokenizer is read-only after init (set_special aside): encode and decode may run on
+ * several threads at once.
  */
 
 typedef struct locks_tokenizer locks_tokenizer;

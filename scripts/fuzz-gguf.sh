@@ -42,7 +42,7 @@ build() { # build NAME: tests/fuzz/NAME.c -> $out/NAME
         -fno-omit-frame-pointer -Wall -Wextra \
         -Iinclude -Isrc -Itests -Itests/fuzz \
         "tests/fuzz/$1.c" src/model/gguf.c src/model/tokenizer.c src/model/tokenizer_gguf.c \
-        src/model/unicode_tables.c src/util.c src/status.c -lm -o "$out/$1"
+        src/model/unicode_tables.c src/model/unicode_class.c src/util.c src/status.c -lm -o "$out/$1"
 }
 
 set +e

@@ -219,6 +219,26 @@ locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
     return LOCKS_OK;
 }
 
+locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
+    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    locks_seq *s = &c->seqs[seq_id];
+    if (len < 0 || len > s->len) return LOCKS_ERR_INVALID_ARG;
+    int32_t keep = (len + P - 1) / P;
+    /* push back in reverse, as seq_remove does */
+    for (int32_t i = s->n_pages - 1; i >= keep; i--) c->free_list[c->n_free++] = s->table[i];
+    s->n_pages = keep;
+    s->len = len;
+    /* The last kept page forgets its slots past len: it is partial again (no selector
+     * reads the summary of a page that is not full) until a write fills it, which
+     * rebuilds the summary and the selectors' page metadata. */
+    if (len % P) {
+        uint16_t mask = (uint16_t)((1u << (len % P)) - 1u);
+        int32_t page = s->table[keep - 1];
+        for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] &= mask;
+    }
+    return LOCKS_OK;
+}
+
 int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
     const locks_seq *s = locks_cache_seq(c, seq_id);
     return s ? s->len : -1;
@@ -290,13 +310,6 @@ static void build_task(void *arg, int32_t t, int32_t thread) {
     build_page_head(j->c, j->layer, j->pages[t / j->c->hkv], t % j->c->hkv);
 }
 
-static int all_finite(const float *x, size_t n) {
-    /* sum of x * 0 is NaN iff some x is NaN or Inf; vectorises, no branches */
-    float acc = 0.0f;
-    for (size_t i = 0; i < n; i++) acc += x[i] * 0.0f;
-    return acc == 0.0f;
-}
-
 locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
                                int32_t n, const float *k, const float *v) {
     if (!c) return LOCKS_ERR_INVALID_ARG;
@@ -308,7 +321,7 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
     if (!k || !v) return LOCKS_ERR_INVALID_ARG;
     const int32_t d = c->d, H = c->hkv;
     const size_t row = (size_t)H * d;
-    if (!all_finite(k, (size_t)n * row) || !all_finite(v, (size_t)n * row)) return LOCKS_ERR_NONFINITE;
+    if (!locks_all_finite(k, (size_t)n * row) || !locks_all_finite(v, (size_t)n * row)) return LOCKS_ERR_NONFINITE;
     for (int32_t t = 0; t < n; t++) {
         int32_t tok = pos + t, page = s->table[tok / P], slot = tok % P;
         for (int32_t h = 0; h < H; h++) {
@@ -320,21 +333,19 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
         }
         c->fill[(size_t)layer * c->p.n_pages + page] |= (uint16_t)(1u << slot);
     }
-    /* the full pages this write touched get (re)built summaries */
-    int32_t first = pos / P, last = (pos + n - 1) / P, n_build = 0;
-    int32_t stack_pages[64];
-    int32_t *pages = stack_pages;
-    if (last - first + 1 > 64) {
-        pages = locks_alloc((size_t)(last - first + 1), sizeof(int32_t));
-        if (!pages) return LOCKS_ERR_OOM; /* K/V are stored; summaries of these pages stale */
+    /* the full pages this write touched get (re)built summaries, 64 pages per pool job
+     * (no allocation: a write never fails after storing) */
+    const int32_t first = pos / P, last = (pos + n - 1) / P;
+    int32_t pages[64];
+    for (int32_t lp0 = first; lp0 <= last; lp0 += 64) {
+        int32_t n_build = 0;
+        for (int32_t lp = lp0; lp <= last && lp < lp0 + 64; lp++) {
+            int32_t page = s->table[lp];
+            if (c->fill[(size_t)layer * c->p.n_pages + page] == 0xffffu) pages[n_build++] = page;
+        }
+        build_job job = {c, layer, pages};
+        locks_pool_run(c->pool, n_build * H, build_task, &job);
     }
-    for (int32_t lp = first; lp <= last; lp++) {
-        int32_t page = s->table[lp];
-        if (c->fill[(size_t)layer * c->p.n_pages + page] == 0xffffu) pages[n_build++] = page;
-    }
-    build_job job = {c, layer, pages};
-    locks_pool_run(c->pool, n_build * H, build_task, &job);
-    if (pages != stack_pages) locks_free(pages);
     return LOCKS_OK;
 }
 

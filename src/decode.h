@@ -30,8 +30,6 @@ typedef struct {
 
 /* Effective softmax scale of the params (0 -> 1/sqrt(d)). */
 float locks_step_scale(const locks_cache *c, float scale);
-/* 1 if all n values are finite. */
-int locks_all_finite(const float *x, size_t n);
 
 /* score.c: selector scores of every (sequence, KV head), then (with_mass) the group
  * masses; w[i].scores and w[i].mass must be set. */
@@ -49,6 +47,10 @@ locks_status locks_select_check(const locks_seq *s, const locks_step_params *p);
 locks_status locks_select_run(locks_cache *c, locks_seq_work *w, int32_t n_seqs,
                               const locks_step_params *p, int32_t n_q_heads, int with_mass);
 
+/* attend.c: logit[g][t] = scale * q_g . k_t for the first nt keys of one fp16 (page,
+ * KV head) block and the G heads of q [G][d] (the oracle selector shares it). */
+void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
+                        float scale, float (*logit)[LOCKS_PAGE]);
 /* attend.c: exact attention over each sequence's selection (w[i].pages / n_pages). */
 locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
                               int32_t n_q_heads, float scale);

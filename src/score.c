@@ -18,12 +18,6 @@ float locks_step_scale(const locks_cache *c, float scale) {
     return scale > 0.0f ? scale : 1.0f / sqrtf((float)c->d);
 }
 
-int locks_all_finite(const float *x, size_t n) {
-    float acc = 0.0f; /* x * 0 is NaN iff x is NaN or Inf */
-    for (size_t i = 0; i < n; i++) acc += x[i] * 0.0f;
-    return acc == 0.0f;
-}
-
 typedef struct {
     locks_cache *c;
     int32_t layer, hq, G;
@@ -66,12 +60,9 @@ void locks_mass_one(locks_seq_work *w, int32_t h, int32_t G, locks_selector sel)
     for (int32_t i = 0; i < n_full; i++) m[i] = 0.0f;
     for (int32_t g = 0; g < G; g++) {
         float *s = w->scores + ((size_t)h * G + g) * n_full;
-        float mx = -INFINITY;
-        for (int32_t i = 0; i < n_full; i++) mx = s[i] > mx ? s[i] : mx;
-        for (int32_t i = 0; i < n_full; i++) s[i] -= mx;
-        locks_exp_n(s, (size_t)n_full);
-        double z = 0.0;
-        for (int32_t i = 0; i < n_full; i++) z += (double)s[i];
+        if (n_full == 0) break;
+        const float mx = locks_max_n(s, (size_t)n_full);
+        const double z = locks_exp_sum_n(s, (size_t)n_full, mx);
         const float inv = (float)(1.0 / z) / (use_max ? 1.0f : (float)G);
         if (use_max) {
             for (int32_t i = 0; i < n_full; i++) m[i] = s[i] * inv > m[i] ? s[i] * inv : m[i];
@@ -121,6 +112,7 @@ locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const fl
     if (!q || !p || !mass || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
         n_q_heads % c->hkv != 0 || !locks_selector_available(p->selector))
         return LOCKS_ERR_INVALID_ARG;
+    if (n_q_heads / c->hkv > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
     if (!locks_all_finite(q, (size_t)n_q_heads * c->d)) return LOCKS_ERR_NONFINITE;
     const int32_t n_full = s->len / P;
     float *scores = locks_cache_scratch(c, 0, (size_t)n_q_heads * (size_t)(n_full + 1) * sizeof(float));

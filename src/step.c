@@ -14,6 +14,7 @@
 #include "decode.h"
 #include "selector.h"
 #include "util.h"
+#include "vmath.h"
 
 enum { P = LOCKS_PAGE };
 

@@ -23,34 +23,18 @@ size_t locks_summary_bytes(int32_t head_dim, int32_t rank, locks_summary_prec pr
 /* Cyclic Jacobi                                                                       */
 /* ---------------------------------------------------------------------------------- */
 
-/* One Jacobi rotation A' = J^T A J that zeroes A[p][q] (p < q), with the eigenvector
- * estimate kept as the rows of Ut (Ut' = J^T Ut). Symmetry makes this cheap: the new
- * rows p and q are also the new columns p and q, so one pass writes both; the 2x2
- * block is set by the closed form, with A'[p][q] = 0 exactly. */
-static void jacobi_rotate(int32_t n, double *A, double *Ut, int32_t p, int32_t q) {
-    double *Ap = A + p * n, *Aq = A + q * n;
-    const double apq = Ap[q], app = Ap[p], aqq = Aq[q];
-    const double theta = (aqq - app) / (2.0 * apq);
-    const double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
-    const double c = 1.0 / sqrt(t * t + 1.0), s = t * c;
-    for (int32_t k = 0; k < n; k++) { /* one scalar loop: stores forward to later loads */
-        double a = Ap[k], b = Aq[k], na = c * a - s * b, nb = s * a + c * b;
-        Ap[k] = na;
-        Aq[k] = nb;
-        A[k * n + p] = na;
-        A[k * n + q] = nb;
-    }
-    Ap[p] = app - t * apq;
-    Aq[q] = aqq + t * apq;
-    Ap[q] = Aq[p] = 0.0;
-    double *Up = Ut + p * n, *Uq = Ut + q * n;
-    for (int32_t k = 0; k < n; k++) {
-        double a = Up[k], b = Uq[k];
-        Up[k] = c * a - s * b;
-        Uq[k] = s * a + c * b;
-    }
-}
-
+/* Cyclic Jacobi in the round-robin ("parallel") ordering: a sweep is m - 1 rounds
+ * (m = n rounded up to even) of m / 2 disjoint pairs (p, q), so each pair meets once
+ * per sweep, as in the row-cyclic order. The rotations of one round commute; they are
+ * applied together, A' = J^T A J with J block diagonal:
+ *   - rotation parameters of every pair from the current A (independent square roots
+ *     and divisions, which the CPU overlaps: in the row-cyclic order each waits for
+ *     the previous rotation);
+ *   - rows p, q of A (contiguous, vectorised), then columns p, q of every row;
+ *   - each 2x2 block set by its closed form, A'[p][q] = 0 exactly;
+ *   - rows p, q of Ut (the transposed eigenvector estimate).
+ * Rotations below double precision of both diagonal entries are skipped (their entry
+ * set to 0), which also keeps the arithmetic out of subnormals. */
 locks_status locks_eig_sym(int32_t n, const double *a, double *w, double *u) {
     if (n < 1 || n > 16 || !a || !w || !u) return LOCKS_ERR_INVALID_ARG;
     double A[256], Ut[256];
@@ -62,22 +46,72 @@ locks_status locks_eig_sym(int32_t n, const double *a, double *w, double *u) {
         Ut[i] = 0.0;
     }
     for (int32_t i = 0; i < n; i++) Ut[i * n + i] = 1.0;
+    const int32_t m = n + (n & 1);
     for (int32_t sweep = 0; sweep < 64; sweep++) {
         double off = 0.0;
         for (int32_t p = 0; p < n; p++)
             for (int32_t q = p + 1; q < n; q++) off += A[p * n + q] * A[p * n + q];
         if (off <= 1e-32 * norm || off == 0.0) break;
-        for (int32_t p = 0; p < n; p++)
-            for (int32_t q = p + 1; q < n; q++) {
-                double apq = A[p * n + q];
-                /* below double precision of both diagonal entries: a rotation would not
-                 * change them; zeroing it also keeps the arithmetic out of subnormals */
-                if (fabs(apq) <= 1e-18 * sqrt(fabs(A[p * n + p] * A[q * n + q])) || fabs(apq) < 1e-280) {
+        int32_t pl[16];
+        for (int32_t i = 0; i < m; i++) pl[i] = i;
+        for (int32_t round = 0; round < m - 1; round++) {
+            int32_t P_[8], Q_[8], np = 0;
+            double C[8], S[8], T[8], App[8], Aqq[8], Apq[8];
+            for (int32_t i = 0; i < m / 2; i++) {
+                int32_t p = pl[i], q = pl[m - 1 - i];
+                if (p > q) {
+                    int32_t tmp = p;
+                    p = q;
+                    q = tmp;
+                }
+                if (q >= n) continue; /* the odd player out this round */
+                const double apq = A[p * n + q], app = A[p * n + p], aqq = A[q * n + q];
+                if (fabs(apq) <= 1e-18 * sqrt(fabs(app * aqq)) || fabs(apq) < 1e-280) {
                     A[p * n + q] = A[q * n + p] = 0.0;
                     continue;
                 }
-                jacobi_rotate(n, A, Ut, p, q);
+                const double theta = (aqq - app) / (2.0 * apq);
+                const double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
+                const double c = 1.0 / sqrt(t * t + 1.0);
+                P_[np] = p, Q_[np] = q, C[np] = c, S[np] = t * c, T[np] = t;
+                App[np] = app, Aqq[np] = aqq, Apq[np] = apq;
+                np++;
             }
+            for (int32_t k = 0; k < np; k++) { /* rows: J^T A */
+                double *Ap = A + P_[k] * n, *Aq = A + Q_[k] * n;
+                const double c = C[k], s = S[k];
+                for (int32_t x = 0; x < n; x++) {
+                    const double va = Ap[x], vb = Aq[x];
+                    Ap[x] = c * va - s * vb;
+                    Aq[x] = s * va + c * vb;
+                }
+            }
+            for (int32_t r = 0; r < n; r++) { /* columns: (J^T A) J */
+                double *Ar = A + r * n;
+                for (int32_t k = 0; k < np; k++) {
+                    const double va = Ar[P_[k]], vb = Ar[Q_[k]];
+                    Ar[P_[k]] = C[k] * va - S[k] * vb;
+                    Ar[Q_[k]] = S[k] * va + C[k] * vb;
+                }
+            }
+            for (int32_t k = 0; k < np; k++) {
+                const int32_t p = P_[k], q = Q_[k];
+                A[p * n + p] = App[k] - T[k] * Apq[k];
+                A[q * n + q] = Aqq[k] + T[k] * Apq[k];
+                A[p * n + q] = A[q * n + p] = 0.0;
+                double *Up = Ut + p * n, *Uq = Ut + q * n;
+                const double c = C[k], s = S[k];
+                for (int32_t x = 0; x < n; x++) {
+                    const double va = Up[x], vb = Uq[x];
+                    Up[x] = c * va - s * vb;
+                    Uq[x] = s * va + c * vb;
+                }
+            }
+            /* next round: player 0 stays, the others move one seat */
+            const int32_t last = pl[m - 1];
+            for (int32_t i = m - 1; i > 1; i--) pl[i] = pl[i - 1];
+            pl[1] = last;
+        }
     }
     /* selection sort of the eigenpairs, descending */
     int32_t order[16];
@@ -225,7 +259,11 @@ void locks_summary_dequantize(int32_t d, int32_t r, locks_qsummary q, float *mu,
     for (int32_t k = 0; k < r; k++) {
         s = locks_f16_to_f32(q.v_s[k]);
         const uint8_t *row = q.v_q + (size_t)k * (d / 2);
-        for (int32_t c = 0; c < d; c++) basis[(size_t)k * d + c] = s * (float)locks_int4_get(row, c);
+        float *out = basis + (size_t)k * d;
+        for (int32_t b = 0; b < d / 2; b++) { /* low nibble: element 2b, high: 2b + 1 */
+            out[2 * b] = s * (float)(((row[b] & 0xf) ^ 8) - 8);
+            out[2 * b + 1] = s * (float)(((row[b] >> 4) ^ 8) - 8);
+        }
     }
     for (int32_t k = 0; k < r; k++) {
         s = locks_f16_to_f32(q.c_s[k]);

@@ -43,7 +43,7 @@ static void ref_eig(int n, const double *a_in, double *w, double *u) {
                 tot += a[i * n + j] * a[i * n + j];
                 if (i != j) off += a[i * n + j] * a[i * n + j];
             }
-        if (off <= 1e-26 * tot) break;
+        if (off <= 1e-22 * tot) break;
         for (int p = 0; p < n; p++)
             for (int q = p + 1; q < n; q++) {
                 double apq = a[p * n + q];
@@ -294,7 +294,7 @@ static void test_scores_random(void) {
 /* ---- 3. shared-basis fit ----------------------------------------------------------------- */
 
 static void test_shadow_fit(void) {
-    const int d = 8 * tu_int(4, 12), r = tu_int(1, 12), N = tu_int(200, 400);
+    const int d = 8 * tu_int(4, 8), r = tu_int(1, 12), N = tu_int(200, 400);
     /* keys with a decaying spectrum (std 6 / (1 + 0.4 i) along random directions) */
     double *K = malloc(sizeof(double) * (size_t)N * d), *gram = calloc((size_t)d * d, sizeof(double));
     double *dir = malloc(sizeof(double) * (size_t)d * d), *w = malloc(sizeof(double) * d),
@@ -358,9 +358,9 @@ static fixture make_fixture(void) {
     f.L = tu_int(1, 2);
     f.H = tu_int(1, 3);
     f.G = tu_int(1, 4);
-    f.d = tu_int(0, 1) ? 64 : 128;
+    f.d = tu_int(0, 3) ? 64 : 128; /* 128 a quarter of the time: the float64 references are O(d^3) */
     f.r = tu_int(2, 10);
-    f.len = tu_int(20, 60) * P + tu_int(0, P - 1);
+    f.len = tu_int(20, 40) * P + tu_int(0, P - 1);
     locks_cache_params cp = locks_cache_default_params();
     cp.n_layers = f.L;
     cp.n_kv_heads = f.H;
@@ -532,6 +532,8 @@ static void test_cache_masses(const fixture *f) {
     for (int l = 0; l < f->L; l++) {
         tu_fill_normal(q, (size_t)Hq * f->d, 1.5);
         for (size_t i = 0; i < sizeof sels / sizeof sels[0]; i++) {
+            /* shadow's float64 reference (a d x d Jacobi per head) is the slow part: layer 0 only */
+            if (sels[i] == LOCKS_SEL_SHADOW && l > 0) continue;
             locks_step_params p = locks_step_default_params();
             p.selector = sels[i];
             CHECK(locks_score(f->c, l, f->seq, q, Hq, &p, mass));

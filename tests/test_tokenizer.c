@@ -7,11 +7,16 @@
  *  3. Special tokens: longest match, parse_special off, USER_DEFINED always matched.
  *  4. Round trips of random byte strings (invalid UTF-8 included) and streaming decode.
  *  5. ChatML, buffer-size contracts and bad arguments.
+ *  6. Every code point's class (letter/number/space/other) against Hugging Face
+ *     tokenizers' regex (tests/data/hf_unicode_classes.h).
  * Random inputs are fresh each run (the seed is printed; LOCKS_TEST_SEED=n repeats it).
  */
 #include "test_util.h"
 
 #include "locks_model.h"
+#include "model/unicode_tables.h"
+
+#include "data/hf_unicode_classes.h"
 
 static uint32_t rng_u32(void) { return (uint32_t)(tu_next() >> 32); }
 
@@ -458,6 +463,25 @@ static void test_chatml_and_args(void) {
     vocab_free(&v);
 }
 
+/* ------------------------------------------------------------------------------ */
+/* 6. Unicode classes                                                               */
+/* ------------------------------------------------------------------------------ */
+
+static void test_unicode_classes(void) {
+    int32_t bad = 0;
+    for (int r = 0; r < N_HF_CLASS_RUNS; r++) {
+        uint32_t end = r + 1 < N_HF_CLASS_RUNS ? hf_class_runs[r + 1].start : 0x110000;
+        for (uint32_t cp = hf_class_runs[r].start; cp < end; cp++) {
+            if (cp >= 0xD800 && cp <= 0xDFFF) continue; /* not encodable in UTF-8 */
+            int got = (int)locks_unicode_class(cp);
+            if (got != hf_class_runs[r].cls && bad++ < 5)
+                fprintf(stderr, "  U+%04X: class %d, tokenizers says %d\n", cp, got, hf_class_runs[r].cls);
+        }
+    }
+    test_cond(bad == 0, "%d code points classified unlike Hugging Face tokenizers", bad);
+    test_cond(hf_class_runs[0].start == 0 && N_HF_CLASS_RUNS > 100, "reference data looks wrong");
+}
+
 int main(void) {
     tu_seed("test_tokenizer");
     test_merge_order();
@@ -465,5 +489,6 @@ int main(void) {
     test_special();
     test_round_trip();
     test_chatml_and_args();
+    test_unicode_classes();
     return test_report("test_tokenizer");
 }

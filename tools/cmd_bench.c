@@ -61,6 +61,7 @@ typedef struct {
     double *ms, *score_ms, *select_ms, *attend_ms; /* [steps] */
     uint64_t bytes_meta, bytes_kv, bytes_dense;    /* sums over recorded steps */
     double cov, ocov, ratio, ratio_min, recall, err, err_max, cos, kerr, tokens;
+    locks_carrier_count carrier; /* needle pages: the oracle's vs this selector's */
     int n_fid;
 } sel_result;
 
@@ -265,6 +266,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static double min_of(const double *x, int n) {
+    double m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] < m ? x[i] : m;
+    return m;
+}
+
 static double median(const double *x, int n) {
     double *t = malloc(sizeof(double) * (size_t)n);
     if (!t) return (double)NAN;
@@ -378,13 +385,13 @@ static void print_header(const bench_ctx *b, int32_t budget, size_t sb, size_t s
            100.0 * ((double)sb - (double)sba) / (double)sba, b->fill_s, (unsigned long long)o->seed);
     if (o->host_gbps > 0.0)
         printf("host read bandwidth (--membw, %d threads): %.2f GB/s\n", o->threads, o->host_gbps);
-    printf("%-8s %9s %8s %8s %8s %8s %9s %9s %9s %7s | %8s %8s %6s %6s %8s %7s %8s\n", "selector",
+    printf("%-8s %9s %8s %8s %8s %8s %9s %9s %9s %7s | %8s %8s %6s %6s %6s %8s %7s %8s\n", "selector",
            "step_ms", "score", "select", "attend", "speedup", "meta_MB", "kv_MB", "dense_MB", "GB/s",
-           "coverage", "oracle", "ratio", "recall", "rel_err", "cosine", "kern_err");
+           "coverage", "oracle", "ratio", "recall", "needle", "rel_err", "cosine", "kern_err");
 }
 
 static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, const sel_result *r,
-                      double dense_ms, size_t sb, size_t sba) {
+                      double dense_ms, double dense_min, size_t sb, size_t sba) {
     const bench_opts *o = b->o;
     int n = o->steps;
     double ms = median(r->ms, n), sc = median(r->score_ms, n), se = median(r->select_ms, n),
@@ -405,12 +412,15 @@ static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, cons
                "\"bytes_step\":%.0f,\"gbps\":%.6g,\"summary_bytes\":%zu,\"summary_bytes_analytic\":%zu,",
                dense_ms, ms, sc, se, at, dense_ms / ms, meta, kv, dense, meta + kv, gbps, sb, sba);
         if (o->host_gbps > 0.0) printf("\"host_read_gbps\":%.6g,", o->host_gbps);
+        printf("\"step_ms_min\":%.6g,\"dense_ms_min\":%.6g,", min_of(r->ms, n), dense_min);
         if (r->n_fid)
             printf("\"mass_coverage\":%.8g,\"oracle_mass_coverage\":%.8g,\"coverage_ratio\":%.8g,"
-                   "\"coverage_ratio_min\":%.8g,\"oracle_recall\":%.8g,\"output_rel_err\":%.8g,"
+                   "\"coverage_ratio_min\":%.8g,\"oracle_recall\":%.8g,\"carrier_recall\":%.8g,"
+                   "\"output_rel_err\":%.8g,"
                    "\"output_rel_err_max\":%.8g,\"cosine\":%.8g,\"kernel_rel_err\":%.6g,\"tokens\":%.6g,"
                    "\"fidelity_samples\":%d}\n",
-                   r->cov * f, r->ocov * f, r->ratio * f, r->ratio_min, r->recall * f, r->err * f, r->err_max,
+                   r->cov * f, r->ocov * f, r->ratio * f, r->ratio_min, r->recall * f,
+                   locks_metrics_carrier_recall(&r->carrier), r->err * f, r->err_max,
                    r->cos * f, r->kerr, r->tokens * f, r->n_fid);
         else
             printf("\"mass_coverage\":null,\"oracle_mass_coverage\":null,\"output_rel_err\":null}\n");
@@ -419,10 +429,10 @@ static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, cons
     printf("%-8s %9.3f %8.3f %8.3f %8.3f %7.2fx %9.2f %9.2f %9.2f %7.2f | ", locks_selector_name(s), ms, sc, se,
            at, dense_ms / ms, meta / 1e6, kv / 1e6, dense / 1e6, gbps);
     if (r->n_fid)
-        printf("%8.4f %8.4f %6.4f %6.3f %8.2e %7.4f %8.1e\n", r->cov * f, r->ocov * f, r->ratio * f,
-               r->recall * f, r->err * f, r->cos * f, r->kerr);
+        printf("%8.4f %8.4f %6.4f %6.3f %6.3f %8.2e %7.4f %8.1e\n", r->cov * f, r->ocov * f, r->ratio * f,
+               r->recall * f, locks_metrics_carrier_recall(&r->carrier), r->err * f, r->cos * f, r->kerr);
     else
-        printf("%8s %8s %6s %6s %8s %7s %8s\n", "-", "-", "-", "-", "-", "-", "-");
+        printf("%8s %8s %6s %6s %6s %8s %7s %8s\n", "-", "-", "-", "-", "-", "-", "-", "-");
 }
 
 static int run_budget(bench_ctx *b, int32_t budget) {
@@ -445,7 +455,9 @@ static int run_budget(bench_ctx *b, int32_t budget) {
     int32_t *pages = locks_alloc((size_t)B * H * max_pages, sizeof(int32_t));
     int32_t *npg = locks_alloc((size_t)B * H, sizeof(int32_t));
     locks_attn_ref *ref = calloc((size_t)B, sizeof *ref);
-    if (!res || !q || !out || !pages || !npg || !ref) {
+    int32_t *opages = locks_alloc((size_t)B * H * max_pages, sizeof(int32_t)); /* float64 oracle */
+    int32_t *onpg = locks_alloc((size_t)B * H, sizeof(int32_t));
+    if (!res || !q || !out || !pages || !npg || !ref || !opages || !onpg) {
         fprintf(stderr, "locks bench: out of memory\n");
         goto done;
     }
@@ -471,6 +483,10 @@ static int run_budget(bench_ctx *b, int32_t budget) {
             for (int32_t s = 0; s < B; s++) {
                 locks_status st = locks_attn_ref_compute(&b->src[s], q + (size_t)s * Hq * d, Hq, 0.0f,
                                                          o->threads, &ref[s]);
+                if (st == LOCKS_OK)
+                    st = locks_metrics_oracle_select(&ref[s], budget, o->n_sink, o->n_recent,
+                                                     opages + (size_t)s * H * max_pages, onpg + (size_t)s * H,
+                                                     max_pages);
                 if (st != LOCKS_OK) {
                     report_error("reference attention", st);
                     goto done;
@@ -519,6 +535,11 @@ static int run_budget(bench_ctx *b, int32_t budget) {
                 r->kerr = fmax(r->kerr, m.kernel_rel_err);
                 r->tokens += m.tokens;
                 r->n_fid++;
+                int32_t n_needles;
+                const int32_t *needles = locks_synth_needles(b->synth[s], &n_needles);
+                locks_metrics_carrier_add(&r->carrier, H, opages + (size_t)s * H * max_pages, onpg + (size_t)s * H,
+                                          pages + (size_t)s * H * max_pages, npg + (size_t)s * H, max_pages,
+                                          needles, n_needles);
             }
         }
         for (int32_t s = 0; s < B; s++) locks_attn_ref_free(&ref[s]);
@@ -527,7 +548,8 @@ static int run_budget(bench_ctx *b, int32_t budget) {
     size_t sb = locks_cache_summary_bytes(b->cache), sba = analytic_summary_bytes(d, o->rank, o->prec);
     double dense_ms = median(res[full_at].ms, o->steps);
     if (!o->json) print_header(b, budget, sb, sba);
-    for (int i = 0; i < o->n_sel; i++) print_row(b, budget, run[i], &res[i], dense_ms, sb, sba);
+    double dense_min = min_of(res[full_at].ms, o->steps);
+    for (int i = 0; i < o->n_sel; i++) print_row(b, budget, run[i], &res[i], dense_ms, dense_min, sb, sba);
     fflush(stdout);
     rc = 0;
 done:
@@ -541,6 +563,8 @@ done:
     locks_free(out);
     locks_free(pages);
     locks_free(npg);
+    locks_free(opages);
+    locks_free(onpg);
     return rc;
 }
 
@@ -590,6 +614,8 @@ static int run_context(const bench_opts *o, const bench_shape *sh, int32_t ctx) 
     cp.n_threads = o->threads;
     b.cache = locks_cache_init(cp, &st);
     if (!b.cache) {
+        if (st == LOCKS_ERR_UNSUPPORTED && o->backend == LOCKS_BACKEND_CUDA)
+            fprintf(stderr, "locks bench: the CUDA backend is not available in this build yet\n");
         rc = report_error("cache init", st);
         goto done;
     }

@@ -30,6 +30,7 @@
 
 #include "cmds.h"
 #include "dump.h"
+#include "eval_tasks.h"
 #include "locks.h"
 #include "metrics.h"
 #include "synth.h"
@@ -615,6 +616,7 @@ static int write_csv(eval_state *e, const char *path) {
 }
 
 int cmd_eval(int argc, char **argv) {
+    if (eval_tasks_wanted(argc, argv)) return eval_tasks_main(argc, argv); /* tools/eval_tasks.c */
     eval_state e;
     memset(&e, 0, sizeof e);
     int pr = parse_opts(argc, argv, &e.o);

@@ -38,7 +38,8 @@ static void usage(FILE *f) {
             "  --recent N       trailing full pages always attended (default 1)\n"
             "  --rank R         summary rank 1..15 (default 8)\n"
             "  --f32-act        fp32 activations for quantized weights (slower; validation)\n"
-            "  --dump-kv FILE   write the KV dump (keys, values, decode queries) for `locks eval`\n"
+            "  --dump-kv FILE   write the KV dump (keys, values, decode queries, the last 32 prompt\n"
+            "                   queries as SnapKV's observation window) for `locks eval`\n"
             "  --eval-logits FILE  no generation: run the prompt token by token (decode path,\n"
             "                   --selector applies) and write fp32 logits [n_prompt][n_vocab]\n"
             "                   to FILE (for scripts/logits_reference.py --compare)\n"
@@ -88,15 +89,23 @@ static char *read_file(const char *path) {
     return buf;
 }
 
-/* Queries of every decode step, for --dump-kv: [n_layers][max_steps][Hq][d]. */
+/* Queries of every decode step, for --dump-kv: [n_layers][max_steps][Hq][d], and of the
+ * last n_obs prompt tokens (the dump's observation window, for SnapKV): [n_layers]
+ * [n_obs][Hq][d]. */
+#define DUMP_OBS_WINDOW 32
 typedef struct {
-    float *q;
-    int32_t n_layers, max_steps, n_prompt, qsize;
+    float *q, *q_obs;
+    int32_t n_layers, max_steps, n_prompt, qsize, n_obs;
 } query_rec;
 
 static void record_query(int32_t layer, int32_t pos, const float *q, void *user) {
     query_rec *r = user;
     int32_t step = pos - r->n_prompt;
+    if (step < 0 && step >= -r->n_obs) {
+        memcpy(r->q_obs + ((size_t)layer * r->n_obs + (size_t)(r->n_obs + step)) * r->qsize, q,
+               sizeof(float) * (size_t)r->qsize);
+        return;
+    }
     if (step < 0 || step >= r->max_steps) return;
     memcpy(r->q + ((size_t)layer * r->max_steps + step) * r->qsize, q, sizeof(float) * (size_t)r->qsize);
 }
@@ -272,7 +281,9 @@ int cmd_run(int argc, char **argv) {
         rec.n_prompt = n_prompt;
         rec.qsize = in.n_heads * in.head_dim;
         rec.q = calloc((size_t)in.n_layers * (size_t)(n_predict > 0 ? n_predict : 1) * (size_t)rec.qsize, sizeof(float));
-        if (!rec.q) goto done;
+        rec.n_obs = n_prompt < DUMP_OBS_WINDOW ? n_prompt : DUMP_OBS_WINDOW;
+        rec.q_obs = calloc((size_t)in.n_layers * (size_t)rec.n_obs * (size_t)rec.qsize, sizeof(float));
+        if (!rec.q || !rec.q_obs) goto done;
         cp.on_query = record_query;
         cp.on_query_user = &rec;
     }
@@ -326,7 +337,9 @@ int cmd_run(int argc, char **argv) {
         sh.scale = 1.0f / sqrtf((float)in.head_dim);
         sh.rope_theta = in.rope_theta;
         memcpy(sh.model, in.name, sizeof sh.model - 1); /* truncated, NUL-padded */
-        st = locks_dump_write_cache(dump_path, &sh, locks_ctx_cache(ctx), locks_ctx_seq(ctx), NULL, rec.q);
+        sh.n_obs = rec.n_obs;
+        st = locks_dump_write_cache_obs(dump_path, &sh, locks_ctx_cache(ctx), locks_ctx_seq(ctx), NULL, rec.q,
+                                        rec.q_obs);
         if (st != LOCKS_OK) {
             fprintf(stderr, "locks run: writing %s failed: %s\n", dump_path, locks_status_str(st));
             goto done;
@@ -342,6 +355,7 @@ done:
     free(chat_text);
     free(file_text);
     free(rec.q);
+    free(rec.q_obs);
     free(out.text);
     return rc;
 }

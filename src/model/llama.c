@@ -299,6 +299,7 @@ struct locks_ctx {
     float *proj;    /* (B, dim) output of Wo / Wdown */
     matmul_q8 *xq;  /* (B, max(dim, q_dim, ffn_dim) / 32) quantized activations */
     float *inv_freq; /* (n_rot / 2,) RoPE frequencies theta^(-2i / n_rot) */
+    locks_selection sel; /* the decode step's pages, kept only for p.on_step */
 };
 
 locks_ctx_params locks_ctx_default_params(void) {
@@ -376,6 +377,15 @@ locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status
         st = LOCKS_ERR_OOM;
         goto fail;
     }
+    if (p.on_step) {
+        c->sel.max_pages = cp.n_pages;
+        c->sel.pages = locks_alloc((size_t)in->n_kv_heads * (size_t)cp.n_pages, sizeof(int32_t));
+        c->sel.n_pages = locks_alloc((size_t)in->n_kv_heads, sizeof(int32_t));
+        if (!c->sel.pages || !c->sel.n_pages) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+    }
     for (int32_t i = 0; i < m->n_rot / 2; i++)
         c->inv_freq[i] = (float)pow((double)in->rope_theta, -2.0 * i / m->n_rot);
     if (err) *err = LOCKS_OK;
@@ -401,6 +411,8 @@ void locks_ctx_free(locks_ctx *c) {
     locks_free(c->hb2);
     locks_free(c->xq);
     locks_free(c->inv_freq);
+    locks_free(c->sel.pages);
+    locks_free(c->sel.n_pages);
     locks_free(c);
 }
 
@@ -416,6 +428,14 @@ locks_status locks_ctx_reset(locks_ctx *c) {
 }
 
 int32_t locks_ctx_len(const locks_ctx *c) { return c->n_tokens; }
+
+locks_status locks_ctx_truncate(locks_ctx *c, int32_t n) {
+    if (!c || c->broken || n < 0 || n > c->n_tokens) return LOCKS_ERR_INVALID_ARG;
+    locks_status st = locks_cache_seq_truncate(c->cache, c->seq, n);
+    if (st != LOCKS_OK) return st;
+    c->n_tokens = n;
+    return LOCKS_OK;
+}
 locks_cache *locks_ctx_cache(locks_ctx *c) { return c->cache; }
 int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq; }
 
@@ -575,13 +595,18 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
             if (c->p.on_query) c->p.on_query(l, pos, c->q, c->p.on_query_user);
             locks_step_stats ss;
             double t0 = locks_now_ms();
-            st = locks_decode_step(c->cache, l, &c->seq, 1, c->q, hq, &c->p.step, c->att, NULL, &ss);
+            locks_selection *sel = c->p.on_step ? &c->sel : NULL;
+            st = locks_decode_step(c->cache, l, &c->seq, 1, c->q, hq, &c->p.step, c->att, sel, &ss);
             if (st != LOCKS_OK) return st;
+            if (c->p.on_step) c->p.on_step(l, c->q, hq, sel, c->p.on_step_user);
             c->stats.attn_ms += locks_now_ms() - t0;
             c->stats.bytes_meta += ss.bytes_meta;
             c->stats.bytes_kv += ss.bytes_kv;
             c->stats.bytes_dense += ss.bytes_dense;
         } else {
+            if (c->p.on_query) /* the prompt's queries too (KV dumps keep the last ones) */
+                for (int32_t t = 0; t < n; t++)
+                    c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
             st = locks_prefill_attend(c->cache, l, c->seq, pos, n, c->q, hq, scale, c->att);
             if (st != LOCKS_OK) return st;
         }

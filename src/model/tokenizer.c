@@ -155,38 +155,14 @@ static size_t utf8_put(uint32_t cp, char *out) {
     return 4;
 }
 
-typedef enum { CP_LETTER, CP_NUMBER, CP_SPACE, CP_OTHER } cp_class;
-
-static int in_ranges(const locks_cp_range *r, int32_t n, uint32_t cp) {
-    int32_t lo = 0, hi = n - 1;
-    while (lo <= hi) {
-        int32_t mid = (lo + hi) / 2;
-        if (cp < r[mid].lo) hi = mid - 1;
-        else if (cp > r[mid].hi) lo = mid + 1;
-        else return 1;
-    }
-    return 0;
-}
-
-/* The Unicode White_Space property (what \s matches in the reference regex engines). */
-static int cp_is_space(uint32_t cp) {
-    if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);
-    if (cp < 0x85) return 0;
-    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
+typedef locks_unicode_cls cp_class;
+#define CP_LETTER LOCKS_UC_LETTER
+#define CP_NUMBER LOCKS_UC_NUMBER
+#define CP_SPACE LOCKS_UC_SPACE
+#define CP_OTHER LOCKS_UC_OTHER
 
 static cp_class cp_classify(uint32_t cp) {
-    if (cp == CP_INVALID) return CP_OTHER;
-    if (cp < 0x80) {
-        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return CP_LETTER;
-        if (cp >= '0' && cp <= '9') return CP_NUMBER;
-        return cp_is_space(cp) ? CP_SPACE : CP_OTHER;
-    }
-    if (cp_is_space(cp)) return CP_SPACE;
-    if (in_ranges(locks_unicode_letters, locks_unicode_letters_count, cp)) return CP_LETTER;
-    if (in_ranges(locks_unicode_numbers, locks_unicode_numbers_count, cp)) return CP_NUMBER;
-    return CP_OTHER;
+    return cp == CP_INVALID ? CP_OTHER : locks_unicode_class(cp);
 }
 
 /* ------------------------------------------------------------------------------ */
@@ -286,24 +262,30 @@ static int parse_byte_token(const char *s, int *byte) {
     return 1;
 }
 
-static int cmp_special_len(const void *a, const void *b, const locks_tokenizer *t) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = t->off[x + 1] - t->off[x], ly = t->off[y + 1] - t->off[y];
-    if (lx != ly) return lx > ly ? -1 : 1;
-    return x < y ? -1 : x > y;
+typedef struct {
+    uint32_t len;
+    int32_t id;
+} special_key;
+
+static int cmp_special(const void *a, const void *b) {
+    const special_key *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1; /* longest first */
+    return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Insertion sort: a vocabulary has a handful of special tokens, and qsort has no
- * context pointer in C11. */
-static void sort_specials(locks_tokenizer *t) {
-    for (int32_t i = 1; i < t->n_special; i++) {
-        int32_t v = t->special[i], j = i;
-        while (j > 0 && cmp_special_len(&t->special[j - 1], &v, t) > 0) {
-            t->special[j] = t->special[j - 1];
-            j--;
-        }
-        t->special[j] = v;
+/* Orders the special tokens longest text first (ties: lower id), so that the first
+ * match at a position is the longest. */
+static locks_status sort_specials(locks_tokenizer *t) {
+    special_key *k = locks_alloc((size_t)t->n_special + 1, sizeof *k);
+    if (!k) return LOCKS_ERR_OOM;
+    for (int32_t i = 0; i < t->n_special; i++) {
+        int32_t id = t->special[i];
+        k[i] = (special_key){t->off[id + 1] - t->off[id], id};
     }
+    qsort(k, (size_t)t->n_special, sizeof *k, cmp_special);
+    for (int32_t i = 0; i < t->n_special; i++) t->special[i] = k[i].id;
+    locks_free(k);
+    return LOCKS_OK;
 }
 
 static int pre_parse(const char *pre, pre_kind *out) {
@@ -428,7 +410,7 @@ locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *
             t->special_first[b >> 3] |= (uint8_t)(1u << (b & 7));
         }
     }
-    sort_specials(t);
+    if (sort_specials(t) != LOCKS_OK) goto fail;
 
     /* Byte tokens: GPT-2's single-character tokens, else "<0xAB>" BYTE tokens. */
     if (strmap_init(&by_enc, n_tokens, enc, enc_off) != LOCKS_OK) goto fail;

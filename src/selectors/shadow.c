@@ -24,7 +24,8 @@
  *    prefill basis when they fill (ShadowKV has no summary for them).
  *  - ShadowKV's chunks are 8 tokens; here they are pages of 16.
  *  - The basis comes from K^T K of the prefill keys (uncentred, as an SVD of K), top-r
- *    eigenvectors by subspace iteration (a 16-vector block, Rayleigh-Ritz through
+ *    eigenvectors by subspace iteration (a 16-vector block, at most 100 iterations,
+ *    stopped when the block's captured energy stops moving; Rayleigh-Ritz through
  *    locks_eig_sym), not an exact full SVD; the test checks the captured energy against
  *    a float64 reference.
  */
@@ -98,8 +99,10 @@ locks_status locks_shadow_fit(int32_t d, int32_t r, const double *gram, float *b
         Q[(size_t)k * (size_t)d + (size_t)best] += 1.0;
     }
     orthonormalize(d, b, Q);
+    double prev_trace = -1.0;
     for (int32_t it = 0; it < SHADOW_ITERS; it++) {
-        /* Z = gram Q (d x d @ d x b) */
+        /* Z = gram Q (d x d @ d x b); trace(Q^T gram Q) watches convergence */
+        double trace = 0.0;
         for (int32_t k = 0; k < b; k++) {
             const double *x = Q + (size_t)k * (size_t)d;
             double *z = Z + (size_t)k * (size_t)d;
@@ -108,8 +111,12 @@ locks_status locks_shadow_fit(int32_t d, int32_t r, const double *gram, float *b
                 double acc = 0.0;
                 for (int32_t e = 0; e < d; e++) acc += row[e] * x[e];
                 z[c] = acc;
+                trace += x[c] * acc;
             }
         }
+        /* the captured energy only grows; stop once it no longer moves */
+        if (prev_trace > 0.0 && fabs(trace - prev_trace) <= 1e-13 * trace) break;
+        prev_trace = trace;
         memcpy(Q, Z, (size_t)b * (size_t)d * sizeof *Q);
         orthonormalize(d, b, Q);
     }
