@@ -309,6 +309,7 @@ int cmd_run(int argc, char **argv) {
     st = locks_generate(ctx, tokens, n_prompt, n_predict, smp, on_token, &out, NULL, &n_gen);
     ru_stream_end(&out);
     fputc('\n', stdout);
+    fflush(stdout);
     if (st != LOCKS_OK) {
         fprintf(stderr, "locks run: generation failed after %d tokens: %s\n", n_gen, locks_status_str(st));
         goto done;
