@@ -29,6 +29,7 @@
 #include "gguf.h"
 #include "locks_model.h"
 #include "matmul.h"
+#include "cache.h"
 #include "pool.h"
 #include "tokenizer_gguf.h"
 #include "util.h"
@@ -285,7 +286,7 @@ struct locks_ctx {
     locks_ctx_params p;
     locks_cache *cache;
     int32_t seq;
-    locks_pool *pool;
+    locks_pool *pool; /* the cache's (not owned) */
     int32_t n_tokens;
     int broken;
     locks_run_stats stats;
@@ -349,13 +350,10 @@ locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status
     c->cache = locks_cache_init(cp, &st);
     if (!c->cache) goto fail;
     if ((st = locks_cache_seq_add(c->cache, &c->seq)) != LOCKS_OK) goto fail;
-    if (p.n_threads > 1) {
-        c->pool = locks_pool_init(p.n_threads);
-        if (!c->pool) {
-            st = LOCKS_ERR_OOM;
-            goto fail;
-        }
-    }
+    /* the matmuls run on the cache's own pool: one set of worker threads for the whole
+     * forward pass, so a worker still spinning after the cache's last job picks up the
+     * next product (the pool is not reentrant; the context uses it from one thread) */
+    c->pool = c->cache->pool;
 
     size_t B = (size_t)p.n_batch;
     int32_t q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
@@ -399,7 +397,6 @@ fail:
 void locks_ctx_free(locks_ctx *c) {
     if (!c) return;
     locks_cache_free(c->cache);
-    locks_pool_free(c->pool);
     locks_free(c->x);
     locks_free(c->xb);
     locks_free(c->proj);
