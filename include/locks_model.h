@@ -15,7 +15,8 @@
  * separate output embeddings. RoPE follows llama.cpp's GGUF convention: the converter
  * permutes Q/K so that rotation acts on adjacent pairs (x[2i], x[2i+1]).
  *
- * Threading: a context is used by one thread at a time; it runs its own n_threads.
+ * Threading: a context is used by one thread at a time; its cache's pool of n_threads
+ * workers (caller included) runs both the matmuls and the attention.
  */
 #ifndef LOCKS_MODEL_H
 #define LOCKS_MODEL_H
@@ -132,7 +133,12 @@ locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step);
  * token. LOCKS_ERR_POOL_FULL if the session would exceed n_ctx (nothing appended). */
 locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits);
 /* One token through the model; attention of every layer is one locks_decode_step with the
- * context's step parameters. logits: [n_vocab]. */
+ * context's step parameters. logits: [n_vocab].
+ * Both calls are all or nothing: on any error (LOCKS_ERR_INVALID_ARG for a bad token id,
+ * POOL_FULL, LOCKS_ERR_BUDGET for a budget below the forced pages, ...) the session is as
+ * before the call (a pass that failed midway is truncated back). Only if that cleanup
+ * itself fails is the context broken: then every call returns INVALID_ARG until
+ * locks_ctx_reset. */
 locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits);
 
 /* KV traffic and time of the decode steps so far (summed over steps and layers). */

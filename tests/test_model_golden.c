@@ -11,7 +11,8 @@
  *     calls when an unrelated summation order changes).
  *  3. Consistency: prefill logits == token-by-token decode logits; a cloned context
  *     decodes like the original; selector `locks` with budget >= context gives exactly
- *     the tokens and logits of `full` on a multi-page prompt.
+ *     the tokens and logits of `full` on a multi-page prompt; a decode that fails (budget
+ *     below the forced pages) leaves the session as it was.
  * The model: $LOCKS_MODEL, else the path scripts/fetch-model.sh prints (it fetches on
  * first use); a failed fetch fails the test. LOCKS_GOLDEN_PRINT=1 prints the ids to
  * record.
@@ -234,8 +235,25 @@ int main(void) {
         test_cond(maxd2 <= 1e-4, "locks at budget >= context vs full: max |logit diff| %.3g", maxd2);
         printf("locks (budget %d >= context) vs full on a cloned context: max |logit diff| %.3g over %d steps\n",
                sp.budget, maxd2, N_GEN - 1);
+        /* a failing decode (budget below the forced pages) leaves the session as it was:
+         * the next decode matches the untouched twin exactly */
+        if (cl) {
+            int32_t len = locks_ctx_len(cl);
+            locks_step_params tiny = sp;
+            tiny.budget = 1;
+            CHECK(locks_ctx_set_step(cl, tiny));
+            locks_status bs = locks_ctx_decode(cl, tb, lg2);
+            test_cond(bs == LOCKS_ERR_BUDGET && locks_ctx_len(cl) == len,
+                      "budget 1: got '%s', length %d -> %d", locks_status_str(bs), len, locks_ctx_len(cl));
+            CHECK(locks_ctx_set_step(cl, sp));
+            CHECK(locks_ctx_decode(cl, tb, lg2));
+            CHECK(locks_ctx_decode(a, ta, lg));
+            double md = 0.0;
+            for (int32_t j = 0; j < nv; j++) md = fmax(md, fabs((double)lg[j] - (double)lg2[j]));
+            test_cond(ta == tb && md == 0.0, "decode after a failed decode: max |logit diff| %.3g", md);
+        }
         locks_run_stats rs = locks_ctx_stats(cl ? cl : a);
-        test_cond(rs.n_decode == N_GEN - 1 && rs.n_prefill == n, "stats count steps (%d prefill, %d decode)",
+        test_cond(rs.n_decode == N_GEN && rs.n_prefill == n, "stats count steps (%d prefill, %d decode)",
                   rs.n_prefill, rs.n_decode);
         locks_ctx_free(a);
         locks_ctx_free(cl);

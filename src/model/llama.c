@@ -16,8 +16,8 @@
  * What always holds: a model holds only tensors whose shapes were checked against the
  * hyper-parameters at load, so the forward pass indexes without further checks. A
  * context's sequence holds exactly n_tokens tokens of K/V in every layer; a failed
- * prefill/decode (anything but POOL_FULL, which changes nothing) marks the context
- * broken until locks_ctx_reset.
+ * prefill/decode leaves it as it was (the cache is truncated back), and only if that
+ * truncation fails is the context broken until locks_ctx_reset.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -635,8 +635,9 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
     return LOCKS_OK;
 }
 
-/* Reserves n tokens, runs them, keeps the context consistent: POOL_FULL changes nothing,
- * any later failure marks the context broken. */
+/* Reserves n tokens, runs them, keeps the context consistent: POOL_FULL changes nothing;
+ * a failure mid-pass (some layers written) truncates the sequence back to its length
+ * before the call, and only if that fails too is the context marked broken. */
 static locks_status run_tokens(locks_ctx *c, const int32_t *tokens, int32_t n, int decode, float *logits) {
     for (int32_t t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= c->m->info.n_vocab) return LOCKS_ERR_INVALID_ARG;
@@ -645,9 +646,9 @@ static locks_status run_tokens(locks_ctx *c, const int32_t *tokens, int32_t n, i
     if (st != LOCKS_OK) return st;
     st = forward(c, tokens, n, decode, logits);
     if (st != LOCKS_OK) {
-        c->broken = 1;
         locks_log(LOCKS_LOG_ERROR, "model: forward pass failed at position %d: %s", c->n_tokens,
                   locks_status_str(st));
+        if (locks_cache_seq_truncate(c->cache, c->seq, c->n_tokens) != LOCKS_OK) c->broken = 1;
         return st;
     }
     c->n_tokens += n;
@@ -659,11 +660,15 @@ locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, f
     if (c->broken) return LOCKS_ERR_INVALID_ARG;
     if (c->n_tokens + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
     double t0 = locks_now_ms(), c0 = cpu_ms();
+    int32_t n0 = c->n_tokens;
     for (int32_t done = 0; done < n;) {
         int32_t chunk = n - done < c->p.n_batch ? n - done : c->p.n_batch;
         int last = done + chunk == n;
         locks_status st = run_tokens(c, tokens + done, chunk, 0, last ? logits : NULL);
-        if (st != LOCKS_OK) return st;
+        if (st != LOCKS_OK) { /* all or nothing: drop the chunks already run */
+            if (!c->broken && locks_ctx_truncate(c, n0) != LOCKS_OK) c->broken = 1;
+            return st;
+        }
         done += chunk;
         if (c->p.progress) c->p.progress(done, n, c->p.progress_user);
     }
