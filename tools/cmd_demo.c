@@ -4,9 +4,9 @@
  *
  * A ~4K-token haystack of generated prose (deterministic, nothing downloaded) hides one
  * sentence holding a passphrase; a ChatML question asks for it. The prompt is prefilled
- * once (dense causal attention, batched), the context cloned, and the answer decoded
- * greedily twice: with every page (`full`) and with the chosen selector at a small token
- * budget (`locks`, 256 by default). Both answers are printed with their decode speed and
+ * once (dense causal attention, batched) and the answer decoded greedily twice from it:
+ * with every page (`full`), then, after truncating the session back to the prompt, with
+ * the chosen selector at a small token budget (`locks`, 256 by default). Both answers are printed with their decode speed and
  * the KV bytes each decode step read.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -243,7 +243,7 @@ int cmd_demo(int argc, char **argv) {
     int32_t *toks = NULL;
     float *logits = NULL;
     char *ans_full = NULL, *ans_sparse = NULL;
-    locks_ctx *full = NULL, *sp = NULL;
+    locks_ctx *full = NULL;
     locks_model *m = ru_load_model(model_path);
     if (!m) return 1;
     locks_model_info in = locks_model_get_info(m);
@@ -295,22 +295,22 @@ int cmd_demo(int argc, char **argv) {
            ps.prefill_cpu_ms / 1e3);
     fflush(stdout);
 
-    sp = locks_ctx_clone(full, &st);
-    if (!sp || (st = locks_ctx_set_step(sp, sparse)) != LOCKS_OK) {
-        fprintf(stderr, "locks demo: cannot clone the context: %s\n", locks_status_str(st));
+    /* full attention first, then back to the prompt (truncate) and the sparse selector */
+    locks_ctx_stats_reset(full);
+    ans_full = answer(full, m, logits, n_max, &st);
+    if (st != LOCKS_OK) fprintf(stderr, "locks demo: full decode failed: %s\n", locks_status_str(st));
+    locks_run_stats fs = locks_ctx_stats(full);
+    if ((st = locks_ctx_truncate(full, n)) != LOCKS_OK || (st = locks_ctx_set_step(full, sparse)) != LOCKS_OK) {
+        fprintf(stderr, "locks demo: cannot return to the prompt: %s\n", locks_status_str(st));
         goto done;
     }
     locks_ctx_stats_reset(full);
-    locks_ctx_stats_reset(sp);
-
-    ans_full = answer(full, m, logits, n_max, &st);
-    if (st != LOCKS_OK) fprintf(stderr, "locks demo: full decode failed: %s\n", locks_status_str(st));
-    ans_sparse = answer(sp, m, logits, n_max, &st);
+    ans_sparse = answer(full, m, logits, n_max, &st);
     if (st != LOCKS_OK) fprintf(stderr, "locks demo: %s decode failed: %s\n", locks_selector_name(sparse.selector), locks_status_str(st));
     if (!ans_full || !ans_sparse) goto done;
 
     char label[64];
-    locks_run_stats fs = locks_ctx_stats(full), ss = locks_ctx_stats(sp);
+    locks_run_stats ss = locks_ctx_stats(full);
     printf("\n");
     report("full attention:", ans_full, &fs);
     snprintf(label, sizeof label, "%s @ budget %d:", locks_selector_name(sparse.selector), sparse.budget);
@@ -322,7 +322,6 @@ done:
     free(logits);
     free(toks);
     locks_ctx_free(full);
-    locks_ctx_free(sp);
     locks_model_free(m);
     return rc;
 }
