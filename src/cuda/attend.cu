@@ -1,0 +1,267 @@
+/*
+ * attend.cu — exact paged attention over a page list (sparse) or over every page
+ * (dense), flash-decoding: the list of each (sequence, KV head) is cut into splits of
+ * `pps` pages; a block of ATT_WARPS warps takes one split, each warp one page at a
+ * time for all G query heads of the group (rows of a 16-row MMA tile):
+ *     S = Q K^T   (m16n8k16, two 8-token tiles per 16-token page, k = head dims)
+ *     online softmax in exp2 (queries are pre-scaled by scale * log2 e)
+ *     O += P V    (m16n8k16, k = the page's 16 tokens, V transposed in registers
+ *                  with movmatrix so every K/V load is a 16-byte row load)
+ * The warps of a block merge through shared memory and write one (max, sum, O)
+ * partial per split; merge_kernel combines the splits by log-sum-exp.
+ * Lane (g, t) loads rows g and g+8 of the page, dims [t d/4, (t+1) d/4); in k-chunk c
+ * its k slots are the dims t d/4 + 4c + {0,1 | 2,3}, for Q and K alike; its output
+ * columns in n-tile x are the dims t d/4 + 2x + {0, 1}.
+ */
+#include "common.cuh"
+
+#define ATT_WARPS 4
+#define MERGE_THREADS 128
+#define ATT_MAX_SPLITS 1024
+
+template <int D, typename T>
+static __global__ void __launch_bounds__(ATT_WARPS * 32)
+attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ vpool,
+              const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len,
+              const int32_t *__restrict__ block_table, int32_t npool, int32_t hkv, int32_t G,
+              const uint16_t *__restrict__ q_attn, int32_t hq, const int32_t *__restrict__ list,
+              const int32_t *__restrict__ list_n, int32_t list_stride, int dense, int32_t pps,
+              float *__restrict__ part_o, float2 *__restrict__ part_ml, int32_t max_splits) {
+    constexpr int DL = D / 4;  /* dims per lane */
+    constexpr int NC = D / 16; /* k-chunks of QK */
+    constexpr int NT = D / 8;  /* n-tiles of PV */
+    constexpr int NW = DL / 8; /* uint4 per row stretch */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float *so = reinterpret_cast<float *>(smem_raw);                        /* [warps][G][D] */
+    float2 *sml = reinterpret_cast<float2 *>(so + (size_t)ATT_WARPS * G * D); /* [warps][G] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int32_t seg = blockIdx.y, s = seg / hkv, h = seg % hkv;
+    const int32_t slot = seq_slots[s];
+    const int32_t len = seq_len[slot];
+    const int32_t n_full = len / 16;
+    const int32_t count = dense ? (len + 15) / 16 : list_n[seg];
+    const int32_t begin = blockIdx.x * pps;
+    if (begin >= count) return; /* the merge only reads splits < ceil(count / pps) */
+    const int32_t end = min(begin + pps, count);
+    const int32_t *bt = block_table + (size_t)slot * npool;
+    const int32_t *lst = list + (size_t)seg * list_stride;
+
+    uint32_t qa[NC][4];
+    {
+        const T *q0 = reinterpret_cast<const T *>(q_attn) + ((size_t)s * hq + h * G + g) * D + t * DL;
+        const T *q1 = q0 + 8 * D;
+#pragma unroll
+        for (int u = 0; u < NW; u++) {
+            uint4 w0 = g < G ? reinterpret_cast<const uint4 *>(q0)[u] : make_uint4(0, 0, 0, 0);
+            uint4 w1 = g + 8 < G ? reinterpret_cast<const uint4 *>(q1)[u] : make_uint4(0, 0, 0, 0);
+            qa[2 * u][0] = w0.x;
+            qa[2 * u][2] = w0.y;
+            qa[2 * u + 1][0] = w0.z;
+            qa[2 * u + 1][2] = w0.w;
+            qa[2 * u][1] = w1.x;
+            qa[2 * u][3] = w1.y;
+            qa[2 * u + 1][1] = w1.z;
+            qa[2 * u + 1][3] = w1.w;
+        }
+    }
+    float o[NT][4];
+#pragma unroll
+    for (int x = 0; x < NT; x++) o[x][0] = o[x][1] = o[x][2] = o[x][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+    for (int32_t idx = begin + warp; idx < end; idx += ATT_WARPS) {
+        const int32_t lp = dense ? idx : lst[idx];
+        const int32_t p = bt[lp];
+        const int32_t valid = lp < n_full ? 16 : len - 16 * n_full;
+        const size_t blk = ((size_t)p * hkv + h) * 16 * D;
+        const uint4 *kg = reinterpret_cast<const uint4 *>(kpool + blk + (size_t)g * D + t * DL);
+        const uint4 *kg8 = reinterpret_cast<const uint4 *>(kpool + blk + (size_t)(g + 8) * D + t * DL);
+        const uint4 *vg = reinterpret_cast<const uint4 *>(vpool + blk + (size_t)g * D + t * DL);
+        const uint4 *vg8 = reinterpret_cast<const uint4 *>(vpool + blk + (size_t)(g + 8) * D + t * DL);
+        uint4 K0[NW], K1[NW], V0[NW], V1[NW];
+#pragma unroll
+        for (int u = 0; u < NW; u++) {
+            K0[u] = kg[u];
+            K1[u] = kg8[u];
+        }
+#pragma unroll
+        for (int u = 0; u < NW; u++) {
+            V0[u] = vg[u];
+            V1[u] = vg8[u];
+        }
+        float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int u = 0; u < NW; u++) {
+            mma_op<T>::run(s0, qa[2 * u], K0[u].x, K0[u].y);
+            mma_op<T>::run(s0, qa[2 * u + 1], K0[u].z, K0[u].w);
+            mma_op<T>::run(s1, qa[2 * u], K1[u].x, K1[u].y);
+            mma_op<T>::run(s1, qa[2 * u + 1], K1[u].z, K1[u].w);
+        }
+        /* s0: tokens 2t, 2t+1; s1: tokens 8+2t, 9+2t; [0,1] row g, [2,3] row g+8 */
+        if (valid < 16) {
+            if (2 * t >= valid) s0[0] = s0[2] = -INFINITY;
+            if (2 * t + 1 >= valid) s0[1] = s0[3] = -INFINITY;
+            if (8 + 2 * t >= valid) s1[0] = s1[2] = -INFINITY;
+            if (9 + 2 * t >= valid) s1[1] = s1[3] = -INFINITY;
+        }
+        float mx0 = fmaxf(fmaxf(s0[0], s0[1]), fmaxf(s1[0], s1[1]));
+        float mx1 = fmaxf(fmaxf(s0[2], s0[3]), fmaxf(s1[2], s1[3]));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float al0 = exp2f(m0 - n0), al1 = exp2f(m1 - n1);
+        m0 = n0;
+        m1 = n1;
+        const float p00 = exp2f(s0[0] - n0), p01 = exp2f(s0[1] - n0), p02 = exp2f(s1[0] - n0), p03 = exp2f(s1[1] - n0);
+        const float p10 = exp2f(s0[2] - n1), p11 = exp2f(s0[3] - n1), p12 = exp2f(s1[2] - n1), p13 = exp2f(s1[3] - n1);
+        l0 = l0 * al0 + (p00 + p01 + p02 + p03);
+        l1 = l1 * al1 + (p10 + p11 + p12 + p13);
+        typedef typename kv_traits<T>::T2 T2;
+        T2 pp[4] = {kv_traits<T>::pack(p00, p01), kv_traits<T>::pack(p10, p11), kv_traits<T>::pack(p02, p03),
+                    kv_traits<T>::pack(p12, p13)};
+        uint32_t pa[4];
+#pragma unroll
+        for (int z = 0; z < 4; z++) pa[z] = *reinterpret_cast<uint32_t *>(&pp[z]);
+#pragma unroll
+        for (int x = 0; x < NT; x++) {
+            o[x][0] *= al0;
+            o[x][1] *= al0;
+            o[x][2] *= al1;
+            o[x][3] *= al1;
+        }
+#pragma unroll
+        for (int u = 0; u < NW; u++) {
+            const uint32_t a0[4] = {V0[u].x, V0[u].y, V0[u].z, V0[u].w};
+            const uint32_t a1[4] = {V1[u].x, V1[u].y, V1[u].z, V1[u].w};
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                mma_op<T>::run(o[4 * u + e], pa, movmatrix_trans(a0[e]), movmatrix_trans(a1[e]));
+        }
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    /* block merge */
+    if (g < G) {
+        float *dst = so + ((size_t)warp * G + g) * D + t * DL;
+#pragma unroll
+        for (int x = 0; x < NT; x++) *reinterpret_cast<float2 *>(dst + 2 * x) = make_float2(o[x][0], o[x][1]);
+        if (t == 0) sml[warp * G + g] = make_float2(m0, l0);
+    }
+    if (g + 8 < G) {
+        float *dst = so + ((size_t)warp * G + g + 8) * D + t * DL;
+#pragma unroll
+        for (int x = 0; x < NT; x++) *reinterpret_cast<float2 *>(dst + 2 * x) = make_float2(o[x][2], o[x][3]);
+        if (t == 0) sml[warp * G + g + 8] = make_float2(m1, l1);
+    }
+    __syncthreads();
+    const size_t pbase = ((size_t)seg * max_splits + blockIdx.x) * G;
+    for (int i = threadIdx.x; i < G * D; i += ATT_WARPS * 32) {
+        const int hh = i / D, dim = i % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sml[w * G + hh].x);
+        float acc = 0.f, L = 0.f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < ATT_WARPS; w++) {
+                const float2 ml = sml[w * G + hh];
+                const float f = exp2f(ml.x - M);
+                acc += f * so[((size_t)w * G + hh) * D + dim];
+                L += f * ml.y;
+            }
+        }
+        part_o[(pbase + hh) * D + dim] = acc;
+        if (dim == 0) part_ml[pbase + hh] = make_float2(M, L);
+    }
+}
+
+/* One block per (segment, query head of the group): combine the splits. */
+static __global__ void __launch_bounds__(MERGE_THREADS)
+merge_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len, int32_t hkv, int32_t G,
+             int32_t D, const int32_t *__restrict__ list_n, int dense, int32_t pps,
+             const float *__restrict__ part_o, const float2 *__restrict__ part_ml, int32_t max_splits, int32_t hq,
+             float *__restrict__ out, float *__restrict__ lse) {
+    const int32_t seg = blockIdx.y, hh = blockIdx.x;
+    const int32_t s = seg / hkv, h = seg % hkv;
+    const int32_t len = seq_len[seq_slots[s]];
+    const int32_t count = dense ? (len + 15) / 16 : list_n[seg];
+    const int32_t ns = min((count + pps - 1) / pps, max_splits);
+    const size_t pb = (size_t)seg * max_splits * G;
+    float M = -INFINITY;
+    for (int32_t i = 0; i < ns; i++) M = fmaxf(M, part_ml[pb + (size_t)i * G + hh].x);
+    float L = 0.f;
+    for (int32_t i = 0; i < ns; i++) {
+        const float2 ml = part_ml[pb + (size_t)i * G + hh];
+        if (ml.x != -INFINITY) L += exp2f(ml.x - M) * ml.y;
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    float *dst = out + ((size_t)s * hq + h * G + hh) * D;
+    for (int dim = threadIdx.x; dim < D; dim += MERGE_THREADS) {
+        float acc = 0.f;
+        for (int32_t i = 0; i < ns; i++) {
+            const float2 ml = part_ml[pb + (size_t)i * G + hh];
+            if (ml.x != -INFINITY) acc += exp2f(ml.x - M) * part_o[(pb + (size_t)i * G + hh) * D + dim];
+        }
+        dst[dim] = acc * inv;
+    }
+    if (lse && threadIdx.x == 0) lse[(size_t)s * hq + h * G + hh] = (M + log2f(L)) * 0.6931471805599453f;
+}
+
+static int32_t attend_pps(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_list) {
+    const int32_t segs = n_seqs * c->p.n_kv_heads;
+    int32_t splits = (c->n_sm * 8 + segs - 1) / segs; /* ~8 blocks per SM */
+    if (splits > ATT_MAX_SPLITS) splits = ATT_MAX_SPLITS;
+    if (splits < 1) splits = 1;
+    int32_t pps = (max_list + splits - 1) / splits;
+    pps = (pps + ATT_WARPS - 1) / ATT_WARPS * ATT_WARPS;
+    if (pps < ATT_WARPS) pps = ATT_WARPS;
+    while ((max_list + pps - 1) / pps > ATT_MAX_SPLITS) pps += ATT_WARPS;
+    return pps;
+}
+
+template <int D, typename T>
+static locks_status attend_launch_t(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq,
+                                    const int32_t *pages, const int32_t *n_pages, int32_t list_stride, int dense,
+                                    int32_t max_list, float *out, float *lse, cudaStream_t st) {
+    const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
+    const int32_t pps = attend_pps(c, n_seqs, max_list);
+    const int32_t splits = (max_list + pps - 1) / pps;
+    if (splits > c->ws.max_splits) return LOCKS_ERR_INVALID_ARG;
+    const size_t smem = (size_t)ATT_WARPS * G * D * sizeof(float) + (size_t)ATT_WARPS * G * sizeof(float2);
+    CU_TRY(cudaFuncSetAttribute(attend_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)splits, (unsigned)(n_seqs * hkv));
+    const size_t koff = (size_t)layer * c->kv_layer_elems;
+    attend_kernel<D, T><<<grid, ATT_WARPS * 32, smem, st>>>(c->k + koff, c->v + koff, c->ws.seq_slots, c->seq_len,
+                                                          c->block_table, c->p.n_pages, hkv, G, c->ws.q_attn, hq,
+                                                          pages, n_pages, list_stride, dense, pps, c->ws.part_o,
+                                                          c->ws.part_ml, c->ws.max_splits);
+    CU_LAUNCH_CHECK(attend_kernel);
+    dim3 mgrid((unsigned)G, (unsigned)(n_seqs * hkv));
+    merge_kernel<<<mgrid, MERGE_THREADS, 0, st>>>(c->ws.seq_slots, c->seq_len, hkv, G, D, n_pages, dense, pps,
+                                                  c->ws.part_o, c->ws.part_ml, c->ws.max_splits, hq, out, lse);
+    CU_LAUNCH_CHECK(merge_kernel);
+    return LOCKS_OK;
+}
+
+locks_status locks_cuda_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq,
+                                      const int32_t *pages, const int32_t *n_pages, int32_t list_stride, int dense,
+                                      int32_t max_list, float *out, float *lse, cudaStream_t st) {
+    const bool bf = c->p.kv_dtype == LOCKS_DTYPE_BF16;
+    switch (c->p.head_dim) {
+    case 64:
+        return bf ? attend_launch_t<64, __nv_bfloat16>(c, layer, n_seqs, hq, pages, n_pages, list_stride, dense, max_list, out, lse, st)
+                  : attend_launch_t<64, __half>(c, layer, n_seqs, hq, pages, n_pages, list_stride, dense, max_list, out, lse, st);
+    case 128:
+        return bf ? attend_launch_t<128, __nv_bfloat16>(c, layer, n_seqs, hq, pages, n_pages, list_stride, dense, max_list, out, lse, st)
+                  : attend_launch_t<128, __half>(c, layer, n_seqs, hq, pages, n_pages, list_stride, dense, max_list, out, lse, st);
+    case 256:
+        return bf ? attend_launch_t<256, __nv_bfloat16>(c, layer, n_seqs, hq, pages, n_pages, list_stride, dense, max_list, out, lse, st)
+                  : attend_launch_t<256, __half>(c, layer, n_seqs, hq, pages, n_pages, list_stride, dense, max_list, out, lse, st);
+    default: return LOCKS_ERR_UNSUPPORTED;
+    }
+}

@@ -1,0 +1,249 @@
+/*
+ * score.cu — LOCKS page scores from the quantized summaries, on the tensor cores.
+ *
+ * One warp scores 8 pages at a time for all G query heads of its KV head, so each
+ * summary is read once per group. Per page (rows = query heads, padded to 16):
+ *   b = Q V^T        m16n8k16 x d/16, B = int4 basis rows (exact in fp16), n = 8 slots
+ *   z = (b * sV * sC) C^T + Q mu * smu     m16n8k8 x 2 (the 16 tokens), C int8 exact
+ *   s_hj = log sum_i exp(scale * |q|max * z_hi)
+ * and Q mu for the 8 pages of the batch is one more m16n8k16 x d/16 with the 8 pages'
+ * mu as the n columns. Queries arrive in fp16 divided by their max |q| (qprep.cu), so
+ * the only rounding beyond the CPU's fp32 is the fp16 query and the fp16 b.
+ * Outputs: scores[seg][j][G] (natural log) and per-block (max, sum exp) partials of
+ * each head's normaliser Z_h (the first pass of the two-pass normaliser, mass.cu is
+ * the second).
+ *
+ * Lane (g, t) = (lane / 4, lane % 4) owns the d/4 dimensions [t d/4, (t+1) d/4): within
+ * them, 32-bit word i of the packed int4 basis row holds local dims 8i..8i+7 and the
+ * k-chunk pair (2i, 2i+1) uses them as chunk 2i: (8i, 8i+4 | 8i+1, 8i+5), chunk 2i+1:
+ * (8i+2, 8i+6 | 8i+3, 8i+7) — the order the nibble unpacking produces. Queries and
+ * mu (int8, via byte_perm) are laid out the same way.
+ */
+#include "common.cuh"
+
+#define SCORE_WARPS 4 /* warps per block */
+#define SCORE_BATCH 8 /* pages per warp iteration (the n of the mu MMA) */
+
+template <int D>
+static __global__ void __launch_bounds__(SCORE_WARPS * 32)
+score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
+             const uint8_t *__restrict__ basis_q, const __half *__restrict__ basis_s,
+             const int8_t *__restrict__ coef_q, const __half *__restrict__ coef_s,
+             const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len,
+             const int32_t *__restrict__ block_table, int32_t npool, int32_t hkv, int32_t G,
+             float scale, const __half *__restrict__ q_score, const float *__restrict__ q_amax,
+             int32_t hq, float *__restrict__ scores, int32_t score_stride, float2 *__restrict__ lse_part) {
+    constexpr int DL = D / 4;   /* dims per lane */
+    constexpr int NC = D / 16;  /* k-chunks */
+    __shared__ float2 red[SCORE_WARPS][LOCKS_CUDA_MAX_GROUP];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int32_t seg = blockIdx.y;
+    const int32_t s = seg / hkv, h = seg % hkv;
+    const int32_t slot = seq_slots[s];
+    const int32_t n_full = seq_len[slot] / 16;
+    const int32_t *bt = block_table + (size_t)slot * npool;
+    const size_t sbase = (size_t)h * npool; /* summary index of physical page 0 */
+
+    /* query fragments (rows g and g+8 of the group) */
+    uint32_t qa[NC][4];
+    {
+        float qg[DL], qg8[DL];
+        const int r0 = h * G + g, r1 = h * G + g + 8;
+#pragma unroll
+        for (int e = 0; e < DL; e++) {
+            qg[e] = g < G ? __half2float(q_score[((size_t)s * hq + r0) * D + t * DL + e]) : 0.f;
+            qg8[e] = g + 8 < G ? __half2float(q_score[((size_t)s * hq + r1) * D + t * DL + e]) : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < D / 32; i++) {
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int c = 2 * i + b, l0 = 8 * i + 2 * b;
+                qa[c][0] = h2_as_u32(__floats2half2_rn(qg[l0], qg[l0 + 4]));
+                qa[c][1] = h2_as_u32(__floats2half2_rn(qg8[l0], qg8[l0 + 4]));
+                qa[c][2] = h2_as_u32(__floats2half2_rn(qg[l0 + 1], qg[l0 + 5]));
+                qa[c][3] = h2_as_u32(__floats2half2_rn(qg8[l0 + 1], qg8[l0 + 5]));
+            }
+        }
+    }
+    const float mul_g = g < G ? scale * q_amax[(size_t)s * hq + h * G + g] : 0.f;
+    const float mul_g8 = g + 8 < G ? scale * q_amax[(size_t)s * hq + h * G + g + 8] : 0.f;
+    float2 run_g = make_float2(-INFINITY, 0.f), run_g8 = make_float2(-INFINITY, 0.f);
+    float *sc_out = scores + (size_t)seg * score_stride * G;
+
+    const int32_t n_batch = (n_full + SCORE_BATCH - 1) / SCORE_BATCH;
+    for (int32_t b = blockIdx.x * SCORE_WARPS + warp; b < n_batch; b += gridDim.x * SCORE_WARPS) {
+        const int32_t j0 = b * SCORE_BATCH;
+        const int32_t my_p = (lane < SCORE_BATCH && j0 + lane < n_full) ? bt[j0 + lane] : -1;
+        const float my_ms = my_p >= 0 ? __half2float(mu_s[sbase + my_p]) : 0.f;
+        /* issue the batch's loads: basis row g of each page, coef pairs, mu of page g */
+        uint32_t vw[SCORE_BATCH][D / 32];
+        uint32_t cw0[SCORE_BATCH], cw1[SCORE_BATCH], fs[SCORE_BATCH][2];
+#pragma unroll
+        for (int i = 0; i < SCORE_BATCH; i++) {
+            const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+            if (p >= 0) {
+                const uint8_t *vrow = basis_q + ((sbase + p) * LOCKS_CUDA_MAX_RANK + g) * (D / 2) + t * (D / 8);
+                if constexpr (D == 64) {
+                    uint2 w = *reinterpret_cast<const uint2 *>(vrow);
+                    vw[i][0] = w.x;
+                    vw[i][1] = w.y;
+                } else {
+#pragma unroll
+                    for (int u = 0; u < D / 128; u++) {
+                        uint4 w = reinterpret_cast<const uint4 *>(vrow)[u];
+                        vw[i][4 * u + 0] = w.x;
+                        vw[i][4 * u + 1] = w.y;
+                        vw[i][4 * u + 2] = w.z;
+                        vw[i][4 * u + 3] = w.w;
+                    }
+                }
+                const int8_t *crow = coef_q + (sbase + p) * 16 * LOCKS_CUDA_MAX_RANK;
+                cw0[i] = *reinterpret_cast<const uint16_t *>(crow + g * LOCKS_CUDA_MAX_RANK + 2 * t);
+                cw1[i] = *reinterpret_cast<const uint16_t *>(crow + (g + 8) * LOCKS_CUDA_MAX_RANK + 2 * t);
+                fs[i][0] = *reinterpret_cast<const uint32_t *>(basis_s + (sbase + p) * LOCKS_CUDA_MAX_RANK + 2 * t);
+                fs[i][1] = *reinterpret_cast<const uint32_t *>(coef_s + (sbase + p) * LOCKS_CUDA_MAX_RANK + 2 * t);
+            } else {
+#pragma unroll
+                for (int u = 0; u < D / 32; u++) vw[i][u] = 0; /* nibble 0 unpacks to 0 */
+                cw0[i] = cw1[i] = 0;
+                fs[i][0] = fs[i][1] = 0;
+            }
+        }
+        /* mu of page g (lane's dims) */
+        uint32_t mw[D / 16];
+        {
+            const int32_t pg = __shfl_sync(0xffffffffu, my_p, g);
+            if (pg >= 0) {
+                const int8_t *mrow = mu_q + (sbase + pg) * D + t * DL;
+                if constexpr (D == 64) {
+                    uint4 w = *reinterpret_cast<const uint4 *>(mrow);
+                    mw[0] = w.x; mw[1] = w.y; mw[2] = w.z; mw[3] = w.w;
+                } else {
+#pragma unroll
+                    for (int u = 0; u < D / 64; u++) {
+                        uint4 w = reinterpret_cast<const uint4 *>(mrow)[u];
+                        mw[4 * u + 0] = w.x;
+                        mw[4 * u + 1] = w.y;
+                        mw[4 * u + 2] = w.z;
+                        mw[4 * u + 3] = w.w;
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < D / 16; u++) mw[u] = 0;
+            }
+        }
+        /* Q mu for the 8 pages: rows heads, columns pages */
+        float am[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < D / 32; i++) {
+            const uint32_t w0 = mw[2 * i], w1 = mw[2 * i + 1];
+            mma16816_f16(am, qa[2 * i], int8x2_to_h2(__byte_perm(w0, w1, 0x0400), 0),
+                         int8x2_to_h2(__byte_perm(w0, w1, 0x0501), 0));
+            mma16816_f16(am, qa[2 * i + 1], int8x2_to_h2(__byte_perm(w0, w1, 0x0602), 0),
+                         int8x2_to_h2(__byte_perm(w0, w1, 0x0703), 0));
+        }
+        {
+            const float ms0 = __shfl_sync(0xffffffffu, my_ms, 2 * t), ms1 = __shfl_sync(0xffffffffu, my_ms, 2 * t + 1);
+            am[0] *= ms0;
+            am[1] *= ms1;
+            am[2] *= ms0;
+            am[3] *= ms1;
+        }
+#pragma unroll
+        for (int i = 0; i < SCORE_BATCH; i++) {
+            const int32_t j = j0 + i;
+            /* Q mu of page i for heads g and g+8 lives in lane (g, i/2), element i%2 */
+            const float mu_g = __shfl_sync(0xffffffffu, am[i & 1], 4 * g + (i >> 1));
+            const float mu_g8 = __shfl_sync(0xffffffffu, am[2 + (i & 1)], 4 * g + (i >> 1));
+            if (j >= n_full) break; /* uniform */
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int u = 0; u < D / 32; u++) {
+                const uint32_t w = vw[i][u];
+                mma16816_f16(acc, qa[2 * u], int4x2_to_h2(w, 0), int4x2_to_h2(w, 4));
+                mma16816_f16(acc, qa[2 * u + 1], int4x2_to_h2(w, 8), int4x2_to_h2(w, 12));
+            }
+            const __half2 bsc = u32_as_h2(fs[i][0]), csc = u32_as_h2(fs[i][1]);
+            const float f0 = __low2float(bsc) * __low2float(csc), f1 = __high2float(bsc) * __high2float(csc);
+            const uint32_t a0 = h2_as_u32(__floats2half2_rn(acc[0] * f0, acc[1] * f1));
+            const uint32_t a1 = h2_as_u32(__floats2half2_rn(acc[2] * f0, acc[3] * f1));
+            float z0[4] = {0.f, 0.f, 0.f, 0.f}, z1[4] = {0.f, 0.f, 0.f, 0.f};
+            mma1688_f16(z0, a0, a1, int8x2_to_h2(__byte_perm(cw0[i], 0, 0x0100), 0));
+            mma1688_f16(z1, a0, a1, int8x2_to_h2(__byte_perm(cw1[i], 0, 0x0100), 0));
+            /* row g: z0[0], z0[1], z1[0], z1[1]; row g+8: z0[2], z0[3], z1[2], z1[3] */
+            float x0 = mul_g * (z0[0] + mu_g), x1 = mul_g * (z0[1] + mu_g);
+            float x2 = mul_g * (z1[0] + mu_g), x3 = mul_g * (z1[1] + mu_g);
+            float y0 = mul_g8 * (z0[2] + mu_g8), y1 = mul_g8 * (z0[3] + mu_g8);
+            float y2 = mul_g8 * (z1[2] + mu_g8), y3 = mul_g8 * (z1[3] + mu_g8);
+            float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3)), my = fmaxf(fmaxf(y0, y1), fmaxf(y2, y3));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 1));
+            my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 2));
+            float sx = __expf(x0 - mx) + __expf(x1 - mx) + __expf(x2 - mx) + __expf(x3 - mx);
+            float sy = __expf(y0 - my) + __expf(y1 - my) + __expf(y2 - my) + __expf(y3 - my);
+            sx += __shfl_xor_sync(0xffffffffu, sx, 1);
+            sx += __shfl_xor_sync(0xffffffffu, sx, 2);
+            sy += __shfl_xor_sync(0xffffffffu, sy, 1);
+            sy += __shfl_xor_sync(0xffffffffu, sy, 2);
+            const float lse_g = mx + __logf(sx), lse_g8 = my + __logf(sy);
+            if (t == 0) {
+                if (g < G) sc_out[(size_t)j * G + g] = lse_g;
+                if (g + 8 < G) sc_out[(size_t)j * G + g + 8] = lse_g8;
+            }
+            run_g = lse_combine(run_g, make_float2(lse_g, 1.f));
+            run_g8 = lse_combine(run_g8, make_float2(lse_g8, 1.f));
+        }
+    }
+    /* block partial of each head's normaliser */
+    if (t == 0) {
+        if (g < G) red[warp][g] = run_g;
+        if (g + 8 < G) red[warp][g + 8] = run_g8;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < G) {
+        float2 r = red[0][threadIdx.x];
+        for (int w = 1; w < SCORE_WARPS; w++) r = lse_combine(r, red[w][threadIdx.x]);
+        lse_part[((size_t)seg * gridDim.x + blockIdx.x) * G + threadIdx.x] = r;
+    }
+}
+
+int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages) {
+    /* enough warps for ~16 per SM, at least a batch each */
+    const int32_t segs = n_seqs * c->p.n_kv_heads;
+    int32_t want = (c->n_sm * 4 + segs - 1) / segs; /* 4 blocks of 4 warps per SM */
+    int32_t batches = (max_pages + SCORE_BATCH - 1) / SCORE_BATCH;
+    int32_t most = (batches + SCORE_WARPS - 1) / SCORE_WARPS;
+    if (want > most) want = most;
+    if (want < 1) want = 1;
+    if (want > c->ws.score_blocks) want = c->ws.score_blocks;
+    return want;
+}
+
+template <int D>
+static locks_status score_launch_t(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq, float scale,
+                                   int32_t nblk, cudaStream_t st) {
+    const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
+    const size_t base = summary_index(c, layer, 0);
+    dim3 grid((unsigned)nblk, (unsigned)(n_seqs * hkv));
+    score_kernel<D><<<grid, SCORE_WARPS * 32, 0, st>>>(
+        c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
+        c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,
+        c->coef_scale + base * LOCKS_CUDA_MAX_RANK, c->ws.seq_slots, c->seq_len, c->block_table, c->p.n_pages, hkv,
+        G, scale, c->ws.q_score, c->ws.q_amax, hq, c->ws.scores, c->ws.max_pages, c->ws.lse_part);
+    CU_LAUNCH_CHECK(score_kernel);
+    return LOCKS_OK;
+}
+
+locks_status locks_cuda_score_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq, float scale,
+                                     int32_t nblk, cudaStream_t st) {
+    switch (c->p.head_dim) {
+    case 64: return score_launch_t<64>(c, layer, n_seqs, hq, scale, nblk, st);
+    case 128: return score_launch_t<128>(c, layer, n_seqs, hq, scale, nblk, st);
+    case 256: return score_launch_t<256>(c, layer, n_seqs, hq, scale, nblk, st);
+    default: return LOCKS_ERR_UNSUPPORTED;
+    }
+}
