@@ -1,0 +1,261 @@
+/*
+ * attend.c — exact paged attention: decode (over a page list, split over page chunks
+ * and merged by log-sum-exp, i.e. flash-decoding) and causal prefill.
+ *
+ * All G query heads of a KV group are processed together against each K/V block, so
+ * the block is read (and converted from fp16) once per group, never copied per head.
+ * Accumulation is fp32 with an online softmax per chunk: state (m, l, acc[d]) per
+ * head, acc = sum_t exp(logit_t - m) v_t, l = sum_t exp(logit_t - m).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "decode.h"
+#include "util.h"
+#include "vmath.h"
+
+enum { P = LOCKS_PAGE };
+
+/* Online-softmax state of G heads: m[G], l[G], acc[G][d]. */
+typedef struct {
+    float *m, *l, *acc;
+} attn_state;
+
+static void state_reset(attn_state st, int32_t G, int32_t d) {
+    for (int32_t g = 0; g < G; g++) {
+        st.m[g] = -INFINITY;
+        st.l[g] = 0.0f;
+    }
+    memset(st.acc, 0, sizeof(float) * (size_t)G * d);
+}
+
+/* Folds the first nt tokens of one (page, KV head) block into the state of G heads. */
+static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, const float *q,
+                         int32_t G, int32_t d, float scale, attn_state st) {
+    float kv[P * LOCKS_MAX_HEAD_DIM];
+    float w[P];
+    locks_f16_to_f32_n(kb, kv, (size_t)nt * d);
+    float logit[64][P]; /* G <= 64 (checked by the callers) */
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t t = 0; t < nt; t++) logit[g][t] = scale * locks_dot(q + (size_t)g * d, kv + (size_t)t * d, d);
+    locks_f16_to_f32_n(vb, kv, (size_t)nt * d);
+    for (int32_t g = 0; g < G; g++) {
+        float mx = st.m[g];
+        for (int32_t t = 0; t < nt; t++) mx = logit[g][t] > mx ? logit[g][t] : mx;
+        float *acc = st.acc + (size_t)g * d;
+        if (mx > st.m[g]) {
+            float corr = expf(st.m[g] - mx); /* 0 on the first block (m = -inf) */
+            st.l[g] *= corr;
+            for (int32_t i = 0; i < d; i++) acc[i] *= corr;
+            st.m[g] = mx;
+        }
+        float l = 0.0f;
+        for (int32_t t = 0; t < nt; t++) {
+            w[t] = expf(logit[g][t] - mx);
+            l += w[t];
+        }
+        st.l[g] += l;
+        for (int32_t t = 0; t < nt; t++) {
+            const float *vt = kv + (size_t)t * d;
+            const float wt = w[t];
+            for (int32_t i = 0; i < d; i++) acc[i] += wt * vt[i];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Decode: chunks of the selected pages, then a log-sum-exp merge                       */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t seq, h, first, count; /* pages[first .. first + count) of (seq, KV head h) */
+} attn_chunk;
+
+typedef struct {
+    locks_cache *c;
+    int32_t layer, G;
+    float scale;
+    locks_seq_work *w;
+    attn_chunk *chunks;
+    float *part; /* [n_chunks][G][d + 2]: acc, then m, l */
+} attend_job;
+
+static void attend_task(void *arg, int32_t t, int32_t thread) {
+    (void)thread;
+    attend_job *j = arg;
+    const attn_chunk ch = j->chunks[t];
+    const locks_seq_work *w = &j->w[ch.seq];
+    const int32_t d = j->c->d, G = j->G;
+    float *part = j->part + (size_t)t * G * (d + 2);
+    attn_state st = {part + (size_t)G * d, part + (size_t)G * d + G, part};
+    state_reset(st, G, d);
+    const int32_t *pg = w->pages + (size_t)ch.h * w->max_pages + ch.first;
+    const float *q = w->q + (size_t)ch.h * G * d;
+    for (int32_t i = 0; i < ch.count; i++) {
+        int32_t lp = pg[i], nt = w->s->len - lp * P;
+        if (nt > P) nt = P;
+        int32_t phys = w->s->table[lp];
+        attend_block(locks_cache_kblock(j->c, j->layer, phys, ch.h),
+                     locks_cache_vblock(j->c, j->layer, phys, ch.h), nt, q, G, d, j->scale, st);
+    }
+}
+
+locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
+                              int32_t n_q_heads, float scale) {
+    const int32_t H = c->hkv, G = n_q_heads / H, d = c->d;
+    if (G > 64) return LOCKS_ERR_UNSUPPORTED;
+    int64_t total = 0;
+    for (int32_t s = 0; s < n_seqs; s++)
+        for (int32_t h = 0; h < H; h++) total += w[s].n_pages[h];
+    /* chunk size: ~8 tasks per thread overall, 8..256 pages each */
+    int64_t per = total / (8 * (int64_t)locks_pool_threads(c->pool));
+    int32_t chunk = per < 8 ? 8 : per > 256 ? 256 : (int32_t)per;
+    int64_t n_chunks = 0;
+    for (int32_t s = 0; s < n_seqs; s++)
+        for (int32_t h = 0; h < H; h++) n_chunks += (w[s].n_pages[h] + chunk - 1) / chunk;
+    size_t part_floats = (size_t)G * (d + 2);
+    size_t bytes = (size_t)n_chunks * (sizeof(attn_chunk) + part_floats * sizeof(float)) + 64;
+    uint8_t *buf = locks_cache_scratch(c, 2, bytes);
+    if (!buf) return LOCKS_ERR_OOM;
+    float *part = (float *)(void *)buf;
+    attn_chunk *chunks = (attn_chunk *)(void *)(buf + (size_t)n_chunks * part_floats * sizeof(float));
+    int32_t n = 0;
+    for (int32_t s = 0; s < n_seqs; s++)
+        for (int32_t h = 0; h < H; h++)
+            for (int32_t f = 0; f < w[s].n_pages[h]; f += chunk) {
+                int32_t cnt = w[s].n_pages[h] - f < chunk ? w[s].n_pages[h] - f : chunk;
+                chunks[n++] = (attn_chunk){s, h, f, cnt};
+            }
+    attend_job job = {c, layer, G, scale, w, chunks, part};
+    locks_pool_run(c->pool, n, attend_task, &job);
+    /* merge: chunks of one (seq, h) are consecutive */
+    int32_t i = 0;
+    while (i < n) {
+        int32_t e = i;
+        while (e < n && chunks[e].seq == chunks[i].seq && chunks[e].h == chunks[i].h) e++;
+        locks_seq_work *ws = &w[chunks[i].seq];
+        for (int32_t g = 0; g < G; g++) {
+            int32_t hq = chunks[i].h * G + g;
+            float M = -INFINITY;
+            for (int32_t k = i; k < e; k++) {
+                float mk = part[(size_t)k * part_floats + (size_t)G * d + g];
+                M = mk > M ? mk : M;
+            }
+            float L = 0.0f;
+            float *o = ws->out + (size_t)hq * d;
+            memset(o, 0, sizeof(float) * (size_t)d);
+            for (int32_t k = i; k < e; k++) {
+                const float *pk = part + (size_t)k * part_floats;
+                float mk = pk[(size_t)G * d + g], lk = pk[(size_t)G * d + G + g];
+                if (lk == 0.0f) continue;
+                float f = expf(mk - M);
+                L += lk * f;
+                for (int32_t x = 0; x < d; x++) o[x] += f * pk[(size_t)g * d + x];
+            }
+            float inv = L > 0.0f ? 1.0f / L : 0.0f;
+            for (int32_t x = 0; x < d; x++) o[x] *= inv;
+            if (ws->lse) ws->lse[hq] = M + logf(L);
+        }
+        i = e;
+    }
+    /* a (seq, head) with no page at all gets zeros */
+    for (int32_t s = 0; s < n_seqs; s++)
+        for (int32_t h = 0; h < H; h++)
+            if (w[s].n_pages[h] == 0)
+                for (int32_t g = 0; g < G; g++) {
+                    memset(w[s].out + ((size_t)h * G + g) * d, 0, sizeof(float) * (size_t)d);
+                    if (w[s].lse) w[s].lse[h * G + g] = -INFINITY;
+                }
+    return LOCKS_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Prefill: causal dense attention, one task per (query token, KV head)                */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    locks_cache *c;
+    const locks_seq *s;
+    int32_t layer, pos, G;
+    float scale;
+    const float *q;
+    float *out;
+    float *state; /* per thread: G * (d + 2) */
+} prefill_job;
+
+static void prefill_task(void *arg, int32_t t, int32_t thread) {
+    prefill_job *j = arg;
+    const int32_t H = j->c->hkv, d = j->c->d, G = j->G;
+    const int32_t i = t / H, h = t % H, visible = j->pos + i + 1;
+    float *buf = j->state + (size_t)thread * G * (d + 2);
+    attn_state st = {buf + (size_t)G * d, buf + (size_t)G * d + G, buf};
+    state_reset(st, G, d);
+    const float *q = j->q + ((size_t)i * H * G + (size_t)h * G) * d;
+    for (int32_t lp = 0; lp * P < visible; lp++) {
+        int32_t nt = visible - lp * P < P ? visible - lp * P : P, phys = j->s->table[lp];
+        attend_block(locks_cache_kblock(j->c, j->layer, phys, h),
+                     locks_cache_vblock(j->c, j->layer, phys, h), nt, q, G, d, j->scale, st);
+    }
+    for (int32_t g = 0; g < G; g++) {
+        float *o = j->out + ((size_t)i * H * G + (size_t)h * G + g) * d;
+        float inv = 1.0f / st.l[g];
+        for (int32_t x = 0; x < d; x++) o[x] = st.acc[(size_t)g * d + x] * inv;
+    }
+}
+
+locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id, int32_t pos,
+                                  int32_t n, const float *q, int32_t n_q_heads, float scale,
+                                  float *out) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return LOCKS_ERR_NO_SEQ;
+    if (!q || !out || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
+        n_q_heads % c->hkv != 0 || pos < 0 || n < 0 || pos > s->len - n)
+        return LOCKS_ERR_INVALID_ARG;
+    if (n == 0) return LOCKS_OK;
+    const int32_t G = n_q_heads / c->hkv, d = c->d;
+    if (G > 64) return LOCKS_ERR_UNSUPPORTED;
+    if (!locks_all_finite(q, (size_t)n * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
+    size_t per = (size_t)G * (d + 2);
+    float *state = locks_cache_scratch(c, 2, per * sizeof(float) * (size_t)locks_pool_threads(c->pool));
+    if (!state) return LOCKS_ERR_OOM;
+    prefill_job job = {c, s, layer, pos, G, locks_step_scale(c, scale), q, out, state};
+    locks_pool_run(c->pool, n * c->hkv, prefill_task, &job);
+    return LOCKS_OK;
+}
+
+locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
+                          int32_t n_q_heads, float scale, const int32_t *pages,
+                          const int32_t *n_pages, int32_t max_pages, float *out, float *lse) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return LOCKS_ERR_NO_SEQ;
+    const int32_t H = c->hkv, d = c->d;
+    if (!q || !pages || !n_pages || !out || layer < 0 || layer >= c->p.n_layers ||
+        n_q_heads < H || n_q_heads % H != 0 || max_pages < 1)
+        return LOCKS_ERR_INVALID_ARG;
+    for (int32_t h = 0; h < H; h++) {
+        if (n_pages[h] < 0 || n_pages[h] > max_pages) return LOCKS_ERR_INVALID_ARG;
+        for (int32_t i = 0; i < n_pages[h]; i++) {
+            int32_t lp = pages[(size_t)h * max_pages + i];
+            if (lp < 0 || lp >= s->n_pages) return LOCKS_ERR_INVALID_ARG;
+        }
+    }
+    if (!locks_all_finite(q, (size_t)n_q_heads * d)) return LOCKS_ERR_NONFINITE;
+    size_t n_tab = (size_t)H * max_pages;
+    int32_t *copy = locks_cache_scratch(c, 1, (n_tab + (size_t)H) * sizeof(int32_t));
+    if (!copy) return LOCKS_ERR_OOM;
+    memcpy(copy, pages, n_tab * sizeof(int32_t));
+    memcpy(copy + n_tab, n_pages, (size_t)H * sizeof(int32_t));
+    locks_seq_work w;
+    memset(&w, 0, sizeof w);
+    w.seq_id = seq_id;
+    w.s = s;
+    w.q = q;
+    w.pages = copy;
+    w.n_pages = copy + n_tab;
+    w.max_pages = max_pages;
+    w.out = out;
+    w.lse = lse;
+    return locks_attend_run(c, layer, &w, 1, n_q_heads, locks_step_scale(c, scale));
+}

@@ -1,0 +1,375 @@
+/*
+ * cache.c — paged KV cache: pool, free list, block tables, fp16 K/V pages, page
+ * summaries built when a page fills (see cache.h for what always holds).
+ *
+ * Everything is allocated in locks_cache_init; appends and writes never allocate, so
+ * an append that does not fit fails before touching anything (LOCKS_ERR_POOL_FULL) and
+ * a write checks its whole input for NaN/Inf before storing a single value.
+ */
+#include "cache.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "selector.h"
+#include "summary.h"
+#include "util.h"
+
+enum { P = LOCKS_PAGE };
+
+locks_cache_params locks_cache_default_params(void) {
+    locks_cache_params p;
+    memset(&p, 0, sizeof p);
+    p.n_layers = 1;
+    p.n_kv_heads = 8;
+    p.head_dim = 128;
+    p.n_pages = 1024;
+    p.max_seqs = 8;
+    p.rank = 8;
+    p.summary_prec = LOCKS_SUMMARY_Q;
+    p.kv_dtype = LOCKS_DTYPE_F16;
+    p.backend = LOCKS_BACKEND_CPU;
+    p.n_threads = 1;
+    p.device = 0;
+    return p;
+}
+
+static locks_status check_params(const locks_cache_params *p) {
+    if (p->backend == LOCKS_BACKEND_CUDA) return LOCKS_ERR_UNSUPPORTED;
+    if (p->backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_INVALID_ARG;
+    if (p->n_layers < 1 || p->n_kv_heads < 1 || p->n_pages < 1 || p->max_seqs < 1)
+        return LOCKS_ERR_INVALID_ARG;
+    /* 64, 128, 256 are the documented sizes; any multiple of 8 up to 256 works here */
+    if (p->head_dim < 8 || p->head_dim > LOCKS_MAX_HEAD_DIM || p->head_dim % 8 != 0)
+        return LOCKS_ERR_INVALID_ARG;
+    if (p->rank < 1 || p->rank > LOCKS_MAX_RANK) return LOCKS_ERR_INVALID_ARG;
+    if (p->summary_prec != LOCKS_SUMMARY_F32 && p->summary_prec != LOCKS_SUMMARY_Q)
+        return LOCKS_ERR_INVALID_ARG;
+    if (p->kv_dtype == LOCKS_DTYPE_F32 || p->kv_dtype == LOCKS_DTYPE_BF16) return LOCKS_ERR_UNSUPPORTED;
+    if (p->kv_dtype != LOCKS_DTYPE_F16) return LOCKS_ERR_INVALID_ARG;
+    if (p->n_threads < 1 || p->n_threads > 256) return LOCKS_ERR_INVALID_ARG;
+    return LOCKS_OK;
+}
+
+locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
+    locks_status st = check_params(&params);
+    locks_cache *c = NULL;
+    if (st != LOCKS_OK) goto fail;
+    st = LOCKS_ERR_OOM;
+    c = locks_alloc(1, sizeof *c);
+    if (!c) goto fail;
+    c->p = params;
+    c->d = params.head_dim;
+    c->hkv = params.n_kv_heads;
+    c->r = params.rank;
+    c->block = (size_t)P * (size_t)c->d;
+    const size_t L = (size_t)params.n_layers, NP = (size_t)params.n_pages;
+    const size_t H = (size_t)c->hkv, d = (size_t)c->d, r = (size_t)c->r;
+    const size_t kv_elems = L * NP * H * c->block;
+    c->k = locks_alloc(kv_elems, sizeof(uint16_t));
+    c->v = locks_alloc(kv_elems, sizeof(uint16_t));
+    c->fill = locks_alloc(L * NP, sizeof(uint16_t));
+    if (!c->k || !c->v || !c->fill) goto fail;
+    const size_t LHN = L * H * NP;
+    if (params.summary_prec == LOCKS_SUMMARY_F32) {
+        c->s_mu = locks_alloc(LHN * d, sizeof(float));
+        c->s_basis = locks_alloc(LHN * r * d, sizeof(float));
+        c->s_coef = locks_alloc(LHN * P * r, sizeof(float));
+        if (!c->s_mu || !c->s_basis || !c->s_coef) goto fail;
+    } else {
+        c->s_mu_q = locks_alloc(LHN * d, 1);
+        c->s_mu_s = locks_alloc(LHN, sizeof(uint16_t));
+        c->s_v_q = locks_alloc(LHN * r * d / 2, 1);
+        c->s_v_s = locks_alloc(LHN * r, sizeof(uint16_t));
+        c->s_c_q = locks_alloc(LHN * P * r, 1);
+        c->s_c_s = locks_alloc(LHN * r, sizeof(uint16_t));
+        if (!c->s_mu_q || !c->s_mu_s || !c->s_v_q || !c->s_v_s || !c->s_c_q || !c->s_c_s) goto fail;
+    }
+    c->free_list = locks_alloc(NP, sizeof(int32_t));
+    c->seqs = locks_alloc((size_t)params.max_seqs, sizeof(locks_seq));
+    if (!c->free_list || !c->seqs) goto fail;
+    for (int32_t i = 0; i < params.n_pages; i++) c->free_list[i] = params.n_pages - 1 - i;
+    c->n_free = params.n_pages;
+    for (int32_t s = 0; s < params.max_seqs; s++) {
+        c->seqs[s].table = locks_alloc(NP, sizeof(int32_t));
+        if (!c->seqs[s].table) goto fail;
+    }
+    c->pool = locks_pool_init(params.n_threads);
+    if (!c->pool) goto fail;
+    st = locks_selector_cache_init(c);
+    if (st != LOCKS_OK) goto fail;
+    if (err) *err = LOCKS_OK;
+    return c;
+fail:
+    if (st != LOCKS_ERR_OOM && st != LOCKS_OK)
+        locks_log(LOCKS_LOG_ERROR, "locks_cache_init: %s", locks_status_str(st));
+    locks_cache_free(c);
+    if (err) *err = st;
+    return NULL;
+}
+
+void locks_cache_free(locks_cache *c) {
+    if (!c) return;
+    locks_selector_cache_free(c);
+    locks_pool_free(c->pool);
+    if (c->seqs)
+        for (int32_t s = 0; s < c->p.max_seqs; s++) locks_free(c->seqs[s].table);
+    locks_free(c->seqs);
+    locks_free(c->free_list);
+    locks_free(c->k);
+    locks_free(c->v);
+    locks_free(c->fill);
+    locks_free(c->s_mu);
+    locks_free(c->s_basis);
+    locks_free(c->s_coef);
+    locks_free(c->s_mu_q);
+    locks_free(c->s_mu_s);
+    locks_free(c->s_v_q);
+    locks_free(c->s_v_s);
+    locks_free(c->s_c_q);
+    locks_free(c->s_c_s);
+    for (int32_t i = 0; i < 4; i++) locks_free(c->scratch[i].p);
+    locks_free(c);
+}
+
+locks_cache_params locks_cache_get_params(const locks_cache *c) { return c->p; }
+
+/* ---------------------------------------------------------------------------------- */
+/* Internal accessors                                                                  */
+/* ---------------------------------------------------------------------------------- */
+
+locks_sum_arrays locks_cache_summaries(const locks_cache *c, int32_t layer, int32_t kv_head) {
+    locks_sum_arrays a;
+    memset(&a, 0, sizeof a);
+    const size_t base = ((size_t)layer * (size_t)c->hkv + (size_t)kv_head) * (size_t)c->p.n_pages;
+    const size_t d = (size_t)c->d, r = (size_t)c->r;
+    if (c->p.summary_prec == LOCKS_SUMMARY_F32) {
+        a.mu = c->s_mu + base * d;
+        a.basis = c->s_basis + base * r * d;
+        a.coef = c->s_coef + base * P * r;
+    } else {
+        a.mu_q = c->s_mu_q + base * d;
+        a.mu_s = c->s_mu_s + base;
+        a.v_q = c->s_v_q + base * r * d / 2;
+        a.v_s = c->s_v_s + base * r;
+        a.c_q = c->s_c_q + base * P * r;
+        a.c_s = c->s_c_s + base * r;
+    }
+    return a;
+}
+
+static size_t block_offset(const locks_cache *c, int32_t layer, int32_t page, int32_t h) {
+    return (((size_t)layer * (size_t)c->p.n_pages + (size_t)page) * (size_t)c->hkv + (size_t)h) *
+           c->block;
+}
+
+const uint16_t *locks_cache_kblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h) {
+    return c->k + block_offset(c, layer, page, h);
+}
+
+const uint16_t *locks_cache_vblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h) {
+    return c->v + block_offset(c, layer, page, h);
+}
+
+const locks_seq *locks_cache_seq(const locks_cache *c, int32_t seq_id) {
+    if (!c || seq_id < 0 || seq_id >= c->p.max_seqs || !c->seqs[seq_id].active) return NULL;
+    return &c->seqs[seq_id];
+}
+
+void *locks_cache_scratch(locks_cache *c, int32_t i, size_t bytes) {
+    locks_scratch *s = &c->scratch[i];
+    if (s->bytes >= bytes && s->p) return s->p;
+    size_t nb = bytes + bytes / 2 + 64;
+    void *np = locks_alloc(nb, 1);
+    if (!np) return NULL;
+    if (s->p) memcpy(np, s->p, s->bytes);
+    locks_free(s->p);
+    s->p = np;
+    s->bytes = nb;
+    return np;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Sequences                                                                           */
+/* ---------------------------------------------------------------------------------- */
+
+locks_status locks_cache_seq_add(locks_cache *c, int32_t *seq_id) {
+    if (!c || !seq_id) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t s = 0; s < c->p.max_seqs; s++) {
+        if (!c->seqs[s].active) {
+            c->seqs[s].active = 1;
+            c->seqs[s].len = 0;
+            c->seqs[s].n_pages = 0;
+            *seq_id = s;
+            return LOCKS_OK;
+        }
+    }
+    return LOCKS_ERR_INVALID_ARG;
+}
+
+locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
+    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    locks_seq *s = &c->seqs[seq_id];
+    /* push back in reverse so the next sequence gets them in the same order */
+    for (int32_t i = s->n_pages - 1; i >= 0; i--) c->free_list[c->n_free++] = s->table[i];
+    s->active = 0;
+    s->len = 0;
+    s->n_pages = 0;
+    return LOCKS_OK;
+}
+
+int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    return s ? s->len : -1;
+}
+
+const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int32_t *n_pages) {
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return NULL;
+    if (n_pages) *n_pages = s->n_pages;
+    return s->table;
+}
+
+int32_t locks_cache_free_pages(const locks_cache *c) { return c ? c->n_free : 0; }
+
+locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    if (n_tokens < 0) return LOCKS_ERR_INVALID_ARG;
+    locks_seq *s = &c->seqs[seq_id];
+    int64_t new_len = (int64_t)s->len + n_tokens;
+    int64_t need = (new_len + P - 1) / P - s->n_pages;
+    if (new_len > (int64_t)c->p.n_pages * P || need > c->n_free) return LOCKS_ERR_POOL_FULL;
+    for (int64_t i = 0; i < need; i++) {
+        int32_t page = c->free_list[--c->n_free];
+        for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] = 0;
+        s->table[s->n_pages++] = page;
+    }
+    s->len = (int32_t)new_len;
+    return LOCKS_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Writes and summary builds                                                           */
+/* ---------------------------------------------------------------------------------- */
+
+/* Builds the summary of (layer, physical page, KV head) from the stored fp16 keys and
+ * runs the selectors' page hooks. */
+static void build_page_head(locks_cache *c, int32_t layer, int32_t page, int32_t h) {
+    const int32_t d = c->d, r = c->r;
+    float k[P * LOCKS_MAX_HEAD_DIM];
+    float mu[LOCKS_MAX_HEAD_DIM], basis[LOCKS_MAX_RANK * LOCKS_MAX_HEAD_DIM], coef[P * LOCKS_MAX_RANK];
+    const uint16_t *kb = locks_cache_kblock(c, layer, page, h);
+    for (size_t i = 0; i < c->block; i++) k[i] = locks_f16_to_f32(kb[i]);
+    /* keys are finite (checked on write), so the build cannot fail */
+    (void)locks_summary_build_f32(d, r, k, mu, basis, coef);
+    locks_sum_arrays a = locks_cache_summaries(c, layer, h);
+    const size_t pg = (size_t)page;
+    if (c->p.summary_prec == LOCKS_SUMMARY_F32) {
+        memcpy(a.mu + pg * d, mu, sizeof(float) * (size_t)d);
+        memcpy(a.basis + pg * r * d, basis, sizeof(float) * (size_t)(r * d));
+        memcpy(a.coef + pg * P * r, coef, sizeof(float) * (size_t)(P * r));
+    } else {
+        locks_qsummary q = {a.mu_q + pg * d, a.mu_s + pg, a.v_q + pg * r * d / 2, a.v_s + pg * r,
+                            a.c_q + pg * P * r, a.c_s + pg * r};
+        locks_summary_quantize(d, r, mu, basis, coef, q);
+    }
+    locks_selector_page_filled(c, layer, page, h, k);
+}
+
+typedef struct {
+    locks_cache *c;
+    int32_t layer;
+    const int32_t *pages; /* physical pages to build */
+} build_job;
+
+static void build_task(void *arg, int32_t t, int32_t thread) {
+    (void)thread;
+    build_job *j = arg;
+    build_page_head(j->c, j->layer, j->pages[t / j->c->hkv], t % j->c->hkv);
+}
+
+static int all_finite(const float *x, size_t n) {
+    /* sum of x * 0 is NaN iff some x is NaN or Inf; vectorises, no branches */
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++) acc += x[i] * 0.0f;
+    return acc == 0.0f;
+}
+
+locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
+                               int32_t n, const float *k, const float *v) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return LOCKS_ERR_NO_SEQ;
+    if (layer < 0 || layer >= c->p.n_layers || pos < 0 || n < 0 || pos > s->len - n)
+        return LOCKS_ERR_INVALID_ARG;
+    if (n == 0) return LOCKS_OK;
+    if (!k || !v) return LOCKS_ERR_INVALID_ARG;
+    const int32_t d = c->d, H = c->hkv;
+    const size_t row = (size_t)H * d;
+    if (!all_finite(k, (size_t)n * row) || !all_finite(v, (size_t)n * row)) return LOCKS_ERR_NONFINITE;
+    for (int32_t t = 0; t < n; t++) {
+        int32_t tok = pos + t, page = s->table[tok / P], slot = tok % P;
+        for (int32_t h = 0; h < H; h++) {
+            size_t off = block_offset(c, layer, page, h) + (size_t)slot * d;
+            const float *ks = k + (size_t)t * row + (size_t)h * d;
+            const float *vs = v + (size_t)t * row + (size_t)h * d;
+            for (int32_t i = 0; i < d; i++) {
+                c->k[off + i] = locks_f32_to_f16(ks[i]);
+                c->v[off + i] = locks_f32_to_f16(vs[i]);
+            }
+        }
+        c->fill[(size_t)layer * c->p.n_pages + page] |= (uint16_t)(1u << slot);
+    }
+    /* the full pages this write touched get (re)built summaries */
+    int32_t first = pos / P, last = (pos + n - 1) / P, n_build = 0;
+    int32_t stack_pages[64];
+    int32_t *pages = stack_pages;
+    if (last - first + 1 > 64) {
+        pages = locks_alloc((size_t)(last - first + 1), sizeof(int32_t));
+        if (!pages) return LOCKS_ERR_OOM; /* K/V are stored; summaries of these pages stale */
+    }
+    for (int32_t lp = first; lp <= last; lp++) {
+        int32_t page = s->table[lp];
+        if (c->fill[(size_t)layer * c->p.n_pages + page] == 0xffffu) pages[n_build++] = page;
+    }
+    build_job job = {c, layer, pages};
+    locks_pool_run(c->pool, n_build * H, build_task, &job);
+    if (pages != stack_pages) locks_free(pages);
+    return LOCKS_OK;
+}
+
+const uint16_t *locks_cache_k_page(const locks_cache *c, int32_t layer, int32_t page) {
+    if (!c || layer < 0 || layer >= c->p.n_layers || page < 0 || page >= c->p.n_pages) return NULL;
+    return locks_cache_kblock(c, layer, page, 0);
+}
+
+const uint16_t *locks_cache_v_page(const locks_cache *c, int32_t layer, int32_t page) {
+    if (!c || layer < 0 || layer >= c->p.n_layers || page < 0 || page >= c->p.n_pages) return NULL;
+    return locks_cache_vblock(c, layer, page, 0);
+}
+
+locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,
+                                     int32_t page, float *mu, float *basis, float *coef) {
+    if (!c || !mu || !basis || !coef || layer < 0 || layer >= c->p.n_layers || kv_head < 0 ||
+        kv_head >= c->hkv || page < 0 || page >= c->p.n_pages)
+        return LOCKS_ERR_INVALID_ARG;
+    if (c->fill[(size_t)layer * c->p.n_pages + page] != 0xffffu) return LOCKS_ERR_INVALID_ARG;
+    const int32_t d = c->d, r = c->r;
+    const size_t pg = (size_t)page;
+    locks_sum_arrays a = locks_cache_summaries(c, layer, kv_head);
+    if (c->p.summary_prec == LOCKS_SUMMARY_F32) {
+        memcpy(mu, a.mu + pg * d, sizeof(float) * (size_t)d);
+        memcpy(basis, a.basis + pg * r * d, sizeof(float) * (size_t)(r * d));
+        memcpy(coef, a.coef + pg * P * r, sizeof(float) * (size_t)(P * r));
+    } else {
+        locks_qsummary q = {a.mu_q + pg * d, a.mu_s + pg, a.v_q + pg * r * d / 2, a.v_s + pg * r,
+                            a.c_q + pg * P * r, a.c_s + pg * r};
+        locks_summary_dequantize(d, r, q, mu, basis, coef);
+    }
+    return LOCKS_OK;
+}
+
+size_t locks_cache_summary_bytes(const locks_cache *c) {
+    return c ? locks_summary_bytes(c->d, c->r, c->p.summary_prec) : 0;
+}

@@ -1,0 +1,49 @@
+/*
+ * decode.h — the phases of a decode step, shared by the one-sequence entry points
+ * (locks_score / locks_select / locks_attend) and the batched locks_decode_step.
+ *
+ * A step works on an array of locks_seq_work, one per sequence of the batch; each
+ * phase runs all sequences' (KV head, page range) tasks on the cache's thread pool.
+ */
+#ifndef LOCKS_DECODE_H
+#define LOCKS_DECODE_H
+
+#include <stdint.h>
+
+#include "cache.h"
+#include "locks.h"
+
+typedef struct {
+    int32_t seq_id;
+    const locks_seq *s;
+    const float *q;   /* [Hq][d] */
+    float *scores;    /* [Hq][n_full] selector scores (score phase scratch) */
+    float *mass;      /* [Hkv][n_full] group masses */
+    int32_t *pages;   /* [Hkv][max_pages] selection, ascending logical pages */
+    int32_t *n_pages; /* [Hkv] */
+    int32_t max_pages;
+    float *out;       /* [Hq][d] */
+    float *lse;       /* [Hq] or NULL */
+} locks_seq_work;
+
+/* Effective softmax scale of the params (0 -> 1/sqrt(d)). */
+float locks_step_scale(const locks_cache *c, float scale);
+/* 1 if all n values are finite. */
+int locks_all_finite(const float *x, size_t n);
+
+/* score.c: scores then group masses (w[i].scores and w[i].mass must be set). */
+locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
+                             int32_t n_q_heads, locks_selector sel, float scale);
+
+/* select.c: LOCKS_ERR_BUDGET if the params' budget cannot hold this sequence's forced
+ * pages (or is <= 0); LOCKS_OK otherwise. */
+locks_status locks_select_check(const locks_seq *s, const locks_step_params *p);
+/* Selections of every sequence and KV head from their masses (checked budgets). */
+locks_status locks_select_run(locks_cache *c, locks_seq_work *w, int32_t n_seqs,
+                              const locks_step_params *p);
+
+/* attend.c: exact attention over each sequence's selection (w[i].pages / n_pages). */
+locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
+                              int32_t n_q_heads, float scale);
+
+#endif

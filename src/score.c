@@ -1,0 +1,129 @@
+/*
+ * score.c — the score phase of a step: every selector's per-head page scores over
+ * the full pages (parallel over sequences, KV heads and page ranges), then the group
+ * masses m_j = mean_h exp(s_hj - Z_h) (or max, per the selector's group rule) with
+ * Z_h the log-sum-exp over the full pages only (locks.h).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "decode.h"
+#include "selector.h"
+#include "util.h"
+
+enum { P = LOCKS_PAGE, SCORE_CHUNK = 256 /* pages per scoring task */ };
+
+float locks_step_scale(const locks_cache *c, float scale) {
+    return scale > 0.0f ? scale : 1.0f / sqrtf((float)c->d);
+}
+
+int locks_all_finite(const float *x, size_t n) {
+    float acc = 0.0f; /* x * 0 is NaN iff x is NaN or Inf */
+    for (size_t i = 0; i < n; i++) acc += x[i] * 0.0f;
+    return acc == 0.0f;
+}
+
+typedef struct {
+    locks_cache *c;
+    int32_t layer, hq, G;
+    locks_selector sel;
+    float scale;
+    locks_seq_work *w;
+    int32_t n_seqs;
+    int32_t *task_start; /* [n_seqs + 1]: first task of each sequence */
+} score_job;
+
+static int32_t n_chunks(int32_t n_full) { return (n_full + SCORE_CHUNK - 1) / SCORE_CHUNK; }
+
+/* Task t -> (sequence, KV head, chunk). */
+static void score_task(void *arg, int32_t t, int32_t thread) {
+    (void)thread;
+    score_job *j = arg;
+    int32_t si = 0;
+    while (j->task_start[si + 1] <= t) si++;
+    locks_seq_work *w = &j->w[si];
+    const int32_t n_full = w->s->len / P, nc = n_chunks(n_full);
+    int32_t local = t - j->task_start[si], h = local / nc, ch = local % nc;
+    int32_t j0 = ch * SCORE_CHUNK, j1 = j0 + SCORE_CHUNK < n_full ? j0 + SCORE_CHUNK : n_full;
+    locks_sel_ctx x = {j->c,   j->layer,     w->seq_id, h, j->G, w->s->table, n_full,
+                       w->q + (size_t)h * j->G * j->c->d, j->scale};
+    locks_selector_score(j->sel, &x, j0, j1, w->scores + (size_t)h * j->G * n_full, n_full);
+}
+
+/* Task t -> (sequence, KV head): scores -> group masses. */
+static void mass_task(void *arg, int32_t t, int32_t thread) {
+    (void)thread;
+    score_job *j = arg;
+    const int32_t H = j->c->hkv;
+    locks_seq_work *w = &j->w[t / H];
+    const int32_t h = t % H, n_full = w->s->len / P, G = j->G;
+    float *m = w->mass + (size_t)h * n_full;
+    locks_group_rule rule = locks_selector_group_rule(j->sel);
+    for (int32_t i = 0; i < n_full; i++) m[i] = 0.0f;
+    for (int32_t g = 0; g < G; g++) {
+        const float *s = w->scores + ((size_t)h * G + g) * n_full;
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < n_full; i++) mx = s[i] > mx ? s[i] : mx;
+        double z = 0.0;
+        for (int32_t i = 0; i < n_full; i++) z += (double)expf(s[i] - mx);
+        float Z = mx + (float)log(z);
+        if (rule == LOCKS_GROUP_MAX) {
+            for (int32_t i = 0; i < n_full; i++) {
+                float e = expf(s[i] - Z);
+                m[i] = e > m[i] ? e : m[i];
+            }
+        } else {
+            for (int32_t i = 0; i < n_full; i++) m[i] += expf(s[i] - Z);
+        }
+    }
+    if (rule != LOCKS_GROUP_MAX)
+        for (int32_t i = 0; i < n_full; i++) m[i] /= (float)G;
+}
+
+locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
+                             int32_t n_q_heads, locks_selector sel, float scale) {
+    const int32_t H = c->hkv;
+    if (locks_selector_group_rule(sel) == LOCKS_GROUP_NONE) {
+        for (int32_t s = 0; s < n_seqs; s++) {
+            size_t n = (size_t)H * (size_t)(w[s].s->len / P);
+            for (size_t i = 0; i < n; i++) w[s].mass[i] = 1.0f;
+        }
+        return LOCKS_OK;
+    }
+    for (int32_t s = 0; s < n_seqs; s++) {
+        locks_status st = locks_selector_prepare(sel, c, layer, w[s].seq_id);
+        if (st != LOCKS_OK) return st;
+    }
+    int32_t stack_start[17];
+    int32_t *start = n_seqs < 16 ? stack_start : locks_alloc((size_t)n_seqs + 1, sizeof(int32_t));
+    if (!start) return LOCKS_ERR_OOM;
+    start[0] = 0;
+    for (int32_t s = 0; s < n_seqs; s++) start[s + 1] = start[s] + H * n_chunks(w[s].s->len / P);
+    score_job job = {c, layer, n_q_heads, n_q_heads / H, sel, scale, w, n_seqs, start};
+    locks_pool_run(c->pool, start[n_seqs], score_task, &job);
+    locks_pool_run(c->pool, n_seqs * H, mass_task, &job);
+    if (start != stack_start) locks_free(start);
+    return LOCKS_OK;
+}
+
+locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
+                         int32_t n_q_heads, const locks_step_params *p, float *mass) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return LOCKS_ERR_NO_SEQ;
+    if (!q || !p || !mass || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
+        n_q_heads % c->hkv != 0 || !locks_selector_available(p->selector))
+        return LOCKS_ERR_INVALID_ARG;
+    if (!locks_all_finite(q, (size_t)n_q_heads * c->d)) return LOCKS_ERR_NONFINITE;
+    const int32_t n_full = s->len / P;
+    float *scores = locks_cache_scratch(c, 0, (size_t)n_q_heads * (size_t)(n_full + 1) * sizeof(float));
+    if (!scores) return LOCKS_ERR_OOM;
+    locks_seq_work w;
+    memset(&w, 0, sizeof w);
+    w.seq_id = seq_id;
+    w.s = s;
+    w.q = q;
+    w.scores = scores;
+    w.mass = mass;
+    return locks_score_run(c, layer, &w, 1, n_q_heads, p->selector, locks_step_scale(c, p->scale));
+}

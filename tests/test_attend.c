@@ -1,0 +1,201 @@
+/*
+ * test_attend.c — paged attention against a float64 reference on fresh random data:
+ *  - K/V stored as fp16 of the input, read back through locks_cache_k_page/v_page;
+ *  - locks_attend over random page lists (partial page included or not) per KV head,
+ *    output and log-sum-exp, every query head of the group;
+ *  - locks_decode_step with budget >= context is exactly the `full` selector and
+ *    matches dense float64 attention; its selection is every page;
+ *  - locks_prefill_attend (causal) over a chunk of positions.
+ */
+#include "test_util.h"
+
+#include "util.h"
+
+enum { P = LOCKS_PAGE };
+
+typedef struct {
+    int32_t H, G, d, len;
+    locks_cache *c;
+    int32_t seq;
+    double *K, *V; /* [len][H][d] fp16-rounded values as stored */
+} fixture;
+
+/* A cache with one sequence of len tokens written in random-sized chunks. */
+static fixture make_fixture(int32_t H, int32_t G, int32_t d, int32_t len, int32_t threads,
+                            locks_summary_prec prec, int32_t rank) {
+    fixture f = {H, G, d, len, NULL, -1, NULL, NULL};
+    locks_cache_params cp = locks_cache_default_params();
+    cp.n_kv_heads = H;
+    cp.head_dim = d;
+    cp.n_pages = len / P + 4;
+    cp.max_seqs = 2;
+    cp.n_threads = threads;
+    cp.summary_prec = prec;
+    cp.rank = rank;
+    locks_status err;
+    f.c = locks_cache_init(cp, &err);
+    CHECK(err);
+    CHECK(locks_cache_seq_add(f.c, &f.seq));
+    size_t n = (size_t)len * H * d;
+    float *k = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
+    f.K = malloc(n * sizeof(double));
+    f.V = malloc(n * sizeof(double));
+    tu_fill_normal(k, n, 1.0);
+    tu_fill_normal(v, n, 1.0);
+    for (size_t i = 0; i < n; i++) { /* a per-channel offset makes attention peaky */
+        k[i] += (float)((i % (size_t)d) % 5) * 0.3f;
+        f.K[i] = (double)locks_f16_to_f32(locks_f32_to_f16(k[i]));
+        f.V[i] = (double)locks_f16_to_f32(locks_f32_to_f16(v[i]));
+    }
+    int32_t pos = 0;
+    while (pos < len) {
+        int32_t m = tu_int(1, 40);
+        if (m > len - pos) m = len - pos;
+        CHECK(locks_cache_append(f.c, f.seq, m));
+        CHECK(locks_cache_write(f.c, f.seq, 0, pos, m, k + (size_t)pos * H * d, v + (size_t)pos * H * d));
+        pos += m;
+    }
+    free(k);
+    free(v);
+    return f;
+}
+
+static void free_fixture(fixture *f) {
+    locks_cache_free(f->c);
+    free(f->K);
+    free(f->V);
+}
+
+/* Reference attention of query q (float) for KV head h over a page list. */
+static double ref_pages(const fixture *f, const float *q, int32_t h, const int32_t *pages, int32_t n,
+                        double scale, double *out) {
+    const int32_t d = f->d;
+    double *K = malloc(sizeof(double) * (size_t)n * P * d), *V = malloc(sizeof(double) * (size_t)n * P * d);
+    double qd[256];
+    for (int32_t c = 0; c < d; c++) qd[c] = (double)q[c];
+    int32_t nt = 0;
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t t = pages[i] * P; t < pages[i] * P + P && t < f->len; t++, nt++) {
+            memcpy(K + (size_t)nt * d, f->K + ((size_t)t * f->H + h) * d, sizeof(double) * (size_t)d);
+            memcpy(V + (size_t)nt * d, f->V + ((size_t)t * f->H + h) * d, sizeof(double) * (size_t)d);
+        }
+    double lse = tu_ref_attention(qd, K, V, nt, d, scale, out);
+    free(K);
+    free(V);
+    return lse;
+}
+
+static void test_storage(const fixture *f) {
+    int32_t np;
+    const int32_t *bt = locks_cache_block_table(f->c, f->seq, &np);
+    test_cond(bt && np == (f->len + P - 1) / P, "block table pages %d", np);
+    size_t bad = 0;
+    for (int32_t t = 0; t < f->len; t++)
+        for (int32_t h = 0; h < f->H; h++) {
+            const uint16_t *kp = locks_cache_k_page(f->c, 0, bt[t / P]);
+            const uint16_t *vp = locks_cache_v_page(f->c, 0, bt[t / P]);
+            for (int32_t c = 0; c < f->d; c++) {
+                size_t o = ((size_t)h * P + (size_t)(t % P)) * f->d + c;
+                if ((double)locks_f16_to_f32(kp[o]) != f->K[((size_t)t * f->H + h) * f->d + c]) bad++;
+                if ((double)locks_f16_to_f32(vp[o]) != f->V[((size_t)t * f->H + h) * f->d + c]) bad++;
+            }
+        }
+    test_cond(bad == 0, "%zu stored K/V values differ from fp16(input)", bad);
+}
+
+static void test_page_lists(const fixture *f) {
+    const int32_t H = f->H, G = f->G, d = f->d, Hq = H * G, np = (f->len + P - 1) / P;
+    float *q = malloc(sizeof(float) * (size_t)Hq * d), *out = malloc(sizeof(float) * (size_t)Hq * d);
+    float lse[64];
+    int32_t *pages = malloc(sizeof(int32_t) * (size_t)H * np), n_pages[16];
+    double ref[256];
+    for (int32_t trial = 0; trial < 6; trial++) {
+        tu_fill_normal(q, (size_t)Hq * d, 1.0);
+        for (int32_t h = 0; h < H; h++) {
+            n_pages[h] = 0;
+            for (int32_t j = 0; j < np; j++)
+                if (tu_uniform() < 0.4 || j == np - 1) pages[h * np + n_pages[h]++] = j;
+        }
+        CHECK(locks_attend(f->c, 0, f->seq, q, Hq, 0.0f, pages, n_pages, np, out, lse));
+        for (int32_t hq = 0; hq < Hq; hq++) {
+            int32_t h = hq / G;
+            double rl = ref_pages(f, q + (size_t)hq * d, h, pages + h * np, n_pages[h], 1.0 / sqrt(d), ref);
+            tu_close("attend out", out + (size_t)hq * d, ref, (size_t)d, 2e-5, 1e-4);
+            tu_close("attend lse", lse + hq, &rl, 1, 1e-4, 1e-5);
+        }
+    }
+    free(q);
+    free(out);
+    free(pages);
+}
+
+static void test_dense(const fixture *f) {
+    const int32_t H = f->H, G = f->G, d = f->d, Hq = H * G, np = (f->len + P - 1) / P;
+    float *q = malloc(sizeof(float) * (size_t)Hq * d);
+    float *o1 = malloc(sizeof(float) * (size_t)Hq * d), *o2 = malloc(sizeof(float) * (size_t)Hq * d);
+    int32_t *pages = malloc(sizeof(int32_t) * (size_t)H * np), n_pages[16], all[4096];
+    tu_fill_normal(q, (size_t)Hq * d, 1.0);
+    locks_step_params p = locks_step_default_params();
+    p.budget = f->len + tu_int(0, 100);
+    locks_selection sel = {pages, n_pages, np};
+    locks_step_stats stats;
+    CHECK(locks_decode_step(f->c, 0, &f->seq, 1, q, Hq, &p, o1, &sel, &stats));
+    for (int32_t h = 0; h < H; h++) {
+        test_cond(n_pages[h] == np, "budget >= context: head %d got %d of %d pages", h, n_pages[h], np);
+        for (int32_t j = 0; j < n_pages[h]; j++) test_cond(pages[h * np + j] == j, "dense page order");
+    }
+    p.selector = LOCKS_SEL_FULL;
+    CHECK(locks_decode_step(f->c, 0, &f->seq, 1, q, Hq, &p, o2, NULL, NULL));
+    test_cond(memcmp(o1, o2, sizeof(float) * (size_t)Hq * d) == 0, "budget >= context must equal `full` bit for bit");
+    for (int32_t j = 0; j < np; j++) all[j] = j;
+    double ref[256];
+    for (int32_t hq = 0; hq < Hq; hq++) {
+        ref_pages(f, q + (size_t)hq * d, hq / G, all, np, 1.0 / sqrt(d), ref);
+        tu_close("dense out", o1 + (size_t)hq * d, ref, (size_t)d, 2e-5, 1e-4);
+    }
+    uint64_t dense = 4ull * d * (uint64_t)f->len * H;
+    test_cond(stats.bytes_dense == dense && stats.bytes_kv == dense, "dense bytes %llu %llu want %llu",
+              (unsigned long long)stats.bytes_dense, (unsigned long long)stats.bytes_kv, (unsigned long long)dense);
+    free(q);
+    free(o1);
+    free(o2);
+    free(pages);
+}
+
+static void test_prefill(const fixture *f) {
+    const int32_t H = f->H, G = f->G, d = f->d, Hq = H * G;
+    int32_t n = tu_int(1, 24), pos = tu_int(0, f->len - n);
+    float *q = malloc(sizeof(float) * (size_t)n * Hq * d), *out = malloc(sizeof(float) * (size_t)n * Hq * d);
+    tu_fill_normal(q, (size_t)n * Hq * d, 1.0);
+    float scale = 0.07f;
+    CHECK(locks_prefill_attend(f->c, 0, f->seq, pos, n, q, Hq, scale, out));
+    int32_t all[4096];
+    double ref[256];
+    for (int32_t j = 0; j < 4096; j++) all[j] = j;
+    for (int32_t i = 0; i < n; i++) {
+        fixture g = *f;
+        g.len = pos + i + 1; /* causal: tokens [0, pos + i] */
+        for (int32_t hq = 0; hq < Hq; hq++) {
+            ref_pages(&g, q + ((size_t)i * Hq + hq) * d, hq / G, all, (g.len + P - 1) / P, (double)scale, ref);
+            tu_close("prefill out", out + ((size_t)i * Hq + hq) * d, ref, (size_t)d, 2e-5, 1e-4);
+        }
+    }
+    free(q);
+    free(out);
+}
+
+int main(void) {
+    tu_seed("test_attend");
+    const int32_t dims[3] = {64, 128, 256};
+    for (int32_t trial = 0; trial < 3; trial++) {
+        int32_t H = tu_int(1, 3), G = tu_int(1, 4), d = dims[trial], len = tu_int(40, 700);
+        fixture f = make_fixture(H, G, d, len, 1 + trial % 2, trial == 1 ? LOCKS_SUMMARY_F32 : LOCKS_SUMMARY_Q, 8);
+        printf("  H=%d G=%d d=%d len=%d\n", H, G, d, len);
+        test_storage(&f);
+        test_page_lists(&f);
+        test_dense(&f);
+        test_prefill(&f);
+        free_fixture(&f);
+    }
+    return test_report("test_attend");
+}
