@@ -10,6 +10,9 @@
 #include "decode.h"
 #include "selector.h"
 #include "util.h"
+#ifdef LOCKS_HAVE_CUDA
+#include "cuda/locks_cuda.h"
+#endif
 
 enum { P = LOCKS_PAGE, SCORE_CHUNK = 256 /* pages per scoring task */ };
 
@@ -114,6 +117,9 @@ locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const fl
     if (!q || !p || !mass || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
         n_q_heads % c->hkv != 0 || !locks_selector_available(p->selector))
         return LOCKS_ERR_INVALID_ARG;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_score(c->cuda, layer, seq_id, q, n_q_heads, p, mass); /* device arrays */
+#endif
     if (!locks_all_finite(q, (size_t)n_q_heads * c->d)) return LOCKS_ERR_NONFINITE;
     const int32_t n_full = s->len / P;
     float *scores = locks_cache_scratch(c, 0, (size_t)n_q_heads * (size_t)(n_full + 1) * sizeof(float));

@@ -72,6 +72,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
 
     for (int32_t idx = begin + warp; idx < end; idx += ATT_WARPS) {
         const int32_t lp = dense ? idx : lst[idx];
+        if (lp < 0 || lp >= (len + 15) / 16) continue; /* invalid entry (caller's list): skip */
         const int32_t p = bt[lp];
         const int32_t valid = lp < n_full ? 16 : len - 16 * n_full;
         const size_t blk = ((size_t)p * hkv + h) * 16 * D;

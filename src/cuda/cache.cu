@@ -7,6 +7,7 @@
 #include "common.cuh"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,7 +165,7 @@ extern "C" locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, 
     c->p = *p;
     c->rank = p->rank;
     c->n_sm = prop.multiProcessorCount;
-    strncpy(c->device_name, prop.name, sizeof c->device_name - 1);
+    snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
     if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess) {
         st = LOCKS_ERR_BACKEND;
         goto fail;
@@ -224,9 +225,10 @@ extern "C" locks_status locks_cuda_seq_sync(locks_cuda_cache *c, int32_t seq, co
 }
 
 extern "C" locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq, int32_t layer, int32_t pos,
-                                               int32_t n, const float *d_k, const float *d_v) {
+                                               int32_t n, const float *d_k, const float *d_v,
+                                               const int32_t *build_pages, int32_t n_build) {
     if (!c || seq < 0 || seq >= c->p.max_seqs || layer < 0 || layer >= c->p.n_layers || pos < 0 || n < 0 ||
-        (n > 0 && (!d_k || !d_v)))
+        (n > 0 && (!d_k || !d_v)) || n_build < 0 || n_build > c->p.n_pages || (n_build > 0 && !build_pages))
         return LOCKS_ERR_INVALID_ARG;
     if (n == 0) return LOCKS_OK;
     if (pos + n > c->h_seq_len[seq]) return LOCKS_ERR_INVALID_ARG;
@@ -251,14 +253,9 @@ extern "C" locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq,
                                                                    c->p.head_dim, bt, kp, vp);
     CU_LAUNCH_CHECK(write_kernel);
 
-    /* pages whose last slot this write filled: logical lp with pos <= 16 lp + 15 < pos + n */
-    const int32_t lp0 = pos / 16;
-    const int32_t lp1 = (pos + n) / 16; /* exclusive: pages with 16 lp + 15 <= pos + n - 1 */
-    if (lp1 > lp0) {
-        /* physical ids come from the device block table: copy that stretch */
-        CU_TRY(cudaMemcpyAsync(c->page_list, bt + lp0, (size_t)(lp1 - lp0) * 4, cudaMemcpyDeviceToDevice,
-                               c->stream));
-        LOCKS_TRY(locks_cuda_summary_build(c, layer, c->page_list, lp1 - lp0));
+    if (n_build > 0) {
+        CU_TRY(cudaMemcpyAsync(c->page_list, build_pages, (size_t)n_build * 4, cudaMemcpyHostToDevice, c->stream));
+        LOCKS_TRY(locks_cuda_summary_build(c, layer, c->page_list, n_build));
     }
     CU_TRY(cudaStreamSynchronize(c->stream));
     return LOCKS_OK;

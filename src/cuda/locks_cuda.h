@@ -54,10 +54,12 @@ locks_status locks_cuda_seq_sync(locks_cuda_cache *c, int32_t seq, const int32_t
 /* Writes K/V of tokens [pos, pos + n) of one layer of sequence seq (the slot's block
  * table must cover them): d_k, d_v [n][Hkv][d] fp32 device memory. Checks for
  * non-finite input first (LOCKS_ERR_NONFINITE, nothing written), then converts and
- * stores, then builds the summaries of every page whose last slot this write filled.
+ * stores, then builds the summaries of the n_build physical pages build_pages (host
+ * array: the pages this write made or kept full; the caller tracks filled slots).
  * Synchronous. */
 locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq, int32_t layer, int32_t pos,
-                                    int32_t n, const float *d_k, const float *d_v);
+                                    int32_t n, const float *d_k, const float *d_v,
+                                    const int32_t *build_pages, int32_t n_build);
 
 /* Builds the summaries of n physical pages d_pages[n] of one layer, all KV heads,
  * from the stored keys (asynchronous on the cache's stream). */

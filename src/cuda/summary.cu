@@ -6,10 +6,12 @@
  * ordering: 8 disjoint rotations per round, 15 rounds per sweep, until the
  * off-diagonal norm is below 1e-6 of the total), takes the top-r eigenpairs
  * (sigma = sqrt(lambda), c_ik = sigma u_ik, v_k = X^T u_k / sigma, zero when sigma is
- * ~0), fixes each basis vector's sign like the CPU (largest-magnitude component
- * positive) and quantizes exactly as the CPU does: mu int8 / one fp16 scale, V int4
- * [-7, 7] / one fp16 scale per vector, C int8 / one fp16 scale per column, the values
- * divided by the fp16-rounded scale and rounded to nearest.
+ * ~0: sigma <= 1e-6 sigma_0, as summary.c), fixes each basis vector's sign (largest-
+ * magnitude component positive: the CPU leaves Jacobi's arbitrary sign, so tests
+ * compare sign-free quantities) and quantizes as the CPU does: mu int8 / one fp16
+ * scale, V int4 [-7, 7] / one fp16 scale per vector, C int8 / one fp16 scale per
+ * column, scales rounded up to fp16, values divided by the fp16 scale, rounded to
+ * nearest even.
  * fp32 arithmetic: the int4/int8 quantization error is orders above the Jacobi error.
  */
 #include "common.cuh"
@@ -36,6 +38,15 @@ static __device__ __forceinline__ void rr_pair(int round, int k, int *p, int *q)
         *p = (round + k) % 15;
         *q = (round + 15 - k) % 15;
     }
+}
+
+/* fp16 scale for magnitudes <= amax mapped to [-qmax, qmax], rounded up like the CPU
+ * (summary.c) so |x / scale| <= qmax; zero for amax == 0. */
+static __device__ __forceinline__ __half scale_f16(float amax, float qmax) {
+    const float s = amax / qmax;
+    if (!(s > 0.f)) return __float2half_rn(0.f);
+    const __half h = __float2half_ru(s);
+    return __hisinf(h) ? __ushort_as_half(0x7bff) : h;
 }
 
 static __device__ __forceinline__ float q_round(float x, float lim) {
@@ -172,7 +183,7 @@ summary_kernel(const uint16_t *__restrict__ kpool, const int32_t *__restrict__ p
         float amax = 0.f;
         for (int dim = lane; dim < D; dim += 32) amax = fmaxf(amax, fabsf(sm.mu[dim]));
         amax = warp_max(amax);
-        __half sh = __float2half_rn(amax / 127.f);
+        __half sh = scale_f16(amax, 127.f);
         float sc = __half2float(sh);
         float inv = sc > 0.f ? 1.f / sc : 0.f;
         for (int dim = lane; dim < D; dim += 32)
@@ -240,7 +251,7 @@ summary_kernel(const uint16_t *__restrict__ kpool, const int32_t *__restrict__ p
             amax = fmaxf(amax, fabsf(v[z]));
         }
         amax = warp_max(amax);
-        __half sh = __float2half_rn(amax / 7.f);
+        __half sh = scale_f16(amax, 7.f);
         float sc = __half2float(sh);
         float inv = sc > 0.f ? 1.f / sc : 0.f;
 #pragma unroll
@@ -256,7 +267,7 @@ summary_kernel(const uint16_t *__restrict__ kpool, const int32_t *__restrict__ p
 #pragma unroll
     for (int k = 0; k < LOCKS_CUDA_MAX_RANK; k++) {
         float amax = warp_max(lane < 16 ? fabsf(cvals[k]) : 0.f);
-        __half sh = __float2half_rn(amax / 127.f);
+        __half sh = scale_f16(amax, 127.f);
         float sc = __half2float(sh);
         float inv = sc > 0.f ? 1.f / sc : 0.f;
         cq[k] = (int8_t)q_round(cvals[k] * inv, 127.f);
