@@ -32,38 +32,142 @@ static void state_reset(attn_state st, int32_t G, int32_t d) {
     memset(st.acc, 0, sizeof(float) * (size_t)G * d);
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define LOCKS_X86 1
+#include <immintrin.h>
+
+/* logit[g][t] = scale * q_g . k_t for the nt keys of an fp16 block, four heads at a
+ * time (a group of fewer than four repeats its last head and drops the extra sums). */
+__attribute__((target("avx2,fma,f16c"))) static void block_logits_avx2(const uint16_t *kb, int32_t nt,
+                                                                       const float *q, int32_t G,
+                                                                       int32_t d, float scale,
+                                                                       float (*logit)[P]) {
+    for (int32_t g0 = 0; g0 < G; g0 += 4) {
+        const float *q0 = q + (size_t)g0 * d;
+        const float *q1 = q + (size_t)(g0 + 1 < G ? g0 + 1 : G - 1) * d;
+        const float *q2 = q + (size_t)(g0 + 2 < G ? g0 + 2 : G - 1) * d;
+        const float *q3 = q + (size_t)(g0 + 3 < G ? g0 + 3 : G - 1) * d;
+        const int32_t gn = G - g0 < 4 ? G - g0 : 4;
+        for (int32_t t = 0; t < nt; t++) {
+            const uint16_t *kt = kb + (size_t)t * d;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int32_t c = 0; c < d; c += 8) {
+                __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + c)));
+                a0 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q0 + c), a0);
+                a1 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q1 + c), a1);
+                a2 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q2 + c), a2);
+                a3 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q3 + c), a3);
+            }
+            __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+            __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+            float tmp[4];
+            _mm_storeu_ps(tmp, _mm_mul_ps(r, _mm_set1_ps(scale)));
+            for (int32_t i = 0; i < gn; i++) logit[g0 + i][t] = tmp[i];
+        }
+    }
+}
+
+/* acc[g] += sum_t w[g][t] v_t over the nt values of an fp16 block, 8 channels and four
+ * heads at a time held in registers across the tokens. */
+__attribute__((target("avx2,fma,f16c"))) static void block_accum_avx2(const uint16_t *vb, int32_t nt,
+                                                                      const float (*w)[P], int32_t G,
+                                                                      int32_t d, float *acc) {
+    for (int32_t g0 = 0; g0 < G; g0 += 4) {
+        const int32_t gn = G - g0 < 4 ? G - g0 : 4;
+        const float *w0 = w[g0], *w1 = w[gn > 1 ? g0 + 1 : g0], *w2 = w[gn > 2 ? g0 + 2 : g0],
+                    *w3 = w[gn > 3 ? g0 + 3 : g0];
+        float *o0 = acc + (size_t)g0 * d;
+        for (int32_t c = 0; c < d; c += 8) {
+            __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
+            if (gn > 1) a1 = _mm256_loadu_ps(o0 + d + c);
+            if (gn > 2) a2 = _mm256_loadu_ps(o0 + 2 * d + c);
+            if (gn > 3) a3 = _mm256_loadu_ps(o0 + 3 * d + c);
+            for (int32_t t = 0; t < nt; t++) {
+                __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vb + (size_t)t * d + c)));
+                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(w0 + t), vv, a0);
+                a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(w1 + t), vv, a1);
+                a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(w2 + t), vv, a2);
+                a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(w3 + t), vv, a3);
+            }
+            _mm256_storeu_ps(o0 + c, a0);
+            if (gn > 1) _mm256_storeu_ps(o0 + d + c, a1);
+            if (gn > 2) _mm256_storeu_ps(o0 + 2 * d + c, a2);
+            if (gn > 3) _mm256_storeu_ps(o0 + 3 * d + c, a3);
+        }
+    }
+}
+#endif
+
+static void block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
+                         float scale, float (*logit)[P]) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        block_logits_avx2(kb, nt, q, G, d, scale, logit);
+        return;
+    }
+#endif
+    float kv[P * LOCKS_MAX_HEAD_DIM];
+    locks_f16_to_f32_n(kb, kv, (size_t)nt * d);
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t t = 0; t < nt; t++) logit[g][t] = scale * locks_dot(q + (size_t)g * d, kv + (size_t)t * d, d);
+}
+
+static void block_accum(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t G, int32_t d,
+                        float *acc) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        block_accum_avx2(vb, nt, w, G, d, acc);
+        return;
+    }
+#endif
+    float kv[P * LOCKS_MAX_HEAD_DIM];
+    locks_f16_to_f32_n(vb, kv, (size_t)nt * d);
+    for (int32_t g = 0; g < G; g++) {
+        float *a = acc + (size_t)g * d;
+        for (int32_t t = 0; t < nt; t++) {
+            const float *vt = kv + (size_t)t * d;
+            const float wt = w[g][t];
+            for (int32_t i = 0; i < d; i++) a[i] += wt * vt[i];
+        }
+    }
+}
+
+/* Asks for the K and V blocks of the next page while this one is processed: blocks of
+ * one KV head sit Hkv * 4 KiB apart, a new 4 KiB page for every block, which the
+ * hardware prefetchers do not follow on their own. */
+static void prefetch_blocks(const uint16_t *kb, const uint16_t *vb, size_t bytes) {
+    const char *k = (const char *)kb, *v = (const char *)vb;
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch(k + o, 0, 3);
+        __builtin_prefetch(v + o, 0, 3);
+    }
+}
+
 /* Folds the first nt tokens of one (page, KV head) block into the state of G heads. */
 static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, const float *q,
                          int32_t G, int32_t d, float scale, attn_state st) {
-    float kv[P * LOCKS_MAX_HEAD_DIM];
-    float w[P];
-    locks_f16_to_f32_n(kb, kv, (size_t)nt * d);
     float logit[64][P]; /* G <= 64 (checked by the callers) */
-    for (int32_t g = 0; g < G; g++)
-        for (int32_t t = 0; t < nt; t++) logit[g][t] = scale * locks_dot(q + (size_t)g * d, kv + (size_t)t * d, d);
-    locks_f16_to_f32_n(vb, kv, (size_t)nt * d);
+    block_logits(kb, nt, q, G, d, scale, logit);
     for (int32_t g = 0; g < G; g++) {
         float mx = st.m[g];
         for (int32_t t = 0; t < nt; t++) mx = logit[g][t] > mx ? logit[g][t] : mx;
-        float *acc = st.acc + (size_t)g * d;
         if (mx > st.m[g]) {
             float corr = expf(st.m[g] - mx); /* 0 on the first block (m = -inf) */
+            float *acc = st.acc + (size_t)g * d;
             st.l[g] *= corr;
             for (int32_t i = 0; i < d; i++) acc[i] *= corr;
             st.m[g] = mx;
         }
-        float l = 0.0f;
-        for (int32_t t = 0; t < nt; t++) {
-            w[t] = expf(logit[g][t] - mx);
-            l += w[t];
-        }
-        st.l[g] += l;
-        for (int32_t t = 0; t < nt; t++) {
-            const float *vt = kv + (size_t)t * d;
-            const float wt = w[t];
-            for (int32_t i = 0; i < d; i++) acc[i] += wt * vt[i];
-        }
+        for (int32_t t = 0; t < nt; t++) logit[g][t] -= mx;
+        for (int32_t t = nt; t < P; t++) logit[g][t] = -100.0f;
     }
+    locks_exp_n(&logit[0][0], (size_t)G * P);
+    for (int32_t g = 0; g < G; g++) {
+        float l = 0.0f;
+        for (int32_t t = 0; t < nt; t++) l += logit[g][t];
+        st.l[g] += l;
+    }
+    block_accum(vb, nt, (const float(*)[P])logit, G, d, st.acc);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -94,10 +198,16 @@ static void attend_task(void *arg, int32_t t, int32_t thread) {
     state_reset(st, G, d);
     const int32_t *pg = w->pages + (size_t)ch.h * w->max_pages + ch.first;
     const float *q = w->q + (size_t)ch.h * G * d;
+    const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
     for (int32_t i = 0; i < ch.count; i++) {
         int32_t lp = pg[i], nt = w->s->len - lp * P;
         if (nt > P) nt = P;
         int32_t phys = w->s->table[lp];
+        if (i + 1 < ch.count) {
+            int32_t next = w->s->table[pg[i + 1]];
+            prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, ch.h),
+                            locks_cache_vblock(j->c, j->layer, next, ch.h), block_bytes);
+        }
         attend_block(locks_cache_kblock(j->c, j->layer, phys, ch.h),
                      locks_cache_vblock(j->c, j->layer, phys, ch.h), nt, q, G, d, j->scale, st);
     }
@@ -194,8 +304,14 @@ static void prefill_task(void *arg, int32_t t, int32_t thread) {
     attn_state st = {buf + (size_t)G * d, buf + (size_t)G * d + G, buf};
     state_reset(st, G, d);
     const float *q = j->q + ((size_t)i * H * G + (size_t)h * G) * d;
+    const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
     for (int32_t lp = 0; lp * P < visible; lp++) {
         int32_t nt = visible - lp * P < P ? visible - lp * P : P, phys = j->s->table[lp];
+        if ((lp + 1) * P < visible) {
+            int32_t next = j->s->table[lp + 1];
+            prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, h), locks_cache_vblock(j->c, j->layer, next, h),
+                            block_bytes);
+        }
         attend_block(locks_cache_kblock(j->c, j->layer, phys, h),
                      locks_cache_vblock(j->c, j->layer, phys, h), nt, q, G, d, j->scale, st);
     }

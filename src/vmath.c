@@ -4,6 +4,7 @@
 #include "vmath.h"
 
 #include <math.h>
+#include <stdatomic.h>
 
 #include "util.h"
 
@@ -12,18 +13,22 @@
 #include <immintrin.h>
 #endif
 
+/* -1: not checked yet, 0: portable kernels, 1: AVX2 kernels. */
+static atomic_int simd_state = -1;
+
+void locks_simd_enable(int on) { atomic_store_explicit(&simd_state, on ? -1 : 0, memory_order_relaxed); }
+
 int locks_have_avx2(void) {
+    int st = atomic_load_explicit(&simd_state, memory_order_relaxed);
+    if (st >= 0) return st;
 #ifdef LOCKS_X86
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                 __builtin_cpu_supports("f16c");
-    }
-    return cached;
+    __builtin_cpu_init();
+    st = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
-    return 0;
+    st = 0;
 #endif
+    atomic_store_explicit(&simd_state, st, memory_order_relaxed);
+    return st;
 }
 
 #ifdef LOCKS_X86
@@ -33,6 +38,83 @@ __attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_avx2(const uint1
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
     for (; i < n; i++) dst[i] = locks_f16_to_f32(src[i]);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void f32_to_f16_avx2(const float *src, uint16_t *dst,
+                                                                     size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) dst[i] = locks_f32_to_f16(src[i]);
+}
+
+/* exp(x) for 8 floats: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial
+ * (Cephes expf coefficients), 2^n through the exponent bits. x < -87.3 gives 0. */
+__attribute__((target("avx2,fma"))) static __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, res);
+}
+
+/* log(x) for 8 positive normal floats: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
+ * log(m) by the Cephes logf polynomial. */
+__attribute__((target("avx2,fma"))) static __m256 log8(__m256 x) {
+    __m256i xi = _mm256_castps_si256(x);
+    __m256i ei = _mm256_sub_epi32(_mm256_srli_epi32(xi, 23), _mm256_set1_epi32(127));
+    __m256 m = _mm256_castsi256_ps(
+        _mm256_or_si256(_mm256_and_si256(xi, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f800000)));
+    __m256 e = _mm256_cvtepi32_ps(ei);
+    __m256 big = _mm256_cmp_ps(m, _mm256_set1_ps(1.41421356237f), _CMP_GT_OQ);
+    m = _mm256_blendv_ps(m, _mm256_mul_ps(m, _mm256_set1_ps(0.5f)), big);
+    e = _mm256_add_ps(e, _mm256_and_ps(big, _mm256_set1_ps(1.0f)));
+    __m256 f = _mm256_sub_ps(m, _mm256_set1_ps(1.0f));
+    __m256 p = _mm256_set1_ps(7.0376836292e-2f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.1514610310e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.1676998740e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.2420140846e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.4249322787e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.6668057665e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.0000714765e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-2.4999993993e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(3.3333331174e-1f));
+    __m256 f2 = _mm256_mul_ps(f, f);
+    p = _mm256_mul_ps(_mm256_mul_ps(p, f), f2);
+    p = _mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), p);
+    p = _mm256_fnmadd_ps(f2, _mm256_set1_ps(0.5f), p);
+    __m256 res = _mm256_add_ps(f, p);
+    return _mm256_fmadd_ps(e, _mm256_set1_ps(0.693359375f), res);
+}
+
+__attribute__((target("avx2,fma"))) static void exp_avx2(float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        float t[8] = {0};
+        for (size_t j = i; j < n; j++) t[j - i] = x[j];
+        _mm256_storeu_ps(t, exp8(_mm256_loadu_ps(t)));
+        for (size_t j = i; j < n; j++) x[j] = t[j - i];
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void log_avx2(float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, log8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) x[i] = logf(x[i]);
 }
 
 __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const float *b, int32_t n) {
@@ -61,6 +143,36 @@ void locks_f16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
     }
 #endif
     for (size_t i = 0; i < n; i++) dst[i] = locks_f16_to_f32(src[i]);
+}
+
+void locks_f32_to_f16_n(const float *src, uint16_t *dst, size_t n) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        f32_to_f16_avx2(src, dst, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) dst[i] = locks_f32_to_f16(src[i]);
+}
+
+void locks_exp_n(float *x, size_t n) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        exp_avx2(x, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) x[i] = expf(x[i]);
+}
+
+void locks_log_n(float *x, size_t n) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        log_avx2(x, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) x[i] = logf(x[i]);
 }
 
 float locks_dot(const float *a, const float *b, int32_t n) {

@@ -13,10 +13,19 @@
 
 /* 1 when the AVX2/FMA/F16C kernels are in use (cached after the first call). */
 int locks_have_avx2(void);
+/* Tests only: 0 forces the portable kernels, 1 restores the CPU check. Not thread-safe:
+ * call with no step running. */
+void locks_simd_enable(int on);
 /* dst[i] = half_to_float(src[i]) for i < n. */
 void locks_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 /* sum_i a[i] b[i] (fp32, several partial sums). */
 float locks_dot(const float *a, const float *b, int32_t n);
+/* dst[i] = float_to_half(src[i]) (round to nearest even) for i < n. */
+void locks_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
+/* x[i] = exp(x[i]) in place (relative error < 4e-7; inputs below -87 give 0). */
+void locks_exp_n(float *x, size_t n);
+/* x[i] = log(x[i]) in place, x[i] > 0 normal (absolute error < 4e-7 * max(1, |log x|)). */
+void locks_log_n(float *x, size_t n);
 /* log sum_i exp(x[i]) for n >= 1 finite values. */
 float locks_lse(const float *x, int32_t n);
 

@@ -10,6 +10,7 @@
 #include "test_util.h"
 
 #include "util.h"
+#include "vmath.h"
 
 enum { P = LOCKS_PAGE };
 
@@ -187,10 +188,11 @@ static void test_prefill(const fixture *f) {
 int main(void) {
     tu_seed("test_attend");
     const int32_t dims[3] = {64, 128, 256};
-    for (int32_t trial = 0; trial < 3; trial++) {
-        int32_t H = tu_int(1, 3), G = tu_int(1, 4), d = dims[trial], len = tu_int(40, 700);
+    for (int32_t trial = 0; trial < 6; trial++) {
+        locks_simd_enable(trial < 3); /* AVX2 kernels (where the CPU has them), then portable */
+        int32_t H = tu_int(1, 3), G = tu_int(1, 9), d = dims[trial % 3], len = tu_int(40, 700);
         fixture f = make_fixture(H, G, d, len, 1 + trial % 2, trial == 1 ? LOCKS_SUMMARY_F32 : LOCKS_SUMMARY_Q, 8);
-        printf("  H=%d G=%d d=%d len=%d\n", H, G, d, len);
+        printf("  H=%d G=%d d=%d len=%d simd=%d\n", H, G, d, len, locks_have_avx2());
         test_storage(&f);
         test_page_lists(&f);
         test_dense(&f);

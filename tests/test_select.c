@@ -11,6 +11,7 @@
 #include "test_util.h"
 
 #include "util.h"
+#include "vmath.h"
 
 enum { P = LOCKS_PAGE };
 
@@ -170,6 +171,64 @@ static void test_quantized_coverage(void) {
     locks_cache_free(c);
 }
 
+/* Quantized summaries: LOCKS masses vs float64 from the dequantized summaries
+ * (locks_cache_summary_get). The portable kernel works in fp32 on the dequantized
+ * values; the AVX2 kernel also rounds each query to int8 (one scale per head), which
+ * moves a logit by about scale * |q|_max / 254 * sum |x|: a few percent of a mass. */
+static void test_quantized_scores(int simd) {
+    const int32_t H = 2, G = 4, Hq = H * G, d = 128, r = 8, len = tu_int(300, 700), n_full = len / P;
+    int32_t seq;
+    locks_simd_enable(simd);
+    locks_cache *c = make_cache(H, d, len, LOCKS_SUMMARY_Q, r, &seq);
+    float *q = malloc(sizeof(float) * Hq * d), *m = malloc(sizeof(float) * H * n_full);
+    double *ref = malloc(sizeof(double) * H * n_full), *s = malloc(sizeof(double) * n_full);
+    float mu[128], basis[8 * 128], coef[P * 8];
+    tu_fill_normal(q, (size_t)Hq * d, 1.0);
+    locks_step_params p = locks_step_default_params();
+    CHECK(locks_score(c, 0, seq, q, Hq, &p, m));
+    const int32_t *bt = locks_cache_block_table(c, seq, NULL);
+    for (int32_t i = 0; i < H * n_full; i++) ref[i] = 0.0;
+    for (int32_t hq = 0; hq < Hq; hq++) {
+        int32_t h = hq / G;
+        double mx = -INFINITY, z = 0.0;
+        for (int32_t j = 0; j < n_full; j++) {
+            CHECK(locks_cache_summary_get(c, 0, h, bt[j], mu, basis, coef));
+            double qm = 0.0, y[8], lg[P], lm = -INFINITY, l = 0.0;
+            for (int32_t x = 0; x < d; x++) qm += (double)q[hq * d + x] * (double)mu[x];
+            for (int32_t k = 0; k < r; k++) {
+                y[k] = 0.0;
+                for (int32_t x = 0; x < d; x++) y[k] += (double)q[hq * d + x] * (double)basis[k * d + x];
+            }
+            for (int32_t i = 0; i < P; i++) {
+                double a = qm;
+                for (int32_t k = 0; k < r; k++) a += (double)coef[i * r + k] * y[k];
+                lg[i] = a / sqrt(d);
+                lm = fmax(lm, lg[i]);
+            }
+            for (int32_t i = 0; i < P; i++) l += exp(lg[i] - lm);
+            s[j] = lm + log(l);
+            mx = fmax(mx, s[j]);
+        }
+        for (int32_t j = 0; j < n_full; j++) z += exp(s[j] - mx);
+        for (int32_t j = 0; j < n_full; j++) ref[h * n_full + j] += exp(s[j] - mx - log(z)) / G;
+    }
+    if (simd && locks_have_avx2()) {
+        tu_close("locks q8 mass (avx2)", m, ref, (size_t)H * n_full, 1e-5, 0.05);
+    } else {
+        tu_close("locks q mass (portable)", m, ref, (size_t)H * n_full, 1e-7, 1e-4);
+    }
+    double worst = 0.0;
+    for (int32_t i = 0; i < H * n_full; i++)
+        if (ref[i] > 1e-4) worst = fmax(worst, fabs((double)m[i] - ref[i]) / ref[i]);
+    printf("  quantized scores (%s): worst relative mass error %.4f\n", simd && locks_have_avx2() ? "avx2" : "portable", worst);
+    free(q);
+    free(m);
+    free(ref);
+    free(s);
+    locks_cache_free(c);
+    locks_simd_enable(1);
+}
+
 /* locks_select vs a brute-force sort on crafted masses with ties. */
 static void test_topk_forced(void) {
     const int32_t H = 3, d = 64;
@@ -262,6 +321,8 @@ int main(void) {
     tu_seed("test_select");
     test_rank15_exact();
     test_quantized_coverage();
+    test_quantized_scores(1);
+    test_quantized_scores(0);
     test_topk_forced();
     test_gqa();
     return test_report("test_select");

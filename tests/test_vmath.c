@@ -1,0 +1,86 @@
+/*
+ * test_vmath.c — the shared numeric kernels against libm / the scalar conversions:
+ * fp16 -> fp32 for all 65536 halves, fp32 -> fp16 (round to nearest even) on random and
+ * edge values, exp and log on random inputs over their used ranges, dot and lse vs
+ * float64. Runs whichever version (AVX2 or portable) this machine selects.
+ */
+#include "test_util.h"
+
+#include "util.h"
+#include "vmath.h"
+
+int main(void) {
+    tu_seed("test_vmath");
+    printf("  avx2 kernels: %s\n", locks_have_avx2() ? "yes" : "no");
+    enum { N = 65536 };
+    static uint16_t h[N], h2[N];
+    static float f[N], g[N];
+    size_t bad = 0;
+    for (int32_t i = 0; i < N; i++) h[i] = (uint16_t)i;
+    locks_f16_to_f32_n(h, f, N);
+    for (int32_t i = 0; i < N; i++) {
+        float want = locks_f16_to_f32(h[i]);
+        if (memcmp(&want, &f[i], 4) != 0 && !(isnan(want) && isnan(f[i]))) bad++;
+    }
+    test_cond(bad == 0, "f16->f32: %zu of 65536 differ", bad);
+
+    for (int32_t i = 0; i < N; i++) {
+        double mag = pow(2.0, tu_uniform() * 40.0 - 26.0); /* subnormal .. overflow */
+        f[i] = (float)(tu_uniform() < 0.5 ? -mag : mag);
+    }
+    f[0] = 0.0f, f[1] = -0.0f, f[2] = 65504.0f, f[3] = 65520.0f, f[4] = 1e-8f, f[5] = INFINITY;
+    locks_f32_to_f16_n(f, h2, N);
+    bad = 0;
+    for (int32_t i = 0; i < N; i++)
+        if (h2[i] != locks_f32_to_f16(f[i])) {
+            if (bad < 3) fprintf(stderr, "  f32->f16(%g): %04x vs %04x\n", (double)f[i], h2[i], locks_f32_to_f16(f[i]));
+            bad++;
+        }
+    test_cond(bad == 0, "f32->f16: %zu of 65536 differ from the scalar RNE", bad);
+
+    static double ref[N];
+    for (int32_t i = 0; i < N; i++) {
+        f[i] = (float)(-90.0 * tu_uniform() + (i % 7 == 0 ? 5.0 * tu_uniform() : 0.0));
+        ref[i] = exp((double)f[i]);
+    }
+    memcpy(g, f, sizeof f);
+    locks_exp_n(g, N - 3); /* odd tail */
+    bad = 0;
+    for (int32_t i = 0; i < N - 3; i++) {
+        double tol = (double)f[i] < -87.0 ? 1.3e-38 : 4e-7 * ref[i];
+        if (!(fabs((double)g[i] - ref[i]) <= tol)) {
+            if (bad < 4) fprintf(stderr, "  exp(%.9g) = %.9g want %.9g\n", (double)f[i], (double)g[i], ref[i]);
+            bad++;
+        }
+    }
+    test_cond(bad == 0, "exp: %zu values beyond 4e-7 relative", bad);
+
+    for (int32_t i = 0; i < N; i++) {
+        f[i] = (float)pow(2.0, tu_uniform() * 60.0 - 30.0);
+        ref[i] = log((double)f[i]);
+    }
+    memcpy(g, f, sizeof f);
+    locks_log_n(g, N - 5);
+    bad = 0;
+    for (int32_t i = 0; i < N - 5; i++)
+        if (!(fabs((double)g[i] - ref[i]) <= 4e-7 * fmax(1.0, fabs(ref[i])))) bad++;
+    test_cond(bad == 0, "log: %zu values beyond tolerance", bad);
+
+    for (int32_t trial = 0; trial < 100; trial++) {
+        int32_t n = tu_int(1, 300);
+        tu_fill_normal(f, (size_t)n, 2.0);
+        tu_fill_normal(g, (size_t)n, 2.0);
+        double dr = 0.0, m = -INFINITY, l = 0.0, asum = 0.0;
+        for (int32_t i = 0; i < n; i++) {
+            dr += (double)f[i] * (double)g[i];
+            asum += fabs((double)f[i] * (double)g[i]);
+            m = fmax(m, (double)f[i]);
+        }
+        for (int32_t i = 0; i < n; i++) l += exp((double)f[i] - m);
+        double lr = m + log(l);
+        float d = locks_dot(f, g, n), ls = locks_lse(f, n);
+        test_cond(fabs((double)d - dr) <= 1e-6 * asum + 1e-6, "dot n=%d: %g vs %g", n, (double)d, dr);
+        test_cond(fabs((double)ls - lr) <= 1e-5 * fmax(1.0, fabs(lr)), "lse n=%d: %g vs %g", n, (double)ls, lr);
+    }
+    return test_report("test_vmath");
+}
