@@ -117,6 +117,7 @@ extern "C" void locks_cuda_cache_free(locks_cuda_cache **pc) {
     DFREE(w->sel_n);
     DFREE(w->part_o);
     DFREE(w->part_ml);
+    DFREE(c->flush_buf);
     for (int i = 0; i < 8; i++)
         if (c->ev[i]) cudaEventDestroy(c->ev[i]);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -356,6 +357,35 @@ extern "C" locks_status locks_cuda_time(locks_cuda_cache *c, locks_cuda_launch_f
         float ms = 0.f;
         CU_TRY(cudaEventElapsedTime(&ms, c->ev[6], c->ev[7]));
         t[i] = (double)ms / reps;
+    }
+    qsort(t, (size_t)trials, sizeof t[0], cmp_double);
+    *median_ms = t[trials / 2];
+    return LOCKS_OK;
+}
+
+#define FLUSH_BYTES ((size_t)256 << 20)
+
+extern "C" locks_status locks_cuda_flush_l2(locks_cuda_cache *c) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    if (!c->flush_buf) CU_TRY(cudaMalloc(&c->flush_buf, FLUSH_BYTES));
+    CU_TRY(cudaMemsetAsync(c->flush_buf, c->ev[0] ? 1 : 0, FLUSH_BYTES, c->stream));
+    return LOCKS_OK;
+}
+
+extern "C" locks_status locks_cuda_time_cold(locks_cuda_cache *c, locks_cuda_launch_fn fn, void *arg, int trials,
+                                             double *median_ms) {
+    if (!c || !fn || trials < 1 || trials > 64 || !median_ms) return LOCKS_ERR_INVALID_ARG;
+    double t[64];
+    LOCKS_TRY(fn(arg)); /* warm-up */
+    for (int i = 0; i < trials; i++) {
+        LOCKS_TRY(locks_cuda_flush_l2(c));
+        CU_TRY(cudaEventRecord(c->ev[6], c->stream));
+        LOCKS_TRY(fn(arg));
+        CU_TRY(cudaEventRecord(c->ev[7], c->stream));
+        CU_TRY(cudaEventSynchronize(c->ev[7]));
+        float ms = 0.f;
+        CU_TRY(cudaEventElapsedTime(&ms, c->ev[6], c->ev[7]));
+        t[i] = (double)ms;
     }
     qsort(t, (size_t)trials, sizeof t[0], cmp_double);
     *median_ms = t[trials / 2];

@@ -92,6 +92,7 @@ struct locks_cuda_cache {
     int32_t *page_list;      /* [n_pages] scratch for summary builds */
     struct locks_cuda_ws ws;
     const void *slots_owner; /* graph whose batch ws.seq_slots holds, or NULL */
+    void *flush_buf;         /* 256 MiB for L2 flushes (benchmarks) */
 };
 
 /* Summary arrays of one (layer, KV head), base page 0. */

@@ -151,6 +151,12 @@ locks_status locks_cuda_sync(locks_cuda_cache *c);
 typedef locks_status (*locks_cuda_launch_fn)(void *arg);
 locks_status locks_cuda_time(locks_cuda_cache *c, locks_cuda_launch_fn fn, void *arg, int reps,
                              int trials, double *median_ms);
+/* Evicts the L2 cache (writes a 256 MiB scratch buffer, allocated on first use) so the
+ * next timed launch starts cold, as a layer's step does in a real model. */
+locks_status locks_cuda_flush_l2(locks_cuda_cache *c);
+/* Median device time of fn(arg) over `trials` single launches, each after an L2 flush. */
+locks_status locks_cuda_time_cold(locks_cuda_cache *c, locks_cuda_launch_fn fn, void *arg, int trials,
+                                  double *median_ms);
 /* Device memory helpers for tools/tests. */
 void *locks_cuda_malloc(size_t bytes);
 void locks_cuda_free_ptr(void **p);

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# gpu-check.sh — one command for the GPU machine: build for sm_90, run the GPU op tests
+# (test_gpu_ops --perf), the CUDA benchmark (locks bench --backend cuda) and torch's
+# cuDNN SDPA baseline, then print the joined table last. Full logs go under $OUT
+# (the device tool's output folder; /tmp/locks-gpu-check otherwise).
+#   GPU_CHECK_QUICK=1   fewer configurations (128K and 1M, batch 1) for a fast look
+#   GPU_CHECK_SKIP_BENCH=1  tests only
+set -uo pipefail
+OUT=${OUT:-/tmp/locks-gpu-check}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu}
+export PYTHONUNBUFFERED=1
+{
+  date -u
+  git log -1 --format='commit %H' 2>/dev/null || echo "commit (no git metadata)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  nvcc --version | tail -2
+} > "$OUT/env.log" 2>&1
+cat "$OUT/env.log"
+
+echo "== build"
+if ! { cmake -S . -B "$BUILD" -DLOCKS_CUDA=ON -DLOCKS_CUDA_ARCH=90 -DLOCKS_WERROR=ON -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build "$BUILD" -j "$(nproc)" --target locks_cli test_gpu_ops; } > "$OUT/build.log" 2>&1; then
+  grep -E "error|Error" "$OUT/build.log" | head -40
+  echo "BUILD FAILED (log: $OUT/build.log)"
+  exit 1
+fi
+
+echo "== test_gpu_ops --perf"
+"$BUILD/test_gpu_ops" --perf > "$OUT/test_gpu_ops.log" 2>&1
+trc=$?
+grep -E "FAIL|shape|perf:|checks|  [a-z]" "$OUT/test_gpu_ops.log" | grep -vE "^  (summary|score|attend|step|graph|select)" | head -60
+grep -E "FAIL" -A4 "$OUT/test_gpu_ops.log" | head -40
+tail -1 "$OUT/test_gpu_ops.log"
+
+if [ "${GPU_CHECK_SKIP_BENCH:-0}" = 1 ]; then exit $trc; fi
+ARGS=()
+if [ "${GPU_CHECK_QUICK:-0}" = 1 ]; then ARGS=(--context 128k,1024k --batch 1); fi
+echo "== locks bench --backend cuda ${ARGS[*]}"
+"$BUILD/locks" bench --backend cuda "${ARGS[@]}" --csv "$OUT/locks_bench.csv" 2>&1 | tee "$OUT/bench.log"
+SARGS=()
+if [ "${GPU_CHECK_QUICK:-0}" = 1 ]; then SARGS=(--context 128k,1024k --batch 1); fi
+echo "== torch SDPA baseline"
+python3 bench/sdpa_baseline.py --csv "$OUT/sdpa.csv" "${SARGS[@]}" 2>&1 | tee "$OUT/sdpa.log"
+
+echo "== table (test_gpu_ops exit $trc)"
+python3 bench/gpu_table.py "$OUT/locks_bench.csv" "$OUT/sdpa.csv" | tee "$OUT/table.md"
+exit $trc
