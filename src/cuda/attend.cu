@@ -234,7 +234,7 @@ static locks_status attend_launch_t(locks_cuda_cache *c, int32_t layer, int32_t 
     const int32_t splits = (max_list + pps - 1) / pps;
     if (splits > c->ws.max_splits) return LOCKS_ERR_INVALID_ARG;
     const size_t smem = (size_t)ATT_WARPS * G * D * sizeof(float) + (size_t)ATT_WARPS * G * sizeof(float2);
-    CU_TRY(cudaFuncSetAttribute(attend_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    /* the dynamic shared memory limit was raised by locks_cuda_attend_prepare */
     dim3 grid((unsigned)splits, (unsigned)(n_seqs * hkv));
     const size_t koff = (size_t)layer * c->kv_layer_elems;
     attend_kernel<D, T><<<grid, ATT_WARPS * 32, smem, st>>>(c->k + koff, c->v + koff, c->ws.seq_slots, c->seq_len,
@@ -247,6 +247,25 @@ static locks_status attend_launch_t(locks_cuda_cache *c, int32_t layer, int32_t 
                                                   c->ws.part_o, c->ws.part_ml, c->ws.max_splits, hq, out, lse);
     CU_LAUNCH_CHECK(merge_kernel);
     return LOCKS_OK;
+}
+
+template <int D, typename T> static locks_status attend_prepare_t(void) {
+    const size_t smem = (size_t)ATT_WARPS * LOCKS_CUDA_MAX_GROUP * D * sizeof(float) +
+                        (size_t)ATT_WARPS * LOCKS_CUDA_MAX_GROUP * sizeof(float2);
+    CU_TRY(cudaFuncSetAttribute(attend_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    return LOCKS_OK;
+}
+
+/* Raises the attention kernels' shared-memory limit once (not allowed inside a graph
+ * capture on every driver, so it happens when the workspace is made). */
+locks_status locks_cuda_attend_prepare(locks_cuda_cache *c) {
+    const bool bf = c->p.kv_dtype == LOCKS_DTYPE_BF16;
+    switch (c->p.head_dim) {
+    case 64: return bf ? attend_prepare_t<64, __nv_bfloat16>() : attend_prepare_t<64, __half>();
+    case 128: return bf ? attend_prepare_t<128, __nv_bfloat16>() : attend_prepare_t<128, __half>();
+    case 256: return bf ? attend_prepare_t<256, __nv_bfloat16>() : attend_prepare_t<256, __half>();
+    default: return LOCKS_ERR_UNSUPPORTED;
+    }
 }
 
 locks_status locks_cuda_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq,

@@ -19,7 +19,7 @@
 #define SUMMARY_WARPS 4 /* warps (pages x heads) per block */
 #define JACOBI_MAX_SWEEPS 10
 
-template <int D> struct summary_smem {
+template <int D> struct __align__(16) summary_smem {
     float x[16][D + 4]; /* centred keys */
     float a[16][17];    /* Gram matrix, rotated in place */
     float u[16][17];    /* eigenvectors (columns) */
