@@ -13,7 +13,7 @@ BUILD=${BUILD:-build-gpu}
 export PYTHONUNBUFFERED=1
 {
   date -u
-  git log -1 --format='commit %H' 2>/dev/null || echo "commit (no git metadata)"
+  cat COMMIT 2>/dev/null || git log -1 --format='commit %H' 2>/dev/null || echo 'commit unknown'
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   nvcc --version | tail -2
 } > "$OUT/env.log" 2>&1

@@ -131,6 +131,7 @@ locks_status locks_cuda_attend_launch(locks_cuda_cache *c, int32_t layer, int32_
                                       int32_t list_stride, int dense, int32_t max_list,
                                       float *out, float *lse, cudaStream_t st);
 locks_status locks_cuda_attend_prepare(locks_cuda_cache *c);
+locks_status locks_cuda_score_prepare(locks_cuda_cache *c);
 int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages);
 
 /* ---- device helpers ------------------------------------------------------------- */

@@ -23,6 +23,74 @@
 
 #define SCORE_WARPS 4 /* warps per block */
 #define SCORE_BATCH 8 /* pages per warp iteration (the n of the mu MMA) */
+#define SCORE_STAGES 3 /* cp.async pipeline depth per warp (batches) */
+#define SCORE_BLOCKS_PER_SM 2 /* resident blocks per SM (shared memory: stages) */
+
+/* One pipeline stage of a warp: the summaries of SCORE_BATCH pages, copied with
+ * cp.async (16-byte pieces; the 2-byte mu scale as the aligned 4-byte word holding it). */
+template <int D> struct __align__(16) score_stage {
+    uint8_t v[SCORE_BATCH][LOCKS_CUDA_MAX_RANK * D / 2];
+    int8_t c[SCORE_BATCH][16 * LOCKS_CUDA_MAX_RANK];
+    int8_t mu[SCORE_BATCH][D];
+    __half bs[SCORE_BATCH][LOCKS_CUDA_MAX_RANK];
+    __half cs[SCORE_BATCH][LOCKS_CUDA_MAX_RANK];
+    uint32_t msw[SCORE_BATCH]; /* word holding the mu scale */
+    int32_t hi[SCORE_BATCH];   /* which half of msw; -1: no page */
+};
+
+static __device__ __forceinline__ void cp_async16(void *smem, const void *g) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(g));
+}
+static __device__ __forceinline__ void cp_async4(void *smem, const void *g) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(g));
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Issues the copies of one batch (pages p of lanes 0..7, -1 = none) into stage st. */
+template <int D>
+static __device__ __forceinline__ void score_issue(score_stage<D> &st, int32_t my_p, int lane, size_t sbase,
+                                                   const int8_t *mu_q, const __half *mu_s, const uint8_t *basis_q,
+                                                   const __half *basis_s, const int8_t *coef_q,
+                                                   const __half *coef_s) {
+    constexpr int VCH = LOCKS_CUDA_MAX_RANK * D / 2 / 16; /* 16-byte pieces of one page's basis */
+    constexpr int MCH = D / 16;
+#pragma unroll
+    for (int k = 0; k < SCORE_BATCH * VCH / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / VCH, o = ch % VCH;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0) cp_async16(&st.v[i][16 * o], basis_q + (sbase + p) * (LOCKS_CUDA_MAX_RANK * D / 2) + 16 * o);
+    }
+#pragma unroll
+    for (int k = 0; k < SCORE_BATCH * 8 / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / 8, o = ch % 8;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0) cp_async16(&st.c[i][16 * o], coef_q + (sbase + p) * (16 * LOCKS_CUDA_MAX_RANK) + 16 * o);
+    }
+#pragma unroll
+    for (int k = 0; k < (SCORE_BATCH * MCH + 31) / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / MCH, o = ch % MCH;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i < SCORE_BATCH ? i : 0);
+        if (ch < SCORE_BATCH * MCH && p >= 0) cp_async16(&st.mu[i][16 * o], mu_q + (sbase + p) * D + 16 * o);
+    }
+    {
+        const int i = lane & 7;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0) {
+            if (lane < 8) cp_async16(&st.bs[i][0], basis_s + (sbase + p) * LOCKS_CUDA_MAX_RANK);
+            else if (lane < 16) cp_async16(&st.cs[i][0], coef_s + (sbase + p) * LOCKS_CUDA_MAX_RANK);
+            else if (lane < 24) {
+                const uintptr_t a = (uintptr_t)(mu_s + sbase + p);
+                cp_async4(&st.msw[i], (const void *)(a & ~(uintptr_t)3));
+            }
+        }
+        if (lane < 8) st.hi[i] = p < 0 ? -1 : (int32_t)(((uintptr_t)(mu_s + sbase + (p < 0 ? 0 : p)) >> 1) & 1);
+    }
+}
 
 template <int D>
 static __global__ void __launch_bounds__(SCORE_WARPS * 32)
@@ -35,8 +103,10 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
              int32_t hq, float *__restrict__ scores, int32_t score_stride, float2 *__restrict__ lse_part) {
     constexpr int DL = D / 4;   /* dims per lane */
     constexpr int NC = D / 16;  /* k-chunks */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ float2 red[SCORE_WARPS][LOCKS_CUDA_MAX_GROUP];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    score_stage<D> *stages = reinterpret_cast<score_stage<D> *>(smem_raw) + warp * SCORE_STAGES;
     const int g = lane >> 2, t = lane & 3;
     const int32_t seg = blockIdx.y;
     const int32_t s = seg / hkv, h = seg % hkv;
@@ -45,25 +115,42 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
     const int32_t *bt = block_table + (size_t)slot * npool;
     const size_t sbase = (size_t)h * npool; /* summary index of physical page 0 */
 
+    /* this warp's batches: b0, b0 + bstride, ... */
+    const int32_t n_batch = (n_full + SCORE_BATCH - 1) / SCORE_BATCH;
+    const int32_t b0 = blockIdx.x * SCORE_WARPS + warp, bstride = gridDim.x * SCORE_WARPS;
+    const int32_t my_n = b0 < n_batch ? (n_batch - b0 + bstride - 1) / bstride : 0;
+    auto page_of = [&](int32_t k) -> int32_t { /* lane i < 8: physical page i of the warp's k-th batch */
+        const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
+        return (k < my_n && lane < SCORE_BATCH && j < n_full) ? bt[j] : -1;
+    };
+    /* prologue: stages 0 .. SCORE_STAGES-2 in flight, the block table one batch further */
+#pragma unroll
+    for (int k = 0; k < SCORE_STAGES - 1; k++) {
+        score_issue<D>(stages[k], page_of(k), lane, sbase, mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
+        cp_async_commit();
+    }
+    int32_t next_p = page_of(SCORE_STAGES - 1);
+
     /* query fragments (rows g and g+8 of the group) */
     uint32_t qa[NC][4];
     {
-        float qg[DL], qg8[DL];
         const int r0 = h * G + g, r1 = h * G + g + 8;
-#pragma unroll
-        for (int e = 0; e < DL; e++) {
-            qg[e] = g < G ? __half2float(q_score[((size_t)s * hq + r0) * D + t * DL + e]) : 0.f;
-            qg8[e] = g + 8 < G ? __half2float(q_score[((size_t)s * hq + r1) * D + t * DL + e]) : 0.f;
-        }
+        const __half *q0 = q_score + ((size_t)s * hq + r0) * D + t * DL;
+        const __half *q1 = q_score + ((size_t)s * hq + r1) * D + t * DL;
 #pragma unroll
         for (int i = 0; i < D / 32; i++) {
 #pragma unroll
             for (int b = 0; b < 2; b++) {
                 const int c = 2 * i + b, l0 = 8 * i + 2 * b;
-                qa[c][0] = h2_as_u32(__floats2half2_rn(qg[l0], qg[l0 + 4]));
-                qa[c][1] = h2_as_u32(__floats2half2_rn(qg8[l0], qg8[l0 + 4]));
-                qa[c][2] = h2_as_u32(__floats2half2_rn(qg[l0 + 1], qg[l0 + 5]));
-                qa[c][3] = h2_as_u32(__floats2half2_rn(qg8[l0 + 1], qg8[l0 + 5]));
+                const __half z = __float2half_rn(0.f);
+                const __half a0 = g < G ? q0[l0] : z, a4 = g < G ? q0[l0 + 4] : z;
+                const __half a1 = g < G ? q0[l0 + 1] : z, a5 = g < G ? q0[l0 + 5] : z;
+                const __half c0 = g + 8 < G ? q1[l0] : z, c4 = g + 8 < G ? q1[l0 + 4] : z;
+                const __half c1 = g + 8 < G ? q1[l0 + 1] : z, c5 = g + 8 < G ? q1[l0 + 5] : z;
+                qa[c][0] = h2_as_u32(__halves2half2(a0, a4));
+                qa[c][1] = h2_as_u32(__halves2half2(c0, c4));
+                qa[c][2] = h2_as_u32(__halves2half2(a1, a5));
+                qa[c][3] = h2_as_u32(__halves2half2(c1, c5));
             }
         }
     }
@@ -72,81 +159,42 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
     float2 run_g = make_float2(-INFINITY, 0.f), run_g8 = make_float2(-INFINITY, 0.f);
     float *sc_out = scores + (size_t)seg * score_stride * G;
 
-    const int32_t n_batch = (n_full + SCORE_BATCH - 1) / SCORE_BATCH;
-    for (int32_t b = blockIdx.x * SCORE_WARPS + warp; b < n_batch; b += gridDim.x * SCORE_WARPS) {
-        const int32_t j0 = b * SCORE_BATCH;
-        const int32_t my_p = (lane < SCORE_BATCH && j0 + lane < n_full) ? bt[j0 + lane] : -1;
-        const float my_ms = my_p >= 0 ? __half2float(mu_s[sbase + my_p]) : 0.f;
-        /* issue the batch's loads: basis row g of each page, coef pairs, mu of page g */
-        uint32_t vw[SCORE_BATCH][D / 32];
-        uint32_t cw0[SCORE_BATCH], cw1[SCORE_BATCH], fs[SCORE_BATCH][2];
-#pragma unroll
-        for (int i = 0; i < SCORE_BATCH; i++) {
-            const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
-            if (p >= 0) {
-                const uint8_t *vrow = basis_q + ((sbase + p) * LOCKS_CUDA_MAX_RANK + g) * (D / 2) + t * (D / 8);
-                if constexpr (D == 64) {
-                    uint2 w = *reinterpret_cast<const uint2 *>(vrow);
-                    vw[i][0] = w.x;
-                    vw[i][1] = w.y;
-                } else {
-#pragma unroll
-                    for (int u = 0; u < D / 128; u++) {
-                        uint4 w = reinterpret_cast<const uint4 *>(vrow)[u];
-                        vw[i][4 * u + 0] = w.x;
-                        vw[i][4 * u + 1] = w.y;
-                        vw[i][4 * u + 2] = w.z;
-                        vw[i][4 * u + 3] = w.w;
-                    }
-                }
-                const int8_t *crow = coef_q + (sbase + p) * 16 * LOCKS_CUDA_MAX_RANK;
-                cw0[i] = *reinterpret_cast<const uint16_t *>(crow + g * LOCKS_CUDA_MAX_RANK + 2 * t);
-                cw1[i] = *reinterpret_cast<const uint16_t *>(crow + (g + 8) * LOCKS_CUDA_MAX_RANK + 2 * t);
-                fs[i][0] = *reinterpret_cast<const uint32_t *>(basis_s + (sbase + p) * LOCKS_CUDA_MAX_RANK + 2 * t);
-                fs[i][1] = *reinterpret_cast<const uint32_t *>(coef_s + (sbase + p) * LOCKS_CUDA_MAX_RANK + 2 * t);
-            } else {
-#pragma unroll
-                for (int u = 0; u < D / 32; u++) vw[i][u] = 0; /* nibble 0 unpacks to 0 */
-                cw0[i] = cw1[i] = 0;
-                fs[i][0] = fs[i][1] = 0;
-            }
-        }
-        /* mu of page g (lane's dims) */
-        uint32_t mw[D / 16];
-        {
-            const int32_t pg = __shfl_sync(0xffffffffu, my_p, g);
-            if (pg >= 0) {
-                const int8_t *mrow = mu_q + (sbase + pg) * D + t * DL;
-                if constexpr (D == 64) {
-                    uint4 w = *reinterpret_cast<const uint4 *>(mrow);
-                    mw[0] = w.x; mw[1] = w.y; mw[2] = w.z; mw[3] = w.w;
-                } else {
-#pragma unroll
-                    for (int u = 0; u < D / 64; u++) {
-                        uint4 w = reinterpret_cast<const uint4 *>(mrow)[u];
-                        mw[4 * u + 0] = w.x;
-                        mw[4 * u + 1] = w.y;
-                        mw[4 * u + 2] = w.z;
-                        mw[4 * u + 3] = w.w;
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int u = 0; u < D / 16; u++) mw[u] = 0;
-            }
-        }
-        /* Q mu for the 8 pages: rows heads, columns pages */
+    for (int32_t k = 0; k < my_n; k++) {
+        /* keep SCORE_STAGES - 1 batches in flight */
+        score_issue<D>(stages[(k + SCORE_STAGES - 1) % SCORE_STAGES], next_p, lane, sbase, mu_q, mu_s, basis_q,
+                       basis_s, coef_q, coef_s);
+        cp_async_commit();
+        next_p = page_of(k + SCORE_STAGES);
+        cp_async_wait<SCORE_STAGES - 1>();
+        __syncwarp();
+        const score_stage<D> &st = stages[k % SCORE_STAGES];
+        const int32_t j0 = (b0 + k * bstride) * SCORE_BATCH;
+
+        /* Q mu for the 8 pages: rows heads, columns pages (lane's B column: page g) */
         float am[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int i = 0; i < D / 32; i++) {
-            const uint32_t w0 = mw[2 * i], w1 = mw[2 * i + 1];
-            mma16816_f16(am, qa[2 * i], int8x2_to_h2(__byte_perm(w0, w1, 0x0400), 0),
-                         int8x2_to_h2(__byte_perm(w0, w1, 0x0501), 0));
-            mma16816_f16(am, qa[2 * i + 1], int8x2_to_h2(__byte_perm(w0, w1, 0x0602), 0),
-                         int8x2_to_h2(__byte_perm(w0, w1, 0x0703), 0));
-        }
         {
-            const float ms0 = __shfl_sync(0xffffffffu, my_ms, 2 * t), ms1 = __shfl_sync(0xffffffffu, my_ms, 2 * t + 1);
+            const uint4 *mrow = reinterpret_cast<const uint4 *>(&st.mu[g][t * DL]);
+            uint32_t mw[D / 16];
+#pragma unroll
+            for (int u = 0; u < D / 64; u++) {
+                const uint4 w = mrow[u];
+                mw[4 * u] = w.x;
+                mw[4 * u + 1] = w.y;
+                mw[4 * u + 2] = w.z;
+                mw[4 * u + 3] = w.w;
+            }
+#pragma unroll
+            for (int i = 0; i < D / 32; i++) {
+                const uint32_t w0 = mw[2 * i], w1 = mw[2 * i + 1];
+                mma16816_f16(am, qa[2 * i], int8x2_to_h2(__byte_perm(w0, w1, 0x0400), 0),
+                             int8x2_to_h2(__byte_perm(w0, w1, 0x0501), 0));
+                mma16816_f16(am, qa[2 * i + 1], int8x2_to_h2(__byte_perm(w0, w1, 0x0602), 0),
+                             int8x2_to_h2(__byte_perm(w0, w1, 0x0703), 0));
+            }
+            float ms0 = 0.f, ms1 = 0.f;
+            const int32_t h0 = st.hi[2 * t], h1 = st.hi[2 * t + 1];
+            if (h0 >= 0) ms0 = __half2float(__ushort_as_half((unsigned short)(st.msw[2 * t] >> (16 * h0))));
+            if (h1 >= 0) ms1 = __half2float(__ushort_as_half((unsigned short)(st.msw[2 * t + 1] >> (16 * h1))));
             am[0] *= ms0;
             am[1] *= ms1;
             am[2] *= ms0;
@@ -160,19 +208,23 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             const float mu_g8 = __shfl_sync(0xffffffffu, am[2 + (i & 1)], 4 * g + (i >> 1));
             if (j >= n_full) break; /* uniform */
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            const uint32_t *vr = reinterpret_cast<const uint32_t *>(&st.v[i][g * (D / 2) + t * (D / 8)]);
 #pragma unroll
             for (int u = 0; u < D / 32; u++) {
-                const uint32_t w = vw[i][u];
+                const uint32_t w = vr[u];
                 mma16816_f16(acc, qa[2 * u], int4x2_to_h2(w, 0), int4x2_to_h2(w, 4));
                 mma16816_f16(acc, qa[2 * u + 1], int4x2_to_h2(w, 8), int4x2_to_h2(w, 12));
             }
-            const __half2 bsc = u32_as_h2(fs[i][0]), csc = u32_as_h2(fs[i][1]);
+            const __half2 bsc = *reinterpret_cast<const __half2 *>(&st.bs[i][2 * t]);
+            const __half2 csc = *reinterpret_cast<const __half2 *>(&st.cs[i][2 * t]);
             const float f0 = __low2float(bsc) * __low2float(csc), f1 = __high2float(bsc) * __high2float(csc);
             const uint32_t a0 = h2_as_u32(__floats2half2_rn(acc[0] * f0, acc[1] * f1));
             const uint32_t a1 = h2_as_u32(__floats2half2_rn(acc[2] * f0, acc[3] * f1));
+            const uint32_t cw0 = *reinterpret_cast<const uint16_t *>(&st.c[i][g * LOCKS_CUDA_MAX_RANK + 2 * t]);
+            const uint32_t cw1 = *reinterpret_cast<const uint16_t *>(&st.c[i][(g + 8) * LOCKS_CUDA_MAX_RANK + 2 * t]);
             float z0[4] = {0.f, 0.f, 0.f, 0.f}, z1[4] = {0.f, 0.f, 0.f, 0.f};
-            mma1688_f16(z0, a0, a1, int8x2_to_h2(__byte_perm(cw0[i], 0, 0x0100), 0));
-            mma1688_f16(z1, a0, a1, int8x2_to_h2(__byte_perm(cw1[i], 0, 0x0100), 0));
+            mma1688_f16(z0, a0, a1, int8x2_to_h2(__byte_perm(cw0, 0, 0x0100), 0));
+            mma1688_f16(z1, a0, a1, int8x2_to_h2(__byte_perm(cw1, 0, 0x0100), 0));
             /* row g: z0[0], z0[1], z1[0], z1[1]; row g+8: z0[2], z0[3], z1[2], z1[3] */
             float x0 = mul_g * (z0[0] + mu_g), x1 = mul_g * (z0[1] + mu_g);
             float x2 = mul_g * (z1[0] + mu_g), x3 = mul_g * (z1[1] + mu_g);
@@ -197,7 +249,9 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             run_g = lse_combine(run_g, make_float2(lse_g, 1.f));
             run_g8 = lse_combine(run_g8, make_float2(lse_g8, 1.f));
         }
+        __syncwarp(); /* every lane is done with this stage before it is refilled */
     }
+    cp_async_wait<0>();
     /* block partial of each head's normaliser */
     if (t == 0) {
         if (g < G) red[warp][g] = run_g;
@@ -212,9 +266,9 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
 }
 
 int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages) {
-    /* enough warps for ~16 per SM, at least a batch each */
+    /* one wave: SCORE_BLOCKS_PER_SM resident blocks per SM, spread over the segments */
     const int32_t segs = n_seqs * c->p.n_kv_heads;
-    int32_t want = (c->n_sm * 4 + segs - 1) / segs; /* 4 blocks of 4 warps per SM */
+    int32_t want = (c->n_sm * SCORE_BLOCKS_PER_SM + segs - 1) / segs;
     int32_t batches = (max_pages + SCORE_BATCH - 1) / SCORE_BATCH;
     int32_t most = (batches + SCORE_WARPS - 1) / SCORE_WARPS;
     if (want > most) want = most;
@@ -223,13 +277,30 @@ int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32
     return want;
 }
 
+template <int D> static size_t score_smem(void) { return sizeof(score_stage<D>) * SCORE_STAGES * SCORE_WARPS; }
+
+template <int D> static locks_status score_prepare_t(void) {
+    CU_TRY(cudaFuncSetAttribute(score_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)score_smem<D>()));
+    return LOCKS_OK;
+}
+
+/* Raises the score kernel's shared-memory limit (outside any graph capture). */
+locks_status locks_cuda_score_prepare(locks_cuda_cache *c) {
+    switch (c->p.head_dim) {
+    case 64: return score_prepare_t<64>();
+    case 128: return score_prepare_t<128>();
+    case 256: return score_prepare_t<256>();
+    default: return LOCKS_ERR_UNSUPPORTED;
+    }
+}
+
 template <int D>
 static locks_status score_launch_t(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq, float scale,
                                    int32_t nblk, cudaStream_t st) {
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
     const size_t base = summary_index(c, layer, 0);
     dim3 grid((unsigned)nblk, (unsigned)(n_seqs * hkv));
-    score_kernel<D><<<grid, SCORE_WARPS * 32, 0, st>>>(
+    score_kernel<D><<<grid, SCORE_WARPS * 32, score_smem<D>(), st>>>(
         c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
         c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,
         c->coef_scale + base * LOCKS_CUDA_MAX_RANK, c->ws.seq_slots, c->seq_len, c->block_table, c->p.n_pages, hkv,

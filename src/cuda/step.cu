@@ -31,6 +31,7 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
         CU_TRY(cudaMalloc((void **)&w->seq_slots, (size_t)c->p.max_seqs * 4));
         CU_TRY(cudaMemset(w->seq_slots, 0, (size_t)c->p.max_seqs * 4));
         LOCKS_TRY(locks_cuda_attend_prepare(c));
+        LOCKS_TRY(locks_cuda_score_prepare(c));
     }
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
     (void)n_seqs;

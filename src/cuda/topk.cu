@@ -19,6 +19,7 @@
 
 #define TOPK_THREADS 1024
 #define TOPK_BINS 2048
+#define TOPK_UNROLL 8 /* independent loads in flight per thread */
 
 static __device__ __forceinline__ void hist_add(uint32_t *h, uint32_t bin, bool valid) {
     const unsigned active = __activemask();
@@ -95,15 +96,19 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
             } else {
                 for (int i = tid; i < TOPK_BINS; i += TOPK_THREADS) hist[i] = 0;
                 __syncthreads();
-                for (int32_t base = sink; base < rs; base += TOPK_THREADS) {
-                    const int32_t j = base + tid;
-                    uint32_t key = 0;
-                    bool ok = j < rs;
-                    if (ok) {
-                        key = __float_as_uint(m[j]);
-                        ok = (key & mask) == prefix;
+                /* TOPK_UNROLL independent loads in flight per thread (uniform trip count) */
+                for (int32_t base = sink; base < rs; base += TOPK_THREADS * TOPK_UNROLL) {
+                    uint32_t key[TOPK_UNROLL];
+#pragma unroll
+                    for (int u = 0; u < TOPK_UNROLL; u++) {
+                        const int32_t j = base + u * TOPK_THREADS + tid;
+                        key[u] = j < rs ? __float_as_uint(m[j]) : 0xFFFFFFFFu;
                     }
-                    hist_add(hist, (key >> shift) & (uint32_t)(nb - 1), ok);
+#pragma unroll
+                    for (int u = 0; u < TOPK_UNROLL; u++) {
+                        const int32_t j = base + u * TOPK_THREADS + tid;
+                        hist_add(hist, (key[u] >> shift) & (uint32_t)(nb - 1), j < rs && (key[u] & mask) == prefix);
+                    }
                 }
                 __syncthreads();
             }
@@ -140,24 +145,37 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
     const int32_t chunk = (n_cand + TOPK_THREADS - 1) / TOPK_THREADS;
     const int32_t c0 = sink + tid * chunk, c1 = min(c0 + chunk, rs);
     uint32_t n_gt = 0, n_eq = 0;
-    for (int32_t j = c0; j < c1; j++) {
-        const uint32_t key = __float_as_uint(m[j]) & mask;
-        n_gt += key > prefix;
-        n_eq += key == prefix;
+    for (int32_t j = c0; j < c1; j += TOPK_UNROLL) { /* loads first, then the counts */
+        uint32_t key[TOPK_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TOPK_UNROLL; u++) key[u] = j + u < c1 ? __float_as_uint(m[j + u]) : 0;
+#pragma unroll
+        for (int u = 0; u < TOPK_UNROLL; u++) {
+            const uint32_t k2 = key[u] & mask;
+            n_gt += j + u < c1 && k2 > prefix;
+            n_eq += j + u < c1 && k2 == prefix;
+        }
     }
     uint64_t tot;
     const uint64_t before = block_excl_scan(((uint64_t)n_gt << 32) | n_eq, scan_ws, &tot);
     uint32_t eq_before = (uint32_t)(before & 0xFFFFFFFFu);
     int32_t pos = sink + (int32_t)(before >> 32) + (int32_t)min(eq_before, krem);
-    for (int32_t j = c0; j < c1; j++) {
-        const uint32_t key = __float_as_uint(m[j]) & mask;
-        if (key > prefix) {
-            o[pos++] = j;
-        } else if (key == prefix) {
-            if (eq_before < krem) o[pos++] = j;
-            eq_before++;
+    if (n_gt + n_eq > 0) /* most threads own no selected page at all */
+        for (int32_t j = c0; j < c1; j += TOPK_UNROLL) {
+            uint32_t key[TOPK_UNROLL];
+#pragma unroll
+            for (int u = 0; u < TOPK_UNROLL; u++) key[u] = j + u < c1 ? __float_as_uint(m[j + u]) & mask : 0;
+#pragma unroll
+            for (int u = 0; u < TOPK_UNROLL; u++) {
+                if (j + u >= c1) break;
+                if (key[u] > prefix) {
+                    o[pos++] = j + u;
+                } else if (key[u] == prefix) {
+                    if (eq_before < krem) o[pos++] = j + u;
+                    eq_before++;
+                }
+            }
         }
-    }
     const int32_t base = sink + k;
     for (int32_t j = rs + tid; j < n_tot; j += TOPK_THREADS) o[base + (j - rs)] = j;
     if (tid == 0) out_n[seg] = base + (n_tot - rs);
