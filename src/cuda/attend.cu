@@ -70,27 +70,52 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     for (int x = 0; x < NT; x++) o[x][0] = o[x][1] = o[x][2] = o[x][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
-    for (int32_t idx = begin + warp; idx < end; idx += ATT_WARPS) {
-        const int32_t lp = dense ? idx : lst[idx];
-        if (lp < 0 || lp >= (len + 15) / 16) continue; /* invalid entry (caller's list): skip */
-        const int32_t p = bt[lp];
-        const int32_t valid = lp < n_full ? 16 : len - 16 * n_full;
-        const size_t blk = ((size_t)p * hkv + h) * 16 * D;
+    /* K/V rows g and g+8 of list entry i (0 tokens: past the end or an invalid entry) */
+    const int32_t n_tot = (len + 15) / 16;
+    auto load = [&](int32_t i, uint4 *k0, uint4 *k1, uint4 *v0, uint4 *v1) -> int32_t {
+        if (i >= end) return 0;
+        const int32_t lp = dense ? i : lst[i];
+        if (lp < 0 || lp >= n_tot) return 0; /* invalid entry (caller's list): skipped */
+        const size_t blk = ((size_t)bt[lp] * hkv + h) * 16 * D;
         const uint4 *kg = reinterpret_cast<const uint4 *>(kpool + blk + (size_t)g * D + t * DL);
         const uint4 *kg8 = reinterpret_cast<const uint4 *>(kpool + blk + (size_t)(g + 8) * D + t * DL);
         const uint4 *vg = reinterpret_cast<const uint4 *>(vpool + blk + (size_t)g * D + t * DL);
         const uint4 *vg8 = reinterpret_cast<const uint4 *>(vpool + blk + (size_t)(g + 8) * D + t * DL);
+#pragma unroll
+        for (int u = 0; u < NW; u++) {
+            k0[u] = kg[u];
+            k1[u] = kg8[u];
+        }
+#pragma unroll
+        for (int u = 0; u < NW; u++) {
+            v0[u] = vg[u];
+            v1[u] = vg8[u];
+        }
+        return lp < n_full ? 16 : len - 16 * n_full;
+    };
+    /* d <= 128: the next page's K/V are loaded while this one is computed */
+    constexpr bool PF = D <= 128;
+    uint4 nK0[NW], nK1[NW], nV0[NW], nV1[NW];
+    int32_t nvalid = 0;
+    if constexpr (PF) nvalid = load(begin + warp, nK0, nK1, nV0, nV1);
+
+    for (int32_t idx = begin + warp; idx < end; idx += ATT_WARPS) {
         uint4 K0[NW], K1[NW], V0[NW], V1[NW];
+        int32_t valid;
+        if constexpr (PF) {
 #pragma unroll
-        for (int u = 0; u < NW; u++) {
-            K0[u] = kg[u];
-            K1[u] = kg8[u];
+            for (int u = 0; u < NW; u++) {
+                K0[u] = nK0[u];
+                K1[u] = nK1[u];
+                V0[u] = nV0[u];
+                V1[u] = nV1[u];
+            }
+            valid = nvalid;
+            nvalid = load(idx + ATT_WARPS, nK0, nK1, nV0, nV1);
+        } else {
+            valid = load(idx, K0, K1, V0, V1);
         }
-#pragma unroll
-        for (int u = 0; u < NW; u++) {
-            V0[u] = vg[u];
-            V1[u] = vg8[u];
-        }
+        if (valid == 0) continue;
         float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int u = 0; u < NW; u++) {
@@ -181,33 +206,59 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     }
 }
 
-/* One block per (segment, query head of the group): combine the splits. */
+/* One block per (segment, query head of the group): combine the splits. The (max,
+ * sum) pairs go through shared memory once; each thread then sums its dimension over
+ * the splits with independent loads. */
 static __global__ void __launch_bounds__(MERGE_THREADS)
 merge_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len, int32_t hkv, int32_t G,
              int32_t D, const int32_t *__restrict__ list_n, int dense, int32_t pps,
              const float *__restrict__ part_o, const float2 *__restrict__ part_ml, int32_t max_splits, int32_t hq,
              float *__restrict__ out, float *__restrict__ lse) {
+    __shared__ float wgt[ATT_MAX_SPLITS];
+    __shared__ float red[MERGE_THREADS / 32];
+    __shared__ float s_m, s_l;
     const int32_t seg = blockIdx.y, hh = blockIdx.x;
     const int32_t s = seg / hkv, h = seg % hkv;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int32_t len = seq_len[seq_slots[s]];
     const int32_t count = dense ? (len + 15) / 16 : list_n[seg];
     const int32_t ns = min((count + pps - 1) / pps, max_splits);
     const size_t pb = (size_t)seg * max_splits * G;
-    float M = -INFINITY;
-    for (int32_t i = 0; i < ns; i++) M = fmaxf(M, part_ml[pb + (size_t)i * G + hh].x);
-    float L = 0.f;
-    for (int32_t i = 0; i < ns; i++) {
-        const float2 ml = part_ml[pb + (size_t)i * G + hh];
-        if (ml.x != -INFINITY) L += exp2f(ml.x - M) * ml.y;
+    float m = -INFINITY;
+    for (int32_t i = threadIdx.x; i < ns; i += MERGE_THREADS) m = fmaxf(m, part_ml[pb + (size_t)i * G + hh].x);
+    m = warp_max(m);
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float x = red[0];
+        for (int w = 1; w < MERGE_THREADS / 32; w++) x = fmaxf(x, red[w]);
+        s_m = x;
     }
-    const float inv = L > 0.f ? 1.f / L : 0.f;
+    __syncthreads();
+    const float M = s_m;
+    float l = 0.f;
+    for (int32_t i = threadIdx.x; i < ns; i += MERGE_THREADS) {
+        const float2 ml = part_ml[pb + (size_t)i * G + hh];
+        const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - M);
+        wgt[i] = w;
+        l += w * ml.y;
+    }
+    l = warp_sum(l);
+    __syncthreads();
+    if (lane == 0) red[warp] = l;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float x = 0.f;
+        for (int w = 0; w < MERGE_THREADS / 32; w++) x += red[w];
+        s_l = x;
+    }
+    __syncthreads();
+    const float L = s_l, inv = L > 0.f ? 1.f / L : 0.f;
     float *dst = out + ((size_t)s * hq + h * G + hh) * D;
     for (int dim = threadIdx.x; dim < D; dim += MERGE_THREADS) {
         float acc = 0.f;
-        for (int32_t i = 0; i < ns; i++) {
-            const float2 ml = part_ml[pb + (size_t)i * G + hh];
-            if (ml.x != -INFINITY) acc += exp2f(ml.x - M) * part_o[(pb + (size_t)i * G + hh) * D + dim];
-        }
+#pragma unroll 8
+        for (int32_t i = 0; i < ns; i++) acc += wgt[i] * part_o[(pb + (size_t)i * G + hh) * D + dim];
         dst[dim] = acc * inv;
     }
     if (lse && threadIdx.x == 0) lse[(size_t)s * hq + h * G + hh] = (M + log2f(L)) * 0.6931471805599453f;

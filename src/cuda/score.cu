@@ -23,8 +23,8 @@
 
 #define SCORE_WARPS 4 /* warps per block */
 #define SCORE_BATCH 8 /* pages per warp iteration (the n of the mu MMA) */
-#define SCORE_STAGES 3 /* cp.async pipeline depth per warp (batches) */
-#define SCORE_BLOCKS_PER_SM 2 /* resident blocks per SM (shared memory: stages) */
+#define SCORE_STAGES 2 /* cp.async pipeline depth per warp (batches) */
+#define SCORE_BLOCKS_PER_SM 4 /* resident blocks per SM (shared memory: stages) */
 
 /* One pipeline stage of a warp: the summaries of SCORE_BATCH pages, copied with
  * cp.async (16-byte pieces; the 2-byte mu scale as the aligned 4-byte word holding it). */
@@ -200,15 +200,35 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             am[2] *= ms0;
             am[3] *= ms1;
         }
+        /* the 8 pages are independent (no early exit) so the compiler can interleave them;
+         * rows g+8 exist only for groups > 8 (uniform branch) */
+        const bool two_rows = G > 8;
+        float lse_a[SCORE_BATCH], lse_b[SCORE_BATCH];
 #pragma unroll
         for (int i = 0; i < SCORE_BATCH; i++) {
             const int32_t j = j0 + i;
             /* Q mu of page i for heads g and g+8 lives in lane (g, i/2), element i%2 */
             const float mu_g = __shfl_sync(0xffffffffu, am[i & 1], 4 * g + (i >> 1));
             const float mu_g8 = __shfl_sync(0xffffffffu, am[2 + (i & 1)], 4 * g + (i >> 1));
-            if (j >= n_full) break; /* uniform */
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
-            const uint32_t *vr = reinterpret_cast<const uint32_t *>(&st.v[i][g * (D / 2) + t * (D / 8)]);
+            const uint4 vq = *reinterpret_cast<const uint4 *>(&st.v[i][g * (D / 2) + t * (D / 8)]);
+            uint32_t vr[D / 32];
+            if constexpr (D == 64) {
+                vr[0] = vq.x;
+                vr[1] = vq.y;
+            } else {
+                vr[0] = vq.x;
+                vr[1] = vq.y;
+                vr[2] = vq.z;
+                vr[3] = vq.w;
+                if constexpr (D == 256) {
+                    const uint4 v2 = *reinterpret_cast<const uint4 *>(&st.v[i][g * (D / 2) + t * (D / 8) + 16]);
+                    vr[4] = v2.x;
+                    vr[5] = v2.y;
+                    vr[6] = v2.z;
+                    vr[7] = v2.w;
+                }
+            }
 #pragma unroll
             for (int u = 0; u < D / 32; u++) {
                 const uint32_t w = vr[u];
@@ -226,28 +246,50 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             mma1688_f16(z0, a0, a1, int8x2_to_h2(__byte_perm(cw0, 0, 0x0100), 0));
             mma1688_f16(z1, a0, a1, int8x2_to_h2(__byte_perm(cw1, 0, 0x0100), 0));
             /* row g: z0[0], z0[1], z1[0], z1[1]; row g+8: z0[2], z0[3], z1[2], z1[3] */
-            float x0 = mul_g * (z0[0] + mu_g), x1 = mul_g * (z0[1] + mu_g);
-            float x2 = mul_g * (z1[0] + mu_g), x3 = mul_g * (z1[1] + mu_g);
-            float y0 = mul_g8 * (z0[2] + mu_g8), y1 = mul_g8 * (z0[3] + mu_g8);
-            float y2 = mul_g8 * (z1[2] + mu_g8), y3 = mul_g8 * (z1[3] + mu_g8);
-            float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3)), my = fmaxf(fmaxf(y0, y1), fmaxf(y2, y3));
+            const float x0 = mul_g * (z0[0] + mu_g), x1 = mul_g * (z0[1] + mu_g);
+            const float x2 = mul_g * (z1[0] + mu_g), x3 = mul_g * (z1[1] + mu_g);
+            float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 1));
-            my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 2));
             float sx = __expf(x0 - mx) + __expf(x1 - mx) + __expf(x2 - mx) + __expf(x3 - mx);
-            float sy = __expf(y0 - my) + __expf(y1 - my) + __expf(y2 - my) + __expf(y3 - my);
             sx += __shfl_xor_sync(0xffffffffu, sx, 1);
             sx += __shfl_xor_sync(0xffffffffu, sx, 2);
-            sy += __shfl_xor_sync(0xffffffffu, sy, 1);
-            sy += __shfl_xor_sync(0xffffffffu, sy, 2);
-            const float lse_g = mx + __logf(sx), lse_g8 = my + __logf(sy);
-            if (t == 0) {
-                if (g < G) sc_out[(size_t)j * G + g] = lse_g;
-                if (g + 8 < G) sc_out[(size_t)j * G + g + 8] = lse_g8;
+            const bool valid = j < n_full;
+            lse_a[i] = valid ? mx + __logf(sx) : -INFINITY;
+            lse_b[i] = -INFINITY;
+            if (two_rows) {
+                const float y0 = mul_g8 * (z0[2] + mu_g8), y1 = mul_g8 * (z0[3] + mu_g8);
+                const float y2 = mul_g8 * (z1[2] + mu_g8), y3 = mul_g8 * (z1[3] + mu_g8);
+                float my = fmaxf(fmaxf(y0, y1), fmaxf(y2, y3));
+                my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 1));
+                my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 2));
+                float sy = __expf(y0 - my) + __expf(y1 - my) + __expf(y2 - my) + __expf(y3 - my);
+                sy += __shfl_xor_sync(0xffffffffu, sy, 1);
+                sy += __shfl_xor_sync(0xffffffffu, sy, 2);
+                lse_b[i] = valid ? my + __logf(sy) : -INFINITY;
             }
-            run_g = lse_combine(run_g, make_float2(lse_g, 1.f));
-            run_g8 = lse_combine(run_g8, make_float2(lse_g8, 1.f));
+            if (t == 0 && valid) {
+                if (g < G) sc_out[(size_t)j * G + g] = lse_a[i];
+                if (g + 8 < G) sc_out[(size_t)j * G + g + 8] = lse_b[i];
+            }
+        }
+        /* fold the batch into the running normaliser partials: one max, 8 exps */
+        {
+            float ma = lse_a[0], mb = lse_b[0];
+#pragma unroll
+            for (int i = 1; i < SCORE_BATCH; i++) {
+                ma = fmaxf(ma, lse_a[i]);
+                mb = fmaxf(mb, lse_b[i]);
+            }
+            float sa = 0.f, sb = 0.f;
+#pragma unroll
+            for (int i = 0; i < SCORE_BATCH; i++) sa += ma == -INFINITY ? 0.f : __expf(lse_a[i] - ma);
+            run_g = lse_combine(run_g, make_float2(ma, sa));
+            if (two_rows) {
+#pragma unroll
+                for (int i = 0; i < SCORE_BATCH; i++) sb += mb == -INFINITY ? 0.f : __expf(lse_b[i] - mb);
+                run_g8 = lse_combine(run_g8, make_float2(mb, sb));
+            }
         }
         __syncwarp(); /* every lane is done with this stage before it is refilled */
     }

@@ -19,15 +19,7 @@
 
 #define TOPK_THREADS 1024
 #define TOPK_BINS 2048
-#define TOPK_UNROLL 8 /* independent loads in flight per thread */
-
-static __device__ __forceinline__ void hist_add(uint32_t *h, uint32_t bin, bool valid) {
-    const unsigned active = __activemask();
-    const uint32_t key = valid ? bin : 0xFFFFFFFFu;
-    const unsigned peers = __match_any_sync(active, key);
-    const int leader = __ffs(peers) - 1;
-    if (valid && (int)(threadIdx.x & 31) == leader) atomicAdd(&h[bin], (uint32_t)__popc(peers));
-}
+#define TOPK_UNROLL 16 /* independent loads in flight per thread */
 
 /* Exclusive block scan of a 64-bit value over TOPK_THREADS threads; *total gets the sum. */
 static __device__ uint64_t block_excl_scan(uint64_t v, uint64_t *ws, uint64_t *total) {
@@ -107,7 +99,8 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
 #pragma unroll
                     for (int u = 0; u < TOPK_UNROLL; u++) {
                         const int32_t j = base + u * TOPK_THREADS + tid;
-                        hist_add(hist, (key[u] >> shift) & (uint32_t)(nb - 1), j < rs && (key[u] & mask) == prefix);
+                        /* below the first digit the bins spread out: plain atomics */
+                        if (j < rs && (key[u] & mask) == prefix) atomicAdd(&hist[(key[u] >> shift) & (uint32_t)(nb - 1)], 1u);
                     }
                 }
                 __syncthreads();
