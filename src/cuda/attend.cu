@@ -16,8 +16,9 @@
 #include "common.cuh"
 
 #define ATT_WARPS 4
-#define MERGE_THREADS 128
+#define MERGE_THREADS 256
 #define ATT_MAX_SPLITS 1024
+#define ATT_BLOCKS_PER_SM 2
 
 template <int D, typename T>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
@@ -206,16 +207,19 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     }
 }
 
-/* One block per (segment, query head of the group): combine the splits. The (max,
- * sum) pairs go through shared memory once; each thread then sums its dimension over
- * the splits with independent loads. */
+/* One block per (segment, query head of the group): combine the splits. The split
+ * weights exp2(m_i - M) go through shared memory; then each warp sums a strided subset
+ * of the splits for all dimensions (16-byte loads) and the warps' partial sums are
+ * added in shared memory. */
 static __global__ void __launch_bounds__(MERGE_THREADS)
 merge_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len, int32_t hkv, int32_t G,
              int32_t D, const int32_t *__restrict__ list_n, int dense, int32_t pps,
              const float *__restrict__ part_o, const float2 *__restrict__ part_ml, int32_t max_splits, int32_t hq,
              float *__restrict__ out, float *__restrict__ lse) {
+    constexpr int NWARP = MERGE_THREADS / 32;
     __shared__ float wgt[ATT_MAX_SPLITS];
-    __shared__ float red[MERGE_THREADS / 32];
+    __shared__ __align__(16) float part[NWARP][LOCKS_MAX_HEAD_DIM];
+    __shared__ float red[NWARP];
     __shared__ float s_m, s_l;
     const int32_t seg = blockIdx.y, hh = blockIdx.x;
     const int32_t s = seg / hkv, h = seg % hkv;
@@ -231,7 +235,7 @@ merge_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ 
     __syncthreads();
     if (threadIdx.x == 0) {
         float x = red[0];
-        for (int w = 1; w < MERGE_THREADS / 32; w++) x = fmaxf(x, red[w]);
+        for (int w = 1; w < NWARP; w++) x = fmaxf(x, red[w]);
         s_m = x;
     }
     __syncthreads();
@@ -249,16 +253,30 @@ merge_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ 
     __syncthreads();
     if (threadIdx.x == 0) {
         float x = 0.f;
-        for (int w = 0; w < MERGE_THREADS / 32; w++) x += red[w];
+        for (int w = 0; w < NWARP; w++) x += red[w];
         s_l = x;
     }
     __syncthreads();
     const float L = s_l, inv = L > 0.f ? 1.f / L : 0.f;
+    for (int d0 = 4 * lane; d0 < D; d0 += 128) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+        for (int32_t i = warp; i < ns; i += NWARP) {
+            const float w = wgt[i];
+            const float4 x = *reinterpret_cast<const float4 *>(part_o + (pb + (size_t)i * G + hh) * D + d0);
+            acc.x += w * x.x;
+            acc.y += w * x.y;
+            acc.z += w * x.z;
+            acc.w += w * x.w;
+        }
+        *reinterpret_cast<float4 *>(&part[warp][d0]) = acc;
+    }
+    __syncthreads();
     float *dst = out + ((size_t)s * hq + h * G + hh) * D;
     for (int dim = threadIdx.x; dim < D; dim += MERGE_THREADS) {
         float acc = 0.f;
-#pragma unroll 8
-        for (int32_t i = 0; i < ns; i++) acc += wgt[i] * part_o[(pb + (size_t)i * G + hh) * D + dim];
+#pragma unroll
+        for (int w = 0; w < NWARP; w++) acc += part[w][dim];
         dst[dim] = acc * inv;
     }
     if (lse && threadIdx.x == 0) lse[(size_t)s * hq + h * G + hh] = (M + log2f(L)) * 0.6931471805599453f;
@@ -266,7 +284,9 @@ merge_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ 
 
 static int32_t attend_pps(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_list) {
     const int32_t segs = n_seqs * c->p.n_kv_heads;
-    int32_t splits = (c->n_sm * 8 + segs - 1) / segs; /* ~8 blocks per SM */
+    /* about one wave of resident blocks (2 per SM at ~250 registers), each warp several
+     * pages so the prefetch pays; the merge reads every split */
+    int32_t splits = (c->n_sm * ATT_BLOCKS_PER_SM + segs - 1) / segs;
     if (splits > ATT_MAX_SPLITS) splits = ATT_MAX_SPLITS;
     if (splits < 1) splits = 1;
     int32_t pps = (max_list + splits - 1) / splits;
