@@ -339,6 +339,12 @@ static void test_select(fixture *f) {
                 locks_status sg = locks_select(f->gpu, f->seq[s], d_m, &p, d_p, d_n, mp);
                 test_cond(sc == sg, "select status cpu %s gpu %s", locks_status_str(sc), locks_status_str(sg));
                 if (sc != LOCKS_OK || sg != LOCKS_OK) continue;
+                for (int variant = 0; variant < 2; variant++) {
+                if (variant == 1) { /* the step's multi-block top-k on the same masses */
+                    dpoison(d_p, sizeof(int32_t) * H * mp);
+                    dpoison(d_n, sizeof(int32_t) * H);
+                    CHECK(locks_cuda_select_mb(f->gpu->cuda, f->seq[s], d_m, &p, d_p, d_n, mp));
+                }
                 ddown(pg, d_p, sizeof(int32_t) * H * mp);
                 ddown(ng, d_n, sizeof(int32_t) * H);
                 int same = 1;
@@ -356,7 +362,9 @@ static void test_select(fixture *f) {
                             break;
                         }
                 }
-                test_cond(same, "selection equal (len %d budget %d sink %d)", len, p.budget, sink);
+                test_cond(same, "selection equal (len %d budget %d sink %d, %s top-k)", len, p.budget, sink,
+                          variant ? "multi-block" : "one-block");
+                }
             }
         }
         /* a budget below the forced pages fails on both */
@@ -374,7 +382,7 @@ static void test_select(fixture *f) {
         dfree(d_p);
         dfree(d_n);
     }
-    printf("  %-34s exact\n", "select (planted ties, 10 budgets)");
+    printf("  %-34s exact\n", "select x2 kernels (planted ties)");
 }
 
 /* ---- attend ----------------------------------------------------------------------------- */
@@ -541,6 +549,14 @@ static void test_step_graph(fixture *f) {
     locks_step_params p = locks_step_default_params();
     p.budget = 160;
     float *o_step = malloc(sizeof(float) * 2 * hq * d), *o_graph = malloc(sizeof(float) * 2 * hq * d);
+    p.budget = 512;
+    check_step(f, &p, "step LOCKS budget 512", NULL);
+    p.n_sink = 0;
+    p.n_recent = 0;
+    p.budget = 96;
+    check_step(f, &p, "step LOCKS budget 96, no sink/recent", NULL);
+    p = locks_step_default_params();
+    p.budget = 160;
     check_step(f, &p, "step LOCKS budget 160", o_step);
     p.selector = LOCKS_SEL_FULL;
     check_step(f, &p, "step FULL (dense)", NULL);

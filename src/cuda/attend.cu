@@ -286,7 +286,7 @@ static int32_t attend_pps(const locks_cuda_cache *c, int32_t n_seqs, int32_t max
     const int32_t segs = n_seqs * c->p.n_kv_heads;
     /* about one wave of resident blocks (2 per SM at ~250 registers), each warp several
      * pages so the prefetch pays; the merge reads every split */
-    int32_t splits = (c->n_sm * ATT_BLOCKS_PER_SM + segs - 1) / segs;
+    int32_t splits = c->n_sm * ATT_BLOCKS_PER_SM / segs; /* floor: no partial second wave */
     if (splits > ATT_MAX_SPLITS) splits = ATT_MAX_SPLITS;
     if (splits < 1) splits = 1;
     int32_t pps = (max_list + splits - 1) / splits;

@@ -113,6 +113,9 @@ extern "C" void locks_cuda_cache_free(locks_cuda_cache **pc) {
     DFREE(w->lse_part);
     DFREE(w->mass);
     DFREE(w->hist);
+    DFREE(w->taken);
+    DFREE(w->cand_idx);
+    DFREE(w->cand_key);
     DFREE(w->sel);
     DFREE(w->sel_n);
     DFREE(w->part_o);

@@ -62,7 +62,11 @@ struct locks_cuda_ws {
     float *scores;         /* [segs][max_pages][G] page LSE per head (natural log) */
     float2 *lse_part;      /* [segs][score_blocks][G] (max, sum exp) partials */
     float *mass;           /* [segs][max_pages] group mass */
-    uint32_t *hist;        /* [segs][2048] first radix digit histogram */
+    uint32_t *hist;        /* [segs][LOCKS_CUDA_HIST_STRIDE]: first radix digit histogram
+                              (2048 bins), then the taken / candidate counters */
+    int32_t *taken;        /* [segs][max_pages] pages above the first digit's bin */
+    int32_t *cand_idx;     /* [segs][max_pages] pages in that bin ... */
+    uint32_t *cand_key;    /* [segs][max_pages] ... and their mass bits */
     int32_t *sel;          /* [segs][max_pages] selected logical pages, ascending */
     int32_t *sel_n;        /* [segs] */
     float *part_o;         /* [segs][max_splits][G][d] */
@@ -94,6 +98,8 @@ struct locks_cuda_cache {
     const void *slots_owner; /* graph whose batch ws.seq_slots holds, or NULL */
     void *flush_buf;         /* 256 MiB for L2 flushes (benchmarks) */
 };
+
+#define LOCKS_CUDA_HIST_STRIDE 2056 /* 2048 bins + counters, per segment */
 
 /* Summary arrays of one (layer, KV head), base page 0. */
 struct summary_view {
@@ -132,6 +138,10 @@ locks_status locks_cuda_attend_launch(locks_cuda_cache *c, int32_t layer, int32_
                                       float *out, float *lse, cudaStream_t st);
 locks_status locks_cuda_attend_prepare(locks_cuda_cache *c);
 locks_status locks_cuda_score_prepare(locks_cuda_cache *c);
+locks_status locks_cuda_topk_mb_prepare(locks_cuda_cache *c);
+int locks_cuda_topk_mb_ok(const locks_cuda_cache *c, int32_t max_pages);
+locks_status locks_cuda_topk_mb_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
+                                       int32_t max_pages, cudaStream_t st);
 int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages);
 
 /* ---- device helpers ------------------------------------------------------------- */

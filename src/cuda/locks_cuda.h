@@ -100,6 +100,12 @@ locks_status locks_cuda_select(locks_cuda_cache *c, int32_t seq, const float *d_
                                const locks_step_params *p, int32_t *d_pages, int32_t *d_n_pages,
                                int32_t max_pages);
 
+/* locks_cuda_select through the step's multi-block top-k (topk_mb.cu) instead of the
+ * one-block kernel, for tests; the budget must already be checked. */
+locks_status locks_cuda_select_mb(locks_cuda_cache *c, int32_t seq, const float *d_mass,
+                                  const locks_step_params *p, int32_t *d_pages, int32_t *d_n_pages,
+                                  int32_t max_pages);
+
 /* Exact attention over listed pages (device d_pages[Hkv][max_pages], d_n_pages[Hkv]),
  * d_q[n_q_heads][d] fp32 -> d_out[n_q_heads][d] fp32, d_lse[n_q_heads] (may be NULL). */
 locks_status locks_cuda_attend(locks_cuda_cache *c, int32_t layer, int32_t seq, const float *d_q,

@@ -62,7 +62,7 @@ mass_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
     if (with_hist) {
         __syncthreads();
         for (int i = threadIdx.x; i < MASS_BINS; i += MASS_THREADS)
-            if (sh[i]) atomicAdd(&hist[(size_t)seg * MASS_BINS + i], sh[i]);
+            if (sh[i]) atomicAdd(&hist[(size_t)seg * LOCKS_CUDA_HIST_STRIDE + i], sh[i]);
     }
 }
 

@@ -154,8 +154,9 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             }
         }
     }
-    const float mul_g = g < G ? scale * q_amax[(size_t)s * hq + h * G + g] : 0.f;
-    const float mul_g8 = g + 8 < G ? scale * q_amax[(size_t)s * hq + h * G + g + 8] : 0.f;
+    constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+    const float mul_g = g < G ? scale * LOG2E * q_amax[(size_t)s * hq + h * G + g] : 0.f;
+    const float mul_g8 = g + 8 < G ? scale * LOG2E * q_amax[(size_t)s * hq + h * G + g + 8] : 0.f;
     float2 run_g = make_float2(-INFINITY, 0.f), run_g8 = make_float2(-INFINITY, 0.f);
     float *sc_out = scores + (size_t)seg * score_stride * G;
 
@@ -246,27 +247,30 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             mma1688_f16(z0, a0, a1, int8x2_to_h2(__byte_perm(cw0, 0, 0x0100), 0));
             mma1688_f16(z1, a0, a1, int8x2_to_h2(__byte_perm(cw1, 0, 0x0100), 0));
             /* row g: z0[0], z0[1], z1[0], z1[1]; row g+8: z0[2], z0[3], z1[2], z1[3] */
-            const float x0 = mul_g * (z0[0] + mu_g), x1 = mul_g * (z0[1] + mu_g);
-            const float x2 = mul_g * (z1[0] + mu_g), x3 = mul_g * (z1[1] + mu_g);
+            /* logits in log2 units: mul = scale * |q|max * log2(e) */
+            const float cg = mul_g * mu_g;
+            const float x0 = fmaf(mul_g, z0[0], cg), x1 = fmaf(mul_g, z0[1], cg);
+            const float x2 = fmaf(mul_g, z1[0], cg), x3 = fmaf(mul_g, z1[1], cg);
             float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float sx = __expf(x0 - mx) + __expf(x1 - mx) + __expf(x2 - mx) + __expf(x3 - mx);
+            float sx = exp2f(x0 - mx) + exp2f(x1 - mx) + exp2f(x2 - mx) + exp2f(x3 - mx);
             sx += __shfl_xor_sync(0xffffffffu, sx, 1);
             sx += __shfl_xor_sync(0xffffffffu, sx, 2);
             const bool valid = j < n_full;
-            lse_a[i] = valid ? mx + __logf(sx) : -INFINITY;
+            lse_a[i] = valid ? (mx + __log2f(sx)) * LN2 : -INFINITY;
             lse_b[i] = -INFINITY;
             if (two_rows) {
-                const float y0 = mul_g8 * (z0[2] + mu_g8), y1 = mul_g8 * (z0[3] + mu_g8);
-                const float y2 = mul_g8 * (z1[2] + mu_g8), y3 = mul_g8 * (z1[3] + mu_g8);
+                const float c8 = mul_g8 * mu_g8;
+                const float y0 = fmaf(mul_g8, z0[2], c8), y1 = fmaf(mul_g8, z0[3], c8);
+                const float y2 = fmaf(mul_g8, z1[2], c8), y3 = fmaf(mul_g8, z1[3], c8);
                 float my = fmaxf(fmaxf(y0, y1), fmaxf(y2, y3));
                 my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 1));
                 my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 2));
-                float sy = __expf(y0 - my) + __expf(y1 - my) + __expf(y2 - my) + __expf(y3 - my);
+                float sy = exp2f(y0 - my) + exp2f(y1 - my) + exp2f(y2 - my) + exp2f(y3 - my);
                 sy += __shfl_xor_sync(0xffffffffu, sy, 1);
                 sy += __shfl_xor_sync(0xffffffffu, sy, 2);
-                lse_b[i] = valid ? my + __logf(sy) : -INFINITY;
+                lse_b[i] = valid ? (my + __log2f(sy)) * LN2 : -INFINITY;
             }
             if (t == 0 && valid) {
                 if (g < G) sc_out[(size_t)j * G + g] = lse_a[i];
@@ -310,7 +314,7 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
 int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages) {
     /* one wave: SCORE_BLOCKS_PER_SM resident blocks per SM, spread over the segments */
     const int32_t segs = n_seqs * c->p.n_kv_heads;
-    int32_t want = (c->n_sm * SCORE_BLOCKS_PER_SM + segs - 1) / segs;
+    int32_t want = c->n_sm * SCORE_BLOCKS_PER_SM / segs; /* floor: no partial second wave */
     int32_t batches = (max_pages + SCORE_BATCH - 1) / SCORE_BATCH;
     int32_t most = (batches + SCORE_WARPS - 1) / SCORE_WARPS;
     if (want > most) want = most;

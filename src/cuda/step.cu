@@ -6,7 +6,7 @@
  *   qprep (queries -> fp16 scoring copy + pre-scaled attention copy, NaN flag)
  *   score (summaries -> page LSE per head + normaliser partials)
  *   memset hist; mass (Z_h, group mass, first radix histogram)
- *   topk (selection, ascending logical pages)
+ *   topk (selection, ascending logical pages: topk_mb.cu, or topk.cu for huge contexts)
  *   attend + merge (sparse flash-decoding over the selection)
  * Sequence lengths and block tables are read on the device, so a captured graph stays
  * valid while the sequences grow (up to the context the grids were sized for).
@@ -32,6 +32,7 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
         CU_TRY(cudaMemset(w->seq_slots, 0, (size_t)c->p.max_seqs * 4));
         LOCKS_TRY(locks_cuda_attend_prepare(c));
         LOCKS_TRY(locks_cuda_score_prepare(c));
+        LOCKS_TRY(locks_cuda_topk_mb_prepare(c));
     }
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
     (void)n_seqs;
@@ -45,6 +46,9 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
     dfree_ptr(w->lse_part);
     dfree_ptr(w->mass);
     dfree_ptr(w->hist);
+    dfree_ptr(w->taken);
+    dfree_ptr(w->cand_idx);
+    dfree_ptr(w->cand_key);
     dfree_ptr(w->sel);
     dfree_ptr(w->sel_n);
     dfree_ptr(w->part_o);
@@ -65,7 +69,10 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
     CU_TRY(cudaMalloc((void **)&w->scores, segs * NP * G * 4));
     CU_TRY(cudaMalloc((void **)&w->lse_part, segs * (size_t)w->score_blocks * G * sizeof(float2)));
     CU_TRY(cudaMalloc((void **)&w->mass, segs * NP * 4));
-    CU_TRY(cudaMalloc((void **)&w->hist, segs * 2048 * 4));
+    CU_TRY(cudaMalloc((void **)&w->hist, segs * LOCKS_CUDA_HIST_STRIDE * 4));
+    CU_TRY(cudaMalloc((void **)&w->taken, segs * NP * 4));
+    CU_TRY(cudaMalloc((void **)&w->cand_idx, segs * NP * 4));
+    CU_TRY(cudaMalloc((void **)&w->cand_key, segs * NP * 4));
     CU_TRY(cudaMalloc((void **)&w->sel, segs * NP * 4));
     CU_TRY(cudaMalloc((void **)&w->sel_n, segs * 4));
     CU_TRY(cudaMalloc((void **)&w->part_o, segs * MAX_SPLITS * G * D * 4));
@@ -167,11 +174,14 @@ static locks_status enqueue_locks(locks_cuda_cache *c, int32_t layer, int32_t n_
     const int32_t nblk = locks_cuda_score_blocks(c, n_seqs, max_pages);
     if (timed) CU_TRY(cudaEventRecord(c->ev[1], c->stream));
     LOCKS_TRY(locks_cuda_score_launch(c, layer, n_seqs, hq, scale, nblk, c->stream));
-    CU_TRY(cudaMemsetAsync(c->ws.hist, 0, (size_t)n_seqs * c->p.n_kv_heads * 2048 * 4, c->stream));
+    CU_TRY(cudaMemsetAsync(c->ws.hist, 0, (size_t)n_seqs * c->p.n_kv_heads * LOCKS_CUDA_HIST_STRIDE * 4, c->stream));
     LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, 1, c->stream));
     if (timed) CU_TRY(cudaEventRecord(c->ev[2], c->stream));
-    LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, p, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
-                                     c->ws.max_pages, 1, c->stream));
+    if (locks_cuda_topk_mb_ok(c, max_pages)) /* the whole machine; else one block per segment */
+        LOCKS_TRY(locks_cuda_topk_mb_launch(c, n_seqs, p, max_pages, c->stream));
+    else
+        LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, p, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
+                                         c->ws.max_pages, 1, c->stream));
     if (timed) CU_TRY(cudaEventRecord(c->ev[3], c->stream));
     LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0, max_list,
                                        d_out, NULL, c->stream));

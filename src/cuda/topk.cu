@@ -83,7 +83,7 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
             const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
             const int nb = pass == 2 ? 1024 : 2048;
             if (pass == 0 && use_hist) {
-                for (int i = tid; i < TOPK_BINS; i += TOPK_THREADS) hist[i] = ghist[(size_t)seg * TOPK_BINS + i];
+                for (int i = tid; i < TOPK_BINS; i += TOPK_THREADS) hist[i] = ghist[(size_t)seg * LOCKS_CUDA_HIST_STRIDE + i];
                 __syncthreads();
             } else {
                 for (int i = tid; i < TOPK_BINS; i += TOPK_THREADS) hist[i] = 0;
