@@ -140,6 +140,7 @@ locks_status locks_cuda_attend_prepare(locks_cuda_cache *c);
 locks_status locks_cuda_score_prepare(locks_cuda_cache *c);
 locks_status locks_cuda_topk_mb_prepare(locks_cuda_cache *c);
 int locks_cuda_topk_mb_ok(const locks_cuda_cache *c, int32_t max_pages);
+int locks_cuda_topk_mb_pays(const locks_cuda_cache *c, int32_t max_pages);
 locks_status locks_cuda_topk_mb_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
                                        int32_t max_pages, cudaStream_t st);
 int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages);

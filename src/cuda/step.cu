@@ -177,7 +177,7 @@ static locks_status enqueue_locks(locks_cuda_cache *c, int32_t layer, int32_t n_
     CU_TRY(cudaMemsetAsync(c->ws.hist, 0, (size_t)n_seqs * c->p.n_kv_heads * LOCKS_CUDA_HIST_STRIDE * 4, c->stream));
     LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, 1, c->stream));
     if (timed) CU_TRY(cudaEventRecord(c->ev[2], c->stream));
-    if (locks_cuda_topk_mb_ok(c, max_pages)) /* the whole machine; else one block per segment */
+    if (locks_cuda_topk_mb_pays(c, max_pages)) /* the whole machine; else one block per segment */
         LOCKS_TRY(locks_cuda_topk_mb_launch(c, n_seqs, p, max_pages, c->stream));
     else
         LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, p, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,

@@ -24,6 +24,7 @@
 #define TK_BINS 2048
 #define TKC_UNROLL 4
 #define TKF_MAX_PAGES (96 * 1024 * 8) /* bitmap of 96 KiB of shared memory */
+#define TK_MB_MIN_PAGES 24576          /* below this the one-block kernel is faster */
 
 typedef struct {
     int32_t n_full, part, n_tot, sink, rs, n_cand, k;
@@ -279,6 +280,13 @@ topk_final_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restri
 int locks_cuda_topk_mb_ok(const locks_cuda_cache *c, int32_t max_pages) {
     (void)c;
     return max_pages <= TKF_MAX_PAGES;
+}
+
+/* The two-kernel top-k has ~15 us of fixed cost (two launches, several block scans);
+ * one block per segment is cheaper until ~24K pages (measured on the H200: 13 vs 18 us
+ * at 8K pages, 30 vs 18 us at 32K, 52 vs 18 us at 64K, bench/RESULTS.md). */
+int locks_cuda_topk_mb_pays(const locks_cuda_cache *c, int32_t max_pages) {
+    return locks_cuda_topk_mb_ok(c, max_pages) && max_pages >= TK_MB_MIN_PAGES;
 }
 
 locks_status locks_cuda_topk_mb_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
