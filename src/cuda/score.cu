@@ -210,7 +210,6 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             const int32_t j = j0 + i;
             /* Q mu of page i for heads g and g+8 lives in lane (g, i/2), element i%2 */
             const float mu_g = __shfl_sync(0xffffffffu, am[i & 1], 4 * g + (i >> 1));
-            const float mu_g8 = __shfl_sync(0xffffffffu, am[2 + (i & 1)], 4 * g + (i >> 1));
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
             const uint4 vq = *reinterpret_cast<const uint4 *>(&st.v[i][g * (D / 2) + t * (D / 8)]);
             uint32_t vr[D / 32];
@@ -232,9 +231,10 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             }
 #pragma unroll
             for (int u = 0; u < D / 32; u++) {
-                const uint32_t w = vr[u];
-                mma16816_f16(acc, qa[2 * u], int4x2_to_h2(w, 0), int4x2_to_h2(w, 4));
-                mma16816_f16(acc, qa[2 * u + 1], int4x2_to_h2(w, 8), int4x2_to_h2(w, 12));
+                uint32_t hb[4];
+                int4x8_to_h2x4(vr[u], hb);
+                mma16816_f16(acc, qa[2 * u], hb[0], hb[1]);
+                mma16816_f16(acc, qa[2 * u + 1], hb[2], hb[3]);
             }
             const __half2 bsc = *reinterpret_cast<const __half2 *>(&st.bs[i][2 * t]);
             const __half2 csc = *reinterpret_cast<const __half2 *>(&st.cs[i][2 * t]);
@@ -254,20 +254,21 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float sx = exp2f(x0 - mx) + exp2f(x1 - mx) + exp2f(x2 - mx) + exp2f(x3 - mx);
+            float sx = fast_exp2(x0 - mx) + fast_exp2(x1 - mx) + fast_exp2(x2 - mx) + fast_exp2(x3 - mx);
             sx += __shfl_xor_sync(0xffffffffu, sx, 1);
             sx += __shfl_xor_sync(0xffffffffu, sx, 2);
             const bool valid = j < n_full;
             lse_a[i] = valid ? (mx + __log2f(sx)) * LN2 : -INFINITY;
             lse_b[i] = -INFINITY;
             if (two_rows) {
+                const float mu_g8 = __shfl_sync(0xffffffffu, am[2 + (i & 1)], 4 * g + (i >> 1));
                 const float c8 = mul_g8 * mu_g8;
                 const float y0 = fmaf(mul_g8, z0[2], c8), y1 = fmaf(mul_g8, z0[3], c8);
                 const float y2 = fmaf(mul_g8, z1[2], c8), y3 = fmaf(mul_g8, z1[3], c8);
                 float my = fmaxf(fmaxf(y0, y1), fmaxf(y2, y3));
                 my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 1));
                 my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 2));
-                float sy = exp2f(y0 - my) + exp2f(y1 - my) + exp2f(y2 - my) + exp2f(y3 - my);
+                float sy = fast_exp2(y0 - my) + fast_exp2(y1 - my) + fast_exp2(y2 - my) + fast_exp2(y3 - my);
                 sy += __shfl_xor_sync(0xffffffffu, sy, 1);
                 sy += __shfl_xor_sync(0xffffffffu, sy, 2);
                 lse_b[i] = valid ? (my + __log2f(sy)) * LN2 : -INFINITY;
