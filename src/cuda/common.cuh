@@ -165,10 +165,17 @@ static __device__ __forceinline__ uint32_t h2_as_u32(__half2 h) { return *reinte
 static __device__ __forceinline__ uint32_t b2_as_u32(__nv_bfloat162 h) { return *reinterpret_cast<uint32_t *>(&h); }
 static __device__ __forceinline__ __half2 u32_as_h2(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
 
+/* (a & mask) ^ x in one LOP3 (written out: the compiler splits two immediates into two). */
+static __device__ __forceinline__ uint32_t and_xor(uint32_t a, uint32_t mask, uint32_t x) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6a;\n" : "=r"(d) : "r"(a), "r"(mask), "r"(x));
+    return d;
+}
+
 /* Two signed int4 nibbles (two's complement, [-7, 7]) at bit positions s and s+16 of w
  * -> half2 exactly: 0x6400 | (u ^ 8) is 1024 + q + 8. */
 static __device__ __forceinline__ uint32_t int4x2_to_h2(uint32_t w, int s) {
-    uint32_t x = ((w >> s) & 0x000F000Fu) ^ 0x64086408u;
+    uint32_t x = and_xor(w >> s, 0x000F000Fu, 0x64086408u);
     __half2 h = __hsub2(u32_as_h2(x), __halves2half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408)));
     return h2_as_u32(h);
 }
@@ -180,10 +187,10 @@ static __device__ __forceinline__ void int4x8_to_h2x4(uint32_t w, uint32_t *o) {
     const __half2 sixteenth = __halves2half2(__ushort_as_half(0x2c00), __ushort_as_half(0x2c00)); /* 1/16 */
     const __half2 hi_off = __halves2half2(__ushort_as_half(0xd480), __ushort_as_half(0xd480));   /* -72 */
     const uint32_t w8 = w >> 8;
-    o[0] = h2_as_u32(__hsub2(u32_as_h2((w & 0x000F000Fu) ^ 0x64086408u), lo_off));
-    o[1] = h2_as_u32(__hfma2(u32_as_h2((w & 0x00F000F0u) ^ 0x64806480u), sixteenth, hi_off));
-    o[2] = h2_as_u32(__hsub2(u32_as_h2((w8 & 0x000F000Fu) ^ 0x64086408u), lo_off));
-    o[3] = h2_as_u32(__hfma2(u32_as_h2((w8 & 0x00F000F0u) ^ 0x64806480u), sixteenth, hi_off));
+    o[0] = h2_as_u32(__hsub2(u32_as_h2(and_xor(w, 0x000F000Fu, 0x64086408u)), lo_off));
+    o[1] = h2_as_u32(__hfma2(u32_as_h2(and_xor(w, 0x00F000F0u, 0x64806480u)), sixteenth, hi_off));
+    o[2] = h2_as_u32(__hsub2(u32_as_h2(and_xor(w8, 0x000F000Fu, 0x64086408u)), lo_off));
+    o[3] = h2_as_u32(__hfma2(u32_as_h2(and_xor(w8, 0x00F000F0u, 0x64806480u)), sixteenth, hi_off));
 }
 
 /* 2^x with the bare MUFU instruction (flushes denormal results to zero; 2^-inf = 0). */
@@ -193,9 +200,16 @@ static __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+/* log2(x) with the bare MUFU instruction (denormal inputs flush to zero). */
+static __device__ __forceinline__ float fast_log2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Two int8 at byte positions s/8 and s/8+2 of w -> half2: 0x6400 | (u ^ 0x80) = 1024+q+128. */
 static __device__ __forceinline__ uint32_t int8x2_to_h2(uint32_t w, int s) {
-    uint32_t x = ((w >> s) & 0x00FF00FFu) ^ 0x64806480u;
+    uint32_t x = and_xor(w >> s, 0x00FF00FFu, 0x64806480u);
     __half2 h = __hsub2(u32_as_h2(x), __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));
     return h2_as_u32(h);
 }

@@ -258,7 +258,7 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
             sx += __shfl_xor_sync(0xffffffffu, sx, 1);
             sx += __shfl_xor_sync(0xffffffffu, sx, 2);
             const bool valid = j < n_full;
-            lse_a[i] = valid ? (mx + __log2f(sx)) * LN2 : -INFINITY;
+            lse_a[i] = valid ? (mx + fast_log2(sx)) * LN2 : -INFINITY;
             lse_b[i] = -INFINITY;
             if (two_rows) {
                 const float mu_g8 = __shfl_sync(0xffffffffu, am[2 + (i & 1)], 4 * g + (i >> 1));
@@ -271,7 +271,7 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
                 float sy = fast_exp2(y0 - my) + fast_exp2(y1 - my) + fast_exp2(y2 - my) + fast_exp2(y3 - my);
                 sy += __shfl_xor_sync(0xffffffffu, sy, 1);
                 sy += __shfl_xor_sync(0xffffffffu, sy, 2);
-                lse_b[i] = valid ? (my + __log2f(sy)) * LN2 : -INFINITY;
+                lse_b[i] = valid ? (my + fast_log2(sy)) * LN2 : -INFINITY;
             }
             if (t == 0 && valid) {
                 if (g < G) sc_out[(size_t)j * G + g] = lse_a[i];
