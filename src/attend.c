@@ -17,7 +17,7 @@
 #endif
 #include "vmath.h"
 
-enum { P = LOCKS_PAGE };
+enum { P = LOCKS_PAGE, PREFETCH_AHEAD = 2 /* pages in flight: the current one + the next */ };
 
 /* Online-softmax state of G heads: m[G], l[G], acc[G][d]. */
 typedef struct {
@@ -199,12 +199,17 @@ static void attend_task(void *arg, int32_t t, int32_t thread) {
     const int32_t *pg = w->pages + (size_t)ch.h * w->max_pages + ch.first;
     const float *q = w->q + (size_t)ch.h * G * d;
     const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
+    for (int32_t i = 0; i < ch.count && i < PREFETCH_AHEAD - 1; i++) {
+        int32_t next = w->s->table[pg[i]];
+        prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, ch.h),
+                        locks_cache_vblock(j->c, j->layer, next, ch.h), block_bytes);
+    }
     for (int32_t i = 0; i < ch.count; i++) {
         int32_t lp = pg[i], nt = w->s->len - lp * P;
         if (nt > P) nt = P;
         int32_t phys = w->s->table[lp];
-        if (i + 1 < ch.count) {
-            int32_t next = w->s->table[pg[i + 1]];
+        if (i + PREFETCH_AHEAD - 1 < ch.count) {
+            int32_t next = w->s->table[pg[i + PREFETCH_AHEAD - 1]];
             prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, ch.h),
                             locks_cache_vblock(j->c, j->layer, next, ch.h), block_bytes);
         }

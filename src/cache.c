@@ -18,6 +18,7 @@
 #endif
 #include "summary.h"
 #include "util.h"
+#include "vmath.h"
 
 enum { P = LOCKS_PAGE };
 
@@ -73,22 +74,22 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
     const size_t L = (size_t)params.n_layers, NP = (size_t)params.n_pages;
     const size_t H = (size_t)c->hkv, d = (size_t)c->d, r = (size_t)c->r;
     const size_t kv_elems = L * NP * H * c->block;
-    c->k = locks_alloc(kv_elems, sizeof(uint16_t));
-    c->v = locks_alloc(kv_elems, sizeof(uint16_t));
+    c->k = locks_alloc_huge(kv_elems, sizeof(uint16_t));
+    c->v = locks_alloc_huge(kv_elems, sizeof(uint16_t));
     c->fill = locks_alloc(L * NP, sizeof(uint16_t));
     if (!c->k || !c->v || !c->fill) goto fail;
     const size_t LHN = L * H * NP;
     if (params.summary_prec == LOCKS_SUMMARY_F32) {
-        c->s_mu = locks_alloc(LHN * d, sizeof(float));
-        c->s_basis = locks_alloc(LHN * r * d, sizeof(float));
-        c->s_coef = locks_alloc(LHN * P * r, sizeof(float));
+        c->s_mu = locks_alloc_huge(LHN * d, sizeof(float));
+        c->s_basis = locks_alloc_huge(LHN * r * d, sizeof(float));
+        c->s_coef = locks_alloc_huge(LHN * P * r, sizeof(float));
         if (!c->s_mu || !c->s_basis || !c->s_coef) goto fail;
     } else {
-        c->s_mu_q = locks_alloc(LHN * d, 1);
+        c->s_mu_q = locks_alloc_huge(LHN * d, 1);
         c->s_mu_s = locks_alloc(LHN, sizeof(uint16_t));
-        c->s_v_q = locks_alloc(LHN * r * d / 2, 1);
+        c->s_v_q = locks_alloc_huge(LHN * r * d / 2, 1);
         c->s_v_s = locks_alloc(LHN * r, sizeof(uint16_t));
-        c->s_c_q = locks_alloc(LHN * P * r, 1);
+        c->s_c_q = locks_alloc_huge(LHN * P * r, 1);
         c->s_c_s = locks_alloc(LHN * r, sizeof(uint16_t));
         if (!c->s_mu_q || !c->s_mu_s || !c->s_v_q || !c->s_v_s || !c->s_c_q || !c->s_c_s) goto fail;
     }
@@ -276,7 +277,7 @@ static void build_page_head(locks_cache *c, int32_t layer, int32_t page, int32_t
     float k[P * LOCKS_MAX_HEAD_DIM];
     float mu[LOCKS_MAX_HEAD_DIM], basis[LOCKS_MAX_RANK * LOCKS_MAX_HEAD_DIM], coef[P * LOCKS_MAX_RANK];
     const uint16_t *kb = locks_cache_kblock(c, layer, page, h);
-    for (size_t i = 0; i < c->block; i++) k[i] = locks_f16_to_f32(kb[i]);
+    locks_f16_to_f32_n(kb, k, c->block);
     /* keys are finite (checked on write), so the build cannot fail */
     (void)locks_summary_build_f32(d, r, k, mu, basis, coef);
     locks_sum_arrays a = locks_cache_summaries(c, layer, h);
@@ -305,13 +306,6 @@ static void build_task(void *arg, int32_t t, int32_t thread) {
     build_page_head(j->c, j->layer, j->pages[t / j->c->hkv], t % j->c->hkv);
 }
 
-static int all_finite(const float *x, size_t n) {
-    /* sum of x * 0 is NaN iff some x is NaN or Inf; vectorises, no branches */
-    float acc = 0.0f;
-    for (size_t i = 0; i < n; i++) acc += x[i] * 0.0f;
-    return acc == 0.0f;
-}
-
 locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
                                int32_t n, const float *k, const float *v) {
     if (!c) return LOCKS_ERR_INVALID_ARG;
@@ -326,35 +320,31 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
 #endif
     const int32_t d = c->d, H = c->hkv;
     const size_t row = (size_t)H * d;
-    if (!all_finite(k, (size_t)n * row) || !all_finite(v, (size_t)n * row)) return LOCKS_ERR_NONFINITE;
+    if (!locks_all_finite(k, (size_t)n * row) || !locks_all_finite(v, (size_t)n * row)) return LOCKS_ERR_NONFINITE;
     for (int32_t t = 0; t < n; t++) {
         int32_t tok = pos + t, page = s->table[tok / P], slot = tok % P;
         for (int32_t h = 0; h < H; h++) {
             size_t off = block_offset(c, layer, page, h) + (size_t)slot * d;
             const float *ks = k + (size_t)t * row + (size_t)h * d;
             const float *vs = v + (size_t)t * row + (size_t)h * d;
-            for (int32_t i = 0; i < d; i++) {
-                c->k[off + i] = locks_f32_to_f16(ks[i]);
-                c->v[off + i] = locks_f32_to_f16(vs[i]);
-            }
+            locks_f32_to_f16_n(ks, c->k + off, (size_t)d);
+            locks_f32_to_f16_n(vs, c->v + off, (size_t)d);
         }
         c->fill[(size_t)layer * c->p.n_pages + page] |= (uint16_t)(1u << slot);
     }
-    /* the full pages this write touched get (re)built summaries */
-    int32_t first = pos / P, last = (pos + n - 1) / P, n_build = 0;
-    int32_t stack_pages[64];
-    int32_t *pages = stack_pages;
-    if (last - first + 1 > 64) {
-        pages = locks_alloc((size_t)(last - first + 1), sizeof(int32_t));
-        if (!pages) return LOCKS_ERR_OOM; /* K/V are stored; summaries of these pages stale */
+    /* the full pages this write touched get (re)built summaries, 64 pages per pool job
+     * (no allocation: a write never fails after storing) */
+    const int32_t first = pos / P, last = (pos + n - 1) / P;
+    int32_t pages[64];
+    for (int32_t lp0 = first; lp0 <= last; lp0 += 64) {
+        int32_t n_build = 0;
+        for (int32_t lp = lp0; lp <= last && lp < lp0 + 64; lp++) {
+            int32_t page = s->table[lp];
+            if (c->fill[(size_t)layer * c->p.n_pages + page] == 0xffffu) pages[n_build++] = page;
+        }
+        build_job job = {c, layer, pages};
+        locks_pool_run(c->pool, n_build * H, build_task, &job);
     }
-    for (int32_t lp = first; lp <= last; lp++) {
-        int32_t page = s->table[lp];
-        if (c->fill[(size_t)layer * c->p.n_pages + page] == 0xffffu) pages[n_build++] = page;
-    }
-    build_job job = {c, layer, pages};
-    locks_pool_run(c->pool, n_build * H, build_task, &job);
-    if (pages != stack_pages) locks_free(pages);
     return LOCKS_OK;
 }
 

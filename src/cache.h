@@ -14,6 +14,8 @@
  *    locks_cache_summaries); only the arrays of the cache's precision are allocated.
  *  - A sequence's pages are table[0 .. n_pages_seq) and its length len satisfies
  *    ceil(len / 16) == n_pages_seq.
+ *  - One thread uses a cache at a time (the step scratch and the pool are per cache);
+ *    the library parallelises inside each call.
  */
 #ifndef LOCKS_CACHE_H
 #define LOCKS_CACHE_H

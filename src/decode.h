@@ -24,23 +24,28 @@ typedef struct {
     int32_t max_pages;
     float *out;       /* [Hq][d] */
     float *lse;       /* [Hq] or NULL */
+    int32_t dense;    /* 1: every page is attended (full selector or budget >= length):
+                         the step neither scores nor ranks this sequence */
 } locks_seq_work;
 
 /* Effective softmax scale of the params (0 -> 1/sqrt(d)). */
 float locks_step_scale(const locks_cache *c, float scale);
-/* 1 if all n values are finite. */
-int locks_all_finite(const float *x, size_t n);
 
-/* score.c: scores then group masses (w[i].scores and w[i].mass must be set). */
+/* score.c: selector scores of every (sequence, KV head), then (with_mass) the group
+ * masses; w[i].scores and w[i].mass must be set. */
 locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
-                             int32_t n_q_heads, locks_selector sel, float scale);
+                             int32_t n_q_heads, locks_selector sel, float scale, int with_mass);
+/* Group masses of (w, KV head h) from its scores (G query heads per KV head). */
+void locks_mass_one(locks_seq_work *w, int32_t h, int32_t G, locks_selector sel);
 
 /* select.c: LOCKS_ERR_BUDGET if the params' budget cannot hold this sequence's forced
  * pages (or is <= 0); LOCKS_OK otherwise. */
 locks_status locks_select_check(const locks_seq *s, const locks_step_params *p);
-/* Selections of every sequence and KV head from their masses (checked budgets). */
+/* Selections of every sequence and KV head from their masses (checked budgets); with
+ * with_mass, each task first computes its masses from the scores (one pass over the
+ * pool instead of two). */
 locks_status locks_select_run(locks_cache *c, locks_seq_work *w, int32_t n_seqs,
-                              const locks_step_params *p);
+                              const locks_step_params *p, int32_t n_q_heads, int with_mass);
 
 /* attend.c: exact attention over each sequence's selection (w[i].pages / n_pages). */
 locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,

@@ -2,9 +2,10 @@
  * metrics.c — float64 reference attention and the selection metrics of DESIGN.md §3.
  *
  * The reference reads the sequence one (page, KV head) block at a time, converts it to
- * double once and serves all G query heads of the group from it. Two passes: the page
- * log-sum-exps of every query head (which give p_hj and the sequence LSE), then the
- * output over a page list, which serves both o_full (every page) and o_S. Work is split
+ * double once and serves all G query heads of the group from it. Two passes: the keys
+ * give every token's logit (kept) and the page log-sum-exps (which give p_hj and the
+ * sequence LSE); the values then give the output over a page list, which serves both
+ * o_full (every page) and o_S. Work is split
  * over KV heads with pthreads; each KV head is computed by one thread in one fixed
  * order, so results do not depend on the thread count.
  */
@@ -66,31 +67,34 @@ locks_status locks_kv_src_cache(const locks_cache *c, int32_t seq_id, int32_t la
     return LOCKS_OK;
 }
 
-/* Keys and values of logical page j, KV head h, as doubles: k[len][d], v[len][d];
- * returns len (16, or fewer for the partial page). */
-static int32_t load_page(const locks_kv_src *s, int32_t h, int32_t j, double *k, double *v) {
+/* Keys of logical page j, KV head h, transposed: kt[d][16] (tokens past the sequence's
+ * end are 0), and/or values v[16][d], as doubles (either pointer may be NULL); returns
+ * the page's token count (16, or fewer for the partial page). */
+static int32_t load_page(const locks_kv_src *s, int32_t h, int32_t j, double *kt, double *v) {
     const int32_t d = s->head_dim, H = s->n_kv_heads;
     int32_t t0 = j * LOCKS_PAGE;
     int32_t len = s->n_tokens - t0;
     if (len > LOCKS_PAGE) len = LOCKS_PAGE;
+    if (kt && len < LOCKS_PAGE) memset(kt, 0, sizeof(double) * LOCKS_PAGE * (size_t)d);
     if (s->cache) {
         int32_t np = 0;
         const int32_t *bt = locks_cache_block_table(s->cache, s->seq_id, &np);
-        const uint16_t *kp = locks_cache_k_page(s->cache, s->layer, bt[j]);
-        const uint16_t *vp = locks_cache_v_page(s->cache, s->layer, bt[j]);
-        kp += (size_t)h * LOCKS_PAGE * (size_t)d;
-        vp += (size_t)h * LOCKS_PAGE * (size_t)d;
-        for (int32_t i = 0; i < len * d; i++) {
-            k[i] = (double)f16_table[kp[i]];
-            v[i] = (double)f16_table[vp[i]];
+        size_t off = (size_t)h * LOCKS_PAGE * (size_t)d;
+        if (kt) {
+            const uint16_t *kp = locks_cache_k_page(s->cache, s->layer, bt[j]) + off;
+            for (int32_t i = 0; i < len; i++)
+                for (int32_t c = 0; c < d; c++) kt[c * LOCKS_PAGE + i] = (double)f16_table[kp[i * d + c]];
+        }
+        if (v) {
+            const uint16_t *vp = locks_cache_v_page(s->cache, s->layer, bt[j]) + off;
+            for (int32_t i = 0; i < len * d; i++) v[i] = (double)f16_table[vp[i]];
         }
     } else {
         for (int32_t i = 0; i < len; i++) {
-            const float *kr = s->k + ((size_t)(t0 + i) * (size_t)H + (size_t)h) * (size_t)d;
-            const float *vr = s->v + ((size_t)(t0 + i) * (size_t)H + (size_t)h) * (size_t)d;
+            size_t row = ((size_t)(t0 + i) * (size_t)H + (size_t)h) * (size_t)d;
             for (int32_t c = 0; c < d; c++) {
-                k[i * d + c] = (double)kr[c];
-                v[i * d + c] = (double)vr[c];
+                if (kt) kt[c * LOCKS_PAGE + i] = (double)s->k[row + (size_t)c];
+                if (v) v[i * d + c] = (double)s->v[row + (size_t)c];
             }
         }
     }
@@ -108,41 +112,44 @@ static double lse_add(double a, double b) {
 /* Reference                                                                            */
 /* ---------------------------------------------------------------------------------- */
 
-/* Scaled logits of one page for one query head: l[len]. */
-static void page_logits(const double *q, const double *k, int32_t len, int32_t d, double scale,
-                        double *l) {
-    for (int32_t i = 0; i < len; i++) {
-        double acc = 0.0;
-        for (int32_t c = 0; c < d; c++) acc += q[c] * k[i * d + c];
-        l[i] = scale * acc;
+/* Scaled logits of one page for one query head: l[16] from kt[d][16]. The 16 token
+ * sums are independent, so the loop vectorises across tokens while each sum keeps its
+ * sequential order over the d channels (the result does not depend on the SIMD width). */
+static void page_logits(const double *q, const double *kt, int32_t d, double scale, double *l) {
+    double acc[LOCKS_PAGE] = {0};
+    for (int32_t c = 0; c < d; c++) {
+        const double qc = q[c], *kc = kt + (size_t)c * LOCKS_PAGE;
+        for (int32_t i = 0; i < LOCKS_PAGE; i++) acc[i] += qc * kc[i];
     }
+    for (int32_t i = 0; i < LOCKS_PAGE; i++) l[i] = scale * acc[i];
 }
 
-/* Pass 1 for KV head h: page_lse of its G query heads. */
-static void ref_page_lse(locks_attn_ref *r, int32_t h, double *k, double *v) {
+/* Pass 1 for KV head h: the logits and page LSEs of its G query heads. */
+static void ref_logits(locks_attn_ref *r, int32_t h, double *kt) {
     const int32_t d = r->head_dim, G = r->n_q_heads / r->n_kv_heads;
     double l[LOCKS_PAGE];
     for (int32_t j = 0; j < r->n_pages; j++) {
-        int32_t len = load_page(&r->src, h, j, k, v);
+        int32_t len = load_page(&r->src, h, j, kt, NULL);
         for (int32_t g = 0; g < G; g++) {
             int32_t qh = h * G + g;
-            page_logits(r->q + (size_t)qh * (size_t)d, k, len, d, r->scale, l);
+            page_logits(r->q + (size_t)qh * (size_t)d, kt, d, r->scale, l);
             double m = l[0];
             for (int32_t i = 1; i < len; i++) m = l[i] > m ? l[i] : m;
             double sum = 0.0;
             for (int32_t i = 0; i < len; i++) sum += exp(l[i] - m);
             r->page_lse[(size_t)qh * (size_t)r->n_pages + (size_t)j] = m + log(sum);
+            memcpy(r->logit + (size_t)qh * (size_t)r->n_tokens + (size_t)j * LOCKS_PAGE, l,
+                   sizeof(double) * (size_t)len);
         }
     }
 }
 
-/* o[G][d] over the page list of KV head h, normalised over those pages only. Pages are
- * visited in list order; the weights use the pages' LSE so one pass suffices. */
+/* o[G][d] over the page list of KV head h, normalised over those pages only, from the
+ * stored logits and the values (visited in list order). */
 static void ref_restricted(const locks_attn_ref *r, int32_t h, const int32_t *pages, int32_t n,
-                           double *o, double *k, double *v) {
+                           double *o, double *v) {
     const int32_t d = r->head_dim, G = r->n_q_heads / r->n_kv_heads;
     double lse_s[METRICS_MAX_GROUP];
-    double l[LOCKS_PAGE];
     for (int32_t g = 0; g < G; g++) {
         const double *pl = r->page_lse + (size_t)(h * G + g) * (size_t)r->n_pages;
         double a = -(double)INFINITY;
@@ -151,10 +158,10 @@ static void ref_restricted(const locks_attn_ref *r, int32_t h, const int32_t *pa
     }
     memset(o, 0, sizeof(double) * (size_t)G * (size_t)d);
     for (int32_t i = 0; i < n; i++) {
-        int32_t len = load_page(&r->src, h, pages[i], k, v);
+        int32_t len = load_page(&r->src, h, pages[i], NULL, v);
         for (int32_t g = 0; g < G; g++) {
             int32_t qh = h * G + g;
-            page_logits(r->q + (size_t)qh * (size_t)d, k, len, d, r->scale, l);
+            const double *l = r->logit + (size_t)qh * (size_t)r->n_tokens + (size_t)pages[i] * LOCKS_PAGE;
             double *og = o + (size_t)g * (size_t)d;
             for (int32_t t = 0; t < len; t++) {
                 double w = exp(l[t] - lse_s[g]);
@@ -182,7 +189,7 @@ static void *ref_worker(void *arg) {
         goto done;
     }
     for (int32_t h = jb->h0; h < jb->h1; h++) {
-        ref_page_lse(r, h, k, v);
+        ref_logits(r, h, k);
         for (int32_t g = 0; g < G; g++) {
             int32_t qh = h * G + g;
             const double *pl = r->page_lse + (size_t)qh * (size_t)r->n_pages;
@@ -192,8 +199,7 @@ static void *ref_worker(void *arg) {
             for (int32_t j = 0; j < r->n_pages; j++)
                 r->p[(size_t)qh * (size_t)r->n_pages + (size_t)j] = exp(pl[j] - a);
         }
-        ref_restricted(r, h, jb->all, r->n_pages, r->o_full + (size_t)h * (size_t)G * (size_t)d,
-                       k, v);
+        ref_restricted(r, h, jb->all, r->n_pages, r->o_full + (size_t)h * (size_t)G * (size_t)d, v);
     }
     jb->st = LOCKS_OK;
 done:
@@ -206,6 +212,7 @@ void locks_attn_ref_free(locks_attn_ref *ref) {
     if (!ref) return;
     locks_free(ref->q);
     locks_free(ref->page_lse);
+    locks_free(ref->logit);
     locks_free(ref->lse);
     locks_free(ref->p);
     locks_free(ref->o_full);
@@ -237,6 +244,7 @@ locks_status locks_attn_ref_compute(const locks_kv_src *src, const float *q, int
     size_t hp = (size_t)n_q_heads * (size_t)ref->n_pages;
     ref->q = locks_alloc((size_t)n_q_heads * (size_t)d, sizeof(double));
     ref->page_lse = locks_alloc(hp, sizeof(double));
+    ref->logit = locks_alloc((size_t)n_q_heads * (size_t)src->n_tokens, sizeof(double));
     ref->lse = locks_alloc((size_t)n_q_heads, sizeof(double));
     ref->p = locks_alloc(hp, sizeof(double));
     ref->o_full = locks_alloc((size_t)n_q_heads * (size_t)d, sizeof(double));
@@ -246,7 +254,7 @@ locks_status locks_attn_ref_compute(const locks_kv_src *src, const float *q, int
     pthread_t tid[METRICS_MAX_THREADS];
     if (nt > METRICS_MAX_THREADS) nt = METRICS_MAX_THREADS;
     locks_status st = LOCKS_ERR_OOM;
-    if (!ref->q || !ref->page_lse || !ref->lse || !ref->p || !ref->o_full || !all) goto fail;
+    if (!ref->q || !ref->page_lse || !ref->logit || !ref->lse || !ref->p || !ref->o_full || !all) goto fail;
     for (size_t i = 0; i < (size_t)n_q_heads * (size_t)d; i++) ref->q[i] = (double)q[i];
     for (int32_t j = 0; j < ref->n_pages; j++) all[j] = j;
 
@@ -285,16 +293,9 @@ locks_status locks_attn_ref_restricted(const locks_attn_ref *ref, int32_t kv_hea
         return LOCKS_ERR_INVALID_ARG;
     for (int32_t i = 0; i < n_pages; i++)
         if (pages[i] < 0 || pages[i] >= ref->n_pages) return LOCKS_ERR_INVALID_ARG;
-    const int32_t d = ref->head_dim;
-    double *k = locks_alloc((size_t)LOCKS_PAGE * (size_t)d, sizeof(double));
-    double *v = locks_alloc((size_t)LOCKS_PAGE * (size_t)d, sizeof(double));
-    if (!k || !v) {
-        locks_free(k);
-        locks_free(v);
-        return LOCKS_ERR_OOM;
-    }
-    ref_restricted(ref, kv_head, pages, n_pages, o, k, v);
-    locks_free(k);
+    double *v = locks_alloc((size_t)LOCKS_PAGE * (size_t)ref->head_dim, sizeof(double));
+    if (!v) return LOCKS_ERR_OOM;
+    ref_restricted(ref, kv_head, pages, n_pages, o, v);
     locks_free(v);
     return LOCKS_OK;
 }

@@ -72,6 +72,7 @@ typedef struct {
     double scale;                            /* softmax scale used */
     double *q;        /* [Hq][d] the queries, as doubles */
     double *page_lse; /* [Hq][n_pages] log-sum-exp of the page's scaled logits */
+    double *logit;    /* [Hq][n_tokens] scaled logits */
     double *lse;      /* [Hq] log-sum-exp over the whole sequence */
     double *p;        /* [Hq][n_pages] true attention probability per page */
     double *o_full;   /* [Hq][d] dense attention output */

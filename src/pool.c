@@ -19,7 +19,7 @@ struct locks_pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    uint64_t gen;  /* bumped once per job */
+    atomic_uint_fast64_t gen; /* bumped once per job (under mu; read without it to spin) */
     int stop;      /* set by locks_pool_free */
     int32_t n_busy; /* workers that have not finished the current job */
     locks_pool_fn fn;
@@ -41,6 +41,23 @@ static void pool_work(locks_pool *p, int32_t thread) {
     }
 }
 
+/* Phases of a step follow each other within microseconds: a worker that just finished
+ * watches the generation counter for a short while before going to sleep, so the next
+ * phase usually starts without a futex wake-up (which can take milliseconds on a
+ * loaded machine). */
+static void pool_spin(locks_pool *p, uint64_t seen) {
+    const double until = locks_now_ms() + 0.1; /* 100 us */
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(&p->gen, memory_order_relaxed) != seen) return;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+        if (locks_now_ms() > until) return;
+    }
+}
+
 static void *pool_main(void *vp) {
     worker_arg *w = vp;
     locks_pool *p = w->p;
@@ -48,9 +65,15 @@ static void *pool_main(void *vp) {
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && p->gen == seen) pthread_cond_wait(&p->wake, &p->mu);
+        if (!p->stop && atomic_load_explicit(&p->gen, memory_order_relaxed) == seen) {
+            pthread_mutex_unlock(&p->mu);
+            pool_spin(p, seen);
+            pthread_mutex_lock(&p->mu);
+        }
+        while (!p->stop && atomic_load_explicit(&p->gen, memory_order_relaxed) == seen)
+            pthread_cond_wait(&p->wake, &p->mu);
         if (p->stop) break;
-        seen = p->gen;
+        seen = atomic_load_explicit(&p->gen, memory_order_relaxed);
         pthread_mutex_unlock(&p->mu);
         pool_work(p, index);
         pthread_mutex_lock(&p->mu);
@@ -77,6 +100,7 @@ locks_pool *locks_pool_init(int32_t n_threads) {
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     atomic_init(&p->next, 0);
+    atomic_init(&p->gen, 0);
     worker_arg *args = pool_args(p);
     for (int32_t i = 1; i < n_threads; i++) {
         args[i].p = p;
@@ -118,7 +142,7 @@ void locks_pool_run(locks_pool *p, int32_t n_tasks, locks_pool_fn fn, void *arg)
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     p->n_busy = p->n_threads - 1;
-    p->gen++;
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_relaxed);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     pool_work(p, 0);

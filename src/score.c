@@ -10,6 +10,7 @@
 #include "decode.h"
 #include "selector.h"
 #include "util.h"
+#include "vmath.h"
 #ifdef LOCKS_HAVE_CUDA
 #include "cuda/locks_cuda.h"
 #endif
@@ -18,12 +19,6 @@ enum { P = LOCKS_PAGE, SCORE_CHUNK = 256 /* pages per scoring task */ };
 
 float locks_step_scale(const locks_cache *c, float scale) {
     return scale > 0.0f ? scale : 1.0f / sqrtf((float)c->d);
-}
-
-int locks_all_finite(const float *x, size_t n) {
-    float acc = 0.0f; /* x * 0 is NaN iff x is NaN or Inf */
-    for (size_t i = 0; i < n; i++) acc += x[i] * 0.0f;
-    return acc == 0.0f;
 }
 
 typedef struct {
@@ -53,47 +48,50 @@ static void score_task(void *arg, int32_t t, int32_t thread) {
     locks_selector_score(j->sel, &x, j0, j1, w->scores + (size_t)h * j->G * n_full, n_full);
 }
 
-/* Task t -> (sequence, KV head): scores -> group masses. */
+/* Scores -> group masses of one (sequence, KV head). The scores are scratch, so each
+ * head's row is turned into exp(s - max) in place (one vector exp pass) and the masses
+ * follow as e_j / sum_j e_j. */
+void locks_mass_one(locks_seq_work *w, int32_t h, int32_t G, locks_selector sel) {
+    const int32_t n_full = w->s->len / P;
+    float *m = w->mass + (size_t)h * n_full;
+    const locks_group_rule rule = locks_selector_group_rule(sel);
+    if (rule == LOCKS_GROUP_NONE) {
+        for (int32_t i = 0; i < n_full; i++) m[i] = 1.0f;
+        return;
+    }
+    const int use_max = rule == LOCKS_GROUP_MAX;
+    for (int32_t i = 0; i < n_full; i++) m[i] = 0.0f;
+    for (int32_t g = 0; g < G; g++) {
+        float *s = w->scores + ((size_t)h * G + g) * n_full;
+        if (n_full == 0) break;
+        const float mx = locks_max_n(s, (size_t)n_full);
+        const double z = locks_exp_sum_n(s, (size_t)n_full, mx);
+        const float inv = (float)(1.0 / z) / (use_max ? 1.0f : (float)G);
+        if (use_max) {
+            for (int32_t i = 0; i < n_full; i++) m[i] = s[i] * inv > m[i] ? s[i] * inv : m[i];
+        } else {
+            for (int32_t i = 0; i < n_full; i++) m[i] += s[i] * inv;
+        }
+    }
+}
+
 static void mass_task(void *arg, int32_t t, int32_t thread) {
     (void)thread;
     score_job *j = arg;
-    const int32_t H = j->c->hkv;
-    locks_seq_work *w = &j->w[t / H];
-    const int32_t h = t % H, n_full = w->s->len / P, G = j->G;
-    float *m = w->mass + (size_t)h * n_full;
-    locks_group_rule rule = locks_selector_group_rule(j->sel);
-    for (int32_t i = 0; i < n_full; i++) m[i] = 0.0f;
-    for (int32_t g = 0; g < G; g++) {
-        const float *s = w->scores + ((size_t)h * G + g) * n_full;
-        float mx = -INFINITY;
-        for (int32_t i = 0; i < n_full; i++) mx = s[i] > mx ? s[i] : mx;
-        double z = 0.0;
-        for (int32_t i = 0; i < n_full; i++) z += (double)expf(s[i] - mx);
-        float Z = mx + (float)log(z);
-        if (rule == LOCKS_GROUP_MAX) {
-            for (int32_t i = 0; i < n_full; i++) {
-                float e = expf(s[i] - Z);
-                m[i] = e > m[i] ? e : m[i];
-            }
-        } else {
-            for (int32_t i = 0; i < n_full; i++) m[i] += expf(s[i] - Z);
-        }
-    }
-    if (rule != LOCKS_GROUP_MAX)
-        for (int32_t i = 0; i < n_full; i++) m[i] /= (float)G;
+    locks_mass_one(&j->w[t / j->c->hkv], t % j->c->hkv, j->G, j->sel);
 }
 
 locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
-                             int32_t n_q_heads, locks_selector sel, float scale) {
+                             int32_t n_q_heads, locks_selector sel, float scale, int with_mass) {
     const int32_t H = c->hkv;
     if (locks_selector_group_rule(sel) == LOCKS_GROUP_NONE) {
-        for (int32_t s = 0; s < n_seqs; s++) {
-            size_t n = (size_t)H * (size_t)(w[s].s->len / P);
-            for (size_t i = 0; i < n; i++) w[s].mass[i] = 1.0f;
-        }
+        if (with_mass)
+            for (int32_t s = 0; s < n_seqs; s++)
+                for (int32_t h = 0; h < H; h++) locks_mass_one(&w[s], h, n_q_heads / H, sel);
         return LOCKS_OK;
     }
     for (int32_t s = 0; s < n_seqs; s++) {
+        if (w[s].dense) continue;
         locks_status st = locks_selector_prepare(sel, c, layer, w[s].seq_id);
         if (st != LOCKS_OK) return st;
     }
@@ -101,10 +99,10 @@ locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, i
     int32_t *start = n_seqs < 16 ? stack_start : locks_alloc((size_t)n_seqs + 1, sizeof(int32_t));
     if (!start) return LOCKS_ERR_OOM;
     start[0] = 0;
-    for (int32_t s = 0; s < n_seqs; s++) start[s + 1] = start[s] + H * n_chunks(w[s].s->len / P);
+    for (int32_t s = 0; s < n_seqs; s++) start[s + 1] = start[s] + (w[s].dense ? 0 : H * n_chunks(w[s].s->len / P));
     score_job job = {c, layer, n_q_heads, n_q_heads / H, sel, scale, w, n_seqs, start};
     locks_pool_run(c->pool, start[n_seqs], score_task, &job);
-    locks_pool_run(c->pool, n_seqs * H, mass_task, &job);
+    if (with_mass) locks_pool_run(c->pool, n_seqs * H, mass_task, &job);
     if (start != stack_start) locks_free(start);
     return LOCKS_OK;
 }
@@ -131,5 +129,5 @@ locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const fl
     w.q = q;
     w.scores = scores;
     w.mass = mass;
-    return locks_score_run(c, layer, &w, 1, n_q_heads, p->selector, locks_step_scale(c, p->scale));
+    return locks_score_run(c, layer, &w, 1, n_q_heads, p->selector, locks_step_scale(c, p->scale), 1);
 }

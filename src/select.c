@@ -89,7 +89,7 @@ static void select_one(const locks_seq *s, const float *mass, const locks_step_p
 typedef struct {
     locks_seq_work *w;
     const locks_step_params *p;
-    int32_t H;
+    int32_t H, G, with_mass;
     uint8_t *scratch; /* per thread: max_full * 9 bytes */
     size_t per_thread;
 } select_job;
@@ -99,19 +99,20 @@ static void select_task(void *arg, int32_t t, int32_t thread) {
     locks_seq_work *w = &j->w[t / j->H];
     const int32_t h = t % j->H, n_full = w->s->len / P;
     uint8_t *base = j->scratch + (size_t)thread * j->per_thread;
+    if (j->with_mass && !w->dense) locks_mass_one(w, h, j->G, j->p->selector);
     select_one(w->s, w->mass + (size_t)h * n_full, j->p, w->pages + (size_t)h * w->max_pages,
                &w->n_pages[h], (uint64_t *)(void *)base, base + (size_t)n_full * 8);
 }
 
 locks_status locks_select_run(locks_cache *c, locks_seq_work *w, int32_t n_seqs,
-                              const locks_step_params *p) {
+                              const locks_step_params *p, int32_t n_q_heads, int with_mass) {
     int32_t max_full = 1;
     for (int32_t s = 0; s < n_seqs; s++)
         if (w[s].s->len / P > max_full) max_full = w[s].s->len / P;
     size_t per = ((size_t)max_full * 9 + 63) & ~(size_t)63;
     uint8_t *scratch = locks_cache_scratch(c, 3, per * (size_t)locks_pool_threads(c->pool));
     if (!scratch) return LOCKS_ERR_OOM;
-    select_job job = {w, p, c->hkv, scratch, per};
+    select_job job = {w, p, c->hkv, n_q_heads / c->hkv, with_mass, scratch, per};
     locks_pool_run(c->pool, n_seqs * c->hkv, select_task, &job);
     return LOCKS_OK;
 }

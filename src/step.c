@@ -2,15 +2,19 @@
  * step.c — locks_decode_step: validate everything first (so a failed step writes
  * nothing), then score, select and attend for the whole batch, each phase spread over
  * the pool, and account the bytes each phase reads:
- *   bytes_meta  = selector metadata per scored (full page, KV head),
+ *   bytes_meta  = selector metadata per scored (full page, KV head); a sequence whose
+ *                 budget covers it (or under `full`) is attended densely, unscored,
  *   bytes_kv    = K + V bytes of the attended tokens (every KV head),
  *   bytes_dense = K + V bytes of every token (every KV head).
+ * Timing: score_ms = the selector's page scores; select_ms = group masses + top-k
+ * (fused, one task per (sequence, KV head)); attend_ms = attention and its merge.
  */
 #include <string.h>
 
 #include "decode.h"
 #include "selector.h"
 #include "util.h"
+#include "vmath.h"
 #ifdef LOCKS_HAVE_CUDA
 #include "cuda/locks_cuda.h"
 #endif
@@ -37,6 +41,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
     if (layer < 0 || layer >= c->p.n_layers || n_q_heads < H || n_q_heads % H != 0 ||
         !locks_selector_available(p->selector))
         return LOCKS_ERR_INVALID_ARG;
+    if (n_q_heads / H > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
     int32_t max_pages = 0;
     size_t n_scores = 0, n_mass = 0;
     for (int32_t i = 0; i < n_seqs; i++) {
@@ -87,13 +92,14 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         }
         w[i].max_pages = mp;
         w[i].out = out + (size_t)i * n_q_heads * d;
+        w[i].dense = p->selector == LOCKS_SEL_FULL || p->budget >= s->len;
     }
     const float scale = locks_step_scale(c, p->scale);
     double t0 = locks_now_ms();
-    locks_status st = locks_score_run(c, layer, w, n_seqs, n_q_heads, p->selector, scale);
+    locks_status st = locks_score_run(c, layer, w, n_seqs, n_q_heads, p->selector, scale, 0);
     if (st != LOCKS_OK) return st;
     double t1 = locks_now_ms();
-    st = locks_select_run(c, w, n_seqs, p);
+    st = locks_select_run(c, w, n_seqs, p, n_q_heads, 1); /* masses + top-k, one pass */
     if (st != LOCKS_OK) return st;
     double t2 = locks_now_ms();
     st = locks_attend_run(c, layer, w, n_seqs, n_q_heads, scale);
@@ -105,7 +111,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         const uint64_t tok_bytes = 2u * 2u * (uint64_t)d; /* K + V, fp16 */
         for (int32_t i = 0; i < n_seqs; i++) {
             const locks_seq *s = w[i].s;
-            stats->bytes_meta += meta * (uint64_t)(s->len / P) * (uint64_t)H;
+            if (!w[i].dense) stats->bytes_meta += meta * (uint64_t)(s->len / P) * (uint64_t)H;
             stats->bytes_dense += tok_bytes * (uint64_t)s->len * (uint64_t)H;
             for (int32_t h = 0; h < H; h++)
                 for (int32_t k = 0; k < w[i].n_pages[h]; k++) {

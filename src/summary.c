@@ -23,50 +23,95 @@ size_t locks_summary_bytes(int32_t head_dim, int32_t rank, locks_summary_prec pr
 /* Cyclic Jacobi                                                                       */
 /* ---------------------------------------------------------------------------------- */
 
-/* Rotates rows/columns p, q of the symmetric n x n matrix A by the Jacobi rotation that
- * zeroes A[p][q] (A' = J^T A J) and accumulates J into the eigenvector matrix U. */
-static void jacobi_rotate(int32_t n, double *A, double *U, int32_t p, int32_t q) {
-    double apq = A[p * n + q];
-    double theta = (A[q * n + q] - A[p * n + p]) / (2.0 * apq);
-    double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
-    double c = 1.0 / sqrt(t * t + 1.0), s = t * c;
-    for (int32_t k = 0; k < n; k++) { /* columns p, q */
-        double akp = A[k * n + p], akq = A[k * n + q];
-        A[k * n + p] = c * akp - s * akq;
-        A[k * n + q] = s * akp + c * akq;
-    }
-    for (int32_t k = 0; k < n; k++) { /* rows p, q */
-        double apk = A[p * n + k], aqk = A[q * n + k];
-        A[p * n + k] = c * apk - s * aqk;
-        A[q * n + k] = s * apk + c * aqk;
-    }
-    A[p * n + q] = A[q * n + p] = 0.0;
-    for (int32_t k = 0; k < n; k++) {
-        double ukp = U[k * n + p], ukq = U[k * n + q];
-        U[k * n + p] = c * ukp - s * ukq;
-        U[k * n + q] = s * ukp + c * ukq;
-    }
-}
-
+/* Cyclic Jacobi in the round-robin ("parallel") ordering: a sweep is m - 1 rounds
+ * (m = n rounded up to even) of m / 2 disjoint pairs (p, q), so each pair meets once
+ * per sweep, as in the row-cyclic order. The rotations of one round commute; they are
+ * applied together, A' = J^T A J with J block diagonal:
+ *   - rotation parameters of every pair from the current A (independent square roots
+ *     and divisions, which the CPU overlaps: in the row-cyclic order each waits for
+ *     the previous rotation);
+ *   - rows p, q of A (contiguous, vectorised), then columns p, q of every row;
+ *   - each 2x2 block set by its closed form, A'[p][q] = 0 exactly;
+ *   - rows p, q of Ut (the transposed eigenvector estimate).
+ * Rotations below double precision of both diagonal entries are skipped (their entry
+ * set to 0), which also keeps the arithmetic out of subnormals. */
 locks_status locks_eig_sym(int32_t n, const double *a, double *w, double *u) {
     if (n < 1 || n > 16 || !a || !w || !u) return LOCKS_ERR_INVALID_ARG;
-    double A[256], U[256];
+    double A[256], Ut[256];
     memcpy(A, a, sizeof(double) * (size_t)(n * n));
     double norm = 0.0;
     for (int32_t i = 0; i < n * n; i++) {
         if (!isfinite(A[i])) return LOCKS_ERR_NONFINITE;
         norm += A[i] * A[i];
-        U[i] = 0.0;
+        Ut[i] = 0.0;
     }
-    for (int32_t i = 0; i < n; i++) U[i * n + i] = 1.0;
+    for (int32_t i = 0; i < n; i++) Ut[i * n + i] = 1.0;
+    const int32_t m = n + (n & 1);
     for (int32_t sweep = 0; sweep < 64; sweep++) {
         double off = 0.0;
         for (int32_t p = 0; p < n; p++)
             for (int32_t q = p + 1; q < n; q++) off += A[p * n + q] * A[p * n + q];
         if (off <= 1e-32 * norm || off == 0.0) break;
-        for (int32_t p = 0; p < n; p++)
-            for (int32_t q = p + 1; q < n; q++)
-                if (A[p * n + q] != 0.0) jacobi_rotate(n, A, U, p, q);
+        int32_t pl[16];
+        for (int32_t i = 0; i < m; i++) pl[i] = i;
+        for (int32_t round = 0; round < m - 1; round++) {
+            int32_t P_[8], Q_[8], np = 0;
+            double C[8], S[8], T[8], App[8], Aqq[8], Apq[8];
+            for (int32_t i = 0; i < m / 2; i++) {
+                int32_t p = pl[i], q = pl[m - 1 - i];
+                if (p > q) {
+                    int32_t tmp = p;
+                    p = q;
+                    q = tmp;
+                }
+                if (q >= n) continue; /* the odd player out this round */
+                const double apq = A[p * n + q], app = A[p * n + p], aqq = A[q * n + q];
+                if (fabs(apq) <= 1e-18 * sqrt(fabs(app * aqq)) || fabs(apq) < 1e-280) {
+                    A[p * n + q] = A[q * n + p] = 0.0;
+                    continue;
+                }
+                const double theta = (aqq - app) / (2.0 * apq);
+                const double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
+                const double c = 1.0 / sqrt(t * t + 1.0);
+                P_[np] = p, Q_[np] = q, C[np] = c, S[np] = t * c, T[np] = t;
+                App[np] = app, Aqq[np] = aqq, Apq[np] = apq;
+                np++;
+            }
+            for (int32_t k = 0; k < np; k++) { /* rows: J^T A */
+                double *Ap = A + P_[k] * n, *Aq = A + Q_[k] * n;
+                const double c = C[k], s = S[k];
+                for (int32_t x = 0; x < n; x++) {
+                    const double va = Ap[x], vb = Aq[x];
+                    Ap[x] = c * va - s * vb;
+                    Aq[x] = s * va + c * vb;
+                }
+            }
+            for (int32_t r = 0; r < n; r++) { /* columns: (J^T A) J */
+                double *Ar = A + r * n;
+                for (int32_t k = 0; k < np; k++) {
+                    const double va = Ar[P_[k]], vb = Ar[Q_[k]];
+                    Ar[P_[k]] = C[k] * va - S[k] * vb;
+                    Ar[Q_[k]] = S[k] * va + C[k] * vb;
+                }
+            }
+            for (int32_t k = 0; k < np; k++) {
+                const int32_t p = P_[k], q = Q_[k];
+                A[p * n + p] = App[k] - T[k] * Apq[k];
+                A[q * n + q] = Aqq[k] + T[k] * Apq[k];
+                A[p * n + q] = A[q * n + p] = 0.0;
+                double *Up = Ut + p * n, *Uq = Ut + q * n;
+                const double c = C[k], s = S[k];
+                for (int32_t x = 0; x < n; x++) {
+                    const double va = Up[x], vb = Uq[x];
+                    Up[x] = c * va - s * vb;
+                    Uq[x] = s * va + c * vb;
+                }
+            }
+            /* next round: player 0 stays, the others move one seat */
+            const int32_t last = pl[m - 1];
+            for (int32_t i = m - 1; i > 1; i--) pl[i] = pl[i - 1];
+            pl[1] = last;
+        }
     }
     /* selection sort of the eigenpairs, descending */
     int32_t order[16];
@@ -81,7 +126,7 @@ locks_status locks_eig_sym(int32_t n, const double *a, double *w, double *u) {
     }
     for (int32_t i = 0; i < n; i++) {
         w[i] = A[order[i] * n + order[i]];
-        for (int32_t k = 0; k < n; k++) u[k * n + i] = U[k * n + order[i]];
+        for (int32_t k = 0; k < n; k++) u[k * n + i] = Ut[order[i] * n + k];
     }
     return LOCKS_OK;
 }
@@ -99,26 +144,32 @@ locks_status locks_summary_build_f32(int32_t head_dim, int32_t rank, const float
         return LOCKS_ERR_INVALID_ARG;
     double m[LOCKS_MAX_HEAD_DIM];
     double X[P * LOCKS_MAX_HEAD_DIM];
-    for (int32_t c = 0; c < d; c++) {
-        double s = 0.0;
-        for (int32_t i = 0; i < P; i++) s += (double)k[i * d + c];
-        m[c] = s / P;
-    }
+    for (int32_t c = 0; c < d; c++) m[c] = 0.0;
+    for (int32_t i = 0; i < P; i++)
+        for (int32_t c = 0; c < d; c++) m[c] += (double)k[i * d + c];
+    for (int32_t c = 0; c < d; c++) m[c] *= 1.0 / P;
+    if (!isfinite(m[0])) return LOCKS_ERR_NONFINITE;
     for (int32_t i = 0; i < P; i++)
         for (int32_t c = 0; c < d; c++) X[i * d + c] = (double)k[i * d + c] - m[c];
-    if (!isfinite(m[0])) return LOCKS_ERR_NONFINITE;
-    /* Gram = X X^T (16 x 16) */
+    /* Gram = X X^T (16 x 16); four partial sums per dot product break the add chain */
     double G[P * P], w[P], U[P * P];
     for (int32_t i = 0; i < P; i++)
         for (int32_t j = i; j < P; j++) {
-            double s = 0.0;
-            for (int32_t c = 0; c < d; c++) s += X[i * d + c] * X[j * d + c];
-            G[i * P + j] = G[j * P + i] = s;
+            const double *xi = X + i * d, *xj = X + j * d;
+            double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+            for (int32_t c = 0; c < d; c += 4) { /* d is a multiple of 8 */
+                s0 += xi[c] * xj[c];
+                s1 += xi[c + 1] * xj[c + 1];
+                s2 += xi[c + 2] * xj[c + 2];
+                s3 += xi[c + 3] * xj[c + 3];
+            }
+            G[i * P + j] = G[j * P + i] = (s0 + s1) + (s2 + s3);
         }
     locks_status st = locks_eig_sym(P, G, w, U);
     if (st != LOCKS_OK) return st;
     for (int32_t c = 0; c < d; c++) mu[c] = (float)m[c];
     double sig0 = w[0] > 0.0 ? sqrt(w[0]) : 0.0;
+    double v[LOCKS_MAX_HEAD_DIM];
     for (int32_t kk = 0; kk < r; kk++) {
         double sig = w[kk] > 0.0 ? sqrt(w[kk]) : 0.0;
         float *vrow = basis + (size_t)kk * d;
@@ -128,11 +179,12 @@ locks_status locks_summary_build_f32(int32_t head_dim, int32_t rank, const float
             continue;
         }
         /* v_k = X^T u_k / sigma_k ; c_ik = sigma_k u_ik */
-        for (int32_t c = 0; c < d; c++) {
-            double s = 0.0;
-            for (int32_t i = 0; i < P; i++) s += X[i * d + c] * U[i * P + kk];
-            vrow[c] = (float)(s / sig);
+        for (int32_t c = 0; c < d; c++) v[c] = 0.0;
+        for (int32_t i = 0; i < P; i++) {
+            const double ui = U[i * P + kk];
+            for (int32_t c = 0; c < d; c++) v[c] += X[i * d + c] * ui;
         }
+        for (int32_t c = 0; c < d; c++) vrow[c] = (float)(v[c] / sig);
         for (int32_t i = 0; i < P; i++) coef[i * r + kk] = (float)(sig * U[i * P + kk]);
     }
     return LOCKS_OK;

@@ -1,6 +1,7 @@
 /*
  * util.c — allocation, logging, half-precision conversion, clock.
  */
+#define _DEFAULT_SOURCE /* madvise */
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 void *locks_alloc(size_t n, size_t size) {
@@ -23,6 +25,22 @@ void *locks_alloc(size_t n, size_t size) {
 }
 
 void locks_free(void *p) { free(p); }
+
+void *locks_alloc_huge(size_t n, size_t size) {
+    const size_t huge = (size_t)2 << 20;
+    if (size != 0 && n > SIZE_MAX / size) return NULL;
+    size_t bytes = n * size;
+    if (bytes < huge) return locks_alloc(n, size);
+    size_t rounded = (bytes + huge - 1) & ~(huge - 1);
+    if (rounded < bytes) return NULL;
+    void *p = aligned_alloc(huge, rounded);
+    if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint: fine if it fails */
+#endif
+    memset(p, 0, rounded);
+    return p;
+}
 
 /* The callback lives in status.c; it exposes it through this accessor. */
 void locks_log_get(locks_log_fn *fn, void **user);

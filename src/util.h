@@ -15,6 +15,10 @@
  * overflowing n * size. Free with locks_free (NULL is fine). */
 void *locks_alloc(size_t n, size_t size);
 void locks_free(void *p);
+/* Same for big arrays (the KV pool, summaries): 2 MiB aligned and marked for
+ * transparent huge pages before the zero-fill, so scans over them do not miss the TLB
+ * on every 4 KiB page. Free with locks_free. */
+void *locks_alloc_huge(size_t n, size_t size);
 
 /* printf-style message to the caller's log callback (nothing if none is set). */
 void locks_log(locks_log_level level, const char *fmt, ...)

@@ -13,23 +13,33 @@
 #include <immintrin.h>
 #endif
 
-/* -1: not checked yet, 0: portable kernels, 1: AVX2 kernels. */
+/* -1: not checked yet; bit 0: AVX2/FMA/F16C kernels; bit 1: AVX-VNNI too. */
 static atomic_int simd_state = -1;
+static atomic_int simd_mask = 3; /* what locks_simd_enable allows */
 
-void locks_simd_enable(int on) { atomic_store_explicit(&simd_state, on ? -1 : 0, memory_order_relaxed); }
+void locks_simd_enable(int on) {
+    atomic_store_explicit(&simd_mask, on == 0 ? 0 : on == 2 ? 1 : 3, memory_order_relaxed);
+    atomic_store_explicit(&simd_state, -1, memory_order_relaxed);
+}
 
-int locks_have_avx2(void) {
+static int simd_get(void) {
     int st = atomic_load_explicit(&simd_state, memory_order_relaxed);
     if (st >= 0) return st;
+    st = 0;
 #ifdef LOCKS_X86
     __builtin_cpu_init();
-    st = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-    st = 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        st = 1;
+        if (__builtin_cpu_supports("avxvnni")) st |= 2;
+    }
 #endif
+    st &= atomic_load_explicit(&simd_mask, memory_order_relaxed);
     atomic_store_explicit(&simd_state, st, memory_order_relaxed);
     return st;
 }
+
+int locks_have_avx2(void) { return simd_get() & 1; }
+int locks_have_avxvnni(void) { return (simd_get() >> 1) & 1; }
 
 #ifdef LOCKS_X86
 __attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_avx2(const uint16_t *src, float *dst,
@@ -117,6 +127,42 @@ __attribute__((target("avx2,fma"))) static void log_avx2(float *x, size_t n) {
     for (; i < n; i++) x[i] = logf(x[i]);
 }
 
+__attribute__((target("avx2"))) static float max_avx2(const float *x, size_t n) {
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
+    }
+    m0 = _mm256_max_ps(m0, m1);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m0), _mm256_extractf128_ps(m0, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    float m = _mm_cvtss_f32(h);
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+__attribute__((target("avx2,fma"))) static double exp_sum_avx2(float *x, size_t n, float sub) {
+    const __m256 vs = _mm256_set1_ps(sub);
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float t[8];
+    _mm256_storeu_ps(t, acc);
+    double s = 0.0;
+    for (int j = 0; j < 8; j++) s += (double)t[j];
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - sub);
+        s += (double)x[i];
+    }
+    return s;
+}
+
 __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const float *b, int32_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     int32_t i = 0;
@@ -134,6 +180,12 @@ __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const 
     return s;
 }
 #endif
+
+int locks_all_finite(const float *x, size_t n) {
+    float acc = 0.0f; /* x * 0 is NaN iff x is NaN or Inf; vectorises, no branch */
+    for (size_t i = 0; i < n; i++) acc += x[i] * 0.0f;
+    return acc == 0.0f;
+}
 
 void locks_f16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
 #ifdef LOCKS_X86
@@ -185,6 +237,27 @@ float locks_dot(const float *a, const float *b, int32_t n) {
         for (int32_t j = 0; j < 4; j++) s[j] += a[i + j] * b[i + j];
     for (; i < n; i++) s[0] += a[i] * b[i];
     return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+float locks_max_n(const float *x, size_t n) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) return max_avx2(x, n);
+#endif
+    float m = x[0];
+    for (size_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+double locks_exp_sum_n(float *x, size_t n, float sub) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) return exp_sum_avx2(x, n, sub);
+#endif
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - sub);
+        s += (double)x[i];
+    }
+    return s;
 }
 
 float locks_lse(const float *x, int32_t n) {

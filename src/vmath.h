@@ -13,9 +13,13 @@
 
 /* 1 when the AVX2/FMA/F16C kernels are in use (cached after the first call). */
 int locks_have_avx2(void);
-/* Tests only: 0 forces the portable kernels, 1 restores the CPU check. Not thread-safe:
- * call with no step running. */
+/* 1 when, on top of those, AVX-VNNI (vpdpbusd, VEX) is there and in use. */
+int locks_have_avxvnni(void);
+/* Tests only: 0 forces the portable kernels, 1 restores the CPU check, 2 keeps AVX2
+ * but not AVX-VNNI. Call with no step running. */
 void locks_simd_enable(int on);
+/* 1 if all n values are finite (no NaN, no Inf). */
+int locks_all_finite(const float *x, size_t n);
 /* dst[i] = half_to_float(src[i]) for i < n. */
 void locks_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 /* sum_i a[i] b[i] (fp32, several partial sums). */
@@ -26,6 +30,10 @@ void locks_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
 void locks_exp_n(float *x, size_t n);
 /* x[i] = log(x[i]) in place, x[i] > 0 normal (absolute error < 4e-7 * max(1, |log x|)). */
 void locks_log_n(float *x, size_t n);
+/* max_i x[i] for n >= 1 values (no NaN). */
+float locks_max_n(const float *x, size_t n);
+/* x[i] = exp(x[i] - sub) in place (as locks_exp_n); returns sum_i x[i]. */
+double locks_exp_sum_n(float *x, size_t n, float sub);
 /* log sum_i exp(x[i]) for n >= 1 finite values. */
 float locks_lse(const float *x, int32_t n);
 

@@ -110,7 +110,7 @@ static void test_page_lists(const fixture *f) {
     float lse[64];
     int32_t *pages = malloc(sizeof(int32_t) * (size_t)H * np), n_pages[16];
     double ref[256];
-    for (int32_t trial = 0; trial < 6; trial++) {
+    for (int32_t trial = 0; trial < 4; trial++) {
         tu_fill_normal(q, (size_t)Hq * d, 1.0);
         for (int32_t h = 0; h < H; h++) {
             n_pages[h] = 0;
@@ -190,7 +190,7 @@ int main(void) {
     const int32_t dims[3] = {64, 128, 256};
     for (int32_t trial = 0; trial < 6; trial++) {
         locks_simd_enable(trial < 3); /* AVX2 kernels (where the CPU has them), then portable */
-        int32_t H = tu_int(1, 3), G = tu_int(1, 9), d = dims[trial % 3], len = tu_int(40, 700);
+        int32_t H = tu_int(1, 3), G = tu_int(1, 9), d = dims[trial % 3], len = tu_int(40, 400);
         fixture f = make_fixture(H, G, d, len, 1 + trial % 2, trial == 1 ? LOCKS_SUMMARY_F32 : LOCKS_SUMMARY_Q, 8);
         printf("  H=%d G=%d d=%d len=%d simd=%d\n", H, G, d, len, locks_have_avx2());
         test_storage(&f);

@@ -5,7 +5,8 @@
  * scores ratio 1, that LOCKS stays within (0, 1], and that bad options fail with exit
  * code 2. Performance targets live in bench/RESULTS.md, not here.
  */
-#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,16 +14,6 @@
 #include <string.h>
 #include <sys/wait.h>
 
-static int n_fail = 0;
-#define EXPECT(cond, ...)                                              \
-    do {                                                               \
-        if (!(cond)) {                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);       \
-            fprintf(stderr, __VA_ARGS__);                              \
-            fprintf(stderr, "\n");                                     \
-            n_fail++;                                                  \
-        }                                                              \
-    } while (0)
 
 /* ---------------------------------------------------------------------------------- */
 /* A flat JSON object: string keys; string, number, null or boolean values             */
@@ -135,35 +126,35 @@ static void check_run(const char *args, int expect_d128) {
     jobj objs[8];
     int n, bad;
     int rc = run(args, objs, 8, &n, &bad);
-    EXPECT(rc == 0, "`locks %s` exit code %d", args, rc);
-    EXPECT(n == 3 && bad == 0, "`locks %s`: %d JSON objects, %d unparsable lines (want 3, 0)", args, n, bad);
+    test_cond(rc == 0, "`locks %s` exit code %d", args, rc);
+    test_cond(n == 3 && bad == 0, "`locks %s`: %d JSON objects, %d unparsable lines (want 3, 0)", args, n, bad);
     for (int i = 0; i < n; i++) {
         const jobj *o = &objs[i];
         for (size_t k = 0; k < sizeof required / sizeof required[0]; k++)
-            EXPECT(jfind(o, required[k]) >= 0, "object %d lacks key %s", i, required[k]);
+            test_cond(jfind(o, required[k]) >= 0, "object %d lacks key %s", i, required[k]);
         const char *sel = o->str[jfind(o, "selector") >= 0 ? jfind(o, "selector") : 0];
         double cov = jnum(o, "mass_coverage"), ocov = jnum(o, "oracle_mass_coverage");
         double ratio = jnum(o, "coverage_ratio"), err = jnum(o, "output_rel_err");
         double kerr = jnum(o, "kernel_rel_err");
-        EXPECT(jnum(o, "step_ms") > 0 && jnum(o, "dense_ms") > 0, "%s: times not positive", sel);
-        EXPECT(jnum(o, "bytes_dense") > 0 && jnum(o, "bytes_step") > 0, "%s: bytes not positive", sel);
-        EXPECT(kerr >= 0 && kerr < 1e-5, "%s: library output vs float64 o_S: %g", sel, kerr);
-        EXPECT(jnum(o, "summary_bytes") == jnum(o, "summary_bytes_analytic"), "%s: summary bytes %g vs %g", sel,
+        test_cond(jnum(o, "step_ms") > 0 && jnum(o, "dense_ms") > 0, "%s: times not positive", sel);
+        test_cond(jnum(o, "bytes_dense") > 0 && jnum(o, "bytes_step") > 0, "%s: bytes not positive", sel);
+        test_cond(kerr >= 0 && kerr < 1e-5, "%s: library output vs float64 o_S: %g", sel, kerr);
+        test_cond(jnum(o, "summary_bytes") == jnum(o, "summary_bytes_analytic"), "%s: summary bytes %g vs %g", sel,
                jnum(o, "summary_bytes"), jnum(o, "summary_bytes_analytic"));
-        if (expect_d128) EXPECT(jnum(o, "summary_bytes") == 802, "d=128 r=8: %g bytes", jnum(o, "summary_bytes"));
+        if (expect_d128) test_cond(jnum(o, "summary_bytes") == 802, "d=128 r=8: %g bytes", jnum(o, "summary_bytes"));
         if (!strcmp(sel, "full")) {
-            EXPECT(cov == 1.0 || fabs(cov - 1.0) < 1e-12, "full: coverage %.15g", cov);
-            EXPECT(fabs(ratio - 1.0) < 1e-12, "full: ratio %.15g", ratio);
-            EXPECT(err == 0.0, "full: output_rel_err %g (want exactly 0)", err);
-            EXPECT(jnum(o, "bytes_step") == jnum(o, "bytes_dense"), "full: bytes_step != bytes_dense");
+            test_cond(cov == 1.0 || fabs(cov - 1.0) < 1e-12, "full: coverage %.15g", cov);
+            test_cond(fabs(ratio - 1.0) < 1e-12, "full: ratio %.15g", ratio);
+            test_cond(err == 0.0, "full: output_rel_err %g (want exactly 0)", err);
+            test_cond(jnum(o, "bytes_step") == jnum(o, "bytes_dense"), "full: bytes_step != bytes_dense");
         } else if (!strcmp(sel, "oracle")) {
-            EXPECT(fabs(ratio - 1.0) < 1e-9 && fabs(cov - ocov) < 1e-9, "oracle: ratio %.12g", ratio);
+            test_cond(fabs(ratio - 1.0) < 1e-9 && fabs(cov - ocov) < 1e-9, "oracle: ratio %.12g", ratio);
         } else if (!strcmp(sel, "locks")) {
-            EXPECT(ratio > 0.5 && ratio <= 1.0 + 1e-12, "locks: ratio %.12g", ratio);
-            EXPECT(err > 0 && err < 10, "locks: output_rel_err %g", err);
-            EXPECT(jnum(o, "bytes_step") < jnum(o, "bytes_dense"), "locks reads as much as dense");
+            test_cond(ratio > 0.5 && ratio <= 1.0 + 1e-12, "locks: ratio %.12g", ratio);
+            test_cond(err > 0 && err < 10, "locks: output_rel_err %g", err);
+            test_cond(jnum(o, "bytes_step") < jnum(o, "bytes_dense"), "locks reads as much as dense");
         } else {
-            EXPECT(0, "unexpected selector '%s'", sel);
+            test_cond(0, "unexpected selector '%s'", sel);
         }
     }
 }
@@ -181,18 +172,13 @@ int main(int argc, char **argv) {
 
     jobj objs[2];
     int n, bad;
-    EXPECT(run("bench --shape nope", objs, 2, &n, &bad) == 2, "unknown shape: exit code not 2");
-    EXPECT(run("bench --budget 12x", objs, 2, &n, &bad) == 2, "bad budget: exit code not 2");
-    EXPECT(run("bench --frobnicate", objs, 2, &n, &bad) == 2, "unknown option: exit code not 2");
+    test_cond(run("bench --shape nope", objs, 2, &n, &bad) == 2, "unknown shape: exit code not 2");
+    test_cond(run("bench --budget 12x", objs, 2, &n, &bad) == 2, "bad budget: exit code not 2");
+    test_cond(run("bench --frobnicate", objs, 2, &n, &bad) == 2, "unknown option: exit code not 2");
 #ifndef LOCKS_HAVE_CUDA
-    EXPECT(run("bench --backend cuda --context 64 --steps 1", objs, 2, &n, &bad) == 2,
+    test_cond(run("bench --backend cuda --context 64 --steps 1", objs, 2, &n, &bad) == 2,
            "--backend cuda in a CPU-only build: exit code not 2");
 #endif
-    EXPECT(run("bench --help", objs, 2, &n, &bad) == 0, "--help: exit code not 0");
-    if (n_fail) {
-        fprintf(stderr, "test_bench_smoke: %d failure(s)\n", n_fail);
-        return 1;
-    }
-    printf("test_bench_smoke: all passed\n");
-    return 0;
+    test_cond(run("bench --help", objs, 2, &n, &bad) == 0, "--help: exit code not 0");
+    return test_report("test_bench_smoke");
 }

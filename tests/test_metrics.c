@@ -2,6 +2,8 @@
  * test_metrics.c — the metrics module against hand-computed cases and against a
  * brute-force float64 softmax written independently here, on fresh random data.
  */
+#include "test_util.h"
+
 #include "metrics.h"
 #include "util.h"
 
@@ -11,32 +13,9 @@
 #include <string.h>
 #include <time.h>
 
-static int n_fail = 0;
-#define EXPECT(cond, ...)                                              \
-    do {                                                               \
-        if (!(cond)) {                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);       \
-            fprintf(stderr, __VA_ARGS__);                              \
-            fprintf(stderr, "\n");                                     \
-            n_fail++;                                                  \
-        }                                                              \
-    } while (0)
 #define EXPECT_NEAR(a, b, tol, what)                                                           \
-    EXPECT(fabs((double)(a) - (double)(b)) <= (tol), "%s: got %.12g want %.12g (diff %.3g)", \
+    test_cond(fabs((double)(a) - (double)(b)) <= (tol), "%s: got %.12g want %.12g (diff %.3g)", \
            what, (double)(a), (double)(b), fabs((double)(a) - (double)(b)))
-
-/* xorshift64* with a seed from the clock: fresh data every run, printed to reproduce. */
-static uint64_t rng_state;
-static double urand(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
-}
-static double nrand(void) {
-    double u1 = urand() + 1e-300, u2 = urand();
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 /* ---------------------------------------------------------------------------------- */
 /* Hand-computable case                                                                 */
@@ -63,9 +42,9 @@ static void test_hand(void) {
     locks_kv_src src = locks_kv_src_arrays(N, 1, D, k, v);
     locks_attn_ref ref;
     locks_status st = locks_attn_ref_compute(&src, q, 2, 1.0f, 1, &ref);
-    EXPECT(st == LOCKS_OK, "ref: %s", locks_status_str(st));
+    test_cond(st == LOCKS_OK, "ref: %s", locks_status_str(st));
     if (st != LOCKS_OK) return;
-    EXPECT(ref.n_pages == 2, "n_pages %d", ref.n_pages);
+    test_cond(ref.n_pages == 2, "n_pages %d", ref.n_pages);
     EXPECT_NEAR(ref.p[0], p0, 1e-15, "p[h0][0]");
     EXPECT_NEAR(ref.p[1], p1, 1e-15, "p[h0][1]");
     EXPECT_NEAR(ref.p[2], p1, 1e-15, "p[h1][0]");
@@ -78,14 +57,14 @@ static void test_hand(void) {
     int32_t pages[2] = {1, -1}, np = 1;
     locks_sel_metrics m;
     st = locks_metrics_eval(&ref, pages, &np, 2, 16, 0, 0, NULL, &m);
-    EXPECT(st == LOCKS_OK, "eval: %s", locks_status_str(st));
+    test_cond(st == LOCKS_OK, "eval: %s", locks_status_str(st));
     double nf = sqrt(p0 * p0 + p1 * p1);
     double err0 = sqrt(2.0) * p0 / nf, err1 = sqrt(2.0) * p1 / nf; /* o_S = (0, 1) */
     EXPECT_NEAR(m.mass_coverage, 0.5, 1e-15, "coverage of {1}");
     EXPECT_NEAR(m.oracle_mass_coverage, 0.5, 1e-15, "oracle coverage");
     EXPECT_NEAR(m.coverage_ratio, 1.0, 1e-15, "ratio");
     /* the group masses tie up to rounding, so the oracle may take either page */
-    EXPECT(m.oracle_recall == 0.0 || m.oracle_recall == 1.0, "recall %g", m.oracle_recall);
+    test_cond(m.oracle_recall == 0.0 || m.oracle_recall == 1.0, "recall %g", m.oracle_recall);
     EXPECT_NEAR(m.output_rel_err, 0.5 * (err0 + err1), 1e-14, "rel err");
     EXPECT_NEAR(m.output_rel_err_max, err1, 1e-14, "rel err max");
     EXPECT_NEAR(m.cosine, 0.5 * (p1 / nf + p0 / nf), 1e-14, "cosine");
@@ -96,10 +75,10 @@ static void test_hand(void) {
     /* head 0 alone: the oracle takes page 1, coverage p1, recall 1 */
     locks_attn_ref r1;
     st = locks_attn_ref_compute(&src, q, 1, 1.0f, 1, &r1);
-    EXPECT(st == LOCKS_OK, "ref1");
+    test_cond(st == LOCKS_OK, "ref1");
     if (st == LOCKS_OK) {
         st = locks_metrics_eval(&r1, pages, &np, 2, 16, 0, 0, NULL, &m);
-        EXPECT(st == LOCKS_OK, "eval1");
+        test_cond(st == LOCKS_OK, "eval1");
         EXPECT_NEAR(m.mass_coverage, p1, 1e-15, "coverage h0");
         EXPECT_NEAR(m.oracle_recall, 1.0, 0.0, "recall h0");
         EXPECT_NEAR(m.output_rel_err, err0, 1e-14, "err h0");
@@ -115,7 +94,7 @@ static void test_hand(void) {
         EXPECT_NEAR(m.mass_coverage, 1.0, 1e-15, "coverage all");
         EXPECT_NEAR(m.output_rel_err, 0.0, 0.0, "err all");
         EXPECT_NEAR(m.cosine, 1.0, 1e-15, "cos all");
-        EXPECT(m.kernel_rel_err >= 0.0 && m.kernel_rel_err < 1e-7, "kernel err %g", m.kernel_rel_err);
+        test_cond(m.kernel_rel_err >= 0.0 && m.kernel_rel_err < 1e-7, "kernel err %g", m.kernel_rel_err);
         locks_attn_ref_free(&r1);
     }
     locks_attn_ref_free(&ref);
@@ -125,43 +104,43 @@ static void test_hand(void) {
 static void test_forced(void) {
     uint8_t f[3];
     int32_t t = locks_metrics_forced(36, 1, 1, f);
-    EXPECT(t == 36 && f[0] && f[1] && f[2], "forced(36,1,1): %d %d%d%d", t, f[0], f[1], f[2]);
+    test_cond(t == 36 && f[0] && f[1] && f[2], "forced(36,1,1): %d %d%d%d", t, f[0], f[1], f[2]);
     t = locks_metrics_forced(36, 0, 0, f);
-    EXPECT(t == 4 && !f[0] && !f[1] && f[2], "forced(36,0,0): %d %d%d%d", t, f[0], f[1], f[2]);
+    test_cond(t == 4 && !f[0] && !f[1] && f[2], "forced(36,0,0): %d %d%d%d", t, f[0], f[1], f[2]);
     t = locks_metrics_forced(36, 1, 0, f);
-    EXPECT(t == 20 && f[0] && !f[1] && f[2], "forced(36,1,0): %d", t);
+    test_cond(t == 20 && f[0] && !f[1] && f[2], "forced(36,1,0): %d", t);
     t = locks_metrics_forced(32, 0, 1, f);
-    EXPECT(t == 16 && !f[0] && f[1], "forced(32,0,1): %d", t);
+    test_cond(t == 16 && !f[0] && f[1], "forced(32,0,1): %d", t);
     t = locks_metrics_forced(5, 3, 3, f);
-    EXPECT(t == 5 && f[0], "forced(5,3,3): %d", t);
+    test_cond(t == 5 && f[0], "forced(5,3,3): %d", t);
 
     enum { N = 36, D = 4 };
     float k[N * D], v[N * D], q[D];
     for (int i = 0; i < N * D; i++) {
-        k[i] = (float)nrand();
-        v[i] = (float)nrand();
+        k[i] = (float)tu_normal();
+        v[i] = (float)tu_normal();
     }
-    for (int i = 0; i < D; i++) q[i] = (float)nrand();
+    for (int i = 0; i < D; i++) q[i] = (float)tu_normal();
     locks_kv_src src = locks_kv_src_arrays(N, 1, D, k, v);
     locks_attn_ref ref;
     if (locks_attn_ref_compute(&src, q, 1, 0.0f, 1, &ref) != LOCKS_OK) {
-        EXPECT(0, "ref");
+        test_cond(0, "ref");
         return;
     }
     int32_t pages[3], np;
-    EXPECT(locks_metrics_oracle_select(&ref, 36, 1, 1, pages, &np, 3) == LOCKS_OK && np == 3,
+    test_cond(locks_metrics_oracle_select(&ref, 36, 1, 1, pages, &np, 3) == LOCKS_OK && np == 3,
            "budget == forced");
-    EXPECT(locks_metrics_oracle_select(&ref, 35, 1, 1, pages, &np, 3) == LOCKS_ERR_BUDGET,
+    test_cond(locks_metrics_oracle_select(&ref, 35, 1, 1, pages, &np, 3) == LOCKS_ERR_BUDGET,
            "budget < forced must fail");
-    EXPECT(locks_metrics_oracle_select(&ref, 0, 0, 0, pages, &np, 3) == LOCKS_ERR_BUDGET,
+    test_cond(locks_metrics_oracle_select(&ref, 0, 0, 0, pages, &np, 3) == LOCKS_ERR_BUDGET,
            "budget 0 must fail");
-    EXPECT(locks_metrics_oracle_select(&ref, 20, 0, 0, pages, &np, 3) == LOCKS_OK && np == 2 &&
+    test_cond(locks_metrics_oracle_select(&ref, 20, 0, 0, pages, &np, 3) == LOCKS_OK && np == 2 &&
                pages[1] == 2,
            "budget 20, no sink/recent: partial + 1 page (np %d)", np);
     /* the free page is the heavier of pages 0 and 1 */
     int32_t want = ref.p[0] >= ref.p[1] ? 0 : 1;
-    EXPECT(pages[0] == want, "oracle took page %d, want %d (p %g %g)", pages[0], want, ref.p[0], ref.p[1]);
-    EXPECT(locks_metrics_oracle_select(&ref, 1000, 0, 0, pages, &np, 3) == LOCKS_OK && np == 3,
+    test_cond(pages[0] == want, "oracle took page %d, want %d (p %g %g)", pages[0], want, ref.p[0], ref.p[1]);
+    test_cond(locks_metrics_oracle_select(&ref, 1000, 0, 0, pages, &np, 3) == LOCKS_OK && np == 3,
            "budget >= context: all pages");
     locks_attn_ref_free(&ref);
 }
@@ -206,19 +185,19 @@ static void test_random(int32_t H, int32_t G, int32_t D, int32_t N) {
         for (int32_t h = 0; h < H; h++)
             for (int32_t c = 0; c < D; c++) {
                 size_t i = ((size_t)t * H + h) * D + c;
-                k[i] = (float)(1.5 * nrand() + ((t / 16 + c) % 5 == 0 ? 2.0 : 0.0));
-                v[i] = (float)nrand();
+                k[i] = (float)(1.5 * tu_normal() + ((t / 16 + c) % 5 == 0 ? 2.0 : 0.0));
+                v[i] = (float)tu_normal();
             }
-    for (int32_t i = 0; i < Hq * D; i++) q[i] = (float)nrand();
+    for (int32_t i = 0; i < Hq * D; i++) q[i] = (float)tu_normal();
     double scale = 1.0 / sqrt((double)D);
     locks_kv_src src = locks_kv_src_arrays(N, H, D, k, v);
     locks_attn_ref ref, ref3;
     if (locks_attn_ref_compute(&src, q, Hq, 0.0f, 1, &ref) != LOCKS_OK ||
         locks_attn_ref_compute(&src, q, Hq, 0.0f, 3, &ref3) != LOCKS_OK) {
-        EXPECT(0, "ref compute failed");
+        test_cond(0, "ref compute failed");
         return;
     }
-    EXPECT(memcmp(ref.p, ref3.p, sizeof(double) * (size_t)Hq * NP) == 0 &&
+    test_cond(memcmp(ref.p, ref3.p, sizeof(double) * (size_t)Hq * NP) == 0 &&
                memcmp(ref.o_full, ref3.o_full, sizeof(double) * (size_t)Hq * D) == 0,
            "results depend on the thread count");
 
@@ -234,8 +213,8 @@ static void test_random(int32_t H, int32_t G, int32_t D, int32_t N) {
         EXPECT_NEAR(sp, 1.0, 1e-12, "sum_j p_hj");
         for (int32_t c = 0; c < D; c++) max_do = fmax(max_do, fabs(o[c] - ref.o_full[qh * D + c]));
     }
-    EXPECT(max_dp < 1e-13, "p vs brute force: max diff %g", max_dp);
-    EXPECT(max_do < 1e-12, "o_full vs brute force: max diff %g", max_do);
+    test_cond(max_dp < 1e-13, "p vs brute force: max diff %g", max_dp);
+    test_cond(max_do < 1e-12, "o_full vs brute force: max diff %g", max_do);
 
     /* random selections (random size, forced pages included) vs brute force */
     const int32_t n_sink = 1, n_recent = 1;
@@ -245,14 +224,14 @@ static void test_random(int32_t H, int32_t G, int32_t D, int32_t N) {
     int32_t *op = malloc(sizeof(int32_t) * (size_t)H * NP), *onp = malloc(sizeof(int32_t) * (size_t)H);
     float *out = malloc(sizeof(float) * (size_t)Hq * D);
     for (int trial = 0; trial < 20; trial++) {
-        int32_t n_free = 1 + (int32_t)(urand() * (NP - 3)); /* same count for every head */
+        int32_t n_free = 1 + (int32_t)(tu_uniform() * (NP - 3)); /* same count for every head */
         int32_t budget = ftok + 16 * n_free;
         double cov = 0, rec = 0, err = 0, cs = 0;
         for (int32_t h = 0; h < H; h++) {
             memcpy(in, forced, (size_t)NP);
             int32_t got = 0;
             while (got < n_free) {
-                int32_t j = (int32_t)(urand() * NP);
+                int32_t j = (int32_t)(tu_uniform() * NP);
                 if (!in[j]) in[j] = 1, got++;
             }
             np[h] = 0;
@@ -279,7 +258,7 @@ static void test_random(int32_t H, int32_t G, int32_t D, int32_t N) {
             }
             cov += c1 / H;
             rec += (double)hit / n_free / H;
-            EXPECT(c1 <= c2 + 1e-15, "a random selection beat the oracle: %g > %g", c1, c2);
+            test_cond(c1 <= c2 + 1e-15, "a random selection beat the oracle: %g > %g", c1, c2);
             for (int32_t g = 0; g < G; g++) {
                 int32_t qh = h * G + g;
                 double of[256];
@@ -301,17 +280,17 @@ static void test_random(int32_t H, int32_t G, int32_t D, int32_t N) {
         }
         locks_sel_metrics m;
         locks_status st = locks_metrics_eval(&ref, pages, np, NP, budget, n_sink, n_recent, out, &m);
-        EXPECT(st == LOCKS_OK, "eval: %s", locks_status_str(st));
+        test_cond(st == LOCKS_OK, "eval: %s", locks_status_str(st));
         EXPECT_NEAR(m.mass_coverage, cov, 1e-13, "coverage");
         EXPECT_NEAR(m.oracle_recall, rec, 1e-13, "recall");
         EXPECT_NEAR(m.output_rel_err, err, 1e-11, "output rel err");
         EXPECT_NEAR(m.cosine, cs, 1e-12, "cosine");
-        EXPECT(m.coverage_ratio <= 1.0 + 1e-13 && m.coverage_ratio > 0.0, "ratio %g", m.coverage_ratio);
-        EXPECT(m.kernel_rel_err >= 0.0 && m.kernel_rel_err < 1e-6, "kernel err (fp32 of o_S) %g",
+        test_cond(m.coverage_ratio <= 1.0 + 1e-13 && m.coverage_ratio > 0.0, "ratio %g", m.coverage_ratio);
+        test_cond(m.kernel_rel_err >= 0.0 && m.kernel_rel_err < 1e-6, "kernel err (fp32 of o_S) %g",
                m.kernel_rel_err);
         /* the oracle's own selection scores ratio 1 and recall 1 */
         st = locks_metrics_oracle_select(&ref, budget, n_sink, n_recent, op, onp, NP);
-        EXPECT(st == LOCKS_OK, "oracle select");
+        test_cond(st == LOCKS_OK, "oracle select");
         st = locks_metrics_eval(&ref, op, onp, NP, budget, n_sink, n_recent, NULL, &m);
         EXPECT_NEAR(m.coverage_ratio, 1.0, 1e-15, "oracle ratio");
         EXPECT_NEAR(m.oracle_recall, 1.0, 0.0, "oracle recall");
@@ -320,28 +299,28 @@ static void test_random(int32_t H, int32_t G, int32_t D, int32_t N) {
             for (int32_t i = 0; i < onp[h]; i++) {
                 int32_t j = op[h * NP + i];
                 ntok += j == NP - 1 && N % 16 ? N % 16 : 16;
-                EXPECT(i == 0 || op[h * NP + i - 1] < j, "oracle pages not ascending");
+                test_cond(i == 0 || op[h * NP + i - 1] < j, "oracle pages not ascending");
             }
-            EXPECT(ntok <= budget && ntok > budget - 16, "oracle tokens %d, budget %d", ntok, budget);
+            test_cond(ntok <= budget && ntok > budget - 16, "oracle tokens %d, budget %d", ntok, budget);
         }
         /* a corrupted output shows up in kernel_rel_err */
         out[3] += 0.5f;
         locks_metrics_eval(&ref, pages, np, NP, budget, n_sink, n_recent, out, &m);
-        EXPECT(m.kernel_rel_err > 1e-3, "perturbed out not detected: %g", m.kernel_rel_err);
+        test_cond(m.kernel_rel_err > 1e-3, "perturbed out not detected: %g", m.kernel_rel_err);
     }
     /* invalid selections */
     locks_sel_metrics m;
     np[0] = 1;
     pages[0] = NP;
-    EXPECT(locks_metrics_eval(&ref, pages, np, NP, N, 1, 1, NULL, &m) == LOCKS_ERR_INVALID_ARG,
+    test_cond(locks_metrics_eval(&ref, pages, np, NP, N, 1, 1, NULL, &m) == LOCKS_ERR_INVALID_ARG,
            "page out of range accepted");
     np[0] = 2;
     pages[0] = pages[1] = 0;
-    EXPECT(locks_metrics_eval(&ref, pages, np, NP, N, 1, 1, NULL, &m) == LOCKS_ERR_INVALID_ARG,
+    test_cond(locks_metrics_eval(&ref, pages, np, NP, N, 1, 1, NULL, &m) == LOCKS_ERR_INVALID_ARG,
            "duplicate page accepted");
     q[5] = NAN;
     locks_attn_ref bad;
-    EXPECT(locks_attn_ref_compute(&src, q, Hq, 0.0f, 1, &bad) == LOCKS_ERR_NONFINITE,
+    test_cond(locks_attn_ref_compute(&src, q, Hq, 0.0f, 1, &bad) == LOCKS_ERR_NONFINITE,
            "NaN query accepted");
     locks_attn_ref_free(&bad);
 
@@ -363,30 +342,30 @@ static void test_cache_src(void) {
     cp.max_seqs = 2;
     locks_status st;
     locks_cache *c = locks_cache_init(cp, &st);
-    EXPECT(c != NULL, "cache init: %s", locks_status_str(st));
+    test_cond(c != NULL, "cache init: %s", locks_status_str(st));
     if (!c) return;
     size_t n = (size_t)N * H * D;
     float *k = malloc(n * 4), *v = malloc(n * 4), q[4 * 64];
     for (size_t i = 0; i < n; i++) {
-        k[i] = locks_f16_to_f32(locks_f32_to_f16((float)(2.0 * nrand())));
-        v[i] = locks_f16_to_f32(locks_f32_to_f16((float)nrand()));
+        k[i] = locks_f16_to_f32(locks_f32_to_f16((float)(2.0 * tu_normal())));
+        v[i] = locks_f16_to_f32(locks_f32_to_f16((float)tu_normal()));
     }
-    for (int i = 0; i < H * G * D; i++) q[i] = (float)nrand();
+    for (int i = 0; i < H * G * D; i++) q[i] = (float)tu_normal();
     int32_t other, seq;
     locks_cache_seq_add(c, &other);
     locks_cache_append(c, other, 33); /* physical pages != logical ones */
     locks_cache_seq_add(c, &seq);
     locks_cache_append(c, seq, N);
-    EXPECT(locks_cache_write(c, seq, 1, 0, N, k, v) == LOCKS_OK, "write");
+    test_cond(locks_cache_write(c, seq, 1, 0, N, k, v) == LOCKS_OK, "write");
     locks_kv_src a = locks_kv_src_arrays(N, H, D, k, v), b;
-    EXPECT(locks_kv_src_cache(c, seq, 1, &b) == LOCKS_OK && b.n_tokens == N, "cache src");
-    EXPECT(locks_kv_src_cache(c, 7, 1, &b) == LOCKS_ERR_NO_SEQ, "unknown seq accepted");
-    EXPECT(locks_kv_src_cache(c, seq, 2, &b) == LOCKS_ERR_INVALID_ARG, "bad layer accepted");
+    test_cond(locks_kv_src_cache(c, seq, 1, &b) == LOCKS_OK && b.n_tokens == N, "cache src");
+    test_cond(locks_kv_src_cache(c, 7, 1, &b) == LOCKS_ERR_NO_SEQ, "unknown seq accepted");
+    test_cond(locks_kv_src_cache(c, seq, 2, &b) == LOCKS_ERR_INVALID_ARG, "bad layer accepted");
     locks_kv_src_cache(c, seq, 1, &b);
     locks_attn_ref ra, rb;
     if (locks_attn_ref_compute(&a, q, H * G, 0.0f, 1, &ra) == LOCKS_OK &&
         locks_attn_ref_compute(&b, q, H * G, 0.0f, 2, &rb) == LOCKS_OK) {
-        EXPECT(memcmp(ra.p, rb.p, sizeof(double) * (size_t)H * G * ra.n_pages) == 0 &&
+        test_cond(memcmp(ra.p, rb.p, sizeof(double) * (size_t)H * G * ra.n_pages) == 0 &&
                    memcmp(ra.o_full, rb.o_full, sizeof(double) * (size_t)H * G * D) == 0,
                "cache and array sources disagree");
         /* and the library's dense step matches the float64 reference */
@@ -395,15 +374,15 @@ static void test_cache_src(void) {
         sp.selector = LOCKS_SEL_FULL;
         int32_t pages[2 * 8], npg[2];
         locks_selection sel = {pages, npg, 8};
-        EXPECT(locks_decode_step(c, 1, &seq, 1, q, H * G, &sp, out, &sel, NULL) == LOCKS_OK, "dense step");
+        test_cond(locks_decode_step(c, 1, &seq, 1, q, H * G, &sp, out, &sel, NULL) == LOCKS_OK, "dense step");
         locks_sel_metrics m;
-        EXPECT(locks_metrics_eval(&rb, pages, npg, 8, N, 1, 1, out, &m) == LOCKS_OK, "eval");
-        EXPECT(m.mass_coverage > 1.0 - 1e-12 && m.output_rel_err == 0.0 && m.kernel_rel_err < 1e-5,
+        test_cond(locks_metrics_eval(&rb, pages, npg, 8, N, 1, 1, out, &m) == LOCKS_OK, "eval");
+        test_cond(m.mass_coverage > 1.0 - 1e-12 && m.output_rel_err == 0.0 && m.kernel_rel_err < 1e-5,
                "dense step: coverage %g err %g kernel %g", m.mass_coverage, m.output_rel_err, m.kernel_rel_err);
         locks_attn_ref_free(&ra);
         locks_attn_ref_free(&rb);
     } else {
-        EXPECT(0, "ref compute");
+        test_cond(0, "ref compute");
     }
     free(k), free(v);
     locks_cache_free(c);
@@ -417,18 +396,15 @@ static void test_carrier(void) {
     int32_t mp[8] = {5, 7, 0, 0, 9, 0, 0, 0}, mn[2] = {2, 1};
     int32_t needles[2] = {5, 9};
     locks_carrier_count acc = {0, 0};
-    EXPECT(locks_metrics_carrier_recall(&acc) == -1.0, "empty recall");
+    test_cond(locks_metrics_carrier_recall(&acc) == -1.0, "empty recall");
     locks_metrics_carrier_add(&acc, 2, op, on, mp, mn, 4, needles, 2);
-    EXPECT(acc.n_oracle == 3 && acc.n_hit == 2, "carrier %lld/%lld", (long long)acc.n_hit,
+    test_cond(acc.n_oracle == 3 && acc.n_hit == 2, "carrier %lld/%lld", (long long)acc.n_hit,
            (long long)acc.n_oracle);
     EXPECT_NEAR(locks_metrics_carrier_recall(&acc), 2.0 / 3.0, 1e-15, "carrier recall");
 }
 
 int main(void) {
-    const char *env = getenv("LOCKS_TEST_SEED");
-    rng_state = env ? strtoull(env, NULL, 10) : ((uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull | 1u);
-    printf("test_metrics: seed %llu (LOCKS_TEST_SEED to repeat)\n", (unsigned long long)rng_state);
-    fflush(stdout);
+    tu_seed("test_metrics");
     test_hand();
     test_forced();
     test_random(2, 3, 32, 16 * 13 + 5);
@@ -436,10 +412,5 @@ int main(void) {
     test_random(3, 4, 16, 16 * 20 + 1);
     test_cache_src();
     test_carrier();
-    if (n_fail) {
-        fprintf(stderr, "test_metrics: %d failure(s)\n", n_fail);
-        return 1;
-    }
-    printf("test_metrics: all passed\n");
-    return 0;
+    return test_report("test_metrics");
 }

@@ -5,6 +5,8 @@
  * random K/V: with budget >= context it must equal float64 dense attention over the
  * fp16-rounded K/V; with a small budget it must be finite and differ from dense.
  */
+#include "test_util.h"
+
 #include "metrics.h"
 #include "util.h"
 
@@ -49,16 +51,6 @@ done:
 }
 /* README-END */
 
-static int n_fail = 0;
-#define EXPECT(cond, ...)                                              \
-    do {                                                               \
-        if (!(cond)) {                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);       \
-            fprintf(stderr, __VA_ARGS__);                              \
-            fprintf(stderr, "\n");                                     \
-            n_fail++;                                                  \
-        }                                                              \
-    } while (0)
 
 /* Text between the markers of a file (the marker lines excluded), malloc'd. */
 static char *between(const char *path, const char *begin, const char *end) {
@@ -92,16 +84,16 @@ static double nrand(void) {
 int main(void) {
     char *mine = between("tests/test_readme_example.c", "/* README-BEGIN */", "/* README-END */");
     char *doc = between("README.md", "<!-- README-EXAMPLE-BEGIN -->", "<!-- README-EXAMPLE-END -->");
-    EXPECT(mine && doc, "markers not found (run from the source directory)");
+    test_cond(mine && doc, "markers not found (run from the source directory)");
     if (doc) { /* the README block is fenced: drop the ```c and ``` lines */
         char *s = strstr(doc, "```c\n"), *e = s ? strstr(s + 5, "```") : NULL;
-        EXPECT(s && e, "README example block not fenced with ```c");
+        test_cond(s && e, "README example block not fenced with ```c");
         if (s && e) {
             *e = 0;
             memmove(doc, s + 5, strlen(s + 5) + 1);
         }
     }
-    if (mine && doc) EXPECT(!strcmp(mine, doc), "README.md's example differs from the one tested here");
+    if (mine && doc) test_cond(!strcmp(mine, doc), "README.md's example differs from the one tested here");
     free(mine);
     free(doc);
 
@@ -119,7 +111,7 @@ int main(void) {
     for (int i = 0; i < HQ * D; i++) q[i] = (float)nrand();
 
     int st = example(k, v, N, q, N, out);
-    EXPECT(st == 0, "example (dense budget): %s", locks_status_str((locks_status)st));
+    test_cond(st == 0, "example (dense budget): %s", locks_status_str((locks_status)st));
     /* float64 dense attention over the fp16 values the cache stores */
     for (size_t i = 0; i < n; i++) {
         k[i] = locks_f16_to_f32(locks_f32_to_f16(k[i]));
@@ -127,7 +119,7 @@ int main(void) {
     }
     locks_kv_src src = locks_kv_src_arrays(N, H, D, k, v);
     locks_attn_ref ref;
-    EXPECT(locks_attn_ref_compute(&src, q, HQ, 0.0f, 2, &ref) == LOCKS_OK, "reference");
+    test_cond(locks_attn_ref_compute(&src, q, HQ, 0.0f, 2, &ref) == LOCKS_OK, "reference");
     double worst = 0;
     for (int h = 0; h < HQ; h++) {
         double dd = 0, nn = 0;
@@ -138,23 +130,18 @@ int main(void) {
         }
         worst = fmax(worst, sqrt(dd / nn));
     }
-    EXPECT(worst < 1e-5, "budget >= context: rel err vs float64 dense %g", worst);
+    test_cond(worst < 1e-5, "budget >= context: rel err vs float64 dense %g", worst);
 
     st = example(k, v, N, q, 512, out2);
-    EXPECT(st == 0, "example (budget 512): %s", locks_status_str((locks_status)st));
+    test_cond(st == 0, "example (budget 512): %s", locks_status_str((locks_status)st));
     double diff = 0;
     int finite = 1;
     for (int i = 0; i < HQ * D; i++) {
         finite &= isfinite(out2[i]) != 0;
         diff = fmax(diff, fabs((double)out2[i] - ref.o_full[i]));
     }
-    EXPECT(finite && diff > 1e-4, "budget 512: finite %d, max diff to dense %g", finite, diff);
+    test_cond(finite && diff > 1e-4, "budget 512: finite %d, max diff to dense %g", finite, diff);
     locks_attn_ref_free(&ref);
     free(k), free(v), free(q), free(out), free(out2);
-    if (n_fail) {
-        fprintf(stderr, "test_readme_example: %d failure(s)\n", n_fail);
-        return 1;
-    }
-    printf("test_readme_example: all passed (dense rel err %.2e)\n", worst);
-    return 0;
+    return test_report("test_readme_example");
 }

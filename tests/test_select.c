@@ -172,7 +172,7 @@ static void test_quantized_coverage(void) {
 }
 
 /* Quantized summaries: LOCKS masses vs float64 from the dequantized summaries
- * (locks_cache_summary_get). The portable kernel works in fp32 on the dequantized
+ * (locks_cache_summary_get); simd as locks_simd_enable takes it. The portable kernel works in fp32 on the dequantized
  * values; the AVX2 kernel also rounds each query to int8 (one scale per head), which
  * moves a logit by about scale * |q|_max / 254 * sum |x|: a few percent of a mass. */
 static void test_quantized_scores(int simd) {
@@ -220,7 +220,8 @@ static void test_quantized_scores(int simd) {
     double worst = 0.0;
     for (int32_t i = 0; i < H * n_full; i++)
         if (ref[i] > 1e-4) worst = fmax(worst, fabs((double)m[i] - ref[i]) / ref[i]);
-    printf("  quantized scores (%s): worst relative mass error %.4f\n", simd && locks_have_avx2() ? "avx2" : "portable", worst);
+    printf("  quantized scores (%s): worst relative mass error %.4f\n",
+           locks_have_avxvnni() ? "avx-vnni" : locks_have_avx2() ? "avx2" : "portable", worst);
     free(q);
     free(m);
     free(ref);
@@ -321,8 +322,9 @@ int main(void) {
     tu_seed("test_select");
     test_rank15_exact();
     test_quantized_coverage();
-    test_quantized_scores(1);
-    test_quantized_scores(0);
+    test_quantized_scores(1); /* AVX-VNNI kernel where the CPU has it */
+    test_quantized_scores(2); /* AVX2 kernel */
+    test_quantized_scores(0); /* portable */
     test_topk_forced();
     test_gqa();
     return test_report("test_select");

@@ -5,6 +5,8 @@
  * Structure is checked with float64 statistics computed here (own Jacobi) and with the
  * metrics module's reference attention.
  */
+#include "test_util.h"
+
 #include "metrics.h"
 #include "synth.h"
 #include "util.h"
@@ -15,16 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-static int n_fail = 0;
-#define EXPECT(cond, ...)                                              \
-    do {                                                               \
-        if (!(cond)) {                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);       \
-            fprintf(stderr, __VA_ARGS__);                              \
-            fprintf(stderr, "\n");                                     \
-            n_fail++;                                                  \
-        }                                                              \
-    } while (0)
 
 /* Eigenvalues of a symmetric n x n matrix (destroyed) by cyclic Jacobi, descending. */
 static void eigvals(int n, double *a, double *w) {
@@ -92,35 +84,35 @@ static void test_reproducible(void) {
     locks_synth *a = locks_synth_init(p, &err), *b = locks_synth_init(p, &err);
     p.seed = seed + 1;
     locks_synth *c = locks_synth_init(p, &err);
-    EXPECT(a && b && c, "init: %s", locks_status_str(err));
+    test_cond(a && b && c, "init: %s", locks_status_str(err));
     if (!a || !b || !c) return;
     size_t n = (size_t)N * H * D;
     float *k1 = malloc(n * 4), *v1 = malloc(n * 4), *k2 = malloc(n * 4), *v2 = malloc(n * 4);
-    EXPECT(locks_synth_kv(a, 0, N, k1, v1) == LOCKS_OK, "kv a");
+    test_cond(locks_synth_kv(a, 0, N, k1, v1) == LOCKS_OK, "kv a");
     /* another instance, odd chunks that cut pages */
     for (int pos = 0; pos < N;) {
         int m = 1 + (pos * 7 + 5) % 37;
         if (m > N - pos) m = N - pos;
-        EXPECT(locks_synth_kv(b, pos, m, k2 + (size_t)pos * H * D, v2 + (size_t)pos * H * D) == LOCKS_OK,
+        test_cond(locks_synth_kv(b, pos, m, k2 + (size_t)pos * H * D, v2 + (size_t)pos * H * D) == LOCKS_OK,
                "kv b chunk");
         pos += m;
     }
-    EXPECT(memcmp(k1, k2, n * 4) == 0 && memcmp(v1, v2, n * 4) == 0,
+    test_cond(memcmp(k1, k2, n * 4) == 0 && memcmp(v1, v2, n * 4) == 0,
            "same seed, other chunking: different K/V");
     int bad = 0;
     for (size_t i = 0; i < n; i++) bad += !isfinite(k1[i]) || !isfinite(v1[i]);
-    EXPECT(bad == 0, "%d non-finite values", bad);
+    test_cond(bad == 0, "%d non-finite values", bad);
     locks_synth_kv(c, 0, N, k2, v2);
     size_t same = 0;
     for (size_t i = 0; i < n; i++) same += k1[i] == k2[i];
-    EXPECT(same < n / 100, "another seed gives %zu of %zu equal keys", same, n);
+    test_cond(same < n / 100, "another seed gives %zu of %zu equal keys", same, n);
     float q1[4 * 64], q2[4 * 64];
     locks_synth_query(a, 3, q1);
     locks_synth_query(b, 3, q2);
-    EXPECT(memcmp(q1, q2, sizeof q1) == 0, "queries not reproducible");
+    test_cond(memcmp(q1, q2, sizeof q1) == 0, "queries not reproducible");
     locks_synth_query(a, 4, q2);
-    EXPECT(memcmp(q1, q2, sizeof q1) != 0, "steps 3 and 4 give the same queries");
-    EXPECT(locks_synth_kv(a, N - 3, 4, k1, v1) == LOCKS_ERR_INVALID_ARG, "range past context accepted");
+    test_cond(memcmp(q1, q2, sizeof q1) != 0, "steps 3 and 4 give the same queries");
+    test_cond(locks_synth_kv(a, N - 3, 4, k1, v1) == LOCKS_ERR_INVALID_ARG, "range past context accepted");
     free(k1), free(v1), free(k2), free(v2);
     locks_synth_free(a), locks_synth_free(b), locks_synth_free(c);
 }
@@ -132,14 +124,14 @@ static void test_structure(void) {
     printf("test_synth: structure seed %llu (LOCKS_TEST_SEED to repeat)\n", (unsigned long long)seed);
     locks_synth_params p = locks_synth_default_params(H, Hq, D, N, seed);
     locks_synth *s = locks_synth_init(p, NULL);
-    EXPECT(s != NULL, "init");
+    test_cond(s != NULL, "init");
     if (!s) return;
     size_t n = (size_t)N * H * D;
     float *k = malloc(n * 4), *v = malloc(n * 4);
     locks_synth_kv(s, 0, N, k, v);
     int32_t nn;
     const int32_t *needles = locks_synth_needles(s, &nn);
-    EXPECT(nn == p.n_needles, "needles %d", nn);
+    test_cond(nn == p.n_needles, "needles %d", nn);
     const int NP = N / 16;
 
     /* 1. every page is low rank: rank_max directions hold >= 97% of the centred energy
@@ -153,8 +145,8 @@ static void test_structure(void) {
             worst = fmin(worst, e);
             worst_r2 = fmax(worst_r2, page_energy_top(k, H, D, j, h, 2));
         }
-    EXPECT(worst >= 0.97, "a page keeps only %.4f of its energy in rank %d", worst, p.rank_max);
-    EXPECT(worst_r2 < 0.97, "pages are rank <= 2 (%.4f): rank range not honoured", worst_r2);
+    test_cond(worst >= 0.97, "a page keeps only %.4f of its energy in rank %d", worst, p.rank_max);
+    test_cond(worst_r2 < 0.97, "pages are rank <= 2 (%.4f): rank range not honoured", worst_r2);
 
     /* 2. ... but the whole key matrix is not: the top rank_max directions of the keys
      *    of head 0 (centred over all tokens) hold well under half the energy */
@@ -170,7 +162,7 @@ static void test_structure(void) {
     eigvals(D, cov, w);
     double tot = 0, top = 0;
     for (int i = 0; i < D; i++) tot += w[i], top += i < p.rank_max ? w[i] : 0;
-    EXPECT(top / tot < 0.5, "global keys are low rank: top-%d share %.3f", p.rank_max, top / tot);
+    test_cond(top / tot < 0.5, "global keys are low rank: top-%d share %.3f", p.rank_max, top / tot);
 
     /* 3. GQA: query heads of one group are correlated, other groups much less */
     float *q = malloc(sizeof(float) * Hq * D);
@@ -188,7 +180,7 @@ static void test_structure(void) {
             if (a / G == b / G) in_g = fmin(in_g, cs);
             else out_g = fmax(out_g, fabs(cs));
         }
-    EXPECT(in_g > 0.75 && out_g < 0.5, "group correlation: min in-group %.3f, max across %.3f", in_g, out_g);
+    test_cond(in_g > 0.75 && out_g < 0.5, "group correlation: min in-group %.3f, max across %.3f", in_g, out_g);
 
     /* 4. attention: the needle pages carry the top true group masses (page 0, with the
      *    sinks, aside): averaged over steps they are exactly the top n_needles pages of
@@ -203,7 +195,7 @@ static void test_structure(void) {
         locks_synth_query(s, st, q);
         locks_attn_ref ref;
         if (locks_attn_ref_compute(&src, q, Hq, 0.0f, 2, &ref) != LOCKS_OK) {
-            EXPECT(0, "ref");
+            test_cond(0, "ref");
             break;
         }
         for (int h = 0; h < H; h++) {
@@ -215,7 +207,7 @@ static void test_structure(void) {
             for (int i = 0; i < nn; i++) {
                 int above = 0;
                 for (int j = 1; j < ref.n_pages; j++) above += gm[j] > gm[needles[i]];
-                EXPECT(above < 2 * nn, "step %d head %d: needle page %d has %d pages above it", st, h,
+                test_cond(above < 2 * nn, "step %d head %d: needle page %d has %d pages above it", st, h,
                        needles[i], above);
                 needle_share += gm[needles[i]] / (steps * H);
             }
@@ -231,15 +223,15 @@ static void test_structure(void) {
             if (is_needle) min_needle = fmin(min_needle, avg[h * NPa + j]);
             else max_other = fmax(max_other, avg[h * NPa + j]);
         }
-        EXPECT(min_needle > max_other, "head %d: mean mass of a needle page %.4g below another page's %.4g",
+        test_cond(min_needle > max_other, "head %d: mean mass of a needle page %.4g below another page's %.4g",
                h, min_needle, max_other);
     }
     free(avg);
     printf("test_synth: sink page share %.3f (target %.2f + its background), needle share %.3f (target %.2f)\n",
            sink_share, (double)p.sink_share, needle_share, (double)p.needle_share);
     double ss = (double)p.sink_share, ns = (double)p.needle_share;
-    EXPECT(sink_share > 0.5 * ss && sink_share < 2.0 * ss + 0.05, "sink share %.3f", sink_share);
-    EXPECT(needle_share > 0.5 * ns && needle_share < 2.0 * ns, "needle share %.3f", needle_share);
+    test_cond(sink_share > 0.5 * ss && sink_share < 2.0 * ss + 0.05, "sink share %.3f", sink_share);
+    test_cond(needle_share > 0.5 * ns && needle_share < 2.0 * ns, "needle share %.3f", needle_share);
     free(k), free(v), free(q), free(gm);
     locks_synth_free(s);
 }
@@ -247,17 +239,17 @@ static void test_structure(void) {
 static void test_params(void) {
     locks_synth_params p = locks_synth_default_params(2, 3, 64, 100, 1);
     locks_status err = LOCKS_OK;
-    EXPECT(locks_synth_init(p, &err) == NULL && err == LOCKS_ERR_INVALID_ARG, "Hq not a multiple of Hkv");
+    test_cond(locks_synth_init(p, &err) == NULL && err == LOCKS_ERR_INVALID_ARG, "Hq not a multiple of Hkv");
     p = locks_synth_default_params(2, 4, 64, 100, 1);
     p.sink_share = 0.6f;
     p.needle_share = 0.5f;
-    EXPECT(locks_synth_init(p, &err) == NULL, "shares over 1 accepted");
+    test_cond(locks_synth_init(p, &err) == NULL, "shares over 1 accepted");
     /* a short context has fewer needle pages, never forced ones */
     p = locks_synth_default_params(1, 1, 64, 16 * 5, 1);
     locks_synth *s = locks_synth_init(p, &err);
     int32_t nn;
     const int32_t *nd = locks_synth_needles(s, &nn);
-    EXPECT(s && nn == 1 && nd[0] == 2, "5 pages: needles %d (first %d)", nn, nn ? nd[0] : -1);
+    test_cond(s && nn == 1 && nd[0] == 2, "5 pages: needles %d (first %d)", nn, nn ? nd[0] : -1);
     locks_synth_free(s);
 }
 
@@ -274,16 +266,16 @@ static void test_fill(void) {
     cp.max_seqs = 2;
     locks_status st;
     locks_cache *c = locks_cache_init(cp, &st);
-    EXPECT(s && c, "init: %s", locks_status_str(st));
+    test_cond(s && c, "init: %s", locks_status_str(st));
     if (!s || !c) return;
     int32_t seq, other;
     locks_cache_seq_add(c, &other);
     locks_cache_append(c, other, 40); /* so physical and logical pages differ */
     locks_cache_seq_add(c, &seq);
-    EXPECT(locks_synth_fill(s, c, seq, 1, 3) == LOCKS_OK, "fill layer 1");
-    EXPECT(locks_cache_seq_len(c, seq) == N, "len %d", locks_cache_seq_len(c, seq));
-    EXPECT(locks_synth_fill(s, c, seq, 0, 1) == LOCKS_OK, "fill layer 0 (no second append)");
-    EXPECT(locks_cache_seq_len(c, seq) == N, "len after second fill %d", locks_cache_seq_len(c, seq));
+    test_cond(locks_synth_fill(s, c, seq, 1, 3) == LOCKS_OK, "fill layer 1");
+    test_cond(locks_cache_seq_len(c, seq) == N, "len %d", locks_cache_seq_len(c, seq));
+    test_cond(locks_synth_fill(s, c, seq, 0, 1) == LOCKS_OK, "fill layer 0 (no second append)");
+    test_cond(locks_cache_seq_len(c, seq) == N, "len after second fill %d", locks_cache_seq_len(c, seq));
     size_t n = (size_t)N * H * D;
     float *k = malloc(n * 4), *v = malloc(n * 4);
     locks_synth_kv(s, 0, N, k, v);
@@ -299,13 +291,13 @@ static void test_fill(void) {
                     bad += kp[ci] != locks_f32_to_f16(k[si]) || vp[ci] != locks_f32_to_f16(v[si]);
                 }
         }
-    EXPECT(bad == 0, "%zu cache values differ from the generator's", bad);
+    test_cond(bad == 0, "%zu cache values differ from the generator's", bad);
     float mu[64], basis[15 * 64], coef[16 * 15];
-    EXPECT(locks_cache_summary_get(c, 0, 1, bt[N / 16 - 1], mu, basis, coef) == LOCKS_OK, "last full page summary");
-    EXPECT(locks_cache_summary_get(c, 0, 1, bt[N / 16], mu, basis, coef) != LOCKS_OK, "partial page has a summary");
+    test_cond(locks_cache_summary_get(c, 0, 1, bt[N / 16 - 1], mu, basis, coef) == LOCKS_OK, "last full page summary");
+    test_cond(locks_cache_summary_get(c, 0, 1, bt[N / 16], mu, basis, coef) != LOCKS_OK, "partial page has a summary");
     locks_synth_params p2 = locks_synth_default_params(H, Hq, D, N + 1, 99);
     locks_synth *s2 = locks_synth_init(p2, NULL);
-    EXPECT(locks_synth_fill(s2, c, seq, 0, 1) == LOCKS_ERR_INVALID_ARG, "fill over a different length accepted");
+    test_cond(locks_synth_fill(s2, c, seq, 0, 1) == LOCKS_ERR_INVALID_ARG, "fill over a different length accepted");
     locks_synth_free(s2);
     free(k), free(v);
     locks_cache_free(c);
@@ -317,10 +309,5 @@ int main(void) {
     test_reproducible();
     test_structure();
     test_params();
-    if (n_fail) {
-        fprintf(stderr, "test_synth: %d failure(s)\n", n_fail);
-        return 1;
-    }
-    printf("test_synth: all passed\n");
-    return 0;
+    return test_report("test_synth");
 }

@@ -2,15 +2,14 @@
  * test_vmath.c — the shared numeric kernels against libm / the scalar conversions:
  * fp16 -> fp32 for all 65536 halves, fp32 -> fp16 (round to nearest even) on random and
  * edge values, exp and log on random inputs over their used ranges, dot and lse vs
- * float64. Runs whichever version (AVX2 or portable) this machine selects.
+ * float64, max and exp-sum. Runs the version this machine selects, then the portable one.
  */
 #include "test_util.h"
 
 #include "util.h"
 #include "vmath.h"
 
-int main(void) {
-    tu_seed("test_vmath");
+static void run(void) {
     printf("  avx2 kernels: %s\n", locks_have_avx2() ? "yes" : "no");
     enum { N = 65536 };
     static uint16_t h[N], h2[N];
@@ -81,6 +80,21 @@ int main(void) {
         float d = locks_dot(f, g, n), ls = locks_lse(f, n);
         test_cond(fabs((double)d - dr) <= 1e-6 * asum + 1e-6, "dot n=%d: %g vs %g", n, (double)d, dr);
         test_cond(fabs((double)ls - lr) <= 1e-5 * fmax(1.0, fabs(lr)), "lse n=%d: %g vs %g", n, (double)ls, lr);
+        float mx = locks_max_n(f, (size_t)n);
+        test_cond((double)mx == m, "max n=%d: %g vs %g", n, (double)mx, m);
+        double es = locks_exp_sum_n(f, (size_t)n, mx); /* f[i] <- exp(f[i] - max) */
+        test_cond(fabs(es - l) <= 1e-6 * l, "exp_sum n=%d: %.9g vs %.9g", n, es, l);
+        double s2 = 0.0;
+        for (int32_t i = 0; i < n; i++) s2 += (double)f[i];
+        test_cond(fabs(s2 - es) <= 1e-6 * es, "exp_sum stores exp values");
     }
+}
+
+int main(void) {
+    tu_seed("test_vmath");
+    run();
+    locks_simd_enable(0); /* the portable kernels */
+    run();
+    locks_simd_enable(1);
     return test_report("test_vmath");
 }

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "cmds.h"
@@ -50,7 +51,8 @@ typedef struct {
     int32_t batch, steps, warmup, threads, rank, n_sink, n_recent;
     locks_summary_prec prec;
     uint64_t seed;
-    int json, fidelity;
+    int json, fidelity, membw;
+    double host_gbps; /* measured with --membw, else 0 */
     locks_backend backend;
 } bench_opts;
 
@@ -59,6 +61,7 @@ typedef struct {
     double *ms, *score_ms, *select_ms, *attend_ms; /* [steps] */
     uint64_t bytes_meta, bytes_kv, bytes_dense;    /* sums over recorded steps */
     double cov, ocov, ratio, ratio_min, recall, err, err_max, cos, kerr, tokens;
+    locks_carrier_count carrier; /* needle pages: the oracle's vs this selector's */
     int n_fid;
 } sel_result;
 
@@ -85,6 +88,8 @@ static void usage(FILE *f) {
             "  --selector L       selectors to report                  [full,oracle,locks]\n"
             "  --seed N           workload seed                        [1]\n"
             "  --no-fidelity      skip the float64 reference (timing only)\n"
+            "  --membw            first measure the host's read bandwidth (the roofline\n"
+            "                     for the GB/s column) with the same thread count\n"
             "  --json             one JSON object per (configuration, selector) on stdout\n"
             "  --backend cpu|cuda                                      [cpu]\n"
             "  --help\n");
@@ -238,6 +243,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
             INT_OPT(n_recent, 0);
         } else if (!strcmp(a, "--no-fidelity")) {
             o->fidelity = 0;
+        } else if (!strcmp(a, "--membw")) {
+            o->membw = 1;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
         } else {
@@ -259,6 +266,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static double min_of(const double *x, int n) {
+    double m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] < m ? x[i] : m;
+    return m;
+}
+
 static double median(const double *x, int n) {
     double *t = malloc(sizeof(double) * (size_t)n);
     if (!t) return (double)NAN;
@@ -277,6 +290,58 @@ static size_t analytic_summary_bytes(int32_t d, int32_t r, locks_summary_prec pr
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* Host read bandwidth (--membw)                                                        */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} bw_job;
+
+static void *bw_worker(void *arg) {
+    bw_job *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= j->n; i += 4) s0 += j->p[i], s1 += j->p[i + 1], s2 += j->p[i + 2], s3 += j->p[i + 3];
+    j->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Best of 5 passes summing a 512 MiB buffer with n threads, in GB/s. */
+static double measure_read_gbps(int32_t n_threads) {
+    const size_t bytes = (size_t)512 << 20, n = bytes / 8;
+    uint64_t *buf = locks_alloc(n, 8);
+    if (!buf) return 0.0;
+    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    if (n_threads > 64) n_threads = 64;
+    double best = 0.0;
+    uint64_t sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        bw_job jobs[64];
+        pthread_t tid[64];
+        int ok[64] = {0};
+        double t0 = locks_now_ms();
+        for (int32_t t = 0; t < n_threads; t++) {
+            size_t a = n / (size_t)n_threads * (size_t)t, b = t == n_threads - 1 ? n : n / (size_t)n_threads * (size_t)(t + 1);
+            jobs[t] = (bw_job){buf + a, b - a, 0};
+            if (t > 0) ok[t] = pthread_create(&tid[t], NULL, bw_worker, &jobs[t]) == 0;
+        }
+        bw_worker(&jobs[0]);
+        for (int32_t t = 1; t < n_threads; t++) {
+            if (ok[t]) pthread_join(tid[t], NULL);
+            else bw_worker(&jobs[t]);
+        }
+        double ms = locks_now_ms() - t0;
+        for (int32_t t = 0; t < n_threads; t++) sink += jobs[t].sum;
+        double gbps = (double)bytes / (ms * 1e-3) / 1e9;
+        if (gbps > best) best = gbps;
+    }
+    locks_free(buf);
+    if (sink == 42) fprintf(stderr, " "); /* keep the sums live */
+    return best;
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* One (shape, context): fill, then every budget                                       */
 /* ---------------------------------------------------------------------------------- */
 
@@ -290,7 +355,19 @@ typedef struct {
     locks_kv_src *src;     /* [batch] */
     float **host_k, **host_v; /* fallback reference inputs when the cache is not host-readable */
     double fill_s;
+    double load1; /* 1-minute load average before the timed steps (-1: unknown) */
 } bench_ctx;
+
+/* 1-minute load average from /proc/loadavg, -1 where there is none. */
+static double load_average(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l = -1.0;
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1.0;
+        fclose(f);
+    }
+    return l;
+}
 
 static int report_error(const char *what, locks_status st) {
     fprintf(stderr, "locks bench: %s: %s\n", what, locks_status_str(st));
@@ -300,19 +377,21 @@ static int report_error(const char *what, locks_status st) {
 static void print_header(const bench_ctx *b, int32_t budget, size_t sb, size_t sba) {
     const bench_opts *o = b->o;
     printf("\nshape %s (%d q / %d kv heads, d=%d)  context %d  budget %d  batch %d  steps %d (median; "
-           "%d warm-up)  threads %d\n",
+           "%d warm-up)  threads %d  load %.2f\n",
            b->sh->name, b->sh->hq, b->sh->hkv, b->sh->d, b->ctx, budget, o->batch, o->steps, o->warmup,
-           o->threads);
+           o->threads, b->load1);
     printf("summary %s rank %d: %zu B per (page, head), analytic %zu B (%+.2f%%); fill %.1f s; seed %llu\n",
            o->prec == LOCKS_SUMMARY_Q ? "q (int8/int4/int8)" : "f32", o->rank, sb, sba,
            100.0 * ((double)sb - (double)sba) / (double)sba, b->fill_s, (unsigned long long)o->seed);
-    printf("%-8s %9s %8s %8s %8s %8s %9s %9s %9s %7s | %8s %8s %6s %6s %8s %7s %8s\n", "selector",
+    if (o->host_gbps > 0.0)
+        printf("host read bandwidth (--membw, %d threads): %.2f GB/s\n", o->threads, o->host_gbps);
+    printf("%-8s %9s %8s %8s %8s %8s %9s %9s %9s %7s | %8s %8s %6s %6s %6s %8s %7s %8s\n", "selector",
            "step_ms", "score", "select", "attend", "speedup", "meta_MB", "kv_MB", "dense_MB", "GB/s",
-           "coverage", "oracle", "ratio", "recall", "rel_err", "cosine", "kern_err");
+           "coverage", "oracle", "ratio", "recall", "needle", "rel_err", "cosine", "kern_err");
 }
 
 static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, const sel_result *r,
-                      double dense_ms, size_t sb, size_t sba) {
+                      double dense_ms, double dense_min, size_t sb, size_t sba) {
     const bench_opts *o = b->o;
     int n = o->steps;
     double ms = median(r->ms, n), sc = median(r->score_ms, n), se = median(r->select_ms, n),
@@ -323,21 +402,25 @@ static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, cons
     if (o->json) {
         printf("{\"shape\":\"%s\",\"hq\":%d,\"hkv\":%d,\"head_dim\":%d,\"context\":%d,\"budget\":%d,"
                "\"batch\":%d,\"steps\":%d,\"warmup\":%d,\"threads\":%d,\"rank\":%d,\"summary\":\"%s\","
-               "\"backend\":\"%s\",\"seed\":%llu,\"selector\":\"%s\",",
+               "\"backend\":\"%s\",\"seed\":%llu,\"load1\":%.3g,\"selector\":\"%s\",",
                b->sh->name, b->sh->hq, b->sh->hkv, b->sh->d, b->ctx, budget, o->batch, o->steps, o->warmup,
                o->threads, o->rank, o->prec == LOCKS_SUMMARY_Q ? "q" : "f32",
-               o->backend == LOCKS_BACKEND_CPU ? "cpu" : "cuda", (unsigned long long)o->seed,
+               o->backend == LOCKS_BACKEND_CPU ? "cpu" : "cuda", (unsigned long long)o->seed, b->load1,
                locks_selector_name(s));
         printf("\"dense_ms\":%.6g,\"step_ms\":%.6g,\"score_ms\":%.6g,\"select_ms\":%.6g,\"attend_ms\":%.6g,"
                "\"speedup\":%.6g,\"bytes_meta\":%.0f,\"bytes_kv\":%.0f,\"bytes_dense\":%.0f,"
                "\"bytes_step\":%.0f,\"gbps\":%.6g,\"summary_bytes\":%zu,\"summary_bytes_analytic\":%zu,",
                dense_ms, ms, sc, se, at, dense_ms / ms, meta, kv, dense, meta + kv, gbps, sb, sba);
+        if (o->host_gbps > 0.0) printf("\"host_read_gbps\":%.6g,", o->host_gbps);
+        printf("\"step_ms_min\":%.6g,\"dense_ms_min\":%.6g,", min_of(r->ms, n), dense_min);
         if (r->n_fid)
             printf("\"mass_coverage\":%.8g,\"oracle_mass_coverage\":%.8g,\"coverage_ratio\":%.8g,"
-                   "\"coverage_ratio_min\":%.8g,\"oracle_recall\":%.8g,\"output_rel_err\":%.8g,"
+                   "\"coverage_ratio_min\":%.8g,\"oracle_recall\":%.8g,\"carrier_recall\":%.8g,"
+                   "\"output_rel_err\":%.8g,"
                    "\"output_rel_err_max\":%.8g,\"cosine\":%.8g,\"kernel_rel_err\":%.6g,\"tokens\":%.6g,"
                    "\"fidelity_samples\":%d}\n",
-                   r->cov * f, r->ocov * f, r->ratio * f, r->ratio_min, r->recall * f, r->err * f, r->err_max,
+                   r->cov * f, r->ocov * f, r->ratio * f, r->ratio_min, r->recall * f,
+                   locks_metrics_carrier_recall(&r->carrier), r->err * f, r->err_max,
                    r->cos * f, r->kerr, r->tokens * f, r->n_fid);
         else
             printf("\"mass_coverage\":null,\"oracle_mass_coverage\":null,\"output_rel_err\":null}\n");
@@ -346,10 +429,10 @@ static void print_row(const bench_ctx *b, int32_t budget, locks_selector s, cons
     printf("%-8s %9.3f %8.3f %8.3f %8.3f %7.2fx %9.2f %9.2f %9.2f %7.2f | ", locks_selector_name(s), ms, sc, se,
            at, dense_ms / ms, meta / 1e6, kv / 1e6, dense / 1e6, gbps);
     if (r->n_fid)
-        printf("%8.4f %8.4f %6.4f %6.3f %8.2e %7.4f %8.1e\n", r->cov * f, r->ocov * f, r->ratio * f,
-               r->recall * f, r->err * f, r->cos * f, r->kerr);
+        printf("%8.4f %8.4f %6.4f %6.3f %6.3f %8.2e %7.4f %8.1e\n", r->cov * f, r->ocov * f, r->ratio * f,
+               r->recall * f, locks_metrics_carrier_recall(&r->carrier), r->err * f, r->cos * f, r->kerr);
     else
-        printf("%8s %8s %6s %6s %8s %7s %8s\n", "-", "-", "-", "-", "-", "-", "-");
+        printf("%8s %8s %6s %6s %6s %8s %7s %8s\n", "-", "-", "-", "-", "-", "-", "-", "-");
 }
 
 static int run_budget(bench_ctx *b, int32_t budget) {
@@ -372,7 +455,9 @@ static int run_budget(bench_ctx *b, int32_t budget) {
     int32_t *pages = locks_alloc((size_t)B * H * max_pages, sizeof(int32_t));
     int32_t *npg = locks_alloc((size_t)B * H, sizeof(int32_t));
     locks_attn_ref *ref = calloc((size_t)B, sizeof *ref);
-    if (!res || !q || !out || !pages || !npg || !ref) {
+    int32_t *opages = locks_alloc((size_t)B * H * max_pages, sizeof(int32_t)); /* float64 oracle */
+    int32_t *onpg = locks_alloc((size_t)B * H, sizeof(int32_t));
+    if (!res || !q || !out || !pages || !npg || !ref || !opages || !onpg) {
         fprintf(stderr, "locks bench: out of memory\n");
         goto done;
     }
@@ -389,6 +474,7 @@ static int run_budget(bench_ctx *b, int32_t budget) {
     sp.n_sink = o->n_sink;
     sp.n_recent = o->n_recent;
     locks_selection sel = {pages, npg, max_pages};
+    b->load1 = load_average();
 
     for (int step = 0; step < o->warmup + o->steps; step++) {
         int rec = step >= o->warmup, k = step - o->warmup;
@@ -397,6 +483,10 @@ static int run_budget(bench_ctx *b, int32_t budget) {
             for (int32_t s = 0; s < B; s++) {
                 locks_status st = locks_attn_ref_compute(&b->src[s], q + (size_t)s * Hq * d, Hq, 0.0f,
                                                          o->threads, &ref[s]);
+                if (st == LOCKS_OK)
+                    st = locks_metrics_oracle_select(&ref[s], budget, o->n_sink, o->n_recent,
+                                                     opages + (size_t)s * H * max_pages, onpg + (size_t)s * H,
+                                                     max_pages);
                 if (st != LOCKS_OK) {
                     report_error("reference attention", st);
                     goto done;
@@ -445,6 +535,11 @@ static int run_budget(bench_ctx *b, int32_t budget) {
                 r->kerr = fmax(r->kerr, m.kernel_rel_err);
                 r->tokens += m.tokens;
                 r->n_fid++;
+                int32_t n_needles;
+                const int32_t *needles = locks_synth_needles(b->synth[s], &n_needles);
+                locks_metrics_carrier_add(&r->carrier, H, opages + (size_t)s * H * max_pages, onpg + (size_t)s * H,
+                                          pages + (size_t)s * H * max_pages, npg + (size_t)s * H, max_pages,
+                                          needles, n_needles);
             }
         }
         for (int32_t s = 0; s < B; s++) locks_attn_ref_free(&ref[s]);
@@ -453,7 +548,8 @@ static int run_budget(bench_ctx *b, int32_t budget) {
     size_t sb = locks_cache_summary_bytes(b->cache), sba = analytic_summary_bytes(d, o->rank, o->prec);
     double dense_ms = median(res[full_at].ms, o->steps);
     if (!o->json) print_header(b, budget, sb, sba);
-    for (int i = 0; i < o->n_sel; i++) print_row(b, budget, run[i], &res[i], dense_ms, sb, sba);
+    double dense_min = min_of(res[full_at].ms, o->steps);
+    for (int i = 0; i < o->n_sel; i++) print_row(b, budget, run[i], &res[i], dense_ms, dense_min, sb, sba);
     fflush(stdout);
     rc = 0;
 done:
@@ -467,6 +563,8 @@ done:
     locks_free(out);
     locks_free(pages);
     locks_free(npg);
+    locks_free(opages);
+    locks_free(onpg);
     return rc;
 }
 
@@ -516,6 +614,8 @@ static int run_context(const bench_opts *o, const bench_shape *sh, int32_t ctx) 
     cp.n_threads = o->threads;
     b.cache = locks_cache_init(cp, &st);
     if (!b.cache) {
+        if (st == LOCKS_ERR_UNSUPPORTED && o->backend == LOCKS_BACKEND_CUDA)
+            fprintf(stderr, "locks bench: the CUDA backend is not available in this build yet\n");
         rc = report_error("cache init", st);
         goto done;
     }
@@ -574,6 +674,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
 #endif
     }
+    if (o.membw) o.host_gbps = measure_read_gbps(o.threads);
     for (int i = 0; i < o.n_shapes; i++)
         for (int j = 0; j < o.n_context; j++)
             if ((rc = run_context(&o, o.shape[i], o.context[j])) != 0) return rc;

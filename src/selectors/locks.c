@@ -100,89 +100,179 @@ __attribute__((target("avx2"))) static float hmax_ps(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
-enum { QBLOCK = 32 /* pages per inner block: logits kept for the batched exp/log */ };
+/* acc += sum over each group of 4 bytes of u[i] * s[i] (u unsigned, s signed), per
+ * 32-bit lane: AVX-VNNI's vpdpbusd. Inline assembly ({vex}: the AVX-VNNI encoding) so
+ * the kernel body compiles once for both instruction sets; only score_q8_vnni, chosen
+ * when the CPU reports AVX-VNNI, executes it. */
+__attribute__((target("avx2"))) static __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+}
 
-/* Quantized summaries, r = 8, d a multiple of 64: per page and group head,
- *   V^T q   by int8 x uint4 dot products (maddubs), one pass over the packed rows shared
- *           by the heads, corrected for the +8 offset of the unsigned nibbles;
- *   q . mu  by int8 x int8 dot products;
- *   logits  16 rows of C (as floats) times z = V^T q scaled, summed horizontally;
- * then the page LSE from a batched exp and log over QBLOCK pages. */
-__attribute__((target("avx2,fma,f16c"))) static void score_q8_avx2(const locks_sel_ctx *x,
-                                                                   locks_sum_arrays a, int32_t j0,
-                                                                   int32_t j1, float *scores,
-                                                                   int32_t ld) {
-    const int32_t d = x->c->d, G = x->group, half = d / 2, nch = d / 64;
+/* 2^x for 8 floats x <= 0 (below -126: ~0): the exponent bits take 2^round(x), a
+ * degree-4 Taylor polynomial the fraction in [-1/2, 1/2] (relative error < 5e-5).
+ * Only page scores use it: ranking needs far less than the int8 query rounding
+ * already costs (~1e-2), and the attention itself uses the exact exp. */
+__attribute__((target("avx2,fma"))) static __m256 exp2_fast8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(9.6181291e-3f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504109e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022651e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
+/* Quantized summaries, r = 8, d a multiple of 64. Per page, the summary is unpacked
+ * once into registers / L1 (nibbles as unsigned bytes, |mu|, the columns of C as
+ * floats) and reused by every head of the group:
+ *   V^T q   int8 x uint4 dot products (maddubs), corrected for the +8 nibble offset;
+ *   q . mu  int8 x int8 dot products;
+ *   logits  sum_k z[k] C[:, k] by FMAs on columns of C, z = (V^T q) * scales.
+ * C is stored row-major [16][8]; read as dwords, byte b of every dword is column b
+ * (even lanes) or 4 + b (odd lanes) of some rows, so shifts give the columns without
+ * shuffles; the row order inside the logit vectors is permuted, which the page
+ * log-sum-exp does not see. The LSE works in base 2 (logits times log2 e) with one max
+ * per head and block of pages (pages 126 octaves below the block's best get mass ~0
+ * anyway), exp2_fast8, and one batched log per block. */
+__attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
+score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1, float *scores,
+              int32_t ld, const int32_t nch /* d / 64: a constant in each caller */,
+              const int vnni /* constant: use vpdpbusd (AVX-VNNI) for the byte dot products */) {
+    const int32_t d = nch * 64, G = x->group, half = d / 2;
+    int32_t qblock = (256 / G) & ~7; /* pages per exp/log batch: multiple of 8, <= 32 */
+    qblock = qblock < 8 ? 8 : qblock > 32 ? 32 : qblock;
     q8 qq[64];
     for (int32_t g = 0; g < G; g++) q8_prepare(x->q + (size_t)g * d, d, &qq[g]);
     const __m256i mask4 = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x88);
     const __m256i ones16 = _mm256_set1_epi16(1);
-    float lg[QBLOCK][P];  /* logits of one head, then exp(logit - max) */
-    float mx[64][QBLOCK]; /* per head, per page of the block: max logit */
-    for (int32_t b0 = j0; b0 < j1; b0 += QBLOCK) {
-        const int32_t b1 = b0 + QBLOCK < j1 ? b0 + QBLOCK : j1;
-        for (int32_t g = 0; g < G; g++) {
-            const q8 *qg = &qq[g];
-            const float zq = qg->qs, base8 = 8.0f * (float)qg->qsum;
-            for (int32_t j = b0; j < b1; j++) {
-                const size_t p = (size_t)x->table[j];
-                const uint8_t *vq = a.v_q + p * 8 * half;
-                const int8_t *muq = a.mu_q + p * d;
-                /* y[k] = sum_c u[k][c] qi[c], u = nib + 8 */
+    const __m256 vscale = _mm256_set1_ps(x->scale * 1.44269504f); /* base-2 logits */
+    __m256i zidx[4];
+    for (int32_t b = 0; b < 4; b++) zidx[b] = _mm256_setr_epi32(b, 4 + b, b, 4 + b, b, 4 + b, b, 4 + b);
+    __m256i nib[8][8];        /* [k][2 * nch]: row k's low nibbles then high nibbles, + 8 */
+    __m256 ccol[4][4];        /* [m][b]: rows 4m..4m+3, column b (even lanes) / 4 + b (odd) */
+    __m256i mabs[8], msgn[8]; /* |mu| and mu, 32 bytes per chunk */
+    float lg[512][P];         /* [g * nbp + page]: scaled logits, then exp(logit - max) */
+    for (int32_t b0 = j0; b0 < j1; b0 += qblock) {
+        const int32_t b1 = b0 + qblock < j1 ? b0 + qblock : j1, nb = b1 - b0, nbp = (nb + 7) & ~7;
+        for (int32_t j = b0; j < b1; j++) {
+            const size_t p = (size_t)x->table[j];
+            const uint8_t *vq = a.v_q + p * 8 * half;
+            for (int32_t k = 0; k < 8; k++)
+                for (int32_t ch = 0; ch < nch; ch++) {
+                    __m256i bytes = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(vq + k * half + ch * 32)), flip);
+                    nib[k][ch] = _mm256_and_si256(bytes, mask4);
+                    nib[k][nch + ch] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask4);
+                }
+            const int8_t *cq = a.c_q + p * P * 8;
+            for (int32_t m = 0; m < 4; m++) {
+                __m256i rows = _mm256_loadu_si256((const __m256i *)(cq + m * 32));
+                ccol[m][0] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 24), 24));
+                ccol[m][1] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 16), 24));
+                ccol[m][2] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 8), 24));
+                ccol[m][3] = _mm256_cvtepi32_ps(_mm256_srai_epi32(rows, 24));
+            }
+            const int8_t *muq = a.mu_q + p * d;
+            for (int32_t ch = 0; ch < d / 32; ch++) {
+                msgn[ch] = _mm256_loadu_si256((const __m256i *)(muq + ch * 32));
+                mabs[ch] = _mm256_abs_epi8(msgn[ch]);
+            }
+            const __m256 vc = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.v_s + p * 8))),
+                                            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.c_s + p * 8))));
+            const float mus = locks_f16_to_f32(a.mu_s[p]) * x->scale * 1.44269504f;
+            for (int32_t g = 0; g < G; g++) {
+                const q8 *qg = &qq[g];
                 __m256i yk[8];
                 for (int32_t k = 0; k < 8; k++) {
-                    __m256i s16 = _mm256_setzero_si256();
-                    for (int32_t ch = 0; ch < nch; ch++) {
-                        __m256i bytes = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(vq + k * half + ch * 32)), flip);
-                        __m256i lo = _mm256_and_si256(bytes, mask4);
-                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask4);
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)(qg->qp + ch * 32))));
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32))));
+                    if (vnni) {
+                        __m256i acc = _mm256_setzero_si256();
+                        for (int32_t ch = 0; ch < nch; ch++) {
+                            acc = dpbusd(acc, nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32)));
+                            acc = dpbusd(acc, nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32)));
+                        }
+                        yk[k] = acc;
+                    } else {
+                        __m256i s16 = _mm256_setzero_si256();
+                        for (int32_t ch = 0; ch < nch; ch++) {
+                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32))));
+                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32))));
+                        }
+                        yk[k] = _mm256_madd_epi16(s16, ones16);
                     }
-                    yk[k] = _mm256_madd_epi16(s16, ones16);
                 }
-                __m256 y = _mm256_sub_ps(_mm256_cvtepi32_ps(hsum8_epi32(yk)), _mm256_set1_ps(base8));
-                /* z[k] = y[k] * qs * v_s[k] * c_s[k] */
-                __m256 vs = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.v_s + p * 8)));
-                __m256 cs = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.c_s + p * 8)));
-                __m256 z = _mm256_mul_ps(_mm256_mul_ps(y, _mm256_set1_ps(zq)), _mm256_mul_ps(vs, cs));
-                /* q . mu */
+                __m256 y = _mm256_sub_ps(_mm256_cvtepi32_ps(hsum8_epi32(yk)), _mm256_set1_ps(8.0f * (float)qg->qsum));
+                __m256 z = _mm256_mul_ps(_mm256_mul_ps(y, _mm256_set1_ps(qg->qs)), vc);
+                __m256 zb[4], t[4];
+                for (int32_t b = 0; b < 4; b++) zb[b] = _mm256_permutevar8x32_ps(z, zidx[b]);
+                for (int32_t m = 0; m < 4; m++) {
+                    __m256 acc = _mm256_mul_ps(ccol[m][0], zb[0]);
+                    acc = _mm256_fmadd_ps(ccol[m][1], zb[1], acc);
+                    acc = _mm256_fmadd_ps(ccol[m][2], zb[2], acc);
+                    t[m] = _mm256_fmadd_ps(ccol[m][3], zb[3], acc);
+                }
                 __m256i macc = _mm256_setzero_si256();
-                for (int32_t c = 0; c < d; c += 32) {
-                    __m256i m8 = _mm256_loadu_si256((const __m256i *)(muq + c));
-                    __m256i q8v = _mm256_load_si256((const __m256i *)(qg->qi + c));
-                    macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(m8), _mm256_sign_epi8(q8v, m8)), ones16));
+                for (int32_t ch = 0; ch < d / 32; ch++) {
+                    __m256i qv = _mm256_load_si256((const __m256i *)(qg->qi + ch * 32));
+                    if (vnni) macc = dpbusd(macc, mabs[ch], _mm256_sign_epi8(qv, msgn[ch]));
+                    else macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(mabs[ch], _mm256_sign_epi8(qv, msgn[ch])), ones16));
                 }
-                const float qmu = (float)hsum_epi32(macc) * zq * locks_f16_to_f32(a.mu_s[p]);
-                /* logits[i] = scale * (qmu + sum_k C[i][k] z[k]) */
-                const int8_t *cq = a.c_q + p * P * 8;
-                __m256 prod[8];
-                __m256 out[2];
-                for (int32_t h2 = 0; h2 < 2; h2++) {
-                    for (int32_t i = 0; i < 8; i++) {
-                        __m256 crow = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(cq + (h2 * 8 + i) * 8))));
-                        prod[i] = _mm256_mul_ps(crow, z);
-                    }
-                    out[h2] = _mm256_mul_ps(_mm256_add_ps(hsum8_ps(prod), _mm256_set1_ps(qmu)), _mm256_set1_ps(x->scale));
-                }
-                const float m = hmax_ps(_mm256_max_ps(out[0], out[1]));
-                mx[g][j - b0] = m;
-                _mm256_storeu_ps(lg[j - b0], _mm256_sub_ps(out[0], _mm256_set1_ps(m)));
-                _mm256_storeu_ps(lg[j - b0] + 8, _mm256_sub_ps(out[1], _mm256_set1_ps(m)));
+                const __m256 qmu = _mm256_set1_ps((float)hsum_epi32(macc) * qg->qs * mus);
+                float *row = lg[g * nbp + (j - b0)];
+                _mm256_storeu_ps(row, _mm256_fmadd_ps(_mm256_hadd_ps(t[0], t[1]), vscale, qmu));
+                _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(_mm256_hadd_ps(t[2], t[3]), vscale, qmu));
             }
-            const int32_t nb = b1 - b0;
-            locks_exp_n(&lg[0][0], (size_t)nb * P);
-            float *srow = scores + (size_t)g * ld + b0;
-            for (int32_t j = 0; j < nb; j++) {
-                __m256 s = _mm256_add_ps(_mm256_loadu_ps(lg[j]), _mm256_loadu_ps(lg[j] + 8));
-                __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-                h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-                srow[j] = _mm_cvtss_f32(h);
-            }
-            locks_log_n(srow, (size_t)nb);
-            for (int32_t j = 0; j < nb; j++) srow[j] += mx[g][j];
         }
+        for (int32_t g = 0; g < G; g++) {
+            float(*rows)[P] = &lg[g * nbp];
+            __m256 vmx = _mm256_set1_ps(-INFINITY);
+            for (int32_t jj = 0; jj < nb; jj++)
+                vmx = _mm256_max_ps(vmx, _mm256_max_ps(_mm256_loadu_ps(rows[jj]), _mm256_loadu_ps(rows[jj] + 8)));
+            const float mx = hmax_ps(vmx);
+            vmx = _mm256_set1_ps(mx);
+            float sums[32];
+            for (int32_t jj = 0; jj < nbp; jj += 8) {
+                __m256 v[8];
+                for (int32_t i = 0; i < 8; i++) {
+                    if (jj + i < nb) {
+                        v[i] = _mm256_add_ps(exp2_fast8(_mm256_sub_ps(_mm256_loadu_ps(rows[jj + i]), vmx)),
+                                             exp2_fast8(_mm256_sub_ps(_mm256_loadu_ps(rows[jj + i] + 8), vmx)));
+                    } else {
+                        v[i] = _mm256_set1_ps(1.0f); /* padding, not stored */
+                    }
+                }
+                _mm256_storeu_ps(sums + jj, _mm256_max_ps(hsum8_ps(v), _mm256_set1_ps(1e-30f)));
+            }
+            locks_log_n(sums, (size_t)nbp);
+            float *srow = scores + (size_t)g * ld + b0;
+            for (int32_t jj = 0; jj < nb; jj++) srow[jj] = sums[jj] + mx * 0.69314718f; /* ln 2 */
+        }
+    }
+}
+
+/* One copy of the kernel per head dim (so the chunk loops unroll) and per dot-product
+ * instruction: AVX2 maddubs + madd, or AVX-VNNI vpdpbusd where the CPU has it. */
+__attribute__((target("avx2,fma,f16c"))) static void score_q8_avx2(const locks_sel_ctx *x,
+                                                                   locks_sum_arrays a, int32_t j0,
+                                                                   int32_t j1, float *scores,
+                                                                   int32_t ld) {
+    switch (x->c->d) {
+    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 0); break;
+    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 0); break;
+    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 0); break; /* 256 */
+    }
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void score_q8_vnni(const locks_sel_ctx *x,
+                                                                   locks_sum_arrays a, int32_t j0,
+                                                                   int32_t j1, float *scores,
+                                                                   int32_t ld) {
+    switch (x->c->d) {
+    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 1); break;
+    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 1); break;
+    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 1); break; /* 256 */
     }
 }
 #endif
@@ -192,9 +282,10 @@ void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float
     const int32_t d = x->c->d, r = x->c->r;
     locks_sum_arrays a = locks_cache_summaries(x->c, x->layer, x->kv_head);
 #ifdef LOCKS_X86
-    if (x->c->p.summary_prec == LOCKS_SUMMARY_Q && r == 8 && d % 64 == 0 && x->group <= 64 &&
-        locks_have_avx2()) {
-        score_q8_avx2(x, a, j0, j1, scores, ld);
+    if (x->c->p.summary_prec == LOCKS_SUMMARY_Q && r == 8 && (d == 64 || d == 128 || d == 256) &&
+        x->group <= 64 && locks_have_avx2()) {
+        if (locks_have_avxvnni()) score_q8_vnni(x, a, j0, j1, scores, ld);
+        else score_q8_avx2(x, a, j0, j1, scores, ld);
         return;
     }
 #endif
