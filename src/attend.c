@@ -98,8 +98,8 @@ __attribute__((target("avx2,fma,f16c"))) static void block_accum_avx2(const uint
 }
 #endif
 
-static void block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
-                         float scale, float (*logit)[P]) {
+void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
+                        float scale, float (*logit)[LOCKS_PAGE]) {
 #ifdef LOCKS_X86
     if (locks_have_avx2()) {
         block_logits_avx2(kb, nt, q, G, d, scale, logit);
@@ -147,7 +147,7 @@ static void prefetch_blocks(const uint16_t *kb, const uint16_t *vb, size_t bytes
 static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, const float *q,
                          int32_t G, int32_t d, float scale, attn_state st) {
     float logit[64][P]; /* G <= 64 (checked by the callers) */
-    block_logits(kb, nt, q, G, d, scale, logit);
+    locks_block_logits(kb, nt, q, G, d, scale, logit);
     for (int32_t g = 0; g < G; g++) {
         float mx = st.m[g];
         for (int32_t t = 0; t < nt; t++) mx = logit[g][t] > mx ? logit[g][t] : mx;

@@ -47,6 +47,10 @@ locks_status locks_select_check(const locks_seq *s, const locks_step_params *p);
 locks_status locks_select_run(locks_cache *c, locks_seq_work *w, int32_t n_seqs,
                               const locks_step_params *p, int32_t n_q_heads, int with_mass);
 
+/* attend.c: logit[g][t] = scale * q_g . k_t for the first nt keys of one fp16 (page,
+ * KV head) block and the G heads of q [G][d] (the oracle selector shares it). */
+void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
+                        float scale, float (*logit)[LOCKS_PAGE]);
 /* attend.c: exact attention over each sequence's selection (w[i].pages / n_pages). */
 locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
                               int32_t n_q_heads, float scale);

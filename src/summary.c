@@ -259,7 +259,11 @@ void locks_summary_dequantize(int32_t d, int32_t r, locks_qsummary q, float *mu,
     for (int32_t k = 0; k < r; k++) {
         s = locks_f16_to_f32(q.v_s[k]);
         const uint8_t *row = q.v_q + (size_t)k * (d / 2);
-        for (int32_t c = 0; c < d; c++) basis[(size_t)k * d + c] = s * (float)locks_int4_get(row, c);
+        float *out = basis + (size_t)k * d;
+        for (int32_t b = 0; b < d / 2; b++) { /* low nibble: element 2b, high: 2b + 1 */
+            out[2 * b] = s * (float)(((row[b] & 0xf) ^ 8) - 8);
+            out[2 * b + 1] = s * (float)(((row[b] >> 4) ^ 8) - 8);
+        }
     }
     for (int32_t k = 0; k < r; k++) {
         s = locks_f16_to_f32(q.c_s[k]);

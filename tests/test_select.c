@@ -175,14 +175,14 @@ static void test_quantized_coverage(void) {
  * (locks_cache_summary_get); simd as locks_simd_enable takes it. The portable kernel works in fp32 on the dequantized
  * values; the AVX2 kernel also rounds each query to int8 (one scale per head), which
  * moves a logit by about scale * |q|_max / 254 * sum |x|: a few percent of a mass. */
-static void test_quantized_scores(int simd) {
-    const int32_t H = 2, G = 4, Hq = H * G, d = 128, r = 8, len = tu_int(300, 700), n_full = len / P;
+static void test_quantized_scores(int simd, int32_t d) {
+    const int32_t H = 2, G = tu_int(1, 12), Hq = H * G, r = 8, len = tu_int(300, 700), n_full = len / P;
     int32_t seq;
     locks_simd_enable(simd);
     locks_cache *c = make_cache(H, d, len, LOCKS_SUMMARY_Q, r, &seq);
     float *q = malloc(sizeof(float) * Hq * d), *m = malloc(sizeof(float) * H * n_full);
     double *ref = malloc(sizeof(double) * H * n_full), *s = malloc(sizeof(double) * n_full);
-    float mu[128], basis[8 * 128], coef[P * 8];
+    float mu[256], basis[8 * 256], coef[P * 8];
     tu_fill_normal(q, (size_t)Hq * d, 1.0);
     locks_step_params p = locks_step_default_params();
     CHECK(locks_score(c, 0, seq, q, Hq, &p, m));
@@ -220,8 +220,8 @@ static void test_quantized_scores(int simd) {
     double worst = 0.0;
     for (int32_t i = 0; i < H * n_full; i++)
         if (ref[i] > 1e-4) worst = fmax(worst, fabs((double)m[i] - ref[i]) / ref[i]);
-    printf("  quantized scores (%s): worst relative mass error %.4f\n",
-           locks_have_avxvnni() ? "avx-vnni" : locks_have_avx2() ? "avx2" : "portable", worst);
+    printf("  quantized scores (%s, d=%d, G=%d): worst relative mass error %.4f\n",
+           locks_have_avxvnni() ? "avx-vnni" : locks_have_avx2() ? "avx2" : "portable", d, G, worst);
     free(q);
     free(m);
     free(ref);
@@ -320,11 +320,16 @@ static void test_gqa(void) {
 
 int main(void) {
     tu_seed("test_select");
+    test_rank15_exact();  /* AVX2 fp32-summary kernel where the CPU has it */
+    locks_simd_enable(0); /* then the portable loop */
     test_rank15_exact();
+    locks_simd_enable(1);
     test_quantized_coverage();
-    test_quantized_scores(1); /* AVX-VNNI kernel where the CPU has it */
-    test_quantized_scores(2); /* AVX2 kernel */
-    test_quantized_scores(0); /* portable */
+    for (int32_t d = 64; d <= 256; d *= 2) {
+        test_quantized_scores(1, d); /* AVX-VNNI kernel where the CPU has it */
+        test_quantized_scores(2, d); /* AVX2 kernel */
+        test_quantized_scores(0, d); /* portable */
+    }
     test_topk_forced();
     test_gqa();
     return test_report("test_select");

@@ -30,7 +30,8 @@ static void score_page_f32(const locks_sel_ctx *x, const float *mu, const float 
             for (int32_t k = 0; k < r; k++) s += coef[i * r + k] * y[k];
             logit[i] = x->scale * s;
         }
-        scores[(size_t)g * ld + j] = locks_lse(logit, P);
+        const float mx = locks_max_n(logit, P);
+        scores[(size_t)g * ld + j] = mx + logf((float)locks_exp_sum_n(logit, P, mx));
     }
 }
 
@@ -182,7 +183,7 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
             }
             const __m256 vc = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.v_s + p * 8))),
                                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.c_s + p * 8))));
-            const float mus = locks_f16_to_f32(a.mu_s[p]) * x->scale * 1.44269504f;
+            const float mus = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(a.mu_s[p]))) * x->scale * 1.44269504f;
             for (int32_t g = 0; g < G; g++) {
                 const q8 *qg = &qq[g];
                 __m256i yk[8];
@@ -252,6 +253,54 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
     }
 }
 
+/* fp32 summaries (the unquantized mode, rank R a constant): per page and head, q . mu
+ * and V^T q as R + 1 vector accumulators over d (one pass over q), reduced by
+ * hsum8_ps; the 16 logits by scalar FMAs over the coefficient rows; the page LSE with
+ * the exact vector exp. Same arithmetic as score_page_f32, in another order. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+score_f32_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1, float *scores,
+               int32_t ld, const int32_t R) {
+    const int32_t d = x->c->d;
+    for (int32_t j = j0; j < j1; j++) {
+        const size_t p = (size_t)x->table[j];
+        const float *mu = a.mu + p * d, *basis = a.basis + p * R * d, *coef = a.coef + p * P * R;
+        for (int32_t g = 0; g < x->group; g++) {
+            const float *q = x->q + (size_t)g * d;
+            __m256 acc[16], am = _mm256_setzero_ps();
+            for (int32_t k = 0; k < 16; k++) acc[k] = _mm256_setzero_ps();
+            for (int32_t c = 0; c < d; c += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + c);
+                am = _mm256_fmadd_ps(_mm256_loadu_ps(mu + c), qv, am);
+                for (int32_t k = 0; k < R; k++)
+                    acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(basis + (size_t)k * d + c), qv, acc[k]);
+            }
+            float y[16], logit[P];
+            _mm256_storeu_ps(y, hsum8_ps(acc));
+            if (R > 8) _mm256_storeu_ps(y + 8, hsum8_ps(acc + 8));
+            __m128 h = _mm_add_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+            h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            const float qm = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+            for (int32_t i = 0; i < P; i++) {
+                float sum = qm;
+                for (int32_t k = 0; k < R; k++) sum += coef[i * R + k] * y[k];
+                logit[i] = x->scale * sum;
+            }
+            const float mx = locks_max_n(logit, P);
+            scores[(size_t)g * ld + j] = mx + logf((float)locks_exp_sum_n(logit, P, mx));
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static int score_f32_avx2(const locks_sel_ctx *x, locks_sum_arrays a,
+                                                              int32_t j0, int32_t j1, float *scores,
+                                                              int32_t ld) {
+    switch (x->c->r) {
+    case 8: score_f32_body(x, a, j0, j1, scores, ld, 8); return 1;
+    case 15: score_f32_body(x, a, j0, j1, scores, ld, 15); return 1;
+    default: return 0; /* other ranks: the portable loop */
+    }
+}
+
 /* One copy of the kernel per head dim (so the chunk loops unroll) and per dot-product
  * instruction: AVX2 maddubs + madd, or AVX-VNNI vpdpbusd where the CPU has it. */
 __attribute__((target("avx2,fma,f16c"))) static void score_q8_avx2(const locks_sel_ctx *x,
@@ -288,6 +337,9 @@ void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float
         else score_q8_avx2(x, a, j0, j1, scores, ld);
         return;
     }
+    if (x->c->p.summary_prec == LOCKS_SUMMARY_F32 && locks_have_avx2() &&
+        score_f32_avx2(x, a, j0, j1, scores, ld))
+        return;
 #endif
     if (x->c->p.summary_prec == LOCKS_SUMMARY_F32) {
         for (int32_t j = j0; j < j1; j++) {
