@@ -24,8 +24,7 @@ template <int D> struct __align__(16) summary_smem {
     float a[16][17];    /* Gram matrix, rotated in place */
     float u[16][17];    /* eigenvectors (columns) */
     float mu[D];
-    float cs[8][2];
-    int pq[8][2];
+    float4 prm[8]; /* per pair of the round: p, q (int bits), c, s */
     int order[16];
 };
 
@@ -134,17 +133,18 @@ summary_kernel(const uint16_t *__restrict__ kpool, const int32_t *__restrict__ p
                     c = rsqrtf(t * t + 1.f);
                     s = t * c;
                 }
-                sm.cs[lane][0] = c;
-                sm.cs[lane][1] = s;
-                sm.pq[lane][0] = p;
-                sm.pq[lane][1] = q;
+                sm.prm[lane] = make_float4(__int_as_float(p), __int_as_float(q), c, s);
             }
             __syncwarp();
+            /* each lane's 4 tasks use pairs lane/16 + 2m: one 16-byte load each, reused
+             * by both stages (shared-memory traffic is what bounds this kernel) */
+            float4 pr[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++) pr[m] = sm.prm[(lane >> 4) + 2 * m];
 #pragma unroll
             for (int m = 0; m < 4; m++) { /* rows: A <- J^T A */
-                int task = lane + 32 * m, k = task >> 4, j = task & 15;
-                int p = sm.pq[k][0], q = sm.pq[k][1];
-                float c = sm.cs[k][0], s = sm.cs[k][1];
+                const int j = lane & 15, p = __float_as_int(pr[m].x), q = __float_as_int(pr[m].y);
+                const float c = pr[m].z, s = pr[m].w;
                 float ap = sm.a[p][j], aq = sm.a[q][j];
                 sm.a[p][j] = c * ap - s * aq;
                 sm.a[q][j] = s * ap + c * aq;
@@ -152,9 +152,8 @@ summary_kernel(const uint16_t *__restrict__ kpool, const int32_t *__restrict__ p
             __syncwarp();
 #pragma unroll
             for (int m = 0; m < 4; m++) { /* columns: A <- A J, U <- U J */
-                int task = lane + 32 * m, k = task >> 4, j = task & 15;
-                int p = sm.pq[k][0], q = sm.pq[k][1];
-                float c = sm.cs[k][0], s = sm.cs[k][1];
+                const int j = lane & 15, p = __float_as_int(pr[m].x), q = __float_as_int(pr[m].y);
+                const float c = pr[m].z, s = pr[m].w;
                 float ap = sm.a[j][p], aq = sm.a[j][q];
                 /* the rotated pair element is zero by construction: store it exactly */
                 sm.a[j][p] = j == q ? 0.f : c * ap - s * aq;
