@@ -82,9 +82,9 @@ locks_status locks_cuda_summary_get_raw(locks_cuda_cache *c, int32_t layer, int3
 locks_status locks_cuda_kv_page_get(locks_cuda_cache *c, int32_t layer, int32_t page, uint16_t *k,
                                     uint16_t *v);
 
-/* Fills the K/V pages of one layer with random values (uniform in [-a, a] for keys,
- * [-1, 1] for values, page-local structure: every page's keys are a random rank-4
- * pattern plus noise so summaries are meaningful). For benchmarks. */
+/* Fills the K/V pages of one layer (the whole pool) with i.i.d. hash-random values,
+ * uniform in [-a, a] for keys and [-1, 1] for values. For benchmarks: timing only
+ * (near-uniform attention, the top-k's worst case), not for fidelity. */
 locks_status locks_cuda_fill_random(locks_cuda_cache *c, int32_t layer, uint64_t seed, float a);
 
 /* ---- decode step pieces (device arrays, on the cache's stream) ------------------- */

@@ -51,44 +51,45 @@ template <int N> static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* Issues the copies of one batch (pages p of lanes 0..7, -1 = none) into stage st. */
+/* Issues the copies of one batch (pages p of lanes 0..7, -1 = none) into stage st. The
+ * arrays are already offset to this (layer, KV head), so page offsets fit 32 bits. */
 template <int D>
-static __device__ __forceinline__ void score_issue(score_stage<D> &st, int32_t my_p, int lane, size_t sbase,
-                                                   const int8_t *mu_q, const __half *mu_s, const uint8_t *basis_q,
-                                                   const __half *basis_s, const int8_t *coef_q,
-                                                   const __half *coef_s) {
-    constexpr int VCH = LOCKS_CUDA_MAX_RANK * D / 2 / 16; /* 16-byte pieces of one page's basis */
+static __device__ __forceinline__ void score_issue(score_stage<D> &st, int32_t my_p, int lane, const int8_t *mu_q,
+                                                   const __half *mu_s, const uint8_t *basis_q, const __half *basis_s,
+                                                   const int8_t *coef_q, const __half *coef_s) {
+    constexpr int VB = LOCKS_CUDA_MAX_RANK * D / 2; /* basis bytes per page */
+    constexpr int VCH = VB / 16;                    /* 16-byte pieces of one page's basis */
     constexpr int MCH = D / 16;
 #pragma unroll
     for (int k = 0; k < SCORE_BATCH * VCH / 32; k++) {
         const int ch = lane + 32 * k, i = ch / VCH, o = ch % VCH;
         const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
-        if (p >= 0) cp_async16(&st.v[i][16 * o], basis_q + (sbase + p) * (LOCKS_CUDA_MAX_RANK * D / 2) + 16 * o);
+        if (p >= 0) cp_async16(&st.v[i][16 * o], basis_q + ((uint32_t)p * VB + 16u * o));
     }
 #pragma unroll
     for (int k = 0; k < SCORE_BATCH * 8 / 32; k++) {
         const int ch = lane + 32 * k, i = ch / 8, o = ch % 8;
         const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
-        if (p >= 0) cp_async16(&st.c[i][16 * o], coef_q + (sbase + p) * (16 * LOCKS_CUDA_MAX_RANK) + 16 * o);
+        if (p >= 0) cp_async16(&st.c[i][16 * o], coef_q + ((uint32_t)p * (16 * LOCKS_CUDA_MAX_RANK) + 16u * o));
     }
 #pragma unroll
     for (int k = 0; k < (SCORE_BATCH * MCH + 31) / 32; k++) {
         const int ch = lane + 32 * k, i = ch / MCH, o = ch % MCH;
         const int32_t p = __shfl_sync(0xffffffffu, my_p, i < SCORE_BATCH ? i : 0);
-        if (ch < SCORE_BATCH * MCH && p >= 0) cp_async16(&st.mu[i][16 * o], mu_q + (sbase + p) * D + 16 * o);
+        if (ch < SCORE_BATCH * MCH && p >= 0) cp_async16(&st.mu[i][16 * o], mu_q + ((uint32_t)p * D + 16u * o));
     }
     {
         const int i = lane & 7;
         const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
         if (p >= 0) {
-            if (lane < 8) cp_async16(&st.bs[i][0], basis_s + (sbase + p) * LOCKS_CUDA_MAX_RANK);
-            else if (lane < 16) cp_async16(&st.cs[i][0], coef_s + (sbase + p) * LOCKS_CUDA_MAX_RANK);
+            if (lane < 8) cp_async16(&st.bs[i][0], basis_s + (uint32_t)p * LOCKS_CUDA_MAX_RANK);
+            else if (lane < 16) cp_async16(&st.cs[i][0], coef_s + (uint32_t)p * LOCKS_CUDA_MAX_RANK);
             else if (lane < 24) {
-                const uintptr_t a = (uintptr_t)(mu_s + sbase + p);
+                const uintptr_t a = (uintptr_t)(mu_s + p);
                 cp_async4(&st.msw[i], (const void *)(a & ~(uintptr_t)3));
             }
         }
-        if (lane < 8) st.hi[i] = p < 0 ? -1 : (int32_t)(((uintptr_t)(mu_s + sbase + (p < 0 ? 0 : p)) >> 1) & 1);
+        if (lane < 8) st.hi[i] = p < 0 ? -1 : (int32_t)(((uintptr_t)(mu_s + (p < 0 ? 0 : p)) >> 1) & 1);
     }
 }
 
@@ -114,6 +115,12 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
     const int32_t n_full = seq_len[slot] / 16;
     const int32_t *bt = block_table + (size_t)slot * npool;
     const size_t sbase = (size_t)h * npool; /* summary index of physical page 0 */
+    mu_q += sbase * D;
+    mu_s += sbase;
+    basis_q += sbase * (LOCKS_CUDA_MAX_RANK * D / 2);
+    basis_s += sbase * LOCKS_CUDA_MAX_RANK;
+    coef_q += sbase * (16 * LOCKS_CUDA_MAX_RANK);
+    coef_s += sbase * LOCKS_CUDA_MAX_RANK;
 
     /* this warp's batches: b0, b0 + bstride, ... */
     const int32_t n_batch = (n_full + SCORE_BATCH - 1) / SCORE_BATCH;
@@ -126,7 +133,7 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
     /* prologue: stages 0 .. SCORE_STAGES-2 in flight, the block table one batch further */
 #pragma unroll
     for (int k = 0; k < SCORE_STAGES - 1; k++) {
-        score_issue<D>(stages[k], page_of(k), lane, sbase, mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
+        score_issue<D>(stages[k], page_of(k), lane, mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
         cp_async_commit();
     }
     int32_t next_p = page_of(SCORE_STAGES - 1);
@@ -162,14 +169,15 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
 
     for (int32_t k = 0; k < my_n; k++) {
         /* keep SCORE_STAGES - 1 batches in flight */
-        score_issue<D>(stages[(k + SCORE_STAGES - 1) % SCORE_STAGES], next_p, lane, sbase, mu_q, mu_s, basis_q,
-                       basis_s, coef_q, coef_s);
+        score_issue<D>(stages[(k + SCORE_STAGES - 1) % SCORE_STAGES], next_p, lane, mu_q, mu_s, basis_q, basis_s,
+                       coef_q, coef_s);
         cp_async_commit();
         next_p = page_of(k + SCORE_STAGES);
         cp_async_wait<SCORE_STAGES - 1>();
         __syncwarp();
         const score_stage<D> &st = stages[k % SCORE_STAGES];
         const int32_t j0 = (b0 + k * bstride) * SCORE_BATCH;
+        float *sc_row = sc_out + (size_t)j0 * G + g; /* page j0 + i, head g: sc_row[i * G] */
 
         /* Q mu for the 8 pages: rows heads, columns pages (lane's B column: page g) */
         float am[4] = {0.f, 0.f, 0.f, 0.f};
@@ -274,8 +282,8 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
                 lse_b[i] = valid ? (my + fast_log2(sy)) * LN2 : -INFINITY;
             }
             if (t == 0 && valid) {
-                if (g < G) sc_out[(size_t)j * G + g] = lse_a[i];
-                if (g + 8 < G) sc_out[(size_t)j * G + g + 8] = lse_b[i];
+                if (g < G) sc_row[i * G] = lse_a[i];
+                if (g + 8 < G) sc_row[i * G + 8] = lse_b[i];
             }
         }
         /* fold the batch into the running normaliser partials: one max, 8 exps */
