@@ -19,6 +19,7 @@
 #define MERGE_THREADS 256
 #define ATT_MAX_SPLITS 1024
 #define ATT_BLOCKS_PER_SM 2
+#define ATT_STAGES 3 /* pages per warp in the d = 128 shared-memory ring */
 
 template <int D, typename T>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
@@ -32,6 +33,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     constexpr int NC = D / 16; /* k-chunks of QK */
     constexpr int NT = D / 8;  /* n-tiles of PV */
     constexpr int NW = DL / 8; /* uint4 per row stretch */
+    constexpr bool ASYNC = D == 128;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float *so = reinterpret_cast<float *>(smem_raw);                        /* [warps][G][D] */
     float2 *sml = reinterpret_cast<float2 *>(so + (size_t)ATT_WARPS * G * D); /* [warps][G] */
@@ -94,29 +96,17 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
         }
         return lp < n_full ? 16 : len - 16 * n_full;
     };
-    /* d <= 128: the next page's K/V are loaded while this one is computed */
-    constexpr bool PF = D <= 128;
-    uint4 nK0[NW], nK1[NW], nV0[NW], nV1[NW];
-    int32_t nvalid = 0;
-    if constexpr (PF) nvalid = load(begin + warp, nK0, nK1, nV0, nV1);
-
-    for (int32_t idx = begin + warp; idx < end; idx += ATT_WARPS) {
-        uint4 K0[NW], K1[NW], V0[NW], V1[NW];
-        int32_t valid;
-        if constexpr (PF) {
+    /* One page of K/V (rows g and g+8 of this lane) -> online softmax + O update. Rows past
+     * a partial page's length are masked in S and zeroed in V (never-written slots may
+     * hold anything, and 0 * NaN is NaN). */
+    auto consume = [&](uint4 *K0, uint4 *K1, uint4 *V0, uint4 *V1, int32_t valid) {
+        if (valid < 16) {
 #pragma unroll
             for (int u = 0; u < NW; u++) {
-                K0[u] = nK0[u];
-                K1[u] = nK1[u];
-                V0[u] = nV0[u];
-                V1[u] = nV1[u];
+                if (g >= valid) V0[u] = make_uint4(0, 0, 0, 0);
+                if (g + 8 >= valid) V1[u] = make_uint4(0, 0, 0, 0);
             }
-            valid = nvalid;
-            nvalid = load(idx + ATT_WARPS, nK0, nK1, nV0, nV1);
-        } else {
-            valid = load(idx, K0, K1, V0, V1);
         }
-        if (valid == 0) continue;
         float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int u = 0; u < NW; u++) {
@@ -166,6 +156,83 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 mma_op<T>::run(o[4 * u + e], pa, movmatrix_trans(a0[e]), movmatrix_trans(a1[e]));
+        }
+    };
+
+    if constexpr (ASYNC) {
+        /* d = 128: a ring of ATT_STAGES pages per warp in shared memory, filled with
+         * cp.async two pages ahead; 16-byte chunks swizzled so the fragment reads are
+         * conflict-free (chunk c of row r at c ^ 2 (c >> 3 & 1) ^ (r & 1)) */
+        uint16_t *wst = reinterpret_cast<uint16_t *>(smem_raw) + (size_t)warp * ATT_STAGES * 2 * 16 * D;
+        auto swz = [](int c, int r) { return c ^ (((c >> 3) & 1) << 1) ^ (r & 1); };
+        auto issue = [&](int32_t i, int st) -> int32_t {
+            if (i >= end) return 0;
+            const int32_t lp = dense ? i : lst[i];
+            if (lp < 0 || lp >= n_tot) return 0; /* invalid entry (caller's list): skipped */
+            const size_t blk = ((size_t)bt[lp] * hkv + h) * 16 * D;
+            uint16_t *kd = wst + (size_t)st * 2 * 16 * D, *vd = kd + 16 * D;
+#pragma unroll
+            for (int m = 0; m < 16 * D / 8 / 32; m++) {
+                const int q = lane + 32 * m, r = q / (D / 8), c = q % (D / 8);
+                const int off = r * D + swz(c, r) * 8;
+                cp_async16(kd + off, kpool + blk + (size_t)q * 8);
+                cp_async16(vd + off, vpool + blk + (size_t)q * 8);
+            }
+            return lp < n_full ? 16 : len - 16 * n_full;
+        };
+        int32_t va = issue(begin + warp, 0);
+        cp_async_commit();
+        int32_t vb = issue(begin + warp + ATT_WARPS, 1);
+        cp_async_commit();
+        int k = 0;
+        for (int32_t idx = begin + warp; idx < end; idx += ATT_WARPS, k++) {
+            const int32_t vc = issue(idx + 2 * ATT_WARPS, (k + 2) % ATT_STAGES);
+            cp_async_commit();
+            cp_async_wait<2>();
+            __syncwarp();
+            const int32_t valid = va;
+            va = vb;
+            vb = vc;
+            if (valid > 0) {
+                const uint16_t *kd = wst + (size_t)(k % ATT_STAGES) * 2 * 16 * D, *vd = kd + 16 * D;
+                uint4 K0[NW], K1[NW], V0[NW], V1[NW];
+#pragma unroll
+                for (int u = 0; u < NW; u++) {
+                    const int c = t * NW + u;
+                    K0[u] = *reinterpret_cast<const uint4 *>(kd + g * D + swz(c, g) * 8);
+                    K1[u] = *reinterpret_cast<const uint4 *>(kd + (g + 8) * D + swz(c, g + 8) * 8);
+                    V0[u] = *reinterpret_cast<const uint4 *>(vd + g * D + swz(c, g) * 8);
+                    V1[u] = *reinterpret_cast<const uint4 *>(vd + (g + 8) * D + swz(c, g + 8) * 8);
+                }
+                consume(K0, K1, V0, V1, valid);
+            }
+            __syncwarp(); /* the slot is refilled next iteration */
+        }
+        cp_async_wait<0>();
+        __syncthreads(); /* the merge below reuses the stages' shared memory */
+    } else {
+        /* the next page's K/V are loaded (into registers) while this one is computed */
+        constexpr bool PF = D <= 128;
+        uint4 nK0[NW], nK1[NW], nV0[NW], nV1[NW];
+        int32_t nvalid = 0;
+        if constexpr (PF) nvalid = load(begin + warp, nK0, nK1, nV0, nV1);
+        for (int32_t idx = begin + warp; idx < end; idx += ATT_WARPS) {
+            uint4 K0[NW], K1[NW], V0[NW], V1[NW];
+            int32_t valid;
+            if constexpr (PF) {
+#pragma unroll
+                for (int u = 0; u < NW; u++) {
+                    K0[u] = nK0[u];
+                    K1[u] = nK1[u];
+                    V0[u] = nV0[u];
+                    V1[u] = nV1[u];
+                }
+                valid = nvalid;
+                nvalid = load(idx + ATT_WARPS, nK0, nK1, nV0, nV1);
+            } else {
+                valid = load(idx, K0, K1, V0, V1);
+            }
+            if (valid > 0) consume(K0, K1, V0, V1, valid);
         }
     }
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -282,6 +349,14 @@ merge_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ 
     if (lse && threadIdx.x == 0) lse[(size_t)s * hq + h * G + hh] = (M + log2f(L)) * 0.6931471805599453f;
 }
 
+/* Dynamic shared memory: the block merge ([warps][G][d] floats + (max, sum) pairs), and
+ * for d = 128 the K/V page ring it aliases. */
+template <int D> static size_t attend_smem(int32_t G) {
+    const size_t merge = (size_t)ATT_WARPS * G * D * sizeof(float) + (size_t)ATT_WARPS * G * sizeof(float2);
+    const size_t ring = D == 128 ? (size_t)ATT_WARPS * ATT_STAGES * 2 * 16 * D * sizeof(uint16_t) : 0;
+    return merge > ring ? merge : ring;
+}
+
 static int32_t attend_pps(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_list) {
     const int32_t segs = n_seqs * c->p.n_kv_heads;
     /* about one wave of resident blocks (2 per SM at ~250 registers), each warp several
@@ -304,7 +379,7 @@ static locks_status attend_launch_t(locks_cuda_cache *c, int32_t layer, int32_t 
     const int32_t pps = attend_pps(c, n_seqs, max_list);
     const int32_t splits = (max_list + pps - 1) / pps;
     if (splits > c->ws.max_splits) return LOCKS_ERR_INVALID_ARG;
-    const size_t smem = (size_t)ATT_WARPS * G * D * sizeof(float) + (size_t)ATT_WARPS * G * sizeof(float2);
+    const size_t smem = attend_smem<D>(G);
     /* the dynamic shared memory limit was raised by locks_cuda_attend_prepare */
     dim3 grid((unsigned)splits, (unsigned)(n_seqs * hkv));
     const size_t koff = (size_t)layer * c->kv_layer_elems;
@@ -321,8 +396,7 @@ static locks_status attend_launch_t(locks_cuda_cache *c, int32_t layer, int32_t 
 }
 
 template <int D, typename T> static locks_status attend_prepare_t(void) {
-    const size_t smem = (size_t)ATT_WARPS * LOCKS_CUDA_MAX_GROUP * D * sizeof(float) +
-                        (size_t)ATT_WARPS * LOCKS_CUDA_MAX_GROUP * sizeof(float2);
+    const size_t smem = attend_smem<D>(LOCKS_CUDA_MAX_GROUP);
     CU_TRY(cudaFuncSetAttribute(attend_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     return LOCKS_OK;
 }

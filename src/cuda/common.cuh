@@ -254,6 +254,19 @@ static __device__ __forceinline__ float warp_sum(float x) {
     return x;
 }
 
+static __device__ __forceinline__ void cp_async16(void *smem, const void *g) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(g));
+}
+static __device__ __forceinline__ void cp_async4(void *smem, const void *g) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(g));
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 /* Online log-sum-exp pair (m, s): value = m + log(s). */
 static __device__ __forceinline__ float2 lse_combine(float2 a, float2 b) {
     float m = fmaxf(a.x, b.x);

@@ -38,19 +38,6 @@ template <int D> struct __align__(16) score_stage {
     int32_t hi[SCORE_BATCH];   /* which half of msw; -1: no page */
 };
 
-static __device__ __forceinline__ void cp_async16(void *smem, const void *g) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(g));
-}
-static __device__ __forceinline__ void cp_async4(void *smem, const void *g) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(g));
-}
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> static __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 /* Issues the copies of one batch (pages p of lanes 0..7, -1 = none) into stage st. The
  * arrays are already offset to this (layer, KV head), so page offsets fit 32 bits. */
 template <int D>
