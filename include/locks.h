@@ -302,6 +302,7 @@ locks_step_graph *locks_step_graph_capture(locks_cache *c, int32_t layer, const 
  * sequence's forced pages no longer fit the budget, LOCKS_ERR_INVALID_ARG past max_ctx.
  * No NaN check of q (that would need a round trip): NaN queries give NaN outputs. */
 locks_status locks_step_graph_replay(locks_step_graph *g);
+/* Frees the graph (NULL is fine). Free graphs before their cache. */
 void locks_step_graph_free(locks_step_graph *g);
 
 /* The step's pieces, for one sequence, so engines can fuse their own way. */
