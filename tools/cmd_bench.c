@@ -661,6 +661,8 @@ done:
 }
 
 int cmd_bench(int argc, char **argv) {
+    for (int i = 1; i + 1 < argc; i++) /* the GPU benchmark has its own driver */
+        if (!strcmp(argv[i], "--backend") && !strcmp(argv[i + 1], "cuda")) return cmd_bench_cuda(argc, argv);
     bench_opts o;
     int rc = parse_opts(argc, argv, &o);
     if (rc == 1) return 0; /* --help */
