@@ -24,6 +24,10 @@
 
 #include "locks.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct locks_cp_comm {
     locks_cp_backend backend;
     int32_t n_ranks, rank;
@@ -43,4 +47,7 @@ void locks_cp_nccl_free(void *h);
 locks_status locks_cp_nccl_allgather(void *h, const void *send, void *recv, size_t bytes);
 #endif
 
+#ifdef __cplusplus
+}
+#endif
 #endif
