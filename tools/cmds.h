@@ -5,6 +5,8 @@
 #define LOCKS_CMDS_H
 
 int cmd_bench(int argc, char **argv);
+/* `locks bench --ranks N`: context-parallel step (tools/cmd_bench_cp.c) */
+int cmd_bench_cp(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
