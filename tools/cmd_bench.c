@@ -661,8 +661,8 @@ done:
 }
 
 int cmd_bench(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) /* context-parallel runs: tools/cmd_bench_cp.c */
-        if (!strcmp(argv[i], "--ranks")) return cmd_bench_cp(argc, argv);
+    for (int i = 1; i + 1 < argc; i++) /* the GPU benchmark has its own driver */
+        if (!strcmp(argv[i], "--backend") && !strcmp(argv[i + 1], "cuda")) return cmd_bench_cuda(argc, argv);
     bench_opts o;
     int rc = parse_opts(argc, argv, &o);
     if (rc == 1) return 0; /* --help */

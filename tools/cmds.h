@@ -5,10 +5,12 @@
 #define LOCKS_CMDS_H
 
 int cmd_bench(int argc, char **argv);
-/* `locks bench --ranks N`: context-parallel step (tools/cmd_bench_cp.c) */
-int cmd_bench_cp(int argc, char **argv);
+/* `locks bench --backend cuda` (cmd_bench_cuda.c): the GPU benchmark. */
+int cmd_bench_cuda(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+/* `locks bench --ranks N` (cmd_bench_cp.c): the context-parallel step; locks.c routes it. */
+int cmd_bench_cp(int argc, char **argv);
 
 #endif
