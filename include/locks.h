@@ -178,7 +178,7 @@ typedef struct {
     int32_t rank;       /* summary rank r, 1..15 (default 8) */
     locks_summary_prec summary_prec; /* default LOCKS_SUMMARY_Q */
     locks_dtype kv_dtype;            /* LOCKS_DTYPE_F16 (BF16 on CUDA) */
-    locks_backend backend;           /* default CPU */
+    locks_backend backend;           /* default CPU; CUDA: see "CUDA backend" below */
     int32_t n_threads;               /* CPU worker threads (default: 1) */
     int32_t device;                  /* CUDA device ordinal */
 } locks_cache_params;
@@ -305,6 +305,39 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
                                int32_t n_seqs, const float *q, int32_t n_q_heads,
                                const locks_step_params *p, float *out, locks_selection *sel,
                                locks_step_stats *stats);
+
+/* ------------------------------------------------------------------------------ */
+/* CUDA backend                                                                     */
+/* ------------------------------------------------------------------------------ */
+/* A cache created with backend = LOCKS_BACKEND_CUDA (builds with LOCKS_HAVE_CUDA;
+ * otherwise locks_cache_init fails with LOCKS_ERR_UNSUPPORTED) keeps its pages and
+ * summaries in device memory (plain cudaMalloc, all at init) and runs every step
+ * there. For that backend the arrays passed to locks_cache_write (k, v),
+ * locks_decode_step (q, out), locks_score (q, mass), locks_select (mass, pages,
+ * n_pages) and locks_attend (q, pages, n_pages, out, lse) are DEVICE pointers; seq_ids,
+ * params, sel and stats stay on the host (sel is copied back, which synchronises).
+ * Calls are synchronous. Supported: kv_dtype F16 or BF16, summary_prec Q, rank <= 8,
+ * head_dim 64/128/256, GQA group <= 16, selectors FULL and LOCKS; anything else gives
+ * LOCKS_ERR_UNSUPPORTED, as does locks_prefill_attend. locks_cache_k_page/v_page return
+ * NULL. stats times are CUDA-event times of the phases. */
+
+/* The whole decode step (score -> group mass -> top-k -> sparse attention) of a fixed
+ * batch, captured once into a CUDA graph and replayed. q [n_seqs][n_q_heads][d] and
+ * out (same shape) are device buffers whose addresses are baked into the graph: write
+ * the next queries into q, replay, read out. Sequences may grow between replays (block
+ * tables and lengths are read on the device) up to max_ctx tokens each. CUDA backend
+ * and LOCKS selector only (else NULL with LOCKS_ERR_UNSUPPORTED). */
+typedef struct locks_step_graph locks_step_graph;
+locks_step_graph *locks_step_graph_capture(locks_cache *c, int32_t layer, const int32_t *seq_ids,
+                                           int32_t n_seqs, const float *q, int32_t n_q_heads,
+                                           const locks_step_params *p, int32_t max_ctx, float *out,
+                                           locks_status *err);
+/* Replays the graph on the cache's stream and waits for it. LOCKS_ERR_BUDGET if a
+ * sequence's forced pages no longer fit the budget, LOCKS_ERR_INVALID_ARG past max_ctx.
+ * No NaN check of q (that would need a round trip): NaN queries give NaN outputs. */
+locks_status locks_step_graph_replay(locks_step_graph *g);
+/* Frees the graph (NULL is fine). Free graphs before their cache. */
+void locks_step_graph_free(locks_step_graph *g);
 
 /* The step's pieces, for one sequence, so engines can fuse their own way. */
 

@@ -12,6 +12,9 @@
 
 #include "decode.h"
 #include "util.h"
+#ifdef LOCKS_HAVE_CUDA
+#include "cuda/locks_cuda.h"
+#endif
 #include "vmath.h"
 
 enum { P = LOCKS_PAGE, PREFETCH_AHEAD = 2 /* pages in flight: the current one + the next */ };
@@ -334,6 +337,7 @@ locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id,
         n_q_heads % c->hkv != 0 || pos < 0 || n < 0 || pos > s->len - n)
         return LOCKS_ERR_INVALID_ARG;
     if (n == 0) return LOCKS_OK;
+    if (c->cuda) return LOCKS_ERR_UNSUPPORTED; /* prefill attention is CPU-only for now */
     const int32_t G = n_q_heads / c->hkv, d = c->d;
     if (G > 64) return LOCKS_ERR_UNSUPPORTED;
     if (!locks_all_finite(q, (size_t)n * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
@@ -355,6 +359,10 @@ locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const f
     if (!q || !pages || !n_pages || !out || layer < 0 || layer >= c->p.n_layers ||
         n_q_heads < H || n_q_heads % H != 0 || max_pages < 1)
         return LOCKS_ERR_INVALID_ARG;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) /* device arrays; out-of-range pages are skipped there, not reported */
+        return locks_cuda_attend(c->cuda, layer, seq_id, q, n_q_heads, scale, pages, n_pages, max_pages, out, lse);
+#endif
     for (int32_t h = 0; h < H; h++) {
         if (n_pages[h] < 0 || n_pages[h] > max_pages) return LOCKS_ERR_INVALID_ARG;
         for (int32_t i = 0; i < n_pages[h]; i++) {

@@ -12,6 +12,10 @@
 #include <string.h>
 
 #include "selector.h"
+#ifdef LOCKS_HAVE_CUDA
+#include "backend_cuda.h"
+#include "cuda/locks_cuda.h"
+#endif
 #include "summary.h"
 #include "util.h"
 #include "vmath.h"
@@ -53,6 +57,9 @@ static locks_status check_params(const locks_cache_params *p) {
 }
 
 locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
+#ifdef LOCKS_HAVE_CUDA
+    if (params.backend == LOCKS_BACKEND_CUDA) return locks_cache_init_cuda(params, err);
+#endif
     locks_status st = check_params(&params);
     locks_cache *c = NULL;
     if (st != LOCKS_OK) goto fail;
@@ -111,6 +118,9 @@ fail:
 
 void locks_cache_free(locks_cache *c) {
     if (!c) return;
+#ifdef LOCKS_HAVE_CUDA
+    locks_cuda_cache_free(&c->cuda);
+#endif
     locks_selector_cache_free(c);
     locks_pool_free(c->pool);
     if (c->seqs)
@@ -216,6 +226,9 @@ locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
     s->active = 0;
     s->len = 0;
     s->n_pages = 0;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_backend_sync(c, seq_id);
+#endif
     return LOCKS_OK;
 }
 
@@ -267,6 +280,9 @@ locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens
         s->table[s->n_pages++] = page;
     }
     s->len = (int32_t)new_len;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_backend_sync(c, seq_id);
+#endif
     return LOCKS_OK;
 }
 
@@ -319,6 +335,9 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
         return LOCKS_ERR_INVALID_ARG;
     if (n == 0) return LOCKS_OK;
     if (!k || !v) return LOCKS_ERR_INVALID_ARG;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_backend_write(c, seq_id, layer, pos, n, k, v);
+#endif
     const int32_t d = c->d, H = c->hkv;
     const size_t row = (size_t)H * d;
     if (!locks_all_finite(k, (size_t)n * row) || !locks_all_finite(v, (size_t)n * row)) return LOCKS_ERR_NONFINITE;
@@ -350,12 +369,12 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
 }
 
 const uint16_t *locks_cache_k_page(const locks_cache *c, int32_t layer, int32_t page) {
-    if (!c || layer < 0 || layer >= c->p.n_layers || page < 0 || page >= c->p.n_pages) return NULL;
+    if (!c || !c->k || layer < 0 || layer >= c->p.n_layers || page < 0 || page >= c->p.n_pages) return NULL;
     return locks_cache_kblock(c, layer, page, 0);
 }
 
 const uint16_t *locks_cache_v_page(const locks_cache *c, int32_t layer, int32_t page) {
-    if (!c || layer < 0 || layer >= c->p.n_layers || page < 0 || page >= c->p.n_pages) return NULL;
+    if (!c || !c->v || layer < 0 || layer >= c->p.n_layers || page < 0 || page >= c->p.n_pages) return NULL;
     return locks_cache_vblock(c, layer, page, 0);
 }
 
@@ -365,6 +384,9 @@ locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_
         kv_head >= c->hkv || page < 0 || page >= c->p.n_pages)
         return LOCKS_ERR_INVALID_ARG;
     if (c->fill[(size_t)layer * c->p.n_pages + page] != 0xffffu) return LOCKS_ERR_INVALID_ARG;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_summary_get(c->cuda, layer, kv_head, page, mu, basis, coef);
+#endif
     const int32_t d = c->d, r = c->r;
     const size_t pg = (size_t)page;
     locks_sum_arrays a = locks_cache_summaries(c, layer, kv_head);

@@ -69,6 +69,7 @@ struct locks_cache {
     locks_pool *pool;
     void *sel_meta[LOCKS_SEL_COUNT]; /* per-selector page metadata (selector.h) */
     locks_scratch scratch[4];        /* step scratch (step.c) */
+    struct locks_cuda_cache *cuda;   /* CUDA backend state (backend_cuda.c); NULL on CPU */
 };
 
 locks_sum_arrays locks_cache_summaries(const locks_cache *c, int32_t layer, int32_t kv_head);

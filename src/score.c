@@ -11,6 +11,9 @@
 #include "selector.h"
 #include "util.h"
 #include "vmath.h"
+#ifdef LOCKS_HAVE_CUDA
+#include "cuda/locks_cuda.h"
+#endif
 
 enum { P = LOCKS_PAGE, SCORE_CHUNK = 256 /* pages per scoring task */ };
 
@@ -113,6 +116,9 @@ locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const fl
         n_q_heads % c->hkv != 0 || !locks_selector_available(p->selector))
         return LOCKS_ERR_INVALID_ARG;
     if (n_q_heads / c->hkv > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_score(c->cuda, layer, seq_id, q, n_q_heads, p, mass); /* device arrays */
+#endif
     if (!locks_all_finite(q, (size_t)n_q_heads * c->d)) return LOCKS_ERR_NONFINITE;
     const int32_t n_full = s->len / P;
     float *scores = locks_cache_scratch(c, 0, (size_t)n_q_heads * (size_t)(n_full + 1) * sizeof(float));

@@ -9,6 +9,9 @@
 
 #include "decode.h"
 #include "util.h"
+#ifdef LOCKS_HAVE_CUDA
+#include "cuda/locks_cuda.h"
+#endif
 
 enum { P = LOCKS_PAGE };
 
@@ -122,6 +125,9 @@ locks_status locks_select(const locks_cache *c, int32_t seq_id, const float *mas
     if (!mass || !p || !pages || !n_pages || max_pages < s->n_pages) return LOCKS_ERR_INVALID_ARG;
     locks_status st = locks_select_check(s, p);
     if (st != LOCKS_OK) return st;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_select(c->cuda, seq_id, mass, p, pages, n_pages, max_pages); /* device arrays */
+#endif
     const int32_t n_full = s->len / P;
     uint8_t *scratch = locks_alloc((size_t)n_full + 1, 9);
     if (!scratch) return LOCKS_ERR_OOM;

@@ -15,6 +15,9 @@
 #include "selector.h"
 #include "util.h"
 #include "vmath.h"
+#ifdef LOCKS_HAVE_CUDA
+#include "cuda/locks_cuda.h"
+#endif
 
 enum { P = LOCKS_PAGE };
 
@@ -52,6 +55,10 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         n_mass += (size_t)H * (size_t)(s->len / P);
     }
     if (sel && (!sel->pages || !sel->n_pages || sel->max_pages < max_pages)) return LOCKS_ERR_INVALID_ARG;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) /* q, out: device memory */
+        return locks_cuda_decode_step(c->cuda, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
+#endif
     if (!locks_all_finite(q, (size_t)n_seqs * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
 
     /* scratch 0: work items, scores, masses, and the selection if the caller has none */

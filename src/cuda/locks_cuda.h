@@ -1,0 +1,179 @@
+/*
+ * locks_cuda.h — internal declarations of the CUDA backend (the .cu files of src/cuda), callable
+ * from C. The public API (locks.h) dispatches here when a cache is created with
+ * LOCKS_BACKEND_CUDA; tests and the benchmark also call these directly.
+ *
+ * What always holds:
+ *  - Every array argument named d_* is device memory; everything else is host memory.
+ *  - The device cache keeps the layout of locks.h in device memory, with the K/V
+ *    pages in fp16 or bf16 ([layer][page][Hkv][16][d]) and the quantized summaries in
+ *    structure-of-arrays form per (layer, KV head), page after page:
+ *        mu        int8 [L][Hkv][n_pages][d]        mu_scale    fp16 [L][Hkv][n_pages]
+ *        basis     int4 [L][Hkv][n_pages][8][d/2]   basis_scale fp16 [L][Hkv][n_pages][8]
+ *        coef      int8 [L][Hkv][n_pages][16][8]    coef_scale  fp16 [L][Hkv][n_pages][8]
+ *    The rank slot count is fixed at 8 (LOCKS_CUDA_MAX_RANK) so every row is 16-byte
+ *    aligned; slots >= rank are zero. Values are the CPU's quantized values.
+ *  - Supported: LOCKS_SUMMARY_Q, rank 1..8, head_dim 64/128/256, GQA group <= 16.
+ *    Anything else returns LOCKS_ERR_UNSUPPORTED.
+ *  - Sequence bookkeeping (free list, block tables on the host) stays with the caller;
+ *    after every change of a sequence's pages or length the caller mirrors it into the
+ *    device with locks_cuda_seq_sync().
+ *  - Device frees set the pointer to NULL. Errors of the CUDA runtime are logged and
+ *    returned as LOCKS_ERR_BACKEND.
+ */
+#ifndef LOCKS_CUDA_H
+#define LOCKS_CUDA_H
+
+#include "locks.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOCKS_CUDA_MAX_RANK 8  /* rank slots per summary on the device */
+#define LOCKS_CUDA_MAX_GROUP 16 /* query heads per KV head (one MMA row tile) */
+
+typedef struct locks_cuda_cache locks_cuda_cache;
+
+/* ---- cache --------------------------------------------------------------------- */
+
+/* Allocates the K/V pool, the summary pool and the per-sequence tables on
+ * p->device with cudaMalloc. NULL and *err on failure. */
+locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, locks_status *err);
+/* Frees everything and sets *c to NULL. */
+void locks_cuda_cache_free(locks_cuda_cache **c);
+
+/* Mirrors one sequence slot: its block table (n_pages logical -> physical) and its
+ * length in tokens. len 0 marks the slot unused. */
+locks_status locks_cuda_seq_sync(locks_cuda_cache *c, int32_t seq, const int32_t *block_table,
+                                 int32_t n_pages, int32_t len);
+
+/* Writes K/V of tokens [pos, pos + n) of one layer of sequence seq (the slot's block
+ * table must cover them): d_k, d_v [n][Hkv][d] fp32 device memory. Checks for
+ * non-finite input first (LOCKS_ERR_NONFINITE, nothing written), then converts and
+ * stores, then builds the summaries of the n_build physical pages build_pages (host
+ * array: the pages this write made or kept full; the caller tracks filled slots).
+ * Synchronous. */
+locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq, int32_t layer, int32_t pos,
+                                    int32_t n, const float *d_k, const float *d_v,
+                                    const int32_t *build_pages, int32_t n_build);
+
+/* Builds the summaries of n physical pages d_pages[n] of one layer, all KV heads,
+ * from the stored keys (asynchronous on the cache's stream). */
+locks_status locks_cuda_summary_build(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages,
+                                      int32_t n);
+
+/* One page's summary, dequantized to fp32 on the host: mu[d], basis[r][d], coef[16][r]. */
+locks_status locks_cuda_summary_get(locks_cuda_cache *c, int32_t layer, int32_t kv_head,
+                                    int32_t page, float *mu, float *basis, float *coef);
+
+/* Raw quantized summary of one page (host copies): mu_q[d], *mu_scale, basis_q[8][d/2],
+ * basis_scale[8], coef_q[16][8], coef_scale[8] (fp16 bits). */
+locks_status locks_cuda_summary_get_raw(locks_cuda_cache *c, int32_t layer, int32_t kv_head,
+                                        int32_t page, int8_t *mu_q, uint16_t *mu_scale,
+                                        uint8_t *basis_q, uint16_t *basis_scale, int8_t *coef_q,
+                                        uint16_t *coef_scale);
+
+/* Copies the stored K and V block of (layer, physical page) to the host as
+ * [Hkv][16][d] uint16 (fp16 or bf16 bits, the cache's kv dtype). */
+locks_status locks_cuda_kv_page_get(locks_cuda_cache *c, int32_t layer, int32_t page, uint16_t *k,
+                                    uint16_t *v);
+
+/* Fills the K/V pages of one layer (the whole pool) with i.i.d. hash-random values,
+ * uniform in [-a, a] for keys and [-1, 1] for values. For benchmarks: timing only
+ * (near-uniform attention, the top-k's worst case), not for fidelity. */
+locks_status locks_cuda_fill_random(locks_cuda_cache *c, int32_t layer, uint64_t seed, float a);
+
+/* ---- decode step pieces (device arrays, on the cache's stream) ------------------- */
+
+/* Group masses of the sequence's full pages: d_mass[Hkv][n_full] (device), from
+ * queries d_q[n_q_heads][d] fp32 (device). */
+locks_status locks_cuda_score(locks_cuda_cache *c, int32_t layer, int32_t seq, const float *d_q,
+                              int32_t n_q_heads, const locks_step_params *p, float *d_mass);
+
+/* Selection from group masses (device d_mass[Hkv][n_full]) into device
+ * d_pages[Hkv][max_pages], d_n_pages[Hkv]; same rules as locks_select. */
+locks_status locks_cuda_select(locks_cuda_cache *c, int32_t seq, const float *d_mass,
+                               const locks_step_params *p, int32_t *d_pages, int32_t *d_n_pages,
+                               int32_t max_pages);
+
+/* locks_cuda_select through the step's multi-block top-k (topk_mb.cu) instead of the
+ * one-block kernel, for tests; the budget must already be checked. */
+locks_status locks_cuda_select_mb(locks_cuda_cache *c, int32_t seq, const float *d_mass,
+                                  const locks_step_params *p, int32_t *d_pages, int32_t *d_n_pages,
+                                  int32_t max_pages);
+
+/* Exact attention over listed pages (device d_pages[Hkv][max_pages], d_n_pages[Hkv]),
+ * d_q[n_q_heads][d] fp32 -> d_out[n_q_heads][d] fp32, d_lse[n_q_heads] (may be NULL). */
+locks_status locks_cuda_attend(locks_cuda_cache *c, int32_t layer, int32_t seq, const float *d_q,
+                               int32_t n_q_heads, float scale, const int32_t *d_pages,
+                               const int32_t *d_n_pages, int32_t max_pages, float *d_out,
+                               float *d_lse);
+
+/* Dense attention over every page of each sequence (flash-decoding), batch of n_seqs. */
+locks_status locks_cuda_attend_dense(locks_cuda_cache *c, int32_t layer, const int32_t *seq_ids,
+                                     int32_t n_seqs, const float *d_q, int32_t n_q_heads,
+                                     float scale, float *d_out);
+
+/* The whole step (score -> group mass -> top-k -> sparse attention) for a batch:
+ * d_q [n_seqs][n_q_heads][d] fp32 device, d_out the same shape. sel (host, may be
+ * NULL) receives the selection (copied back); stats (may be NULL) gets bytes and
+ * per-phase times (CUDA events; timing adds synchronisation). Synchronous. */
+locks_status locks_cuda_decode_step(locks_cuda_cache *c, int32_t layer, const int32_t *seq_ids,
+                                    int32_t n_seqs, const float *d_q, int32_t n_q_heads,
+                                    const locks_step_params *p, float *d_out,
+                                    locks_selection *sel, locks_step_stats *stats);
+
+/* ---- CUDA graph of the step ----------------------------------------------------- */
+
+typedef struct locks_cuda_graph locks_cuda_graph;
+
+/* Captures the whole step for a fixed batch, fixed d_q / d_out buffers and fixed
+ * parameters into a CUDA graph. Sequence lengths and block tables are read from the
+ * device when the graph runs, so appending tokens (locks_cuda_seq_sync) between
+ * replays is fine as long as every sequence keeps <= max_ctx tokens (the grid is sized
+ * for max_ctx) and the budget covers the forced pages (checked at each replay). */
+locks_cuda_graph *locks_cuda_graph_capture(locks_cuda_cache *c, int32_t layer,
+                                           const int32_t *seq_ids, int32_t n_seqs,
+                                           const float *d_q, int32_t n_q_heads,
+                                           const locks_step_params *p, int32_t max_ctx,
+                                           float *d_out, locks_status *err);
+/* Launches the graph; sync != 0 waits for it. */
+locks_status locks_cuda_graph_replay(locks_cuda_graph *g, int sync);
+void locks_cuda_graph_free(locks_cuda_graph **g);
+
+/* Device selection of the last step/replay: d_pages [n_seqs*Hkv][max_sel], counts. */
+locks_status locks_cuda_last_selection(locks_cuda_cache *c, int32_t n_seqs, locks_selection *sel);
+
+/* ---- timing helpers for tools (events on the cache's stream) ---------------------- */
+
+/* Synchronises the cache's stream. */
+locks_status locks_cuda_sync(locks_cuda_cache *c);
+/* Milliseconds of device time for reps launches of fn(arg) on the cache's stream,
+ * median over `trials` trials each timed with events. */
+typedef locks_status (*locks_cuda_launch_fn)(void *arg);
+locks_status locks_cuda_time(locks_cuda_cache *c, locks_cuda_launch_fn fn, void *arg, int reps,
+                             int trials, double *median_ms);
+/* Evicts the L2 cache (writes a 256 MiB scratch buffer, allocated on first use) so the
+ * next timed launch starts cold, as a layer's step does in a real model. */
+locks_status locks_cuda_flush_l2(locks_cuda_cache *c);
+/* Median device time of fn(arg) over `trials` single launches, each after an L2 flush. */
+locks_status locks_cuda_time_cold(locks_cuda_cache *c, locks_cuda_launch_fn fn, void *arg, int trials,
+                                  double *median_ms);
+/* Device memory helpers for tools/tests. */
+void *locks_cuda_malloc(size_t bytes);
+void locks_cuda_free_ptr(void **p);
+locks_status locks_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
+locks_status locks_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
+/* Name of the device, for logs. */
+const char *locks_cuda_device_name(locks_cuda_cache *c);
+/* Bytes of one summary as the device stores it (with rank slots padded to 8). */
+size_t locks_cuda_summary_stored_bytes(int32_t head_dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOCKS_CUDA_H */

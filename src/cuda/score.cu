@@ -1,0 +1,362 @@
+/*
+ * score.cu — LOCKS page scores from the quantized summaries, on the tensor cores.
+ *
+ * One warp scores 8 pages at a time for all G query heads of its KV head, so each
+ * summary is read once per group. Per page (rows = query heads, padded to 16):
+ *   b = Q V^T        m16n8k16 x d/16, B = int4 basis rows (exact in fp16), n = 8 slots
+ *   z = (b * sV * sC) C^T + Q mu * smu     m16n8k8 x 2 (the 16 tokens), C int8 exact
+ *   s_hj = log sum_i exp(scale * |q|max * z_hi)
+ * and Q mu for the 8 pages of the batch is one more m16n8k16 x d/16 with the 8 pages'
+ * mu as the n columns. Queries arrive in fp16 divided by their max |q| (qprep.cu), so
+ * the only rounding beyond the CPU's fp32 is the fp16 query and the fp16 b.
+ * Outputs: scores[seg][j][G] (natural log) and per-block (max, sum exp) partials of
+ * each head's normaliser Z_h (the first pass of the two-pass normaliser, mass.cu is
+ * the second).
+ *
+ * Lane (g, t) = (lane / 4, lane % 4) owns the d/4 dimensions [t d/4, (t+1) d/4): within
+ * them, 32-bit word i of the packed int4 basis row holds local dims 8i..8i+7 and the
+ * k-chunk pair (2i, 2i+1) uses them as chunk 2i: (8i, 8i+4 | 8i+1, 8i+5), chunk 2i+1:
+ * (8i+2, 8i+6 | 8i+3, 8i+7) — the order the nibble unpacking produces. Queries and
+ * mu (int8, via byte_perm) are laid out the same way.
+ */
+#include "common.cuh"
+
+#define SCORE_WARPS 4 /* warps per block */
+#define SCORE_BATCH 8 /* pages per warp iteration (the n of the mu MMA) */
+#define SCORE_STAGES 2 /* cp.async pipeline depth per warp (batches) */
+#define SCORE_BLOCKS_PER_SM 4 /* resident blocks per SM (shared memory: stages) */
+
+/* One pipeline stage of a warp: the summaries of SCORE_BATCH pages, copied with
+ * cp.async (16-byte pieces; the 2-byte mu scale as the aligned 4-byte word holding it). */
+template <int D> struct __align__(16) score_stage {
+    uint8_t v[SCORE_BATCH][LOCKS_CUDA_MAX_RANK * D / 2];
+    int8_t c[SCORE_BATCH][16 * LOCKS_CUDA_MAX_RANK];
+    int8_t mu[SCORE_BATCH][D];
+    __half bs[SCORE_BATCH][LOCKS_CUDA_MAX_RANK];
+    __half cs[SCORE_BATCH][LOCKS_CUDA_MAX_RANK];
+    uint32_t msw[SCORE_BATCH]; /* word holding the mu scale */
+    int32_t hi[SCORE_BATCH];   /* which half of msw; -1: no page */
+};
+
+/* Issues the copies of one batch (pages p of lanes 0..7, -1 = none) into stage st. The
+ * arrays are already offset to this (layer, KV head), so page offsets fit 32 bits. */
+template <int D>
+static __device__ __forceinline__ void score_issue(score_stage<D> &st, int32_t my_p, int lane, const int8_t *mu_q,
+                                                   const __half *mu_s, const uint8_t *basis_q, const __half *basis_s,
+                                                   const int8_t *coef_q, const __half *coef_s) {
+    constexpr int VB = LOCKS_CUDA_MAX_RANK * D / 2; /* basis bytes per page */
+    constexpr int VCH = VB / 16;                    /* 16-byte pieces of one page's basis */
+    constexpr int MCH = D / 16;
+#pragma unroll
+    for (int k = 0; k < SCORE_BATCH * VCH / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / VCH, o = ch % VCH;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0) cp_async16(&st.v[i][16 * o], basis_q + ((uint32_t)p * VB + 16u * o));
+    }
+#pragma unroll
+    for (int k = 0; k < SCORE_BATCH * 8 / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / 8, o = ch % 8;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0) cp_async16(&st.c[i][16 * o], coef_q + ((uint32_t)p * (16 * LOCKS_CUDA_MAX_RANK) + 16u * o));
+    }
+#pragma unroll
+    for (int k = 0; k < (SCORE_BATCH * MCH + 31) / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / MCH, o = ch % MCH;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i < SCORE_BATCH ? i : 0);
+        if (ch < SCORE_BATCH * MCH && p >= 0) cp_async16(&st.mu[i][16 * o], mu_q + ((uint32_t)p * D + 16u * o));
+    }
+    {
+        const int i = lane & 7;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0) {
+            if (lane < 8) cp_async16(&st.bs[i][0], basis_s + (uint32_t)p * LOCKS_CUDA_MAX_RANK);
+            else if (lane < 16) cp_async16(&st.cs[i][0], coef_s + (uint32_t)p * LOCKS_CUDA_MAX_RANK);
+            else if (lane < 24) {
+                const uintptr_t a = (uintptr_t)(mu_s + p);
+                cp_async4(&st.msw[i], (const void *)(a & ~(uintptr_t)3));
+            }
+        }
+        if (lane < 8) st.hi[i] = p < 0 ? -1 : (int32_t)(((uintptr_t)(mu_s + (p < 0 ? 0 : p)) >> 1) & 1);
+    }
+}
+
+template <int D>
+static __global__ void __launch_bounds__(SCORE_WARPS * 32)
+score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
+             const uint8_t *__restrict__ basis_q, const __half *__restrict__ basis_s,
+             const int8_t *__restrict__ coef_q, const __half *__restrict__ coef_s,
+             const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len,
+             const int32_t *__restrict__ block_table, int32_t npool, int32_t hkv, int32_t G,
+             float scale, const __half *__restrict__ q_score, const float *__restrict__ q_amax,
+             int32_t hq, float *__restrict__ scores, int32_t score_stride, float2 *__restrict__ lse_part) {
+    constexpr int DL = D / 4;   /* dims per lane */
+    constexpr int NC = D / 16;  /* k-chunks */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ float2 red[SCORE_WARPS][LOCKS_CUDA_MAX_GROUP];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    score_stage<D> *stages = reinterpret_cast<score_stage<D> *>(smem_raw) + warp * SCORE_STAGES;
+    const int g = lane >> 2, t = lane & 3;
+    const int32_t seg = blockIdx.y;
+    const int32_t s = seg / hkv, h = seg % hkv;
+    const int32_t slot = seq_slots[s];
+    const int32_t n_full = seq_len[slot] / 16;
+    const int32_t *bt = block_table + (size_t)slot * npool;
+    const size_t sbase = (size_t)h * npool; /* summary index of physical page 0 */
+    mu_q += sbase * D;
+    mu_s += sbase;
+    basis_q += sbase * (LOCKS_CUDA_MAX_RANK * D / 2);
+    basis_s += sbase * LOCKS_CUDA_MAX_RANK;
+    coef_q += sbase * (16 * LOCKS_CUDA_MAX_RANK);
+    coef_s += sbase * LOCKS_CUDA_MAX_RANK;
+
+    /* this warp's batches: b0, b0 + bstride, ... */
+    const int32_t n_batch = (n_full + SCORE_BATCH - 1) / SCORE_BATCH;
+    const int32_t b0 = blockIdx.x * SCORE_WARPS + warp, bstride = gridDim.x * SCORE_WARPS;
+    const int32_t my_n = b0 < n_batch ? (n_batch - b0 + bstride - 1) / bstride : 0;
+    auto page_of = [&](int32_t k) -> int32_t { /* lane i < 8: physical page i of the warp's k-th batch */
+        const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
+        return (k < my_n && lane < SCORE_BATCH && j < n_full) ? bt[j] : -1;
+    };
+    /* prologue: stages 0 .. SCORE_STAGES-2 in flight, the block table one batch further */
+#pragma unroll
+    for (int k = 0; k < SCORE_STAGES - 1; k++) {
+        score_issue<D>(stages[k], page_of(k), lane, mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
+        cp_async_commit();
+    }
+    int32_t next_p = page_of(SCORE_STAGES - 1);
+
+    /* query fragments (rows g and g+8 of the group) */
+    uint32_t qa[NC][4];
+    {
+        const int r0 = h * G + g, r1 = h * G + g + 8;
+        const __half *q0 = q_score + ((size_t)s * hq + r0) * D + t * DL;
+        const __half *q1 = q_score + ((size_t)s * hq + r1) * D + t * DL;
+#pragma unroll
+        for (int i = 0; i < D / 32; i++) {
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int c = 2 * i + b, l0 = 8 * i + 2 * b;
+                const __half z = __float2half_rn(0.f);
+                const __half a0 = g < G ? q0[l0] : z, a4 = g < G ? q0[l0 + 4] : z;
+                const __half a1 = g < G ? q0[l0 + 1] : z, a5 = g < G ? q0[l0 + 5] : z;
+                const __half c0 = g + 8 < G ? q1[l0] : z, c4 = g + 8 < G ? q1[l0 + 4] : z;
+                const __half c1 = g + 8 < G ? q1[l0 + 1] : z, c5 = g + 8 < G ? q1[l0 + 5] : z;
+                qa[c][0] = h2_as_u32(__halves2half2(a0, a4));
+                qa[c][1] = h2_as_u32(__halves2half2(c0, c4));
+                qa[c][2] = h2_as_u32(__halves2half2(a1, a5));
+                qa[c][3] = h2_as_u32(__halves2half2(c1, c5));
+            }
+        }
+    }
+    constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+    const float mul_g = g < G ? scale * LOG2E * q_amax[(size_t)s * hq + h * G + g] : 0.f;
+    const float mul_g8 = g + 8 < G ? scale * LOG2E * q_amax[(size_t)s * hq + h * G + g + 8] : 0.f;
+    float2 run_g = make_float2(-INFINITY, 0.f), run_g8 = make_float2(-INFINITY, 0.f);
+    float *sc_out = scores + (size_t)seg * score_stride * G;
+
+    for (int32_t k = 0; k < my_n; k++) {
+        /* keep SCORE_STAGES - 1 batches in flight */
+        score_issue<D>(stages[(k + SCORE_STAGES - 1) % SCORE_STAGES], next_p, lane, mu_q, mu_s, basis_q, basis_s,
+                       coef_q, coef_s);
+        cp_async_commit();
+        next_p = page_of(k + SCORE_STAGES);
+        cp_async_wait<SCORE_STAGES - 1>();
+        __syncwarp();
+        const score_stage<D> &st = stages[k % SCORE_STAGES];
+        const int32_t j0 = (b0 + k * bstride) * SCORE_BATCH;
+        float *sc_row = sc_out + (size_t)j0 * G + g; /* page j0 + i, head g: sc_row[i * G] */
+
+        /* Q mu for the 8 pages: rows heads, columns pages (lane's B column: page g) */
+        float am[4] = {0.f, 0.f, 0.f, 0.f};
+        {
+            const uint4 *mrow = reinterpret_cast<const uint4 *>(&st.mu[g][t * DL]);
+            uint32_t mw[D / 16];
+#pragma unroll
+            for (int u = 0; u < D / 64; u++) {
+                const uint4 w = mrow[u];
+                mw[4 * u] = w.x;
+                mw[4 * u + 1] = w.y;
+                mw[4 * u + 2] = w.z;
+                mw[4 * u + 3] = w.w;
+            }
+#pragma unroll
+            for (int i = 0; i < D / 32; i++) {
+                const uint32_t w0 = mw[2 * i], w1 = mw[2 * i + 1];
+                mma16816_f16(am, qa[2 * i], int8x2_to_h2(__byte_perm(w0, w1, 0x0400), 0),
+                             int8x2_to_h2(__byte_perm(w0, w1, 0x0501), 0));
+                mma16816_f16(am, qa[2 * i + 1], int8x2_to_h2(__byte_perm(w0, w1, 0x0602), 0),
+                             int8x2_to_h2(__byte_perm(w0, w1, 0x0703), 0));
+            }
+            float ms0 = 0.f, ms1 = 0.f;
+            const int32_t h0 = st.hi[2 * t], h1 = st.hi[2 * t + 1];
+            if (h0 >= 0) ms0 = __half2float(__ushort_as_half((unsigned short)(st.msw[2 * t] >> (16 * h0))));
+            if (h1 >= 0) ms1 = __half2float(__ushort_as_half((unsigned short)(st.msw[2 * t + 1] >> (16 * h1))));
+            am[0] *= ms0;
+            am[1] *= ms1;
+            am[2] *= ms0;
+            am[3] *= ms1;
+        }
+        /* the 8 pages are independent (no early exit) so the compiler can interleave them;
+         * rows g+8 exist only for groups > 8 (uniform branch) */
+        const bool two_rows = G > 8;
+        float lse_a[SCORE_BATCH], lse_b[SCORE_BATCH];
+#pragma unroll
+        for (int i = 0; i < SCORE_BATCH; i++) {
+            const int32_t j = j0 + i;
+            /* Q mu of page i for heads g and g+8 lives in lane (g, i/2), element i%2 */
+            const float mu_g = __shfl_sync(0xffffffffu, am[i & 1], 4 * g + (i >> 1));
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            const uint4 vq = *reinterpret_cast<const uint4 *>(&st.v[i][g * (D / 2) + t * (D / 8)]);
+            uint32_t vr[D / 32];
+            if constexpr (D == 64) {
+                vr[0] = vq.x;
+                vr[1] = vq.y;
+            } else {
+                vr[0] = vq.x;
+                vr[1] = vq.y;
+                vr[2] = vq.z;
+                vr[3] = vq.w;
+                if constexpr (D == 256) {
+                    const uint4 v2 = *reinterpret_cast<const uint4 *>(&st.v[i][g * (D / 2) + t * (D / 8) + 16]);
+                    vr[4] = v2.x;
+                    vr[5] = v2.y;
+                    vr[6] = v2.z;
+                    vr[7] = v2.w;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < D / 32; u++) {
+                uint32_t hb[4];
+                int4x8_to_h2x4(vr[u], hb);
+                mma16816_f16(acc, qa[2 * u], hb[0], hb[1]);
+                mma16816_f16(acc, qa[2 * u + 1], hb[2], hb[3]);
+            }
+            const __half2 bsc = *reinterpret_cast<const __half2 *>(&st.bs[i][2 * t]);
+            const __half2 csc = *reinterpret_cast<const __half2 *>(&st.cs[i][2 * t]);
+            const float f0 = __low2float(bsc) * __low2float(csc), f1 = __high2float(bsc) * __high2float(csc);
+            const uint32_t a0 = h2_as_u32(__floats2half2_rn(acc[0] * f0, acc[1] * f1));
+            const uint32_t a1 = h2_as_u32(__floats2half2_rn(acc[2] * f0, acc[3] * f1));
+            const uint32_t cw0 = *reinterpret_cast<const uint16_t *>(&st.c[i][g * LOCKS_CUDA_MAX_RANK + 2 * t]);
+            const uint32_t cw1 = *reinterpret_cast<const uint16_t *>(&st.c[i][(g + 8) * LOCKS_CUDA_MAX_RANK + 2 * t]);
+            float z0[4] = {0.f, 0.f, 0.f, 0.f}, z1[4] = {0.f, 0.f, 0.f, 0.f};
+            mma1688_f16(z0, a0, a1, int8x2_to_h2(__byte_perm(cw0, 0, 0x0100), 0));
+            mma1688_f16(z1, a0, a1, int8x2_to_h2(__byte_perm(cw1, 0, 0x0100), 0));
+            /* row g: z0[0], z0[1], z1[0], z1[1]; row g+8: z0[2], z0[3], z1[2], z1[3] */
+            /* logits in log2 units: mul = scale * |q|max * log2(e) */
+            const float cg = mul_g * mu_g;
+            const float x0 = fmaf(mul_g, z0[0], cg), x1 = fmaf(mul_g, z0[1], cg);
+            const float x2 = fmaf(mul_g, z1[0], cg), x3 = fmaf(mul_g, z1[1], cg);
+            float mx = fmaxf(fmaxf(x0, x1), fmaxf(x2, x3));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float sx = fast_exp2(x0 - mx) + fast_exp2(x1 - mx) + fast_exp2(x2 - mx) + fast_exp2(x3 - mx);
+            sx += __shfl_xor_sync(0xffffffffu, sx, 1);
+            sx += __shfl_xor_sync(0xffffffffu, sx, 2);
+            const bool valid = j < n_full;
+            lse_a[i] = valid ? (mx + fast_log2(sx)) * LN2 : -INFINITY;
+            lse_b[i] = -INFINITY;
+            if (two_rows) {
+                const float mu_g8 = __shfl_sync(0xffffffffu, am[2 + (i & 1)], 4 * g + (i >> 1));
+                const float c8 = mul_g8 * mu_g8;
+                const float y0 = fmaf(mul_g8, z0[2], c8), y1 = fmaf(mul_g8, z0[3], c8);
+                const float y2 = fmaf(mul_g8, z1[2], c8), y3 = fmaf(mul_g8, z1[3], c8);
+                float my = fmaxf(fmaxf(y0, y1), fmaxf(y2, y3));
+                my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 1));
+                my = fmaxf(my, __shfl_xor_sync(0xffffffffu, my, 2));
+                float sy = fast_exp2(y0 - my) + fast_exp2(y1 - my) + fast_exp2(y2 - my) + fast_exp2(y3 - my);
+                sy += __shfl_xor_sync(0xffffffffu, sy, 1);
+                sy += __shfl_xor_sync(0xffffffffu, sy, 2);
+                lse_b[i] = valid ? (my + fast_log2(sy)) * LN2 : -INFINITY;
+            }
+            if (t == 0 && valid) {
+                if (g < G) sc_row[i * G] = lse_a[i];
+                if (g + 8 < G) sc_row[i * G + 8] = lse_b[i];
+            }
+        }
+        /* fold the batch into the running normaliser partials: one max, 8 exps */
+        {
+            float ma = lse_a[0], mb = lse_b[0];
+#pragma unroll
+            for (int i = 1; i < SCORE_BATCH; i++) {
+                ma = fmaxf(ma, lse_a[i]);
+                mb = fmaxf(mb, lse_b[i]);
+            }
+            float sa = 0.f, sb = 0.f;
+#pragma unroll
+            for (int i = 0; i < SCORE_BATCH; i++) sa += ma == -INFINITY ? 0.f : __expf(lse_a[i] - ma);
+            run_g = lse_combine(run_g, make_float2(ma, sa));
+            if (two_rows) {
+#pragma unroll
+                for (int i = 0; i < SCORE_BATCH; i++) sb += mb == -INFINITY ? 0.f : __expf(lse_b[i] - mb);
+                run_g8 = lse_combine(run_g8, make_float2(mb, sb));
+            }
+        }
+        __syncwarp(); /* every lane is done with this stage before it is refilled */
+    }
+    cp_async_wait<0>();
+    /* block partial of each head's normaliser */
+    if (t == 0) {
+        if (g < G) red[warp][g] = run_g;
+        if (g + 8 < G) red[warp][g + 8] = run_g8;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < G) {
+        float2 r = red[0][threadIdx.x];
+        for (int w = 1; w < SCORE_WARPS; w++) r = lse_combine(r, red[w][threadIdx.x]);
+        lse_part[((size_t)seg * gridDim.x + blockIdx.x) * G + threadIdx.x] = r;
+    }
+}
+
+int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages) {
+    /* one wave: SCORE_BLOCKS_PER_SM resident blocks per SM, spread over the segments */
+    const int32_t segs = n_seqs * c->p.n_kv_heads;
+    int32_t want = c->n_sm * SCORE_BLOCKS_PER_SM / segs; /* floor: no partial second wave */
+    int32_t batches = (max_pages + SCORE_BATCH - 1) / SCORE_BATCH;
+    int32_t most = (batches + SCORE_WARPS - 1) / SCORE_WARPS;
+    if (want > most) want = most;
+    if (want < 1) want = 1;
+    if (want > c->ws.score_blocks) want = c->ws.score_blocks;
+    return want;
+}
+
+template <int D> static size_t score_smem(void) { return sizeof(score_stage<D>) * SCORE_STAGES * SCORE_WARPS; }
+
+template <int D> static locks_status score_prepare_t(void) {
+    CU_TRY(cudaFuncSetAttribute(score_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)score_smem<D>()));
+    return LOCKS_OK;
+}
+
+/* Raises the score kernel's shared-memory limit (outside any graph capture). */
+locks_status locks_cuda_score_prepare(locks_cuda_cache *c) {
+    switch (c->p.head_dim) {
+    case 64: return score_prepare_t<64>();
+    case 128: return score_prepare_t<128>();
+    case 256: return score_prepare_t<256>();
+    default: return LOCKS_ERR_UNSUPPORTED;
+    }
+}
+
+template <int D>
+static locks_status score_launch_t(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq, float scale,
+                                   int32_t nblk, cudaStream_t st) {
+    const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
+    const size_t base = summary_index(c, layer, 0);
+    dim3 grid((unsigned)nblk, (unsigned)(n_seqs * hkv));
+    score_kernel<D><<<grid, SCORE_WARPS * 32, score_smem<D>(), st>>>(
+        c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
+        c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,
+        c->coef_scale + base * LOCKS_CUDA_MAX_RANK, c->ws.seq_slots, c->seq_len, c->block_table, c->p.n_pages, hkv,
+        G, scale, c->ws.q_score, c->ws.q_amax, hq, c->ws.scores, c->ws.max_pages, c->ws.lse_part);
+    CU_LAUNCH_CHECK(score_kernel);
+    return LOCKS_OK;
+}
+
+locks_status locks_cuda_score_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq, float scale,
+                                     int32_t nblk, cudaStream_t st) {
+    switch (c->p.head_dim) {
+    case 64: return score_launch_t<64>(c, layer, n_seqs, hq, scale, nblk, st);
+    case 128: return score_launch_t<128>(c, layer, n_seqs, hq, scale, nblk, st);
+    case 256: return score_launch_t<256>(c, layer, n_seqs, hq, scale, nblk, st);
+    default: return LOCKS_ERR_UNSUPPORTED;
+    }
+}

@@ -1,0 +1,321 @@
+/*
+ * summary.cu — summary build on the GPU: one warp per (page, KV head).
+ *
+ * The warp loads the page's 16 keys into shared memory, centres them (mu), forms the
+ * 16x16 Gram matrix X X^T, diagonalises it with parallel cyclic Jacobi (round-robin
+ * ordering: 8 disjoint rotations per round, 15 rounds per sweep, until the
+ * off-diagonal norm is below 1e-5 of the total, at most 8 sweeps), takes the top-r eigenpairs
+ * (sigma = sqrt(lambda), c_ik = sigma u_ik, v_k = X^T u_k / sigma, zero when sigma is
+ * ~0: sigma <= 1e-6 sigma_0, as summary.c), fixes each basis vector's sign (largest-
+ * magnitude component positive: the CPU leaves Jacobi's arbitrary sign, so tests
+ * compare sign-free quantities) and quantizes as the CPU does: mu int8 / one fp16
+ * scale, V int4 [-7, 7] / one fp16 scale per vector, C int8 / one fp16 scale per
+ * column, scales rounded up to fp16, values divided by the fp16 scale, rounded to
+ * nearest even.
+ * fp32 arithmetic: the int4/int8 quantization error is orders above the Jacobi error.
+ */
+#include "common.cuh"
+
+#define SUMMARY_WARPS 4 /* warps (pages x heads) per block */
+#define JACOBI_MAX_SWEEPS 8
+
+template <int D> struct __align__(16) summary_smem {
+    float x[16][D + 4]; /* centred keys */
+    float a[16][17];    /* Gram matrix, rotated in place */
+    float u[16][17];    /* eigenvectors (columns) */
+    float mu[D];
+    float4 prm[8]; /* per pair of the round: p, q (int bits), c, s */
+    int order[16];
+};
+
+static __device__ __forceinline__ void rr_pair(int round, int k, int *p, int *q) {
+    /* circle method: 15 players on a circle + player 15 fixed */
+    if (k == 0) {
+        *p = round;
+        *q = 15;
+    } else {
+        *p = (round + k) % 15;
+        *q = (round + 15 - k) % 15;
+    }
+}
+
+/* fp16 scale for magnitudes <= amax mapped to [-qmax, qmax], rounded up like the CPU
+ * (summary.c) so |x / scale| <= qmax; zero for amax == 0. */
+static __device__ __forceinline__ __half scale_f16(float amax, float qmax) {
+    const float s = amax / qmax;
+    if (!(s > 0.f)) return __float2half_rn(0.f);
+    const __half h = __float2half_ru(s);
+    return __hisinf(h) ? __ushort_as_half(0x7bff) : h;
+}
+
+static __device__ __forceinline__ float q_round(float x, float lim) {
+    return fminf(fmaxf(rintf(x), -lim), lim);
+}
+
+template <int D, typename T>
+static __global__ void __launch_bounds__(SUMMARY_WARPS * 32)
+summary_kernel(const uint16_t *__restrict__ kpool, const int32_t *__restrict__ pages, int32_t n,
+               int32_t hkv, int32_t n_pages_pool, int32_t rank, int8_t *mu_q, __half *mu_s,
+               uint8_t *basis_q, __half *basis_s, int8_t *coef_q, __half *coef_s) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    summary_smem<D> &sm = reinterpret_cast<summary_smem<D> *>(smem_raw)[threadIdx.x >> 5];
+    const int lane = threadIdx.x & 31;
+    const int64_t item = (int64_t)blockIdx.x * SUMMARY_WARPS + (threadIdx.x >> 5);
+    if (item >= (int64_t)n * hkv) return;
+    const int32_t page = pages[item / hkv];
+    const int32_t h = (int32_t)(item % hkv);
+
+    /* 1. keys -> smem (16-byte loads) */
+    const T *kp = reinterpret_cast<const T *>(kpool) + ((size_t)page * hkv + h) * 16 * D;
+    const uint4 *k4 = reinterpret_cast<const uint4 *>(kp);
+#pragma unroll
+    for (int m = 0; m < 16 * D / 8 / 32; m++) {
+        int i = lane + 32 * m;
+        uint4 w = k4[i];
+        const T *e = reinterpret_cast<const T *>(&w);
+        int tok = (8 * i) / D, dim = (8 * i) % D;
+#pragma unroll
+        for (int z = 0; z < 8; z++) sm.x[tok][dim + z] = kv_traits<T>::to_f(e[z]);
+    }
+    __syncwarp();
+    /* 2. mean and centring */
+    for (int dim = lane; dim < D; dim += 32) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < 16; i++) s += sm.x[i][dim];
+        float mu = s * (1.f / 16.f);
+        sm.mu[dim] = mu;
+#pragma unroll
+        for (int i = 0; i < 16; i++) sm.x[i][dim] -= mu;
+    }
+    __syncwarp();
+    /* 3. Gram matrix: 136 (i <= j) entries */
+    for (int idx = lane; idx < 136; idx += 32) {
+        int i = 0, rem = idx;
+        while (rem >= 16 - i) {
+            rem -= 16 - i;
+            i++;
+        }
+        int j = i + rem;
+        float s = 0.f;
+#pragma unroll 8
+        for (int dd = 0; dd < D; dd += 4) {
+            float4 a = *reinterpret_cast<const float4 *>(&sm.x[i][dd]);
+            float4 b = *reinterpret_cast<const float4 *>(&sm.x[j][dd]);
+            s += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+        }
+        sm.a[i][j] = s;
+        sm.a[j][i] = s;
+    }
+    for (int idx = lane; idx < 256; idx += 32) sm.u[idx >> 4][idx & 15] = (idx >> 4) == (idx & 15) ? 1.f : 0.f;
+    __syncwarp();
+
+    /* 4. parallel cyclic Jacobi */
+    for (int sweep = 0; sweep < JACOBI_MAX_SWEEPS; sweep++) {
+        float off = 0.f, tot = 0.f;
+        for (int idx = lane; idx < 256; idx += 32) {
+            float a = sm.a[idx >> 4][idx & 15];
+            tot += a * a;
+            if ((idx >> 4) != (idx & 15)) off += a * a;
+        }
+        off = warp_sum(off);
+        tot = warp_sum(tot);
+        if (off <= 1e-10f * tot || tot == 0.f) break;
+        for (int round = 0; round < 15; round++) {
+            if (lane < 8) {
+                int p, q;
+                rr_pair(round, lane, &p, &q);
+                float apq = sm.a[p][q], app = sm.a[p][p], aqq = sm.a[q][q];
+                float c = 1.f, s = 0.f;
+                if (fabsf(apq) > 1e-30f) {
+                    float theta = (aqq - app) / (2.f * apq);
+                    float t = (theta >= 0.f ? 1.f : -1.f) / (fabsf(theta) + sqrtf(theta * theta + 1.f));
+                    c = rsqrtf(t * t + 1.f);
+                    s = t * c;
+                }
+                sm.prm[lane] = make_float4(__int_as_float(p), __int_as_float(q), c, s);
+            }
+            __syncwarp();
+            /* each lane's 4 tasks use pairs lane/16 + 2m: one 16-byte load each, reused
+             * by both stages (shared-memory traffic is what bounds this kernel) */
+            float4 pr[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++) pr[m] = sm.prm[(lane >> 4) + 2 * m];
+#pragma unroll
+            for (int m = 0; m < 4; m++) { /* rows: A <- J^T A */
+                const int j = lane & 15, p = __float_as_int(pr[m].x), q = __float_as_int(pr[m].y);
+                const float c = pr[m].z, s = pr[m].w;
+                float ap = sm.a[p][j], aq = sm.a[q][j];
+                sm.a[p][j] = c * ap - s * aq;
+                sm.a[q][j] = s * ap + c * aq;
+            }
+            __syncwarp();
+#pragma unroll
+            for (int m = 0; m < 4; m++) { /* columns: A <- A J, U <- U J */
+                const int j = lane & 15, p = __float_as_int(pr[m].x), q = __float_as_int(pr[m].y);
+                const float c = pr[m].z, s = pr[m].w;
+                float ap = sm.a[j][p], aq = sm.a[j][q];
+                /* the rotated pair element is zero by construction: store it exactly */
+                sm.a[j][p] = j == q ? 0.f : c * ap - s * aq;
+                sm.a[j][q] = j == p ? 0.f : s * ap + c * aq;
+                float up = sm.u[j][p], uq = sm.u[j][q];
+                sm.u[j][p] = c * up - s * uq;
+                sm.u[j][q] = s * up + c * uq;
+            }
+            __syncwarp();
+        }
+    }
+    /* 5. order eigenvalues, descending (ties: lower index first) */
+    if (lane < 16) {
+        float li = sm.a[lane][lane];
+        int r = 0;
+        for (int j = 0; j < 16; j++) {
+            float lj = sm.a[j][j];
+            r += (lj > li) || (lj == li && j < lane);
+        }
+        sm.order[r] = lane;
+    }
+    __syncwarp();
+
+    const size_t sidx = (size_t)h * n_pages_pool + page; /* within this layer */
+    /* 6. quantize mu */
+    {
+        float amax = 0.f;
+        for (int dim = lane; dim < D; dim += 32) amax = fmaxf(amax, fabsf(sm.mu[dim]));
+        amax = warp_max(amax);
+        __half sh = scale_f16(amax, 127.f);
+        float sc = __half2float(sh);
+        float inv = sc > 0.f ? 1.f / sc : 0.f;
+        for (int dim = lane; dim < D; dim += 32)
+            mu_q[sidx * D + dim] = (int8_t)q_round(sm.mu[dim] * inv, 127.f);
+        if (lane == 0) mu_s[sidx] = sh;
+    }
+    /* 7. basis vectors and coefficients */
+    const float sig0 = sqrtf(fmaxf(sm.a[sm.order[0]][sm.order[0]], 0.f));
+    float cvals[LOCKS_CUDA_MAX_RANK]; /* lane i < 16: c_ik */
+#pragma unroll
+    for (int k = 0; k < LOCKS_CUDA_MAX_RANK; k++) {
+        cvals[k] = 0.f;
+        uint8_t *vrow = basis_q + (sidx * LOCKS_CUDA_MAX_RANK + k) * (D / 2);
+        if (k >= rank) {
+            for (int b = lane; b < D / 2; b += 32) vrow[b] = 0;
+            if (lane == 0) basis_s[sidx * LOCKS_CUDA_MAX_RANK + k] = __float2half_rn(0.f);
+            continue;
+        }
+        const int col = sm.order[k];
+        const float lam = fmaxf(sm.a[col][col], 0.f);
+        const float sig = sqrtf(lam);
+        const bool null_dir = !(sig > 1e-6f * sig0) || sig == 0.f;
+        /* lane owns dimension pairs (2 (lane + 32 m), +1) */
+        float v[D / 32];
+#pragma unroll
+        for (int m = 0; m < D / 64; m++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int dim = 2 * (lane + 32 * m) + e;
+                float s = 0.f;
+#pragma unroll
+                for (int i = 0; i < 16; i++) s += sm.x[i][dim] * sm.u[i][col];
+                v[2 * m + e] = null_dir ? 0.f : s / sig;
+            }
+        }
+        /* sign: largest-magnitude component positive (lowest index on ties) */
+        float best = -1.f;
+        int bidx = 1 << 30;
+        float bval = 0.f;
+#pragma unroll
+        for (int z = 0; z < D / 32; z++) {
+            int dim = 2 * (lane + 32 * (z >> 1)) + (z & 1);
+            float a = fabsf(v[z]);
+            if (a > best || (a == best && dim < bidx)) {
+                best = a;
+                bidx = dim;
+                bval = v[z];
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
+            float ov = __shfl_xor_sync(0xffffffffu, bval, o);
+            if (ob > best || (ob == best && oi < bidx)) {
+                best = ob;
+                bidx = oi;
+                bval = ov;
+            }
+        }
+        const float sgn = bval < 0.f ? -1.f : 1.f;
+        float amax = 0.f;
+#pragma unroll
+        for (int z = 0; z < D / 32; z++) {
+            v[z] *= sgn;
+            amax = fmaxf(amax, fabsf(v[z]));
+        }
+        amax = warp_max(amax);
+        __half sh = scale_f16(amax, 7.f);
+        float sc = __half2float(sh);
+        float inv = sc > 0.f ? 1.f / sc : 0.f;
+#pragma unroll
+        for (int m = 0; m < D / 64; m++) {
+            int lo = (int)q_round(v[2 * m] * inv, 7.f), hi = (int)q_round(v[2 * m + 1] * inv, 7.f);
+            vrow[lane + 32 * m] = (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
+        }
+        if (lane == 0) basis_s[sidx * LOCKS_CUDA_MAX_RANK + k] = sh;
+        if (lane < 16 && !null_dir) cvals[k] = sgn * sig * sm.u[lane][col];
+    }
+    /* coefficients: per-column scale over the 16 tokens */
+    int8_t cq[LOCKS_CUDA_MAX_RANK];
+#pragma unroll
+    for (int k = 0; k < LOCKS_CUDA_MAX_RANK; k++) {
+        float amax = warp_max(lane < 16 ? fabsf(cvals[k]) : 0.f);
+        __half sh = scale_f16(amax, 127.f);
+        float sc = __half2float(sh);
+        float inv = sc > 0.f ? 1.f / sc : 0.f;
+        cq[k] = (int8_t)q_round(cvals[k] * inv, 127.f);
+        if (lane == 0) coef_s[sidx * LOCKS_CUDA_MAX_RANK + k] = sh;
+    }
+    if (lane < 16) {
+        uint32_t w0 = 0, w1 = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w0 |= (uint32_t)(uint8_t)cq[k] << (8 * k);
+            w1 |= (uint32_t)(uint8_t)cq[k + 4] << (8 * k);
+        }
+        *reinterpret_cast<uint2 *>(coef_q + (sidx * 16 + lane) * LOCKS_CUDA_MAX_RANK) = make_uint2(w0, w1);
+    }
+}
+
+template <int D, typename T>
+static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages,
+                                     int32_t n, cudaStream_t st) {
+    const int32_t hkv = c->p.n_kv_heads;
+    const size_t smem = sizeof(summary_smem<D>) * SUMMARY_WARPS;
+    CU_TRY(cudaFuncSetAttribute(summary_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int64_t items = (int64_t)n * hkv;
+    const unsigned blocks = (unsigned)((items + SUMMARY_WARPS - 1) / SUMMARY_WARPS);
+    const size_t base = summary_index(c, layer, 0);
+    summary_kernel<D, T><<<blocks, SUMMARY_WARPS * 32, smem, st>>>(
+        c->k + (size_t)layer * c->kv_layer_elems, d_pages, n, hkv, c->p.n_pages, c->rank,
+        c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
+        c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,
+        c->coef_scale + base * LOCKS_CUDA_MAX_RANK);
+    CU_LAUNCH_CHECK(summary_kernel);
+    return LOCKS_OK;
+}
+
+static locks_status summary_launch(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages,
+                                   int32_t n, cudaStream_t st) {
+    const bool bf = c->p.kv_dtype == LOCKS_DTYPE_BF16;
+    switch (c->p.head_dim) {
+    case 64: return bf ? summary_launch_t<64, __nv_bfloat16>(c, layer, d_pages, n, st) : summary_launch_t<64, __half>(c, layer, d_pages, n, st);
+    case 128: return bf ? summary_launch_t<128, __nv_bfloat16>(c, layer, d_pages, n, st) : summary_launch_t<128, __half>(c, layer, d_pages, n, st);
+    case 256: return bf ? summary_launch_t<256, __nv_bfloat16>(c, layer, d_pages, n, st) : summary_launch_t<256, __half>(c, layer, d_pages, n, st);
+    default: return LOCKS_ERR_UNSUPPORTED;
+    }
+}
+
+extern "C" locks_status locks_cuda_summary_build(locks_cuda_cache *c, int32_t layer,
+                                                 const int32_t *d_pages, int32_t n) {
+    if (!c || !d_pages || layer < 0 || layer >= c->p.n_layers || n < 0) return LOCKS_ERR_INVALID_ARG;
+    if (n == 0) return LOCKS_OK;
+    return summary_launch(c, layer, d_pages, n, c->stream);
+}
