@@ -421,7 +421,8 @@ void locks_cp_partition(int32_t len, int32_t n_ranks, int32_t rank, int32_t *tok
 
 /* This rank's shard of one sequence. */
 typedef struct {
-    locks_cache *cache;  /* CPU backend; required (its shape), even with no page here */
+    locks_cache *cache;  /* CPU backend only (a CUDA cache: LOCKS_ERR_UNSUPPORTED); required
+                            (its shape), even with no page here */
     int32_t seq_id;      /* the shard's sequence in cache; -1: no page on this rank */
     int32_t page0;       /* global logical index of its first page */
     int32_t global_len;  /* tokens of the whole sequence (the same on every rank) */
