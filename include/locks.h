@@ -446,7 +446,8 @@ typedef struct {
  * must tile the sequence (checked collectively: a bad shard on any rank makes every rank
  * return LOCKS_ERR_INVALID_ARG); every rank returns the same status. Exceptions, which
  * return at once without communicating (the other ranks would wait): NULL comm, shard,
- * shard->cache or p, n_q_heads outside 1..4096, and out-of-memory for the gathers. */
+ * shard->cache or p, n_q_heads outside 1..4096, and no memory even for the header
+ * round's few hundred bytes. */
 locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *shard, int32_t layer,
                                   const float *q, int32_t n_q_heads, const locks_step_params *p,
                                   float *out, locks_selection *sel, locks_cp_stats *stats);

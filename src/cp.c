@@ -286,111 +286,101 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
      * that fails here returns at once (a programming error: the other ranks would wait). */
     if (!comm || !shard || !shard->cache || !p || n_q_heads < 1 || n_q_heads > 4096)
         return LOCKS_ERR_INVALID_ARG;
-    locks_cp_stats st_local;
-    memset(&st_local, 0, sizeof st_local);
-    cp_ctx x = {comm, &st_local};
+    locks_cp_stats cs;
+    memset(&cs, 0, sizeof cs);
+    cp_ctx x = {comm, &cs};
+    locks_cache *c = shard->cache;
     const int32_t R = comm->n_ranks, hq = n_q_heads;
+    const int32_t H = c->hkv, d = c->d, G = hq / H > 0 ? hq / H : 1;
     const locks_seq *s = NULL;
     locks_status st = cp_check(shard, layer, q, n_q_heads, p, out, sel, &s);
-    locks_cache *c = shard->cache;
-    /* What every rank agrees on without communicating (valid once the header says every
-     * rank passed its checks, which includes the same global_len and params). */
+
+    /* What every rank knows without communicating (consistent across ranks once the
+     * header shows that every rank passed its checks with the same global length). */
     const int32_t len_g = shard->global_len > 0 ? shard->global_len : 0;
     const int32_t n_full_g = len_g / P, partial_g = len_g % P, n_pages_g = (len_g + P - 1) / P;
-    const int dense = st != LOCKS_OK || p->selector == LOCKS_SEL_FULL || p->budget >= len_g;
-    const int32_t n_local = s ? s->n_pages : 0, n_full_l = s ? s->len / P : 0;
-    const int32_t H = c->hkv, d = c->d, G = hq / H > 0 ? hq / H : 1;
-
-    /* scratch, one block */
-    const size_t hdr_bytes = sizeof(cp_header) + (size_t)hq * 2 * sizeof(double);
-    size_t n_sc = (size_t)hq * n_full_l, n_mass = (size_t)H * n_full_l;
-    size_t bytes = hdr_bytes * (size_t)(R + 1) + (n_sc + n_mass + (size_t)n_full_l + 16) * sizeof(float) +
-                   ((size_t)n_full_l + 1) * sizeof(uint64_t) + ((size_t)H * (n_local + 1) + H) * sizeof(int32_t) +
-                   (size_t)n_pages_g + 256;
-    uint8_t *buf = locks_alloc(1, bytes);
-    if (!buf) st = LOCKS_ERR_OOM; /* still joins the header gather below with the error */
-    uint8_t hdr_stack[sizeof(cp_header)];
-    uint8_t *hdr = buf ? buf : hdr_stack;
-    uint8_t *hdr_recv = buf ? buf + hdr_bytes : NULL;
-    cp_header me = {st, shard->page0, n_local, s ? s->len : 0};
-
-    /* ---- 1. local scores and their (max, sum) per query head ---- */
-    float *scores = NULL, *mass = NULL, *row = NULL;
-    uint64_t *keys = NULL;
-    int32_t *pages = NULL, *n_pages = NULL;
-    uint8_t *gflag = NULL;
-    const float scale = locks_step_scale(c, p->scale);
-    double t0 = locks_now_ms();
-    if (buf) {
-        uint8_t *b = buf + hdr_bytes * (size_t)(R + 1);
-        scores = (float *)(void *)b;
-        mass = scores + n_sc;
-        row = mass + n_mass;
-        keys = (uint64_t *)(void *)(((uintptr_t)(row + n_full_l + 16) + 7) & ~(uintptr_t)7);
-        pages = (int32_t *)(void *)(keys + n_full_l + 1);
-        n_pages = pages + (size_t)H * (n_local + 1);
-        gflag = (uint8_t *)(n_pages + H);
-        double *pairs = (double *)(void *)(hdr + sizeof(cp_header));
-        for (int32_t h = 0; h < hq; h++) {
-            pairs[2 * h] = -INFINITY;
-            pairs[2 * h + 1] = 0.0;
-        }
-        if (st == LOCKS_OK && !dense && n_full_l > 0) {
-            locks_seq_work w;
-            memset(&w, 0, sizeof w);
-            w.seq_id = shard->seq_id;
-            w.s = s;
-            w.q = q;
-            w.scores = scores;
-            st = locks_score_run(c, layer, &w, 1, hq, p->selector, scale, 0);
-            for (int32_t h = 0; h < hq && st == LOCKS_OK; h++) {
-                const float *sr = scores + (size_t)h * n_full_l;
-                memcpy(row, sr, sizeof(float) * (size_t)n_full_l);
-                const float mx = locks_max_n(row, (size_t)n_full_l);
-                pairs[2 * h] = mx;
-                pairs[2 * h + 1] = locks_exp_sum_n(row, (size_t)n_full_l, mx);
-            }
-            me.status = st;
-        }
-    }
-    memcpy(hdr, &me, sizeof me);
-    double t1 = locks_now_ms();
-    st_local.score_ms = t1 - t0;
-
-    /* ---- gather #1: statuses, extents, normaliser pairs ---- */
-    if (!buf) {
-        /* Cannot hold the gathered headers: still take part so no rank hangs. The header
-         * size is the same on every rank, so a transient buffer of that size is needed;
-         * if even that fails the step cannot stay collective. */
-        uint8_t *tmp = locks_alloc((size_t)R + 1, hdr_bytes);
-        if (!tmp) return LOCKS_ERR_OOM; /* documented limit: the other ranks would block */
-        memcpy(tmp, &me, sizeof me);
-        locks_status gs = gather(&x, tmp, tmp + hdr_bytes, hdr_bytes);
-        locks_free(tmp);
-        return gs != LOCKS_OK ? gs : LOCKS_ERR_OOM;
-    }
-    locks_status gs = gather(&x, hdr, hdr_recv, hdr_bytes);
-    if (gs != LOCKS_OK) {
-        locks_free(buf);
-        return gs;
-    }
-    st = cp_check_tiling(hdr_recv, hdr_bytes, R, len_g);
-    if (st != LOCKS_OK) {
-        locks_free(buf);
-        return st;
-    }
-
-    /* ---- 2-3. masses, local top-k, global top-k ---- */
-    const double ts = locks_now_ms(), comm_before = st_local.comm_ms;
-    const locks_group_rule rule = locks_selector_group_rule(p->selector);
+    const int dense = p->selector == LOCKS_SEL_FULL || p->budget >= len_g;
     int32_t forced_g = 0;
     for (int32_t j = 0; j < n_full_g; j++) forced_g += is_forced(j, n_full_g, p);
     int32_t k = dense ? 0 : (p->budget - partial_g - forced_g * P) / P;
     if (k > n_full_g - forced_g) k = n_full_g - forced_g;
     if (k < 0) k = 0;
-    if (!dense && k > 0) {
-        /* masses of the local full pages: score.c's arithmetic with the global (M, S) */
+    const int32_t n_local = s ? s->n_pages : 0, n_full_l = s ? s->len / P : 0;
+
+    /* All scratch in one allocation made before the first collective, so that after it
+     * nothing can fail to allocate and every rank takes part in every later collective. */
+    const size_t hdr_bytes = sizeof(cp_header) + (size_t)hq * 2 * sizeof(double);
+    const size_t cand_n = (size_t)H * (size_t)k;                 /* keys sent per rank */
+    const size_t part_n = (size_t)hq * ((size_t)d + 1) + 1;      /* (o, lse) + status, floats */
+    const size_t part_pad = (part_n + 1) & ~(size_t)1;
+    size_t bytes = hdr_bytes * ((size_t)R + 1) +
+                   sizeof(uint64_t) * (cand_n * ((size_t)R + 1) + (size_t)R * k + (size_t)n_full_l + 1) +
+                   sizeof(float) * (part_pad * ((size_t)R + 1) + (size_t)(hq + H + 1) * (size_t)n_full_l) +
+                   sizeof(int32_t) * ((size_t)H * ((size_t)n_local + 1) + (size_t)H) + (size_t)n_pages_g + 64;
+    uint8_t *buf = locks_alloc(1, bytes);
+    if (!buf) {
+        /* Announce the failure in the header round so nobody hangs; the header is tiny. */
+        uint8_t *tmp = locks_alloc((size_t)R + 1, hdr_bytes);
+        if (!tmp) return LOCKS_ERR_OOM; /* documented limit: the other ranks would wait */
+        const cp_header me = {LOCKS_ERR_OOM, shard->page0, n_local, s ? s->len : 0};
+        memcpy(tmp, &me, sizeof me);
+        locks_status gs = gather(&x, tmp, tmp + hdr_bytes, hdr_bytes);
+        locks_free(tmp);
+        return gs != LOCKS_OK ? gs : LOCKS_ERR_OOM;
+    }
+    uint8_t *b = buf;
+    uint8_t *hdr = b, *hdr_recv = b + hdr_bytes;
+    b += hdr_bytes * ((size_t)R + 1);
+    uint64_t *cand = (uint64_t *)(void *)b, *cand_recv = cand + cand_n, *all = cand_recv + cand_n * (size_t)R;
+    uint64_t *keys = all + (size_t)R * k;
+    float *part = (float *)(void *)(keys + n_full_l + 1), *part_recv = part + part_pad;
+    float *scores = part_recv + part_pad * (size_t)R, *mass = scores + (size_t)hq * n_full_l;
+    float *row = mass + (size_t)H * n_full_l;
+    int32_t *pages = (int32_t *)(void *)(row + n_full_l), *n_pages = pages + (size_t)H * (n_local + 1);
+    uint8_t *gflag = (uint8_t *)(n_pages + H);
+    const float scale = locks_step_scale(c, p->scale);
+
+    /* ---- 1. local scores and their (max, sum exp) per query head; gather #1 ---- */
+    const double t0 = locks_now_ms();
+    double *pairs = (double *)(void *)(hdr + sizeof(cp_header));
+    for (int32_t h = 0; h < hq; h++) {
+        pairs[2 * h] = -INFINITY;
+        pairs[2 * h + 1] = 0.0;
+    }
+    if (st == LOCKS_OK && !dense && k > 0 && n_full_l > 0) {
+        locks_seq_work w;
+        memset(&w, 0, sizeof w);
+        w.seq_id = shard->seq_id;
+        w.s = s;
+        w.q = q;
+        w.scores = scores;
+        st = locks_score_run(c, layer, &w, 1, hq, p->selector, scale, 0);
+        for (int32_t h = 0; h < hq && st == LOCKS_OK; h++) {
+            memcpy(row, scores + (size_t)h * n_full_l, sizeof(float) * (size_t)n_full_l);
+            const float mx = locks_max_n(row, (size_t)n_full_l);
+            pairs[2 * h] = mx;
+            pairs[2 * h + 1] = locks_exp_sum_n(row, (size_t)n_full_l, mx);
+        }
+    }
+    const cp_header me = {st, shard->page0, n_local, s ? s->len : 0};
+    memcpy(hdr, &me, sizeof me);
+    cs.score_ms = locks_now_ms() - t0;
+    locks_status gs = gather(&x, hdr, hdr_recv, hdr_bytes);
+    if (gs == LOCKS_OK) gs = cp_check_tiling(hdr_recv, hdr_bytes, R, len_g);
+    if (gs != LOCKS_OK) { /* every rank sees the same headers: every rank stops here */
+        locks_free(buf);
+        return gs;
+    }
+
+    /* From here every rank runs the same collectives; a local failure (st) travels in
+     * the status slot of gather #3. */
+    /* ---- 2-3. masses, local top-k, gather #2, global top-k ---- */
+    const double t1 = locks_now_ms();
+    double comm_before = cs.comm_ms;
+    if (k > 0) {
+        const locks_group_rule rule = locks_selector_group_rule(p->selector);
         for (int32_t h = 0; h < H; h++) {
+            /* masses of the local full pages: score.c's arithmetic with the global (M, S) */
             float *m = mass + (size_t)h * n_full_l;
             for (int32_t i = 0; i < n_full_l; i++) m[i] = 0.0f;
             for (int32_t g = 0; g < G && n_full_l > 0; g++) {
@@ -413,19 +403,9 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
                     for (int32_t i = 0; i < n_full_l; i++) m[i] += sr[i] * inv;
                 }
             }
-        }
-    }
-    /* local candidates: [H][k] keys, 0-padded */
-    const size_t cand_bytes = (size_t)H * (size_t)k * sizeof(uint64_t);
-    uint64_t *cand = NULL, *cand_recv = NULL;
-    if (!dense && k > 0) {
-        cand = locks_alloc((size_t)R + 1, cand_bytes);
-        if (!cand) st = LOCKS_ERR_OOM; /* k is global: every rank gathers; the error comes after */
-        cand_recv = cand ? cand + (size_t)H * k : NULL;
-        for (int32_t h = 0; h < H && cand; h++) {
-            const float *m = mass + (size_t)h * n_full_l;
+            /* this rank's k best non-forced pages, 0-padded */
             int32_t n_cand = 0;
-            for (int32_t i = 0; i < n_full_l; i++) {
+            for (int32_t i = 0; i < n_full_l && st == LOCKS_OK; i++) {
                 const int32_t j = shard->page0 + i;
                 if (!is_forced(j, n_full_g, p)) keys[n_cand++] = locks_rank_key(m[i], j);
             }
@@ -433,28 +413,15 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
             if (kl > 0 && kl < n_cand) locks_top_k(keys, n_cand, kl);
             memcpy(cand + (size_t)h * k, keys, sizeof(uint64_t) * (size_t)kl);
         }
-        if (cand) gs = gather(&x, cand, cand_recv, cand_bytes);
-        else {
-            /* out of memory: still join the gather with a throwaway buffer */
-            uint8_t *tmp = locks_alloc((size_t)R + 1, cand_bytes);
-            gs = tmp ? gather(&x, tmp, tmp + cand_bytes, cand_bytes) : LOCKS_ERR_OOM;
-            locks_free(tmp);
-        }
-        if (gs != LOCKS_OK || st != LOCKS_OK) {
-            locks_free(cand);
+        gs = gather(&x, cand, cand_recv, cand_n * sizeof(uint64_t));
+        if (gs != LOCKS_OK) {
             locks_free(buf);
-            return gs != LOCKS_OK ? gs : st;
+            return gs;
         }
     }
-    /* selection per KV head: local pages (for attention) and global pages (for sel) */
-    uint64_t *all = NULL;
-    if (!dense && k > 0) {
-        all = locks_alloc((size_t)R * k, sizeof(uint64_t));
-        if (!all) st = LOCKS_ERR_OOM;
-    }
-    for (int32_t h = 0; h < H && st == LOCKS_OK; h++) {
-        int32_t *pl = pages + (size_t)h * (n_local + 1);
-        int32_t n = 0;
+    /* selection per KV head: the local page list (to attend) and the global one (sel) */
+    for (int32_t h = 0; h < H; h++) {
+        int32_t *pl = pages + (size_t)h * (n_local + 1), n = 0;
         if (dense) {
             for (int32_t i = 0; i < n_local; i++) pl[n++] = i;
         } else {
@@ -464,66 +431,51 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
             if (k > 0) {
                 for (int32_t r = 0; r < R; r++)
                     memcpy(all + (size_t)r * k, cand_recv + ((size_t)r * H + h) * k, sizeof(uint64_t) * (size_t)k);
-                if (k < R * k) locks_top_k(all, R * k, k);
-                for (int32_t i = 0; i < k; i++) gflag[~(uint32_t)all[i]] = 1;
+                if (R > 1) locks_top_k(all, R * k, k);
+                for (int32_t i = 0; i < k; i++) gflag[~(uint32_t)all[i]] = 1; /* real keys: see decode.h */
             }
             for (int32_t i = 0; i < n_local; i++)
                 if (gflag[shard->page0 + i]) pl[n++] = i;
         }
         n_pages[h] = n;
-        if (sel) {
+        if (sel && st == LOCKS_OK) {
             int32_t *sp = sel->pages + (size_t)h * sel->max_pages, ns = 0;
             for (int32_t j = 0; j < n_pages_g; j++)
                 if (dense || gflag[j]) sp[ns++] = j;
             sel->n_pages[h] = ns;
         }
     }
-    locks_free(all);
-    locks_free(cand);
-    double t3 = locks_now_ms();
-    st_local.select_ms = (t3 - ts) - (st_local.comm_ms - comm_before);
+    const double t2 = locks_now_ms();
+    cs.select_ms = (t2 - t1) - (cs.comm_ms - comm_before);
 
-    /* ---- 4. attend the local pages, gather (o, lse), merge ---- */
-    const size_t part_floats = (size_t)hq * (d + 1);
-    float *part = locks_alloc((size_t)R + 1, part_floats * sizeof(float));
-    if (!part) st = LOCKS_ERR_OOM;
-    if (st == LOCKS_OK) {
-        float *o = part, *lse = part + (size_t)hq * d;
-        if (n_local > 0) {
-            locks_seq_work w;
-            memset(&w, 0, sizeof w);
-            w.seq_id = shard->seq_id;
-            w.s = s;
-            w.q = q;
-            w.pages = pages;
-            w.n_pages = n_pages;
-            w.max_pages = n_local + 1;
-            w.out = o;
-            w.lse = lse;
-            st = locks_attend_run(c, layer, &w, 1, hq, scale);
-        } else {
-            for (int32_t h = 0; h < hq; h++) lse[h] = -INFINITY;
-        }
+    /* ---- 4. attend the local pages; gather #3 of (o, lse, status); merge ---- */
+    float *o = part, *lse = part + (size_t)hq * d;
+    for (int32_t h = 0; h < hq; h++) lse[h] = -INFINITY;
+    if (st == LOCKS_OK && n_local > 0) {
+        locks_seq_work w;
+        memset(&w, 0, sizeof w);
+        w.seq_id = shard->seq_id;
+        w.s = s;
+        w.q = q;
+        w.pages = pages;
+        w.n_pages = n_pages;
+        w.max_pages = n_local + 1;
+        w.out = o;
+        w.lse = lse;
+        st = locks_attend_run(c, layer, &w, 1, hq, scale);
     }
-    double t4 = locks_now_ms();
-    st_local.attend_ms = t4 - t3;
-    /* A failure here (OOM) cannot be announced without another round; the rank sends
-     * lse = -inf for every head (contributes nothing) and reports the error itself. */
-    if (part) {
-        if (st != LOCKS_OK)
-            for (int32_t h = 0; h < hq; h++) part[(size_t)hq * d + h] = -INFINITY;
-        gs = gather(&x, part, part + part_floats, part_floats * sizeof(float));
-    } else {
-        uint8_t *tmp = locks_alloc((size_t)R + 1, part_floats * sizeof(float));
-        gs = tmp ? gather(&x, tmp, tmp + part_floats * sizeof(float), part_floats * sizeof(float)) : LOCKS_ERR_OOM;
-        locks_free(tmp);
-    }
+    part[part_n - 1] = (float)st;
+    const double t3 = locks_now_ms();
+    cs.attend_ms = t3 - t2;
+    gs = gather(&x, part, part_recv, part_pad * sizeof(float));
+    if (gs == LOCKS_OK)
+        for (int32_t r = 0; r < R && st == LOCKS_OK; r++) /* the first failure in rank order */
+            st = (locks_status)(int32_t)part_recv[(size_t)r * part_pad + part_n - 1];
     if (gs == LOCKS_OK && st == LOCKS_OK) {
-        const float *recv = part + part_floats;
         for (int32_t h = 0; h < hq; h++) {
             double M = -INFINITY;
             for (int32_t r = 0; r < R; r++) {
-                const double l = recv[(size_t)r * part_floats + (size_t)hq * d + h];
+                const double l = part_recv[(size_t)r * part_pad + (size_t)hq * d + h];
                 M = l > M ? l : M;
             }
             float *oh = out + (size_t)h * d;
@@ -533,7 +485,7 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
             }
             double acc[LOCKS_MAX_HEAD_DIM] = {0}, L = 0.0;
             for (int32_t r = 0; r < R; r++) {
-                const float *pr = recv + (size_t)r * part_floats;
+                const float *pr = part_recv + (size_t)r * part_pad;
                 const double l = pr[(size_t)hq * d + h];
                 if (isinf(l)) continue;
                 const double wgt = exp(l - M);
@@ -546,16 +498,15 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
     if (stats) {
         if (n_local > 0 && st == LOCKS_OK) {
             const uint64_t tok_bytes = 2u * 2u * (uint64_t)d;
-            if (!dense) st_local.bytes_meta = locks_selector_meta_bytes(p->selector, c) * (uint64_t)n_full_l * (uint64_t)H;
+            if (k > 0) cs.bytes_meta = locks_selector_meta_bytes(p->selector, c) * (uint64_t)n_full_l * (uint64_t)H;
             for (int32_t h = 0; h < H; h++)
                 for (int32_t i = 0; i < n_pages[h]; i++) {
                     const int32_t nt = s->len - pages[(size_t)h * (n_local + 1) + i] * P;
-                    st_local.bytes_kv += tok_bytes * (uint64_t)(nt < P ? nt : P);
+                    cs.bytes_kv += tok_bytes * (uint64_t)(nt < P ? nt : P);
                 }
         }
-        *stats = st_local;
+        *stats = cs;
     }
-    locks_free(part);
     locks_free(buf);
     return gs != LOCKS_OK ? gs : st;
 }
