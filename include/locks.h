@@ -374,8 +374,9 @@ locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id,
  * pages 0 .. n - 1; only the rank holding the global tail may end in a partial page.
  * locks_cp_decode_step, called by every rank with the same query and params, gives
  * every rank the same result as locks_decode_step on one cache holding the whole
- * sequence: the same selection (except at exact ties of group mass, which the merge of
- * per-rank normalisers can break differently) and the same output to fp32 rounding.
+ * sequence: the same selection (exact ties go to the lower logical index as there; only
+ * masses within ~1 float ulp of each other could rank differently, the normaliser being
+ * summed in another order) and the same output to fp32 rounding.
  * docs/CONTEXT_PARALLEL.md has the algorithm, the exactness argument and the bytes. */
 
 typedef enum {

@@ -8,6 +8,8 @@
  *  - the output equals the single cache's to fp32 rounding of the merge, and a float64
  *    attention over the stored fp16 K/V of the selected pages;
  *  - every rank gets bit-identical outputs and selections;
+ *  - with exact ties (pages copying 3 key templates, spread over all ranks) the selection
+ *    is exactly the single cache's (lower logical index wins, no tolerance);
  *  for the locks (quantized summaries), oracle and quest selectors and dense steps
  *  (budget >= context, and the full selector). Edge cases: fewer pages than ranks (a rank
  *  with nothing), an empty rank in the middle, a partial page on the last rank or none,
@@ -237,6 +239,7 @@ static int same_selection(const int32_t *a, const int32_t *na, const int32_t *b,
 }
 
 static int32_t total_ties;
+static int strict_ties; /* 1: exact-tie data, the selection must match exactly */
 
 /* One configuration: a sequence, R ranks (partition tok0/n_tok or default), params. */
 static void check_config(const seq_data *x, int32_t R, const int32_t *tok0, const int32_t *n_tok,
@@ -278,6 +281,7 @@ static void check_config(const seq_data *x, int32_t R, const int32_t *tok0, cons
         int32_t ties = 0;
         const int sel_ok = same_selection(w.pages[0], w.n_pages[0], pages1, n1, H, max_pages, mass, n_full, &ties, what);
         test_cond(sel_ok, "%s: selection differs from the single cache's", what);
+        test_cond(!strict_ties || ties == 0, "%s: exact ties broken differently from the single cache (%d heads)", what, ties);
         total_ties += ties;
         /* the output: vs float64 over CP's own selection, vs the single cache when the
          * selections agree */
@@ -380,6 +384,25 @@ int main(void) {
         p.selector = LOCKS_SEL_ORACLE;
         check_config(&x, 3, tok0, n_tok, &p, "empty middle rank");
         if (trial == 0) check_errors(&x);
+        free(x.k);
+        free(x.v);
+    }
+    /* exact ties: every page's keys copy one of 3 templates (values stay random), so
+     * pages on different ranks have bit-identical scores and masses; both paths must break
+     * the ties alike (lower logical index), with no tolerance */
+    {
+        const int32_t len = tu_int(40, 60) * P + 9;
+        seq_data x = make_data(H, G, d, len);
+        for (int32_t t = 3 * P; t < len; t++)
+            memcpy(x.k + (size_t)t * H * d, x.k + (size_t)(t % (3 * P)) * H * d, sizeof(float) * (size_t)H * d);
+        strict_ties = 1;
+        for (int32_t R = 2; R <= MAX_R; R++) {
+            locks_step_params p = locks_step_default_params();
+            p.selector = R % 2 ? LOCKS_SEL_ORACLE : LOCKS_SEL_LOCKS;
+            p.budget = tu_int(6, 16) * P + 9;
+            check_config(&x, R, NULL, NULL, &p, "exact ties");
+        }
+        strict_ties = 0;
         free(x.k);
         free(x.v);
     }
