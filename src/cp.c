@@ -17,9 +17,12 @@
  *               #2, then every rank takes the top k of the R * k keys.
  *   4. attend — each rank attends its selected pages (+ forced, + the partial page if it
  *               holds it) with the CPU attention, keeping the per-head lse; all-gather #3
- *               of (o, lse), merged by log-sum-exp in rank order (double accumulation).
- * Dense steps (full selector, budget >= length) skip 2-3 (no scores: the header carries
- * only the status). Every collective has a size all ranks know in advance.
+ *               of (o, lse) and the rank's status, merged by log-sum-exp in rank order
+ *               (double accumulation).
+ * Dense steps (full selector, budget >= length) and steps with no free slot (k = 0)
+ * skip the scores and gather #2. Every collective has a size all ranks know in advance,
+ * all scratch is allocated before the first one, and a rank that fails after it still
+ * takes part in the rest: every rank returns the same status and none is left waiting.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -187,7 +190,24 @@ void locks_cp_partition(int32_t len, int32_t n_ranks, int32_t rank, int32_t *tok
 /* Header of all-gather #1, followed by [Hq][2] doubles: (max, sum exp(s - max)). */
 typedef struct {
     int32_t status, page0, n_pages, len;
+    /* what must agree on every rank (the collectives' sizes and the result depend on it) */
+    int32_t global_len, n_q_heads, selector, budget, n_sink, n_recent;
+    uint32_t scale_bits, q_hash;
 } cp_header;
+
+_Static_assert(sizeof(cp_header) % 8 == 0, "the normaliser pairs (doubles) follow the header");
+
+/* FNV-1a over the query's bits: ranks given different queries are a caller bug that
+ * would silently mix two steps. */
+static uint32_t q_hash(const float *q, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &q[i], 4);
+        h = (h ^ b) * 16777619u;
+    }
+    return h;
+}
 
 typedef struct {
     locks_cp_comm *comm;
@@ -244,10 +264,20 @@ static locks_status cp_check(const locks_cp_shard *sh, int32_t layer, const floa
 /* The gathered headers: first bad status in rank order, else whether the shards tile
  * [0, global pages) with the partial page (if any) at the tail. */
 static locks_status cp_check_tiling(const uint8_t *recv, size_t hdr_bytes, int32_t R, int32_t global_len) {
+    cp_header h0;
+    memcpy(&h0, recv, sizeof h0);
     for (int32_t r = 0; r < R; r++) {
         cp_header h;
         memcpy(&h, recv + (size_t)r * hdr_bytes, sizeof h);
         if (h.status != LOCKS_OK) return (locks_status)h.status;
+    }
+    for (int32_t r = 1; r < R; r++) { /* the same step on every rank */
+        cp_header h;
+        memcpy(&h, recv + (size_t)r * hdr_bytes, sizeof h);
+        if (h.global_len != h0.global_len || h.n_q_heads != h0.n_q_heads || h.selector != h0.selector ||
+            h.budget != h0.budget || h.n_sink != h0.n_sink || h.n_recent != h0.n_recent ||
+            h.scale_bits != h0.scale_bits || h.q_hash != h0.q_hash)
+            return LOCKS_ERR_INVALID_ARG;
     }
     const int32_t n_pages = (global_len + P - 1) / P;
     /* walk the pages in order: exactly one rank starts where the previous one ended */
@@ -322,7 +352,9 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
         /* Announce the failure in the header round so nobody hangs; the header is tiny. */
         uint8_t *tmp = locks_alloc((size_t)R + 1, hdr_bytes);
         if (!tmp) return LOCKS_ERR_OOM; /* documented limit: the other ranks would wait */
-        const cp_header me = {LOCKS_ERR_OOM, shard->page0, n_local, s ? s->len : 0};
+        cp_header me;
+        memset(&me, 0, sizeof me);
+        me.status = LOCKS_ERR_OOM;
         memcpy(tmp, &me, sizeof me);
         locks_status gs = gather(&x, tmp, tmp + hdr_bytes, hdr_bytes);
         locks_free(tmp);
@@ -362,7 +394,20 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
             pairs[2 * h + 1] = locks_exp_sum_n(row, (size_t)n_full_l, mx);
         }
     }
-    const cp_header me = {st, shard->page0, n_local, s ? s->len : 0};
+    cp_header me;
+    memset(&me, 0, sizeof me);
+    me.status = st;
+    me.page0 = shard->page0;
+    me.n_pages = n_local;
+    me.len = s ? s->len : 0;
+    me.global_len = shard->global_len;
+    me.n_q_heads = hq;
+    me.selector = p->selector;
+    me.budget = p->budget;
+    me.n_sink = p->n_sink;
+    me.n_recent = p->n_recent;
+    memcpy(&me.scale_bits, &p->scale, 4);
+    me.q_hash = q && st == LOCKS_OK ? q_hash(q, (size_t)hq * d) : 0;
     memcpy(hdr, &me, sizeof me);
     cs.score_ms = locks_now_ms() - t0;
     locks_status gs = gather(&x, hdr, hdr_recv, hdr_bytes);

@@ -13,8 +13,9 @@
  *  for the locks (quantized summaries), oracle and quest selectors and dense steps
  *  (budget >= context, and the full selector). Edge cases: fewer pages than ranks (a rank
  *  with nothing), an empty rank in the middle, a partial page on the last rank or none,
- *  shards that do not tile the sequence and a budget below the forced pages (every rank
- *  returns the same error, none hangs).
+ *  shards that do not tile the sequence, a budget below the forced pages, a NaN query on one
+ *  rank, ranks given different budgets or queries (every rank returns the same error, none
+ *  hangs).
  */
 #include "test_util.h"
 
@@ -347,6 +348,23 @@ static void check_errors(const seq_data *x) {
     for (int32_t r = 0; r < 2; r++)
         test_cond(w.job[r].st == LOCKS_ERR_NONFINITE, "NaN query on rank 1: rank %d -> %s", r,
                   locks_status_str(w.job[r].st));
+    /* ranks that disagree on the step (another budget; another query): INVALID_ARG */
+    for (int32_t c = 0; c < 2; c++) {
+        float *q2 = malloc(sizeof(float) * (size_t)x->H * x->G * x->d);
+        memcpy(q2, q, sizeof(float) * (size_t)x->H * x->G * x->d);
+        w.job[0].q = q;
+        w.job[0].p = p;
+        w.job[1].q = q2;
+        w.job[1].p = p;
+        if (c == 0) w.job[1].p.budget = p.budget + P;
+        else q2[x->d + 1] = nextafterf(q2[x->d + 1], INFINITY);
+        for (int32_t r = 0; r < 2; r++) pthread_create(&th[r], NULL, rank_main, &w.job[r]);
+        for (int32_t r = 0; r < 2; r++) pthread_join(th[r], NULL);
+        for (int32_t r = 0; r < 2; r++)
+            test_cond(w.job[r].st == LOCKS_ERR_INVALID_ARG, "ranks given %s: rank %d -> %s",
+                      c ? "queries one ulp apart" : "different budgets", r, locks_status_str(w.job[r].st));
+        free(q2);
+    }
     world_free(&w);
     free(q);
     free(qbad);
