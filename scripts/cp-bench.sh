@@ -5,7 +5,8 @@
 #   scripts/cp-bench.sh [N ...]        default N: 1 2 4 8 (those <= the GPUs present)
 #   env: CONTEXT (1M,2M,4M)  BUDGET (2048)  STEPS (20)  BUILD (build)  OUT ($OUT or /tmp/cp-bench)
 #
-# Builds with CUDA + NCCL, runs the N = 1 baseline and then each N, and prints a table
+# Builds with CUDA + NCCL; for each N (1 first, the baseline) runs test_gpu_cp on N GPUs,
+# then the benchmark; prints a table
 # last: per-step time, time in collectives, bytes per rank, and the strong-scaling
 # efficiency T(1) / (N * T(N)) at each context. Full logs per rank under $OUT.
 # What it measures today (docs/CONTEXT_PARALLEL.md): each rank computes on a CPU cache
@@ -35,6 +36,11 @@ results="$OUT/results.txt"
 : > "$results"
 for N in "${ranks[@]}"; do
   if [ "$N" -gt "$ngpu" ]; then echo "cp-bench: skip N=$N (only $ngpu GPUs)"; continue; fi
+  # validate first: the NCCL step against the single-cache step on N GPUs
+  if ! LOCKS_CP_RANKS=$N "$BUILD/test_gpu_cp" > "$OUT/test_gpu_cp-N$N.log" 2>&1; then
+    echo "cp-bench: test_gpu_cp failed on $N ranks:"; tail -20 "$OUT/test_gpu_cp-N$N.log"; exit 1
+  fi
+  tail -1 "$OUT/test_gpu_cp-N$N.log"
   id="$OUT/nccl-id-$N"
   rm -f "$id" "$id.tmp"
   threads=$(( $(nproc) / N )); [ "$threads" -ge 1 ] || threads=1
