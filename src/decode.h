@@ -41,6 +41,12 @@ void locks_mass_one(locks_seq_work *w, int32_t h, int32_t G, locks_selector sel)
 /* select.c: LOCKS_ERR_BUDGET if the params' budget cannot hold this sequence's forced
  * pages (or is <= 0); LOCKS_OK otherwise. */
 locks_status locks_select_check(const locks_seq *s, const locks_step_params *p);
+/* The ranking key of a page: mass bits in the high half, the complement of the logical
+ * index j in the low half, so keys are unique, larger mass wins and ties go to the lower
+ * index. Every real page's key is > 2^63 (masses are >= 0), so 0 pads. */
+uint64_t locks_rank_key(float mass, int32_t j);
+/* Reorders key[0..n) so that key[0..k) are the k largest (in any order); 0 < k < n. */
+void locks_top_k(uint64_t *key, int32_t n, int32_t k);
 /* Selections of every sequence and KV head from their masses (checked budgets); with
  * with_mass, each task first computes its masses from the scores (one pass over the
  * pool instead of two). */

@@ -15,15 +15,14 @@
 
 enum { P = LOCKS_PAGE };
 
-static uint64_t rank_key(float mass, int32_t j) {
+uint64_t locks_rank_key(float mass, int32_t j) {
     uint32_t b;
     memcpy(&b, &mass, 4);
     b = (b & 0x80000000u) ? ~b : (b | 0x80000000u); /* order-preserving for all floats */
     return ((uint64_t)b << 32) | (uint32_t)~(uint32_t)j;
 }
 
-/* Reorders key[0..n) so that key[0..k) are the k largest (in any order). */
-static void top_k(uint64_t *key, int32_t n, int32_t k) {
+void locks_top_k(uint64_t *key, int32_t n, int32_t k) {
     int32_t lo = 0, hi = n - 1;
     while (lo < hi) {
         /* median of three as pivot */
@@ -74,11 +73,11 @@ static void select_one(const locks_seq *s, const float *mass, const locks_step_p
     for (int32_t j = 0; j < n_full; j++) {
         flag[j] = (uint8_t)(j < p->n_sink || j >= n_full - p->n_recent);
         if (flag[j]) forced++;
-        else key[n_cand++] = rank_key(mass[j], j);
+        else key[n_cand++] = locks_rank_key(mass[j], j);
     }
     int32_t k = (p->budget - partial - forced * P) / P;
     if (k > n_cand) k = n_cand;
-    if (k > 0 && k < n_cand) top_k(key, n_cand, k);
+    if (k > 0 && k < n_cand) locks_top_k(key, n_cand, k);
     for (int32_t i = 0; i < k; i++) flag[~(uint32_t)key[i]] = 1;
     for (int32_t j = 0; j < n_full; j++)
         if (flag[j]) pages[n++] = j;

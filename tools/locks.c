@@ -31,7 +31,11 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) {
+        for (int i = 2; i < argc; i++) /* context-parallel runs: tools/cmd_bench_cp.c */
+            if (!strcmp(argv[i], "--ranks")) return cmd_bench_cp(argc - 1, argv + 1);
+        return cmd_bench(argc - 1, argv + 1);
+    }
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
     fprintf(stderr, "locks: unknown command '%s'\n\n", cmd);
     usage(stderr);
