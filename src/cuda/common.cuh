@@ -59,6 +59,9 @@ struct locks_cuda_ws {
     uint16_t *q_attn;      /* [max_seqs][Hq][d] kv dtype, pre-scaled by scale*log2(e) */
     __half *q_score;       /* [max_seqs][Hq][d] fp16, divided by q_amax */
     float *q_amax;         /* [max_seqs][Hq] */
+    int8_t *q_i8;          /* [max_seqs][Hq][2][d] Q = round(32512 q / q_amax) = 256 hi + lo:
+                              hi, then lo (int8; score kernel, G <= 8) */
+    int32_t *q_isum;       /* [max_seqs][Hq][2] sums of hi and lo */
     float *scores;         /* [segs][max_pages][G] page LSE per head (natural log) */
     float2 *lse_part;      /* [segs][score_blocks][G] (max, sum exp) partials */
     float *mass;           /* [segs][max_pages] group mass */

@@ -11,7 +11,8 @@
 
 template <typename T>
 static __global__ void qprep_kernel(const float *__restrict__ q, int32_t rows, int32_t d, float attn_mul,
-                                    uint16_t *q_attn, __half *q_score, float *q_amax, int32_t *status) {
+                                    uint16_t *q_attn, __half *q_score, float *q_amax, int8_t *q_i8,
+                                    int32_t *q_isum, int32_t *status) {
     const int32_t row = blockIdx.x * QPREP_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
@@ -25,13 +26,29 @@ static __global__ void qprep_kernel(const float *__restrict__ q, int32_t rows, i
     }
     amax = warp_max(amax);
     if (__any_sync(0xffffffffu, bad) && lane == 0) atomicOr(status, 1);
-    const float inv = amax > 0.f ? 1.f / amax : 0.f;
+    const float inv = amax > 0.f ? 1.f / amax : 0.f, inv16 = amax > 0.f ? 32512.f / amax : 0.f;
     T *qa = reinterpret_cast<T *>(q_attn) + (size_t)row * d;
+    int32_t sum_h = 0, sum_l = 0;
     for (int i = lane; i < d; i += 32) {
         qa[i] = kv_traits<T>::from_f(x[i] * attn_mul);
         q_score[(size_t)row * d + i] = __float2half_rn(x[i] * inv);
+        /* Q = round(127 * 256 q / |q|max) = 256 hi + lo, hi in [-127, 127], lo in [-128, 127] */
+        const int32_t v = bad ? 0 : max(-32512, min(32512, __float2int_rn(x[i] * inv16)));
+        const int32_t vh = (v + 128) >> 8, vl = v - 256 * vh;
+        q_i8[(size_t)row * 2 * d + i] = (int8_t)vh;
+        q_i8[(size_t)row * 2 * d + d + i] = (int8_t)vl;
+        sum_h += vh;
+        sum_l += vl;
     }
-    if (lane == 0) q_amax[row] = amax;
+    for (int o = 16; o > 0; o >>= 1) {
+        sum_h += __shfl_xor_sync(0xffffffffu, sum_h, o);
+        sum_l += __shfl_xor_sync(0xffffffffu, sum_l, o);
+    }
+    if (lane == 0) {
+        q_amax[row] = amax;
+        q_isum[2 * row] = sum_h;
+        q_isum[2 * row + 1] = sum_l;
+    }
 }
 
 locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int32_t n_seqs, int32_t hq,
@@ -41,10 +58,12 @@ locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int3
     const float mul = scale * 1.4426950408889634f;
     if (c->p.kv_dtype == LOCKS_DTYPE_BF16)
         qprep_kernel<__nv_bfloat16><<<blocks, QPREP_WARPS * 32, 0, st>>>(d_q, rows, c->p.head_dim, mul, c->ws.q_attn,
-                                                                       c->ws.q_score, c->ws.q_amax, c->ws.status);
+                                                                       c->ws.q_score, c->ws.q_amax, c->ws.q_i8, c->ws.q_isum,
+                                                                       c->ws.status);
     else
         qprep_kernel<__half><<<blocks, QPREP_WARPS * 32, 0, st>>>(d_q, rows, c->p.head_dim, mul, c->ws.q_attn,
-                                                                c->ws.q_score, c->ws.q_amax, c->ws.status);
+                                                                c->ws.q_score, c->ws.q_amax, c->ws.q_i8, c->ws.q_isum,
+                                                                       c->ws.status);
     CU_LAUNCH_CHECK(qprep_kernel);
     return LOCKS_OK;
 }
