@@ -28,26 +28,26 @@ static __global__ void qprep_kernel(const float *__restrict__ q, int32_t rows, i
     if (__any_sync(0xffffffffu, bad) && lane == 0) atomicOr(status, 1);
     const float inv = amax > 0.f ? 1.f / amax : 0.f, inv16 = amax > 0.f ? 32512.f / amax : 0.f;
     T *qa = reinterpret_cast<T *>(q_attn) + (size_t)row * d;
-    int32_t sum_h = 0, sum_l = 0;
+    int8_t *qi = q_i8 + (size_t)row * 4 * d;
+    int32_t bsum = 0;
     for (int i = lane; i < d; i += 32) {
         qa[i] = kv_traits<T>::from_f(x[i] * attn_mul);
         q_score[(size_t)row * d + i] = __float2half_rn(x[i] * inv);
-        /* Q = round(127 * 256 q / |q|max) = 256 hi + lo, hi in [-127, 127], lo in [-128, 127] */
+        /* Q = round(32512 q / |q|max) = 256 hi + lo (hi in [-127, 127], lo in [-128, 127]);
+         * the basis copy holds odd dimensions as Q / 16 (they meet 16 x the int4 value) */
         const int32_t v = bad ? 0 : max(-32512, min(32512, __float2int_rn(x[i] * inv16)));
-        const int32_t vh = (v + 128) >> 8, vl = v - 256 * vh;
-        q_i8[(size_t)row * 2 * d + i] = (int8_t)vh;
-        q_i8[(size_t)row * 2 * d + d + i] = (int8_t)vl;
-        sum_h += vh;
-        sum_l += vl;
+        const int32_t vb = (i & 1) ? (bad ? 0 : max(-2032, min(2032, __float2int_rn(x[i] * (inv16 * 0.0625f))))) : v;
+        const int32_t vh = (v + 128) >> 8, bh = (vb + 128) >> 8;
+        qi[i] = (int8_t)bh;
+        qi[d + i] = (int8_t)(vb - 256 * bh);
+        qi[2 * d + i] = (int8_t)vh;
+        qi[3 * d + i] = (int8_t)(v - 256 * vh);
+        bsum += (i & 1) ? 16 * vb : vb;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        sum_h += __shfl_xor_sync(0xffffffffu, sum_h, o);
-        sum_l += __shfl_xor_sync(0xffffffffu, sum_l, o);
-    }
+    for (int o = 16; o > 0; o >>= 1) bsum += __shfl_xor_sync(0xffffffffu, bsum, o);
     if (lane == 0) {
         q_amax[row] = amax;
-        q_isum[2 * row] = sum_h;
-        q_isum[2 * row + 1] = sum_l;
+        q_isum[row] = 8 * bsum;
     }
 }
 

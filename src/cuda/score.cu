@@ -396,40 +396,40 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
 
     /* B fragments: column g = head hb (PACK: the group twice) */
     const int hb = PACK ? (g & 3) : g;
-    uint32_t qlo[2][NW], qhi[2][NW], qn[2][NM]; /* [hi/lo part of Q] */
+    uint32_t qlo[2][NW], qhi[2][NW], qn[2][NM]; /* [hi/lo part] */
     {
         const bool ok = hb < G;
+        const int8_t *qrow = q_i8 + ((size_t)s * hq + h * G + (ok ? hb : 0)) * 4 * D;
 #pragma unroll
         for (int part = 0; part < 2; part++) {
-            const uint32_t *qw =
-                reinterpret_cast<const uint32_t *>(q_i8 + (((size_t)s * hq + h * G + (ok ? hb : 0)) * 2 + part) * D);
+            const uint32_t *qw = reinterpret_cast<const uint32_t *>(qrow + part * D);
+            const uint32_t *qm = reinterpret_cast<const uint32_t *>(qrow + (2 + part) * D);
 #pragma unroll
             for (int k = 0; k < NW; k++) {
                 const uint32_t x = ok ? qw[2 * (NW * t + k)] : 0u, y = ok ? qw[2 * (NW * t + k) + 1] : 0u;
-                qlo[part][k] = __byte_perm(x, y, 0x6420);
-                qhi[part][k] = __byte_perm(x, y, 0x7531);
+                qlo[part][k] = __byte_perm(x, y, 0x6420); /* even dims */
+                qhi[part][k] = __byte_perm(x, y, 0x7531); /* odd dims (Q / 16) */
             }
 #pragma unroll
-            for (int k = 0; k < NM; k++) qn[part][k] = ok ? qw[t * NM + k] : 0u;
+            for (int k = 0; k < NM; k++) qn[part][k] = ok ? qm[t * NM + k] : 0u;
         }
     }
     /* this lane's output columns 2t, 2t+1: heads hc[c] */
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
     int hc[2];
     float mulc[2];
-    int32_t bias[2][2];
+    int32_t bias[2];
 #pragma unroll
     for (int c = 0; c < 2; c++) {
         hc[c] = PACK ? ((2 * t + c) & 3) : 2 * t + c;
         const bool ok = hc[c] < G;
         const size_t qi = (size_t)s * hq + h * G + (ok ? hc[c] : 0);
         mulc[c] = ok ? scale * LOG2E * q_amax[qi] : 0.f;
-        bias[c][0] = ok ? 8 * q_isum[2 * qi] : 0;
-        bias[c][1] = ok ? 8 * q_isum[2 * qi + 1] : 0;
+        bias[c] = ok ? q_isum[qi] : 0;
     }
     float run_m[2] = {-1e30f, -1e30f}, run_s[2] = {0.f, 0.f};
+    constexpr float INVQ = 1.f / 32512.f; /* Q units -> q / |q|max (keeps b in fp16 range) */
     float *sc_out = scores + (size_t)seg * score_stride * G;
-    constexpr float INVQ = 1.f / 32512.f; /* Q units -> q / |q|max */
 
     for (int32_t k = 0; k < my_n; k++) {
         score_issue<D>(stages[(k + SCORE_STAGES - 1) % SCORE_STAGES], next_p, lane, mu_q, mu_s, basis_q, basis_s,
@@ -462,10 +462,13 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
             }
             const int32_t hi = st.hi[g];
             const float ms = hi >= 0 ? __half2float(__ushort_as_half((unsigned short)(st.msw[g] >> (16 * hi)))) : 0.f;
-            qmu[0] = (float)(256 * am[0][0] + am[1][0]) * ms * INVQ;
-            qmu[1] = (float)(256 * am[0][1] + am[1][1]) * ms * INVQ;
+            qmu[0] = (float)(256 * am[0][0] + am[1][0]) * (ms * INVQ);
+            qmu[1] = (float)(256 * am[0][1] + am[1][1]) * (ms * INVQ);
         }
 
+        /* every lane writes (is the writer lane g == page of) exactly one page per batch:
+         * page g, its columns 2t, 2t+1 (PACK: lanes t >= 2 of page g hold heads 0..3 too) */
+        float mine[2] = {0.f, 0.f};
 #pragma unroll
         for (int p = 0; p < SCORE_BATCH / 2; p++) {
             const int pa = 2 * p, pb = 2 * p + 1;
@@ -483,7 +486,8 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
                     wb[4 * u] = y.x, wb[4 * u + 1] = y.y, wb[4 * u + 2] = y.z, wb[4 * u + 3] = y.w;
                 }
             }
-            int32_t lo[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}, hi[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            /* accH: hi parts, accL: lo parts (starts at -8 sum: the +8 of the nibbles) */
+            int32_t accH[4] = {0, 0, 0, 0}, accL[4] = {-bias[0], -bias[1], -bias[0], -bias[1]};
 #pragma unroll
             for (int m = 0; m < NW / 2; m++) {
                 const uint32_t al[4] = {and_xor(wa[2 * m], 0x0F0F0F0Fu, 0x08080808u), and_xor(wb[2 * m], 0x0F0F0F0Fu, 0x08080808u),
@@ -492,19 +496,15 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
                 const uint32_t ah[4] = {and_xor(wa[2 * m], 0xF0F0F0F0u, 0x80808080u), and_xor(wb[2 * m], 0xF0F0F0F0u, 0x80808080u),
                                         and_xor(wa[2 * m + 1], 0xF0F0F0F0u, 0x80808080u),
                                         and_xor(wb[2 * m + 1], 0xF0F0F0F0u, 0x80808080u)};
-#pragma unroll
-                for (int part = 0; part < 2; part++) {
-                    imma_u8s8(lo[part], al, qlo[part][2 * m], qlo[part][2 * m + 1]);
-                    imma_u8s8(hi[part], ah, qhi[part][2 * m], qhi[part][2 * m + 1]);
-                }
+                imma_u8s8(accH, al, qlo[0][2 * m], qlo[0][2 * m + 1]);
+                imma_u8s8(accL, al, qlo[1][2 * m], qlo[1][2 * m + 1]);
+                imma_u8s8(accH, ah, qhi[0][2 * m], qhi[0][2 * m + 1]);
+                imma_u8s8(accL, ah, qhi[1][2 * m], qhi[1][2 * m + 1]);
             }
             /* b = V^T Q (integer), row g of page pa: [0],[1]; of page pb: [2],[3] */
             int32_t b[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                b[e] = 256 * (lo[0][e] + (hi[0][e] >> 4) - bias[e & 1][0]) + lo[1][e] + (hi[1][e] >> 4) - bias[e & 1][1];
-            const float fa = __half2float(st.bs[pa][g]) * __half2float(st.cs[pa][g]) * INVQ;
-            const float fb = __half2float(st.bs[pb][g]) * __half2float(st.cs[pb][g]) * INVQ;
+            for (int e = 0; e < 4; e++) b[e] = 256 * accH[e] + accL[e];
             const uint32_t ca0 = *reinterpret_cast<const uint16_t *>(&st.c[pa][g * LOCKS_CUDA_MAX_RANK + 2 * t]);
             const uint32_t ca1 = *reinterpret_cast<const uint16_t *>(&st.c[pa][(g + 8) * LOCKS_CUDA_MAX_RANK + 2 * t]);
             const uint32_t cb0 = *reinterpret_cast<const uint16_t *>(&st.c[pb][g * LOCKS_CUDA_MAX_RANK + 2 * t]);
@@ -512,61 +512,73 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
             if constexpr (PACK) {
                 const bool first = t < 2;
                 const int32_t u0 = first ? b[0] : b[2], u1 = first ? b[1] : b[3];
-                const float f = first ? fa : fb;
+                const int ps = first ? pa : pb;
+                const float f = __half2float(st.bs[ps][g]) * __half2float(st.cs[ps][g]) * INVQ;
                 const uint32_t y = movmatrix_trans(h2_as_u32(__floats2half2_rn((float)u0 * f, (float)u1 * f)));
                 const uint32_t a[4] = {coef2_h2(ca0), coef2_h2(ca1), coef2_h2(cb0), coef2_h2(cb1)};
                 float e[4] = {0.f, 0.f, 0.f, 0.f};
                 mma16816_f16(e, a, g < 4 ? y : 0u, g < 4 ? 0u : y);
                 const int pl = first ? pa : pb; /* page of this lane's columns */
-                const bool wr = g == pl && j0 + pl < n_full;
+                /* qmu of page pl, column c lives in lane (pl, t): the writer itself */
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
-                    /* qmu of page pl, column c lives in lane (pl, t): the writer itself */
-                    const float v = col_lse2(e[c], e[2 + c], mulc[c]) + mulc[c] * qmu[c];
-                    if (wr && hc[c] < G) {
-                        sc_out[(size_t)(j0 + pl) * G + hc[c]] = v * LN2;
-                        const float mn = fmaxf(run_m[c], v);
-                        run_s[c] = run_s[c] * fast_exp2(run_m[c] - mn) + fast_exp2(v - mn);
-                        run_m[c] = mn;
-                    }
+                    const float v = col_lse2(e[c], e[2 + c], mulc[c]);
+                    if (g == pl) mine[c] = v;
                 }
             } else {
 #pragma unroll
                 for (int q = 0; q < 2; q++) {
                     const int pl = q ? pb : pa;
-                    const float f = q ? fb : fa;
+                    const float f = __half2float(st.bs[pl][g]) * __half2float(st.cs[pl][g]) * INVQ;
                     const int32_t u0 = b[2 * q], u1 = b[2 * q + 1];
                     const uint32_t y = movmatrix_trans(h2_as_u32(__floats2half2_rn((float)u0 * f, (float)u1 * f)));
                     float e[4] = {0.f, 0.f, 0.f, 0.f};
                     mma1688_f16(e, coef2_h2(q ? cb0 : ca0), coef2_h2(q ? cb1 : ca1), y);
-                    const bool wr = g == pl && j0 + pl < n_full;
 #pragma unroll
                     for (int c = 0; c < 2; c++) {
-                        const float v = col_lse2(e[c], e[2 + c], mulc[c]) + mulc[c] * qmu[c];
-                        if (wr && hc[c] < G) {
-                            sc_out[(size_t)(j0 + pl) * G + hc[c]] = v * LN2;
-                            const float mn = fmaxf(run_m[c], v);
-                            run_s[c] = run_s[c] * fast_exp2(run_m[c] - mn) + fast_exp2(v - mn);
-                            run_m[c] = mn;
-                        }
+                        const float v = col_lse2(e[c], e[2 + c], mulc[c]);
+                        if (g == pl) mine[c] = v;
                     }
+                }
+            }
+        }
+        if (j0 + g < n_full) {
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (hc[c] < G) {
+                    const float v = mine[c] + mulc[c] * qmu[c];
+                    sc_out[(size_t)(j0 + g) * G + hc[c]] = v * LN2;
+                    const float mn = fmaxf(run_m[c], v);
+                    run_s[c] = run_s[c] * fast_exp2(run_m[c] - mn) + fast_exp2(v - mn);
+                    run_m[c] = mn;
                 }
             }
         }
         __syncwarp();
     }
     cp_async_wait<0>();
+    /* block partial of each head's normaliser: lanes of one t hold the same heads */
+    float2 rc[2];
 #pragma unroll
-    for (int c = 0; c < 2; c++)
-        red[warp][lane][c] = run_s[c] > 0.f ? make_float2(run_m[c] * LN2, run_s[c]) : make_float2(-INFINITY, 0.f);
+    for (int c = 0; c < 2; c++) {
+        rc[c] = run_s[c] > 0.f ? make_float2(run_m[c] * LN2, run_s[c]) : make_float2(-INFINITY, 0.f);
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+            const float2 x = make_float2(__shfl_xor_sync(0xffffffffu, rc[c].x, o), __shfl_xor_sync(0xffffffffu, rc[c].y, o));
+            rc[c] = lse_combine(rc[c], x);
+        }
+        if (lane < 4) red[warp][lane][c] = rc[c];
+    }
     __syncthreads();
     if ((int)threadIdx.x < G) {
         const int hh = threadIdx.x;
         float2 r = make_float2(-INFINITY, 0.f);
         for (int w = 0; w < SCORE_WARPS; w++)
-            for (int l = 0; l < 32; l++)
+#pragma unroll
+            for (int l = 0; l < 4; l++)
+#pragma unroll
                 for (int c = 0; c < 2; c++) {
-                    const int hx = PACK ? ((2 * (l & 3) + c) & 3) : 2 * (l & 3) + c;
+                    const int hx = PACK ? ((2 * l + c) & 3) : 2 * l + c;
                     if (hx == hh) r = lse_combine(r, red[w][l][c]);
                 }
         lse_part[((size_t)seg * gridDim.x + blockIdx.x) * G + hh] = r;

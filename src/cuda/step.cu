@@ -68,8 +68,8 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
     CU_TRY(cudaMalloc((void **)&w->q_attn, S * hq * D * 2));
     CU_TRY(cudaMalloc((void **)&w->q_score, S * hq * D * 2));
     CU_TRY(cudaMalloc((void **)&w->q_amax, S * hq * 4));
-    CU_TRY(cudaMalloc((void **)&w->q_i8, S * hq * D * 2));
-    CU_TRY(cudaMalloc((void **)&w->q_isum, S * hq * 8));
+    CU_TRY(cudaMalloc((void **)&w->q_i8, S * hq * D * 4));
+    CU_TRY(cudaMalloc((void **)&w->q_isum, S * hq * 4));
     CU_TRY(cudaMalloc((void **)&w->scores, segs * NP * G * 4));
     CU_TRY(cudaMalloc((void **)&w->lse_part, segs * (size_t)w->score_blocks * G * sizeof(float2)));
     CU_TRY(cudaMalloc((void **)&w->mass, segs * NP * 4));
