@@ -466,8 +466,8 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
             qmu[1] = (float)(256 * am[0][1] + am[1][1]) * (ms * INVQ);
         }
 
-        /* every lane writes (is the writer lane g == page of) exactly one page per batch:
-         * page g, its columns 2t, 2t+1 (PACK: lanes t >= 2 of page g hold heads 0..3 too) */
+        /* each lane writes at most one page per batch: page g, its columns 2t, 2t+1 (PACK:
+         * page g's 4 heads are the columns of lanes t < 2 for even g, t >= 2 for odd g) */
         float mine[2] = {0.f, 0.f};
 #pragma unroll
         for (int p = 0; p < SCORE_BATCH / 2; p++) {
@@ -542,7 +542,8 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
                 }
             }
         }
-        if (j0 + g < n_full) {
+        /* PACK: page g's heads sit in lanes t < 2 for even g, t >= 2 for odd g */
+        if (j0 + g < n_full && (!PACK || (g & 1) == (t >> 1))) {
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (hc[c] < G) {
