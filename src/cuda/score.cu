@@ -21,6 +21,8 @@
  */
 #include "common.cuh"
 
+#include <cstddef>
+
 #define SCORE_WARPS 4 /* warps per block */
 #define SCORE_BATCH 8 /* pages per warp iteration (the n of the mu MMA) */
 #define SCORE_STAGES 2 /* cp.async pipeline depth per warp (batches) */
@@ -307,6 +309,57 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
     }
 }
 
+/* score_issue for the int8 kernel with the shared-memory side as 32-bit addresses
+ * computed once (the generic-pointer form above re-derives every destination: ~250
+ * instructions per batch in SASS); destination piece ch of each array is byte 16 ch. */
+static __device__ __forceinline__ void cp_async16_s(uint32_t saddr, const void *g) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(g));
+}
+static __device__ __forceinline__ void cp_async4_s(uint32_t saddr, const void *g) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(saddr), "l"(g));
+}
+template <int D>
+static __device__ __forceinline__ void score_issue_s(uint32_t sst, score_stage<D> &st, int32_t my_p, int lane,
+                                                     const int8_t *mu_q, const __half *mu_s, const uint8_t *basis_q,
+                                                     const __half *basis_s, const int8_t *coef_q,
+                                                     const __half *coef_s) {
+    typedef score_stage<D> S;
+    constexpr int VB = LOCKS_CUDA_MAX_RANK * D / 2, VCH = VB / 16, MCH = D / 16;
+#pragma unroll
+    for (int k = 0; k < SCORE_BATCH * VCH / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / VCH, o = ch % VCH;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0) cp_async16_s(sst + (uint32_t)offsetof(S, v) + 16u * ch, basis_q + ((uint32_t)p * VB + 16u * o));
+    }
+#pragma unroll
+    for (int k = 0; k < SCORE_BATCH * 8 / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / 8, o = ch % 8;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0)
+            cp_async16_s(sst + (uint32_t)offsetof(S, c) + 16u * ch,
+                         coef_q + ((uint32_t)p * (16 * LOCKS_CUDA_MAX_RANK) + 16u * o));
+    }
+#pragma unroll
+    for (int k = 0; k < (SCORE_BATCH * MCH + 31) / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / MCH, o = ch % MCH;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i < SCORE_BATCH ? i : 0);
+        if (ch < SCORE_BATCH * MCH && p >= 0)
+            cp_async16_s(sst + (uint32_t)offsetof(S, mu) + 16u * ch, mu_q + ((uint32_t)p * D + 16u * o));
+    }
+    const int i = lane & 7;
+    const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+    if (p >= 0) {
+        if (lane < 16) {
+            const __half *src = (lane < 8 ? basis_s : coef_s) + (uint32_t)p * LOCKS_CUDA_MAX_RANK;
+            cp_async16_s(sst + (uint32_t)(lane < 8 ? offsetof(S, bs) : offsetof(S, cs)) + 16u * i, src);
+        } else if (lane < 24) {
+            cp_async4_s(sst + (uint32_t)offsetof(S, msw) + 4u * i,
+                        (const void *)((uintptr_t)(mu_s + p) & ~(uintptr_t)3));
+        }
+    }
+    if (lane < 8) st.hi[i] = p < 0 ? -1 : (int32_t)(((uintptr_t)(mu_s + (p < 0 ? 0 : p)) >> 1) & 1);
+}
+
 /* ---- integer kernel (G <= 8) ------------------------------------------------------
  * Same pipeline and outputs as score_kernel, but b = V^T q on the int8 tensor cores:
  * queries are Q = round(32512 q / |q|max) = 256 hi + lo, two int8 parts (qprep, with
@@ -387,31 +440,42 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
         const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
         return (k < my_n && lane < SCORE_BATCH && j < n_full) ? bt[j] : -1;
     };
+    const uint32_t sst0 = (uint32_t)__cvta_generic_to_shared(stages);
+    constexpr uint32_t STB = sizeof(score_stage<D>);
 #pragma unroll
     for (int k = 0; k < SCORE_STAGES - 1; k++) {
-        score_issue<D>(stages[k], page_of(k), lane, mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
+        score_issue_s<D>(sst0 + k * STB, stages[k], page_of(k), lane, mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
         cp_async_commit();
     }
     int32_t next_p = page_of(SCORE_STAGES - 1);
 
     /* B fragments: column g = head hb (PACK: the group twice) */
     const int hb = PACK ? (g & 3) : g;
-    uint32_t qlo[2][NW], qhi[2][NW], qn[2][NM]; /* [hi/lo part] */
+    uint32_t qlo[2][NW], qhi[2][NW]; /* [hi/lo part] */
+    uint32_t qa[NM / 2][4]; /* A of the q . mu MMA: rows g / g+8 = hi / lo part of head g */
+    {
+        const bool okm = g < G;
+        const uint32_t *qm0 = reinterpret_cast<const uint32_t *>(q_i8 + ((size_t)s * hq + h * G + (okm ? g : 0)) * 4 * D + 2 * D);
+#pragma unroll
+        for (int m = 0; m < NM / 2; m++) {
+            qa[m][0] = okm ? qm0[t * NM + 2 * m] : 0u;
+            qa[m][1] = okm ? qm0[D / 4 + t * NM + 2 * m] : 0u;
+            qa[m][2] = okm ? qm0[t * NM + 2 * m + 1] : 0u;
+            qa[m][3] = okm ? qm0[D / 4 + t * NM + 2 * m + 1] : 0u;
+        }
+    }
     {
         const bool ok = hb < G;
         const int8_t *qrow = q_i8 + ((size_t)s * hq + h * G + (ok ? hb : 0)) * 4 * D;
 #pragma unroll
         for (int part = 0; part < 2; part++) {
             const uint32_t *qw = reinterpret_cast<const uint32_t *>(qrow + part * D);
-            const uint32_t *qm = reinterpret_cast<const uint32_t *>(qrow + (2 + part) * D);
 #pragma unroll
             for (int k = 0; k < NW; k++) {
                 const uint32_t x = ok ? qw[2 * (NW * t + k)] : 0u, y = ok ? qw[2 * (NW * t + k) + 1] : 0u;
                 qlo[part][k] = __byte_perm(x, y, 0x6420); /* even dims */
                 qhi[part][k] = __byte_perm(x, y, 0x7531); /* odd dims (Q / 16) */
             }
-#pragma unroll
-            for (int k = 0; k < NM; k++) qn[part][k] = ok ? qm[t * NM + k] : 0u;
         }
     }
     /* this lane's output columns 2t, 2t+1: heads hc[c] */
@@ -432,8 +496,10 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
     float *sc_out = scores + (size_t)seg * score_stride * G;
 
     for (int32_t k = 0; k < my_n; k++) {
-        score_issue<D>(stages[(k + SCORE_STAGES - 1) % SCORE_STAGES], next_p, lane, mu_q, mu_s, basis_q, basis_s,
-                       coef_q, coef_s);
+        {
+            const int si = (k + SCORE_STAGES - 1) % SCORE_STAGES;
+            score_issue_s<D>(sst0 + si * STB, stages[si], next_p, lane, mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
+        }
         cp_async_commit();
         next_p = page_of(k + SCORE_STAGES);
         cp_async_wait<SCORE_STAGES - 1>();
@@ -441,10 +507,12 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
         const score_stage<D> &st = stages[k % SCORE_STAGES];
         const int32_t j0 = (b0 + k * bstride) * SCORE_BATCH;
 
-        /* q . mu of page g, columns 2t, 2t+1 (normalised units: times |q|max) */
+        /* q . mu: one MMA per k-step, A = the query parts (rows g, g+8: hi, lo of head g),
+         * B = the batch's mu (column g = page g): lane (g, t) gets head g x pages 2t, 2t+1;
+         * the writer lane of page g fetches its columns' heads with 2 shuffles each */
         float qmu[2];
         {
-            int32_t am[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            int32_t am[4] = {0, 0, 0, 0};
             uint32_t mw[NM];
 #pragma unroll
             for (int u = 0; u < NM / 4; u++) {
@@ -455,15 +523,16 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
                 mw[4 * u + 3] = w.w;
             }
 #pragma unroll
-            for (int m = 0; m < NM / 2; m++) {
-                const uint32_t a[4] = {mw[2 * m], 0u, mw[2 * m + 1], 0u};
-                imma_s8s8(am[0], a, qn[0][2 * m], qn[0][2 * m + 1]);
-                imma_s8s8(am[1], a, qn[1][2 * m], qn[1][2 * m + 1]);
-            }
+            for (int m = 0; m < NM / 2; m++) imma_s8s8(am, qa[m], mw[2 * m], mw[2 * m + 1]);
+            const int32_t v0 = 256 * am[0] + am[2], v1 = 256 * am[1] + am[3];
             const int32_t hi = st.hi[g];
             const float ms = hi >= 0 ? __half2float(__ushort_as_half((unsigned short)(st.msw[g] >> (16 * hi)))) : 0.f;
-            qmu[0] = (float)(256 * am[0][0] + am[1][0]) * (ms * INVQ);
-            qmu[1] = (float)(256 * am[0][1] + am[1][1]) * (ms * INVQ);
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int src = 4 * hc[c] + (g >> 1);
+                const int32_t x0 = __shfl_sync(0xffffffffu, v0, src), x1 = __shfl_sync(0xffffffffu, v1, src);
+                qmu[c] = (float)((g & 1) ? x1 : x0) * (ms * INVQ);
+            }
         }
 
         /* each lane writes at most one page per batch: page g, its columns 2t, 2t+1 (PACK:
