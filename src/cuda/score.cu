@@ -23,10 +23,16 @@
 
 #include <cstddef>
 
+#ifndef SCORE_WARPS /* (overridable for pipeline-shape experiments: -DSCORE_WARPS=...) */
 #define SCORE_WARPS 4 /* warps per block */
+#endif
 #define SCORE_BATCH 8 /* pages per warp iteration (the n of the mu MMA) */
+#ifndef SCORE_STAGES
 #define SCORE_STAGES 2 /* cp.async pipeline depth per warp (batches) */
+#endif
+#ifndef SCORE_BLOCKS_PER_SM
 #define SCORE_BLOCKS_PER_SM 4 /* resident blocks per SM (shared memory: stages) */
+#endif
 
 /* One pipeline stage of a warp: the summaries of SCORE_BATCH pages, copied with
  * cp.async (16-byte pieces; the 2-byte mu scale as the aligned 4-byte word holding it). */
