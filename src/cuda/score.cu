@@ -395,8 +395,22 @@ static __device__ __forceinline__ void imma_s8s8(int32_t *d, const uint32_t *a, 
 /* two int8 coefficients (16-bit value x) -> exact half2 */
 static __device__ __forceinline__ uint32_t coef2_h2(uint32_t x) { return int8x2_to_h2(__byte_perm(x, 0, 0x0100), 0); }
 
+/* 16-token log-sum-exp of one column (lane holds tokens g and g+8), log2 units */
+static __device__ __forceinline__ float col_lse2(float e0, float e1, float mul) {
+    float m = fmaxf(e0, e1);
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+    const float mm = m * mul;
+    float sx = fast_exp2(fmaf(e0, mul, -mm)) + fast_exp2(fmaf(e1, mul, -mm));
+    sx += __shfl_xor_sync(0xffffffffu, sx, 4);
+    sx += __shfl_xor_sync(0xffffffffu, sx, 8);
+    sx += __shfl_xor_sync(0xffffffffu, sx, 16);
+    return mm + fast_log2(sx);
+}
+
 template <int D, bool PACK>
-static __global__ void __launch_bounds__(SCORE_WARPS * 32, SCORE_BLOCKS_PER_SM)
+static __global__ void __launch_bounds__(SCORE_WARPS * 32)
 score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
                 const uint8_t *__restrict__ basis_q, const __half *__restrict__ basis_s,
                 const int8_t *__restrict__ coef_q, const __half *__restrict__ coef_s,
@@ -529,9 +543,7 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
 
         /* each lane writes at most one page per batch: page g, its columns 2t, 2t+1 (PACK:
          * page g's 4 heads are the columns of lanes t < 2 for even g, t >= 2 for odd g) */
-        constexpr int NS = PACK ? SCORE_BATCH / 2 : SCORE_BATCH; /* column sets per batch */
-        float ev[NS][4]; /* coefficient-MMA outputs; the softmax of all sets runs after the
-                            loop so the shuffle rounds of the NS x 2 columns overlap */
+        float mine[2] = {0.f, 0.f};
 #pragma unroll
         for (int p = 0; p < SCORE_BATCH / 2; p++) {
             const int pa = 2 * p, pb = 2 * p + 1;
@@ -579,9 +591,15 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
                 const float f = __half2float(st.bs[ps][g]) * __half2float(st.cs[ps][g]) * INVQ;
                 const uint32_t y = movmatrix_trans(h2_as_u32(__floats2half2_rn((float)u0 * f, (float)u1 * f)));
                 const uint32_t a[4] = {coef2_h2(ca0), coef2_h2(ca1), coef2_h2(cb0), coef2_h2(cb1)};
-                float *e = ev[p];
-                e[0] = e[1] = e[2] = e[3] = 0.f;
+                float e[4] = {0.f, 0.f, 0.f, 0.f};
                 mma16816_f16(e, a, g < 4 ? y : 0u, g < 4 ? 0u : y);
+                const int pl = first ? pa : pb; /* page of this lane's columns */
+                /* qmu of page pl, column c lives in lane (pl, t): the writer itself */
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const float v = col_lse2(e[c], e[2 + c], mulc[c]);
+                    if (g == pl) mine[c] = v;
+                }
             } else {
 #pragma unroll
                 for (int q = 0; q < 2; q++) {
@@ -589,50 +607,15 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
                     const float f = __half2float(st.bs[pl][g]) * __half2float(st.cs[pl][g]) * INVQ;
                     const int32_t u0 = b[2 * q], u1 = b[2 * q + 1];
                     const uint32_t y = movmatrix_trans(h2_as_u32(__floats2half2_rn((float)u0 * f, (float)u1 * f)));
-                    float *e = ev[2 * p + q];
-                    e[0] = e[1] = e[2] = e[3] = 0.f;
+                    float e[4] = {0.f, 0.f, 0.f, 0.f};
                     mma1688_f16(e, coef2_h2(q ? cb0 : ca0), coef2_h2(q ? cb1 : ca1), y);
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        const float v = col_lse2(e[c], e[2 + c], mulc[c]);
+                        if (g == pl) mine[c] = v;
+                    }
                 }
             }
-        }
-        /* 16-token log-sum-exp of every column (lane: tokens g, g+8), log2 units; the
-         * lane keeps its own page's: set g / 2 (PACK) or g */
-        float mine[2];
-        {
-            float mx[NS][2], sx[NS][2];
-#pragma unroll
-            for (int j = 0; j < NS; j++)
-#pragma unroll
-                for (int c = 0; c < 2; c++) mx[j][c] = fmaxf(ev[j][c], ev[j][2 + c]);
-#pragma unroll
-            for (int o = 4; o < 32; o <<= 1)
-#pragma unroll
-                for (int j = 0; j < NS; j++)
-#pragma unroll
-                    for (int c = 0; c < 2; c++) mx[j][c] = fmaxf(mx[j][c], __shfl_xor_sync(0xffffffffu, mx[j][c], o));
-#pragma unroll
-            for (int j = 0; j < NS; j++)
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const float mm = mx[j][c] * mulc[c];
-                    sx[j][c] = fast_exp2(fmaf(ev[j][c], mulc[c], -mm)) + fast_exp2(fmaf(ev[j][2 + c], mulc[c], -mm));
-                    mx[j][c] = mm;
-                }
-#pragma unroll
-            for (int o = 4; o < 32; o <<= 1)
-#pragma unroll
-                for (int j = 0; j < NS; j++)
-#pragma unroll
-                    for (int c = 0; c < 2; c++) sx[j][c] += __shfl_xor_sync(0xffffffffu, sx[j][c], o);
-            const int js = PACK ? (g >> 1) : g;
-            float ms_[2] = {mx[0][0], mx[0][1]}, ss_[2] = {sx[0][0], sx[0][1]};
-#pragma unroll
-            for (int j = 1; j < NS; j++)
-#pragma unroll
-                for (int c = 0; c < 2; c++)
-                    if (js == j) ms_[c] = mx[j][c], ss_[c] = sx[j][c];
-#pragma unroll
-            for (int c = 0; c < 2; c++) mine[c] = ms_[c] + fast_log2(ss_[c]);
         }
         /* PACK: page g's heads sit in lanes t < 2 for even g, t >= 2 for odd g */
         if (j0 + g < n_full && (!PACK || (g & 1) == (t >> 1))) {
