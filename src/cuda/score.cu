@@ -1,5 +1,7 @@
 /*
  * score.cu — LOCKS page scores from the quantized summaries, on the tensor cores.
+ * Two kernels: score_i8_kernel (below, integer MMAs) for groups G <= 8, and this
+ * fp16 one for G 9..16.
  *
  * One warp scores 8 pages at a time for all G query heads of its KV head, so each
  * summary is read once per group. Per page (rows = query heads, padded to 16):
@@ -367,20 +369,22 @@ static __device__ __forceinline__ void score_issue_s(uint32_t sst, score_stage<D
 }
 
 /* ---- integer kernel (G <= 8) ------------------------------------------------------
- * Same pipeline and outputs as score_kernel, but b = V^T q on the int8 tensor cores:
- * queries are Q = round(32512 q / |q|max) = 256 hi + lo, two int8 parts (qprep, with
- * their sums; one int8 alone costs ~1% in the page logits), each part one MMA set, so b
- * is exact in int32 for a 15-bit query. The int4 basis is
- * widened to u8 with one LOP3 per 4 values and no shift: low nibbles as (w & 0x0F..) ^
- * 0x08.. = v + 8, high nibbles in place as (w & 0xF0..) ^ 0x80.. = 16 (v + 8), each
- * set in its own m16n8k32 u8 x s8 MMA, so b = lo + hi / 16 - 8 sum(q) exactly (per part).
- * The MMA rows are (page, basis vector): pages 2p and 2p+1 of a batch fill the 16 rows
- * and the n = 8 columns are the query heads, so nothing is padding at G = 8. At G <= 4
- * (PACK) the columns hold the group twice and the coefficient MMA takes both pages at
- * once: A = [C_2p | C_2p+1] (16 tokens x 16), B = blockdiag(w_2p, w_2p+1) built by
- * one movmatrix, so the 16-token softmax runs on 8 useful columns (4 heads x 2 pages).
- * Without PACK each page has its own m16n8k8. q . mu for the 8 pages of a batch is one
- * more set of int8 MMAs (rows = pages). Lane (g, t) reads basis row g of both pages
+ * Same pipeline and outputs as score_kernel, but b = V^T q on the int8 tensor cores.
+ * Queries: Q = round(32512 q / |q|max) = 256 hi + lo, two int8 parts (qprep.cu; one
+ * int8 alone would cost ~1% in the page logits). The int4 basis is widened to u8 with
+ * one LOP3 per 4 values and no shift: low nibbles (even dims) as (w & 0x0F..) ^ 0x08.. =
+ * v + 8, high nibbles (odd dims) in place as (w & 0xF0..) ^ 0x80.. = 16 (v + 8); the
+ * basis copy of the query holds the odd dims as Q / 16, so all four m16n8k32 u8 x s8
+ * MMAs of a k-step chain into two accumulators (hi part, lo part) and
+ * b = 256 acc_hi + acc_lo - 8 sum(basis query) exactly (q_isum; the lo accumulator
+ * starts there). The MMA rows are (page, basis vector): pages 2p and 2p+1 of a batch
+ * fill the 16 rows and the n = 8 columns are the query heads, so nothing is padding at
+ * G = 8. At G <= 4 (PACK) the columns hold the group twice and the coefficient MMA
+ * takes both pages at once: A = [C_2p | C_2p+1] (16 tokens x 16), B = blockdiag(w_2p,
+ * w_2p+1) built by one movmatrix, so the 16-token softmax runs on 8 useful columns
+ * (4 heads x 2 pages). Without PACK each page has its own m16n8k8. q . mu is one s8 MMA
+ * per k-step with the two query parts as A rows (g: hi, g+8: lo of head g) and the
+ * batch's 8 mu rows as B columns. Lane (g, t) reads basis row g of both pages
  * (words [NW t, NW t + NW), NW = d / 32), its 2 columns are 2t, 2t+1. */
 static __device__ __forceinline__ void imma_u8s8(int32_t *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
