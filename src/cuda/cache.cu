@@ -109,6 +109,8 @@ extern "C" void locks_cuda_cache_free(locks_cuda_cache **pc) {
     DFREE(w->q_attn);
     DFREE(w->q_score);
     DFREE(w->q_amax);
+    DFREE(w->q_i8);
+    DFREE(w->q_isum);
     DFREE(w->scores);
     DFREE(w->lse_part);
     DFREE(w->mass);

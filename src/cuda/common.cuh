@@ -59,6 +59,11 @@ struct locks_cuda_ws {
     uint16_t *q_attn;      /* [max_seqs][Hq][d] kv dtype, pre-scaled by scale*log2(e) */
     __half *q_score;       /* [max_seqs][Hq][d] fp16, divided by q_amax */
     float *q_amax;         /* [max_seqs][Hq] */
+    int8_t *q_i8;          /* [max_seqs][Hq][4][d] int8 query parts of the score kernel
+                              (G <= 8): Q = round(32512 q / q_amax) = 256 hi + lo;
+                              [0], [1]: hi, lo of the basis copy (odd dims: Q / 16);
+                              [2], [3]: hi, lo of Q (for mu) */
+    int32_t *q_isum;       /* [max_seqs][Hq] 8 x sum of the basis copy (odd dims x 16) */
     float *scores;         /* [segs][max_pages][G] page LSE per head (natural log) */
     float2 *lse_part;      /* [segs][score_blocks][G] (max, sum exp) partials */
     float *mass;           /* [segs][max_pages] group mass */

@@ -11,7 +11,8 @@
 
 template <typename T>
 static __global__ void qprep_kernel(const float *__restrict__ q, int32_t rows, int32_t d, float attn_mul,
-                                    uint16_t *q_attn, __half *q_score, float *q_amax, int32_t *status) {
+                                    uint16_t *q_attn, __half *q_score, float *q_amax, int8_t *q_i8,
+                                    int32_t *q_isum, int32_t *status) {
     const int32_t row = blockIdx.x * QPREP_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
@@ -25,13 +26,29 @@ static __global__ void qprep_kernel(const float *__restrict__ q, int32_t rows, i
     }
     amax = warp_max(amax);
     if (__any_sync(0xffffffffu, bad) && lane == 0) atomicOr(status, 1);
-    const float inv = amax > 0.f ? 1.f / amax : 0.f;
+    const float inv = amax > 0.f ? 1.f / amax : 0.f, inv16 = amax > 0.f ? 32512.f / amax : 0.f;
     T *qa = reinterpret_cast<T *>(q_attn) + (size_t)row * d;
+    int8_t *qi = q_i8 + (size_t)row * 4 * d;
+    int32_t bsum = 0;
     for (int i = lane; i < d; i += 32) {
         qa[i] = kv_traits<T>::from_f(x[i] * attn_mul);
         q_score[(size_t)row * d + i] = __float2half_rn(x[i] * inv);
+        /* Q = round(32512 q / |q|max) = 256 hi + lo (hi in [-127, 127], lo in [-128, 127]);
+         * the basis copy holds odd dimensions as Q / 16 (they meet 16 x the int4 value) */
+        const int32_t v = bad ? 0 : max(-32512, min(32512, __float2int_rn(x[i] * inv16)));
+        const int32_t vb = (i & 1) ? (bad ? 0 : max(-2032, min(2032, __float2int_rn(x[i] * (inv16 * 0.0625f))))) : v;
+        const int32_t vh = (v + 128) >> 8, bh = (vb + 128) >> 8;
+        qi[i] = (int8_t)bh;
+        qi[d + i] = (int8_t)(vb - 256 * bh);
+        qi[2 * d + i] = (int8_t)vh;
+        qi[3 * d + i] = (int8_t)(v - 256 * vh);
+        bsum += (i & 1) ? 16 * vb : vb;
     }
-    if (lane == 0) q_amax[row] = amax;
+    for (int o = 16; o > 0; o >>= 1) bsum += __shfl_xor_sync(0xffffffffu, bsum, o);
+    if (lane == 0) {
+        q_amax[row] = amax;
+        q_isum[row] = 8 * bsum;
+    }
 }
 
 locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int32_t n_seqs, int32_t hq,
@@ -41,10 +58,12 @@ locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int3
     const float mul = scale * 1.4426950408889634f;
     if (c->p.kv_dtype == LOCKS_DTYPE_BF16)
         qprep_kernel<__nv_bfloat16><<<blocks, QPREP_WARPS * 32, 0, st>>>(d_q, rows, c->p.head_dim, mul, c->ws.q_attn,
-                                                                       c->ws.q_score, c->ws.q_amax, c->ws.status);
+                                                                       c->ws.q_score, c->ws.q_amax, c->ws.q_i8, c->ws.q_isum,
+                                                                       c->ws.status);
     else
         qprep_kernel<__half><<<blocks, QPREP_WARPS * 32, 0, st>>>(d_q, rows, c->p.head_dim, mul, c->ws.q_attn,
-                                                                c->ws.q_score, c->ws.q_amax, c->ws.status);
+                                                                c->ws.q_score, c->ws.q_amax, c->ws.q_i8, c->ws.q_isum,
+                                                                       c->ws.status);
     CU_LAUNCH_CHECK(qprep_kernel);
     return LOCKS_OK;
 }

@@ -1,5 +1,7 @@
 /*
  * score.cu — LOCKS page scores from the quantized summaries, on the tensor cores.
+ * Two kernels: score_i8_kernel (below, integer MMAs) for groups G <= 8, and this
+ * fp16 one for G 9..16.
  *
  * One warp scores 8 pages at a time for all G query heads of its KV head, so each
  * summary is read once per group. Per page (rows = query heads, padded to 16):
@@ -21,10 +23,18 @@
  */
 #include "common.cuh"
 
+#include <cstddef>
+
+#ifndef SCORE_WARPS /* (overridable for pipeline-shape experiments: -DSCORE_WARPS=...) */
 #define SCORE_WARPS 4 /* warps per block */
+#endif
 #define SCORE_BATCH 8 /* pages per warp iteration (the n of the mu MMA) */
+#ifndef SCORE_STAGES
 #define SCORE_STAGES 2 /* cp.async pipeline depth per warp (batches) */
+#endif
+#ifndef SCORE_BLOCKS_PER_SM
 #define SCORE_BLOCKS_PER_SM 4 /* resident blocks per SM (shared memory: stages) */
+#endif
 
 /* One pipeline stage of a warp: the summaries of SCORE_BATCH pages, copied with
  * cp.async (16-byte pieces; the 2-byte mu scale as the aligned 4-byte word holding it). */
@@ -307,6 +317,354 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
     }
 }
 
+/* score_issue for the int8 kernel with the shared-memory side as 32-bit addresses
+ * computed once (the generic-pointer form above re-derives every destination: ~250
+ * instructions per batch in SASS); destination piece ch of each array is byte 16 ch. */
+static __device__ __forceinline__ void cp_async16_s(uint32_t saddr, const void *g) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(g));
+}
+static __device__ __forceinline__ void cp_async4_s(uint32_t saddr, const void *g) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(saddr), "l"(g));
+}
+template <int D>
+static __device__ __forceinline__ void score_issue_s(uint32_t sst, score_stage<D> &st, int32_t my_p, int lane,
+                                                     const int8_t *mu_q, const __half *mu_s, const uint8_t *basis_q,
+                                                     const __half *basis_s, const int8_t *coef_q,
+                                                     const __half *coef_s) {
+    typedef score_stage<D> S;
+    constexpr int VB = LOCKS_CUDA_MAX_RANK * D / 2, VCH = VB / 16, MCH = D / 16;
+#pragma unroll
+    for (int k = 0; k < SCORE_BATCH * VCH / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / VCH, o = ch % VCH;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0) cp_async16_s(sst + (uint32_t)offsetof(S, v) + 16u * ch, basis_q + ((uint32_t)p * VB + 16u * o));
+    }
+#pragma unroll
+    for (int k = 0; k < SCORE_BATCH * 8 / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / 8, o = ch % 8;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+        if (p >= 0)
+            cp_async16_s(sst + (uint32_t)offsetof(S, c) + 16u * ch,
+                         coef_q + ((uint32_t)p * (16 * LOCKS_CUDA_MAX_RANK) + 16u * o));
+    }
+#pragma unroll
+    for (int k = 0; k < (SCORE_BATCH * MCH + 31) / 32; k++) {
+        const int ch = lane + 32 * k, i = ch / MCH, o = ch % MCH;
+        const int32_t p = __shfl_sync(0xffffffffu, my_p, i < SCORE_BATCH ? i : 0);
+        if (ch < SCORE_BATCH * MCH && p >= 0)
+            cp_async16_s(sst + (uint32_t)offsetof(S, mu) + 16u * ch, mu_q + ((uint32_t)p * D + 16u * o));
+    }
+    const int i = lane & 7;
+    const int32_t p = __shfl_sync(0xffffffffu, my_p, i);
+    if (p >= 0) {
+        if (lane < 16) {
+            const __half *src = (lane < 8 ? basis_s : coef_s) + (uint32_t)p * LOCKS_CUDA_MAX_RANK;
+            cp_async16_s(sst + (uint32_t)(lane < 8 ? offsetof(S, bs) : offsetof(S, cs)) + 16u * i, src);
+        } else if (lane < 24) {
+            cp_async4_s(sst + (uint32_t)offsetof(S, msw) + 4u * i,
+                        (const void *)((uintptr_t)(mu_s + p) & ~(uintptr_t)3));
+        }
+    }
+    if (lane < 8) st.hi[i] = p < 0 ? -1 : (int32_t)(((uintptr_t)(mu_s + (p < 0 ? 0 : p)) >> 1) & 1);
+}
+
+/* ---- integer kernel (G <= 8) ------------------------------------------------------
+ * Same pipeline and outputs as score_kernel, but b = V^T q on the int8 tensor cores.
+ * Queries: Q = round(32512 q / |q|max) = 256 hi + lo, two int8 parts (qprep.cu; one
+ * int8 alone would cost ~1% in the page logits). The int4 basis is widened to u8 with
+ * one LOP3 per 4 values and no shift: low nibbles (even dims) as (w & 0x0F..) ^ 0x08.. =
+ * v + 8, high nibbles (odd dims) in place as (w & 0xF0..) ^ 0x80.. = 16 (v + 8); the
+ * basis copy of the query holds the odd dims as Q / 16, so all four m16n8k32 u8 x s8
+ * MMAs of a k-step chain into two accumulators (hi part, lo part) and
+ * b = 256 acc_hi + acc_lo - 8 sum(basis query) exactly (q_isum; the lo accumulator
+ * starts there). The MMA rows are (page, basis vector): pages 2p and 2p+1 of a batch
+ * fill the 16 rows and the n = 8 columns are the query heads, so nothing is padding at
+ * G = 8. At G <= 4 (PACK) the columns hold the group twice and the coefficient MMA
+ * takes both pages at once: A = [C_2p | C_2p+1] (16 tokens x 16), B = blockdiag(w_2p,
+ * w_2p+1) built by one movmatrix, so the 16-token softmax runs on 8 useful columns
+ * (4 heads x 2 pages). Without PACK each page has its own m16n8k8. q . mu is one s8 MMA
+ * per k-step with the two query parts as A rows (g: hi, g+8: lo of head g) and the
+ * batch's 8 mu rows as B columns. Lane (g, t) reads basis row g of both pages
+ * (words [NW t, NW t + NW), NW = d / 32), its 2 columns are 2t, 2t+1. */
+static __device__ __forceinline__ void imma_u8s8(int32_t *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ void imma_s8s8(int32_t *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* two int8 coefficients (16-bit value x) -> exact half2 */
+static __device__ __forceinline__ uint32_t coef2_h2(uint32_t x) { return int8x2_to_h2(__byte_perm(x, 0, 0x0100), 0); }
+
+/* 16-token log-sum-exp of one column (lane holds tokens g and g+8), log2 units */
+static __device__ __forceinline__ float col_lse2(float e0, float e1, float mul) {
+    float m = fmaxf(e0, e1);
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+    const float mm = m * mul;
+    float sx = fast_exp2(fmaf(e0, mul, -mm)) + fast_exp2(fmaf(e1, mul, -mm));
+    sx += __shfl_xor_sync(0xffffffffu, sx, 4);
+    sx += __shfl_xor_sync(0xffffffffu, sx, 8);
+    sx += __shfl_xor_sync(0xffffffffu, sx, 16);
+    return mm + fast_log2(sx);
+}
+
+template <int D, bool PACK>
+static __global__ void __launch_bounds__(SCORE_WARPS * 32)
+score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
+                const uint8_t *__restrict__ basis_q, const __half *__restrict__ basis_s,
+                const int8_t *__restrict__ coef_q, const __half *__restrict__ coef_s,
+                const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len,
+                const int32_t *__restrict__ block_table, int32_t npool, int32_t hkv, int32_t G, float scale,
+                const int8_t *__restrict__ q_i8, const int32_t *__restrict__ q_isum,
+                const float *__restrict__ q_amax, int32_t hq, float *__restrict__ scores, int32_t score_stride,
+                float2 *__restrict__ lse_part) {
+    constexpr int NW = D / 32; /* basis words per lane per row */
+    constexpr int NM = D / 16; /* mu words per lane */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ float2 red[SCORE_WARPS][32][2];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    score_stage<D> *stages = reinterpret_cast<score_stage<D> *>(smem_raw) + warp * SCORE_STAGES;
+    const int g = lane >> 2, t = lane & 3;
+    const int32_t seg = blockIdx.y;
+    const int32_t s = seg / hkv, h = seg % hkv;
+    const int32_t slot = seq_slots[s];
+    const int32_t n_full = seq_len[slot] / 16;
+    const int32_t *bt = block_table + (size_t)slot * npool;
+    const size_t sbase = (size_t)h * npool;
+    mu_q += sbase * D;
+    mu_s += sbase;
+    basis_q += sbase * (LOCKS_CUDA_MAX_RANK * D / 2);
+    basis_s += sbase * LOCKS_CUDA_MAX_RANK;
+    coef_q += sbase * (16 * LOCKS_CUDA_MAX_RANK);
+    coef_s += sbase * LOCKS_CUDA_MAX_RANK;
+
+    const int32_t n_batch = (n_full + SCORE_BATCH - 1) / SCORE_BATCH;
+    const int32_t b0 = blockIdx.x * SCORE_WARPS + warp, bstride = gridDim.x * SCORE_WARPS;
+    const int32_t my_n = b0 < n_batch ? (n_batch - b0 + bstride - 1) / bstride : 0;
+    auto page_of = [&](int32_t k) -> int32_t {
+        const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
+        return (k < my_n && lane < SCORE_BATCH && j < n_full) ? bt[j] : -1;
+    };
+    const uint32_t sst0 = (uint32_t)__cvta_generic_to_shared(stages);
+    constexpr uint32_t STB = sizeof(score_stage<D>);
+#pragma unroll
+    for (int k = 0; k < SCORE_STAGES - 1; k++) {
+        score_issue_s<D>(sst0 + k * STB, stages[k], page_of(k), lane, mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
+        cp_async_commit();
+    }
+    int32_t next_p = page_of(SCORE_STAGES - 1);
+
+    /* B fragments: column g = head hb (PACK: the group twice) */
+    const int hb = PACK ? (g & 3) : g;
+    uint32_t qlo[2][NW], qhi[2][NW]; /* [hi/lo part] */
+    uint32_t qa[NM / 2][4]; /* A of the q . mu MMA: rows g / g+8 = hi / lo part of head g */
+    {
+        const bool okm = g < G;
+        const uint32_t *qm0 = reinterpret_cast<const uint32_t *>(q_i8 + ((size_t)s * hq + h * G + (okm ? g : 0)) * 4 * D + 2 * D);
+#pragma unroll
+        for (int m = 0; m < NM / 2; m++) {
+            qa[m][0] = okm ? qm0[t * NM + 2 * m] : 0u;
+            qa[m][1] = okm ? qm0[D / 4 + t * NM + 2 * m] : 0u;
+            qa[m][2] = okm ? qm0[t * NM + 2 * m + 1] : 0u;
+            qa[m][3] = okm ? qm0[D / 4 + t * NM + 2 * m + 1] : 0u;
+        }
+    }
+    {
+        const bool ok = hb < G;
+        const int8_t *qrow = q_i8 + ((size_t)s * hq + h * G + (ok ? hb : 0)) * 4 * D;
+#pragma unroll
+        for (int part = 0; part < 2; part++) {
+            const uint32_t *qw = reinterpret_cast<const uint32_t *>(qrow + part * D);
+#pragma unroll
+            for (int k = 0; k < NW; k++) {
+                const uint32_t x = ok ? qw[2 * (NW * t + k)] : 0u, y = ok ? qw[2 * (NW * t + k) + 1] : 0u;
+                qlo[part][k] = __byte_perm(x, y, 0x6420); /* even dims */
+                qhi[part][k] = __byte_perm(x, y, 0x7531); /* odd dims (Q / 16) */
+            }
+        }
+    }
+    /* this lane's output columns 2t, 2t+1: heads hc[c] */
+    constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+    int hc[2];
+    float mulc[2];
+    int32_t bias[2];
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        hc[c] = PACK ? ((2 * t + c) & 3) : 2 * t + c;
+        const bool ok = hc[c] < G;
+        const size_t qi = (size_t)s * hq + h * G + (ok ? hc[c] : 0);
+        mulc[c] = ok ? scale * LOG2E * q_amax[qi] : 0.f;
+        bias[c] = ok ? q_isum[qi] : 0;
+    }
+    float run_m[2] = {-1e30f, -1e30f}, run_s[2] = {0.f, 0.f};
+    constexpr float INVQ = 1.f / 32512.f; /* Q units -> q / |q|max (keeps b in fp16 range) */
+    float *sc_out = scores + (size_t)seg * score_stride * G;
+
+    for (int32_t k = 0; k < my_n; k++) {
+        {
+            const int si = (k + SCORE_STAGES - 1) % SCORE_STAGES;
+            score_issue_s<D>(sst0 + si * STB, stages[si], next_p, lane, mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
+        }
+        cp_async_commit();
+        next_p = page_of(k + SCORE_STAGES);
+        cp_async_wait<SCORE_STAGES - 1>();
+        __syncwarp();
+        const score_stage<D> &st = stages[k % SCORE_STAGES];
+        const int32_t j0 = (b0 + k * bstride) * SCORE_BATCH;
+
+        /* q . mu: one MMA per k-step, A = the query parts (rows g, g+8: hi, lo of head g),
+         * B = the batch's mu (column g = page g): lane (g, t) gets head g x pages 2t, 2t+1;
+         * the writer lane of page g fetches its columns' heads with 2 shuffles each */
+        float qmu[2];
+        {
+            int32_t am[4] = {0, 0, 0, 0};
+            uint32_t mw[NM];
+#pragma unroll
+            for (int u = 0; u < NM / 4; u++) {
+                const uint4 w = *reinterpret_cast<const uint4 *>(&st.mu[g][t * (D / 4) + 16 * u]);
+                mw[4 * u] = w.x;
+                mw[4 * u + 1] = w.y;
+                mw[4 * u + 2] = w.z;
+                mw[4 * u + 3] = w.w;
+            }
+#pragma unroll
+            for (int m = 0; m < NM / 2; m++) imma_s8s8(am, qa[m], mw[2 * m], mw[2 * m + 1]);
+            const int32_t v0 = 256 * am[0] + am[2], v1 = 256 * am[1] + am[3];
+            const int32_t hi = st.hi[g];
+            const float ms = hi >= 0 ? __half2float(__ushort_as_half((unsigned short)(st.msw[g] >> (16 * hi)))) : 0.f;
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int src = 4 * hc[c] + (g >> 1);
+                const int32_t x0 = __shfl_sync(0xffffffffu, v0, src), x1 = __shfl_sync(0xffffffffu, v1, src);
+                qmu[c] = (float)((g & 1) ? x1 : x0) * (ms * INVQ);
+            }
+        }
+
+        /* each lane writes at most one page per batch: page g, its columns 2t, 2t+1 (PACK:
+         * page g's 4 heads are the columns of lanes t < 2 for even g, t >= 2 for odd g) */
+        float mine[2] = {0.f, 0.f};
+#pragma unroll
+        for (int p = 0; p < SCORE_BATCH / 2; p++) {
+            const int pa = 2 * p, pb = 2 * p + 1;
+            uint32_t wa[NW], wb[NW];
+            if constexpr (NW == 2) {
+                const uint2 x = *reinterpret_cast<const uint2 *>(&st.v[pa][g * (D / 2) + t * 4 * NW]);
+                const uint2 y = *reinterpret_cast<const uint2 *>(&st.v[pb][g * (D / 2) + t * 4 * NW]);
+                wa[0] = x.x, wa[1] = x.y, wb[0] = y.x, wb[1] = y.y;
+            } else {
+#pragma unroll
+                for (int u = 0; u < NW / 4; u++) {
+                    const uint4 x = *reinterpret_cast<const uint4 *>(&st.v[pa][g * (D / 2) + t * 4 * NW + 16 * u]);
+                    const uint4 y = *reinterpret_cast<const uint4 *>(&st.v[pb][g * (D / 2) + t * 4 * NW + 16 * u]);
+                    wa[4 * u] = x.x, wa[4 * u + 1] = x.y, wa[4 * u + 2] = x.z, wa[4 * u + 3] = x.w;
+                    wb[4 * u] = y.x, wb[4 * u + 1] = y.y, wb[4 * u + 2] = y.z, wb[4 * u + 3] = y.w;
+                }
+            }
+            /* accH: hi parts, accL: lo parts (starts at -8 sum: the +8 of the nibbles) */
+            int32_t accH[4] = {0, 0, 0, 0}, accL[4] = {-bias[0], -bias[1], -bias[0], -bias[1]};
+#pragma unroll
+            for (int m = 0; m < NW / 2; m++) {
+                const uint32_t al[4] = {and_xor(wa[2 * m], 0x0F0F0F0Fu, 0x08080808u), and_xor(wb[2 * m], 0x0F0F0F0Fu, 0x08080808u),
+                                        and_xor(wa[2 * m + 1], 0x0F0F0F0Fu, 0x08080808u),
+                                        and_xor(wb[2 * m + 1], 0x0F0F0F0Fu, 0x08080808u)};
+                const uint32_t ah[4] = {and_xor(wa[2 * m], 0xF0F0F0F0u, 0x80808080u), and_xor(wb[2 * m], 0xF0F0F0F0u, 0x80808080u),
+                                        and_xor(wa[2 * m + 1], 0xF0F0F0F0u, 0x80808080u),
+                                        and_xor(wb[2 * m + 1], 0xF0F0F0F0u, 0x80808080u)};
+                imma_u8s8(accH, al, qlo[0][2 * m], qlo[0][2 * m + 1]);
+                imma_u8s8(accL, al, qlo[1][2 * m], qlo[1][2 * m + 1]);
+                imma_u8s8(accH, ah, qhi[0][2 * m], qhi[0][2 * m + 1]);
+                imma_u8s8(accL, ah, qhi[1][2 * m], qhi[1][2 * m + 1]);
+            }
+            /* b = V^T Q (integer), row g of page pa: [0],[1]; of page pb: [2],[3] */
+            int32_t b[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) b[e] = 256 * accH[e] + accL[e];
+            const uint32_t ca0 = *reinterpret_cast<const uint16_t *>(&st.c[pa][g * LOCKS_CUDA_MAX_RANK + 2 * t]);
+            const uint32_t ca1 = *reinterpret_cast<const uint16_t *>(&st.c[pa][(g + 8) * LOCKS_CUDA_MAX_RANK + 2 * t]);
+            const uint32_t cb0 = *reinterpret_cast<const uint16_t *>(&st.c[pb][g * LOCKS_CUDA_MAX_RANK + 2 * t]);
+            const uint32_t cb1 = *reinterpret_cast<const uint16_t *>(&st.c[pb][(g + 8) * LOCKS_CUDA_MAX_RANK + 2 * t]);
+            if constexpr (PACK) {
+                const bool first = t < 2;
+                const int32_t u0 = first ? b[0] : b[2], u1 = first ? b[1] : b[3];
+                const int ps = first ? pa : pb;
+                const float f = __half2float(st.bs[ps][g]) * __half2float(st.cs[ps][g]) * INVQ;
+                const uint32_t y = movmatrix_trans(h2_as_u32(__floats2half2_rn((float)u0 * f, (float)u1 * f)));
+                const uint32_t a[4] = {coef2_h2(ca0), coef2_h2(ca1), coef2_h2(cb0), coef2_h2(cb1)};
+                float e[4] = {0.f, 0.f, 0.f, 0.f};
+                mma16816_f16(e, a, g < 4 ? y : 0u, g < 4 ? 0u : y);
+                const int pl = first ? pa : pb; /* page of this lane's columns */
+                /* qmu of page pl, column c lives in lane (pl, t): the writer itself */
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const float v = col_lse2(e[c], e[2 + c], mulc[c]);
+                    if (g == pl) mine[c] = v;
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    const int pl = q ? pb : pa;
+                    const float f = __half2float(st.bs[pl][g]) * __half2float(st.cs[pl][g]) * INVQ;
+                    const int32_t u0 = b[2 * q], u1 = b[2 * q + 1];
+                    const uint32_t y = movmatrix_trans(h2_as_u32(__floats2half2_rn((float)u0 * f, (float)u1 * f)));
+                    float e[4] = {0.f, 0.f, 0.f, 0.f};
+                    mma1688_f16(e, coef2_h2(q ? cb0 : ca0), coef2_h2(q ? cb1 : ca1), y);
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        const float v = col_lse2(e[c], e[2 + c], mulc[c]);
+                        if (g == pl) mine[c] = v;
+                    }
+                }
+            }
+        }
+        /* PACK: page g's heads sit in lanes t < 2 for even g, t >= 2 for odd g */
+        if (j0 + g < n_full && (!PACK || (g & 1) == (t >> 1))) {
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (hc[c] < G) {
+                    const float v = mine[c] + mulc[c] * qmu[c];
+                    sc_out[(size_t)(j0 + g) * G + hc[c]] = v * LN2;
+                    const float mn = fmaxf(run_m[c], v);
+                    run_s[c] = run_s[c] * fast_exp2(run_m[c] - mn) + fast_exp2(v - mn);
+                    run_m[c] = mn;
+                }
+            }
+        }
+        __syncwarp();
+    }
+    cp_async_wait<0>();
+    /* block partial of each head's normaliser: lanes of one t hold the same heads */
+    float2 rc[2];
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        rc[c] = run_s[c] > 0.f ? make_float2(run_m[c] * LN2, run_s[c]) : make_float2(-INFINITY, 0.f);
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+            const float2 x = make_float2(__shfl_xor_sync(0xffffffffu, rc[c].x, o), __shfl_xor_sync(0xffffffffu, rc[c].y, o));
+            rc[c] = lse_combine(rc[c], x);
+        }
+        if (lane < 4) red[warp][lane][c] = rc[c];
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < G) {
+        const int hh = threadIdx.x;
+        float2 r = make_float2(-INFINITY, 0.f);
+        for (int w = 0; w < SCORE_WARPS; w++)
+#pragma unroll
+            for (int l = 0; l < 4; l++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int hx = PACK ? ((2 * l + c) & 3) : 2 * l + c;
+                    if (hx == hh) r = lse_combine(r, red[w][l][c]);
+                }
+        lse_part[((size_t)seg * gridDim.x + blockIdx.x) * G + hh] = r;
+    }
+}
+
 int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages) {
     /* one wave: SCORE_BLOCKS_PER_SM resident blocks per SM, spread over the segments */
     const int32_t segs = n_seqs * c->p.n_kv_heads;
@@ -323,6 +681,10 @@ template <int D> static size_t score_smem(void) { return sizeof(score_stage<D>) 
 
 template <int D> static locks_status score_prepare_t(void) {
     CU_TRY(cudaFuncSetAttribute(score_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)score_smem<D>()));
+    CU_TRY(cudaFuncSetAttribute(score_i8_kernel<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)score_smem<D>()));
+    CU_TRY(cudaFuncSetAttribute(score_i8_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)score_smem<D>()));
     return LOCKS_OK;
 }
 
@@ -342,6 +704,17 @@ static locks_status score_launch_t(locks_cuda_cache *c, int32_t layer, int32_t n
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
     const size_t base = summary_index(c, layer, 0);
     dim3 grid((unsigned)nblk, (unsigned)(n_seqs * hkv));
+    if (G <= 8) {
+        auto kern = G <= 4 ? score_i8_kernel<D, true> : score_i8_kernel<D, false>;
+        kern<<<grid, SCORE_WARPS * 32, score_smem<D>(), st>>>(
+            c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
+            c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,
+            c->coef_scale + base * LOCKS_CUDA_MAX_RANK, c->ws.seq_slots, c->seq_len, c->block_table, c->p.n_pages,
+            hkv, G, scale, c->ws.q_i8, c->ws.q_isum, c->ws.q_amax, hq, c->ws.scores, c->ws.max_pages,
+            c->ws.lse_part);
+        CU_LAUNCH_CHECK(score_i8_kernel);
+        return LOCKS_OK;
+    }
     score_kernel<D><<<grid, SCORE_WARPS * 32, score_smem<D>(), st>>>(
         c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
         c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,

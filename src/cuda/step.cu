@@ -42,6 +42,8 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
     dfree_ptr(w->q_attn);
     dfree_ptr(w->q_score);
     dfree_ptr(w->q_amax);
+    dfree_ptr(w->q_i8);
+    dfree_ptr(w->q_isum);
     dfree_ptr(w->scores);
     dfree_ptr(w->lse_part);
     dfree_ptr(w->mass);
@@ -66,6 +68,8 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
     CU_TRY(cudaMalloc((void **)&w->q_attn, S * hq * D * 2));
     CU_TRY(cudaMalloc((void **)&w->q_score, S * hq * D * 2));
     CU_TRY(cudaMalloc((void **)&w->q_amax, S * hq * 4));
+    CU_TRY(cudaMalloc((void **)&w->q_i8, S * hq * D * 4));
+    CU_TRY(cudaMalloc((void **)&w->q_isum, S * hq * 4));
     CU_TRY(cudaMalloc((void **)&w->scores, segs * NP * G * 4));
     CU_TRY(cudaMalloc((void **)&w->lse_part, segs * (size_t)w->score_blocks * G * sizeof(float2)));
     CU_TRY(cudaMalloc((void **)&w->mass, segs * NP * 4));
