@@ -288,42 +288,262 @@ locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, 
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* Prefill: causal dense attention, one task per (query token, KV head)                */
+/* Prefill: causal dense attention, one task per (KV head, tile of query tokens)        */
 /* ---------------------------------------------------------------------------------- */
+
+/*
+ * A tile is T = max(1, PREFILL_ROWS / G) consecutive query tokens of the chunk; its
+ * R = T * G rows (token-major: the G heads of one token are adjacent) all attend to
+ * the same KV head, so each visible K/V page is converted from fp16 once per tile, not
+ * once per query token. K is stored transposed ([d][16]), so the 16 logits of a row
+ * are two 8-wide FMA accumulators over the channels with no horizontal sums. Every row
+ * keeps its own online-softmax state (m, l, acc[d]) in fp32. The causal mask is a
+ * per-row count of visible keys: below 16 only on the pages holding the tile's own
+ * tokens. Tasks are handed out last tile first (the longest), for load balance.
+ */
+
+enum { PREFILL_ROWS = 64 /* rows (token, head) per tile; G <= 64 keeps R <= 64 */ };
+
+/* Per-thread scratch of a tile: R = rows, d = head dim. */
+typedef struct {
+    float *q;     /* [R][d] the tile's queries */
+    float *acc;   /* [R][d] */
+    float *m, *l; /* [R] */
+    float *lg;    /* [R][P] logits, then softmax weights */
+    float *kt;    /* [d][P] K page, fp32, transposed */
+    float *kf;    /* [P][d] K page, fp32 (before the transpose) */
+    float *v;     /* [P][d] V page, fp32 */
+} prefill_scratch;
+
+static size_t prefill_scratch_floats(int32_t R, int32_t d) {
+    return (size_t)R * d * 2 + (size_t)R * 2 + (size_t)R * P + (size_t)d * P * 3;
+}
+
+static prefill_scratch prefill_scratch_at(float *base, int32_t R, int32_t d) {
+    prefill_scratch s;
+    s.q = base;
+    s.acc = s.q + (size_t)R * d;
+    s.m = s.acc + (size_t)R * d;
+    s.l = s.m + R;
+    s.lg = s.l + R;
+    s.kt = s.lg + (size_t)R * P;
+    s.kf = s.kt + (size_t)d * P;
+    s.v = s.kf + (size_t)P * d;
+    return s;
+}
+
+#ifdef LOCKS_X86
+/* lg[r][t] = scale * q_r . k_t for R rows and the 16 keys of kt [d][P], four rows at a
+ * time (eight independent accumulators); a last group of fewer rows repeats its last
+ * row and drops the extra results. */
+__attribute__((target("avx2,fma"))) static void tile_logits_avx2(const float *q, int32_t R, const float *kt,
+                                                                  int32_t d, float scale, float *lg) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (int32_t r0 = 0; r0 < R; r0 += 4) {
+        const int32_t rn = R - r0 < 4 ? R - r0 : 4;
+        const float *q0 = q + (size_t)r0 * d, *q1 = q + (size_t)(r0 + (rn > 1)) * d,
+                    *q2 = q + (size_t)(r0 + (rn > 2) * 2) * d, *q3 = q + (size_t)(r0 + (rn > 3) * 3) * d;
+        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+        for (int32_t c = 0; c < d; c++) {
+            const __m256 klo = _mm256_loadu_ps(kt + (size_t)c * P), khi = _mm256_loadu_ps(kt + (size_t)c * P + 8);
+            __m256 x = _mm256_broadcast_ss(q0 + c);
+            a0 = _mm256_fmadd_ps(x, klo, a0);
+            b0 = _mm256_fmadd_ps(x, khi, b0);
+            x = _mm256_broadcast_ss(q1 + c);
+            a1 = _mm256_fmadd_ps(x, klo, a1);
+            b1 = _mm256_fmadd_ps(x, khi, b1);
+            x = _mm256_broadcast_ss(q2 + c);
+            a2 = _mm256_fmadd_ps(x, klo, a2);
+            b2 = _mm256_fmadd_ps(x, khi, b2);
+            x = _mm256_broadcast_ss(q3 + c);
+            a3 = _mm256_fmadd_ps(x, klo, a3);
+            b3 = _mm256_fmadd_ps(x, khi, b3);
+        }
+        float *o = lg + (size_t)r0 * P;
+        _mm256_storeu_ps(o, _mm256_mul_ps(a0, vs));
+        _mm256_storeu_ps(o + 8, _mm256_mul_ps(b0, vs));
+        if (rn > 1) {
+            _mm256_storeu_ps(o + P, _mm256_mul_ps(a1, vs));
+            _mm256_storeu_ps(o + P + 8, _mm256_mul_ps(b1, vs));
+        }
+        if (rn > 2) {
+            _mm256_storeu_ps(o + 2 * P, _mm256_mul_ps(a2, vs));
+            _mm256_storeu_ps(o + 2 * P + 8, _mm256_mul_ps(b2, vs));
+        }
+        if (rn > 3) {
+            _mm256_storeu_ps(o + 3 * P, _mm256_mul_ps(a3, vs));
+            _mm256_storeu_ps(o + 3 * P + 8, _mm256_mul_ps(b3, vs));
+        }
+    }
+}
+
+/* acc[r] += sum_{t < nt} w[r][t] v_t for R rows and an fp32 V page [P][d]: 32 channels
+ * of two rows at a time (eight accumulators held across the tokens), then the 8-channel
+ * remainder. */
+__attribute__((target("avx2,fma"))) static void tile_accum_avx2(const float *w, int32_t R, int32_t nt,
+                                                                 const float *v, int32_t d, float *acc) {
+    for (int32_t r0 = 0; r0 < R; r0 += 2) {
+        const int32_t r1 = r0 + 1 < R ? r0 + 1 : r0; /* an odd last row is done twice, stored once */
+        const float *w0 = w + (size_t)r0 * P, *w1 = w + (size_t)r1 * P;
+        float *o0 = acc + (size_t)r0 * d, *o1 = acc + (size_t)r1 * d;
+        int32_t c = 0;
+        for (; c + 32 <= d; c += 32) {
+            __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o0 + c + 8), a2 = _mm256_loadu_ps(o0 + c + 16),
+                   a3 = _mm256_loadu_ps(o0 + c + 24);
+            __m256 b0 = _mm256_loadu_ps(o1 + c), b1 = _mm256_loadu_ps(o1 + c + 8), b2 = _mm256_loadu_ps(o1 + c + 16),
+                   b3 = _mm256_loadu_ps(o1 + c + 24);
+            for (int32_t t = 0; t < nt; t++) {
+                const float *vt = v + (size_t)t * d + c;
+                const __m256 v0 = _mm256_loadu_ps(vt), v1 = _mm256_loadu_ps(vt + 8), v2 = _mm256_loadu_ps(vt + 16),
+                             v3 = _mm256_loadu_ps(vt + 24);
+                const __m256 x = _mm256_broadcast_ss(w0 + t), y = _mm256_broadcast_ss(w1 + t);
+                a0 = _mm256_fmadd_ps(x, v0, a0);
+                a1 = _mm256_fmadd_ps(x, v1, a1);
+                a2 = _mm256_fmadd_ps(x, v2, a2);
+                a3 = _mm256_fmadd_ps(x, v3, a3);
+                b0 = _mm256_fmadd_ps(y, v0, b0);
+                b1 = _mm256_fmadd_ps(y, v1, b1);
+                b2 = _mm256_fmadd_ps(y, v2, b2);
+                b3 = _mm256_fmadd_ps(y, v3, b3);
+            }
+            _mm256_storeu_ps(o1 + c, b0);
+            _mm256_storeu_ps(o1 + c + 8, b1);
+            _mm256_storeu_ps(o1 + c + 16, b2);
+            _mm256_storeu_ps(o1 + c + 24, b3);
+            _mm256_storeu_ps(o0 + c, a0);
+            _mm256_storeu_ps(o0 + c + 8, a1);
+            _mm256_storeu_ps(o0 + c + 16, a2);
+            _mm256_storeu_ps(o0 + c + 24, a3);
+        }
+        for (; c < d; c += 8) {
+            __m256 a = _mm256_loadu_ps(o0 + c), b = _mm256_loadu_ps(o1 + c);
+            for (int32_t t = 0; t < nt; t++) {
+                const __m256 vv = _mm256_loadu_ps(v + (size_t)t * d + c);
+                a = _mm256_fmadd_ps(_mm256_broadcast_ss(w0 + t), vv, a);
+                b = _mm256_fmadd_ps(_mm256_broadcast_ss(w1 + t), vv, b);
+            }
+            _mm256_storeu_ps(o1 + c, b);
+            _mm256_storeu_ps(o0 + c, a);
+        }
+    }
+}
+#endif
+
+static void tile_logits(const float *q, int32_t R, const float *kt, int32_t d, float scale, float *lg) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        tile_logits_avx2(q, R, kt, d, scale, lg);
+        return;
+    }
+#endif
+    for (int32_t r = 0; r < R; r++) {
+        float a[P] = {0};
+        const float *qr = q + (size_t)r * d;
+        for (int32_t c = 0; c < d; c++)
+            for (int32_t t = 0; t < P; t++) a[t] += qr[c] * kt[(size_t)c * P + t];
+        for (int32_t t = 0; t < P; t++) lg[(size_t)r * P + t] = scale * a[t];
+    }
+}
+
+static void tile_accum(const float *w, int32_t R, int32_t nt, const float *v, int32_t d, float *acc) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        tile_accum_avx2(w, R, nt, v, d, acc);
+        return;
+    }
+#endif
+    for (int32_t r = 0; r < R; r++) {
+        float *a = acc + (size_t)r * d;
+        for (int32_t t = 0; t < nt; t++) {
+            const float wt = w[(size_t)r * P + t], *vt = v + (size_t)t * d;
+            for (int32_t x = 0; x < d; x++) a[x] += wt * vt[x];
+        }
+    }
+}
 
 typedef struct {
     locks_cache *c;
     const locks_seq *s;
-    int32_t layer, pos, G;
+    int32_t layer, pos, n, G, T, n_tiles;
     float scale;
     const float *q;
     float *out;
-    float *state; /* per thread: G * (d + 2) */
+    float *scratch; /* per thread: prefill_scratch_floats(T * G, d) */
 } prefill_job;
 
-static void prefill_task(void *arg, int32_t t, int32_t thread) {
+/* Converts the first nt tokens of page phys (KV head h) to fp32: K transposed into kt
+ * [d][P], V into v [P][d]; the tokens past nt are zeros (weights there are 0 too, and
+ * 0 * 0 keeps the accumulators exact). */
+static void prefill_load_page(const prefill_job *j, const prefill_scratch *sc, int32_t phys, int32_t h,
+                              int32_t nt) {
+    const int32_t d = j->c->d;
+    locks_f16_to_f32_n(locks_cache_kblock(j->c, j->layer, phys, h), sc->kf, (size_t)nt * d);
+    locks_f16_to_f32_n(locks_cache_vblock(j->c, j->layer, phys, h), sc->v, (size_t)nt * d);
+    if (nt < P) {
+        memset(sc->kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+        memset(sc->v + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+    }
+    for (int32_t t = 0; t < P; t++)
+        for (int32_t c = 0; c < d; c++) sc->kt[(size_t)c * P + t] = sc->kf[(size_t)t * d + c];
+}
+
+static void prefill_task(void *arg, int32_t task, int32_t thread) {
     prefill_job *j = arg;
-    const int32_t H = j->c->hkv, d = j->c->d, G = j->G;
-    const int32_t i = t / H, h = t % H, visible = j->pos + i + 1;
-    float *buf = j->state + (size_t)thread * G * (d + 2);
-    attn_state st = {buf + (size_t)G * d, buf + (size_t)G * d + G, buf};
-    state_reset(st, G, d);
-    const float *q = j->q + ((size_t)i * H * G + (size_t)h * G) * d;
+    const int32_t H = j->c->hkv, d = j->c->d, G = j->G, Hq = H * G;
+    const int32_t tile = j->n_tiles - 1 - task / H, h = task % H;
+    const int32_t i0 = tile * j->T, tn = j->n - i0 < j->T ? j->n - i0 : j->T, R = tn * G;
+    prefill_scratch sc = prefill_scratch_at(j->scratch + (size_t)thread * prefill_scratch_floats(j->T * G, d),
+                                            j->T * G, d);
+    /* rows r = i * G + g: query token pos + i0 + i, query head h * G + g */
+    for (int32_t i = 0; i < tn; i++)
+        memcpy(sc.q + (size_t)i * G * d, j->q + ((size_t)(i0 + i) * Hq + (size_t)h * G) * d,
+               sizeof(float) * (size_t)G * d);
+    for (int32_t r = 0; r < R; r++) {
+        sc.m[r] = -INFINITY;
+        sc.l[r] = 0.0f;
+    }
+    memset(sc.acc, 0, sizeof(float) * (size_t)R * d);
+    const int32_t first = j->pos + i0, end = first + tn; /* the tile's query positions [first, end) */
     const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
-    for (int32_t lp = 0; lp * P < visible; lp++) {
-        int32_t nt = visible - lp * P < P ? visible - lp * P : P, phys = j->s->table[lp];
-        if ((lp + 1) * P < visible) {
+    for (int32_t lp = 0; lp * P < end; lp++) {
+        const int32_t start = lp * P, nt = end - start < P ? end - start : P;
+        if (start + P < end) {
             int32_t next = j->s->table[lp + 1];
             prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, h), locks_cache_vblock(j->c, j->layer, next, h),
                             block_bytes);
         }
-        attend_block(locks_cache_kblock(j->c, j->layer, phys, h),
-                     locks_cache_vblock(j->c, j->layer, phys, h), nt, q, G, d, j->scale, st);
+        prefill_load_page(j, &sc, j->s->table[lp], h, nt);
+        tile_logits(sc.q, R, sc.kt, d, j->scale, sc.lg);
+        /* online softmax per row over its visible keys [start, min(start + nt, query + 1)) */
+        for (int32_t r = 0; r < R; r++) {
+            float *lr = sc.lg + (size_t)r * P;
+            int32_t nv = first + r / G + 1 - start;
+            nv = nv < 0 ? 0 : nv > nt ? nt : nv;
+            float mx = sc.m[r];
+            for (int32_t t = 0; t < nv; t++) mx = lr[t] > mx ? lr[t] : mx;
+            if (mx > sc.m[r]) {
+                const float corr = expf(sc.m[r] - mx); /* 0 on the row's first page (m = -inf) */
+                float *a = sc.acc + (size_t)r * d;
+                sc.l[r] *= corr;
+                for (int32_t x = 0; x < d; x++) a[x] *= corr;
+                sc.m[r] = mx;
+            }
+            for (int32_t t = 0; t < nv; t++) lr[t] -= mx;
+            for (int32_t t = nv; t < P; t++) lr[t] = -200.0f; /* exp gives exactly 0 */
+        }
+        locks_exp_n(sc.lg, (size_t)R * P);
+        for (int32_t r = 0; r < R; r++) {
+            float l = 0.0f;
+            for (int32_t t = 0; t < nt; t++) l += sc.lg[(size_t)r * P + t];
+            sc.l[r] += l;
+        }
+        tile_accum(sc.lg, R, nt, sc.v, d, sc.acc);
     }
-    for (int32_t g = 0; g < G; g++) {
-        float *o = j->out + ((size_t)i * H * G + (size_t)h * G + g) * d;
-        float inv = 1.0f / st.l[g];
-        for (int32_t x = 0; x < d; x++) o[x] = st.acc[(size_t)g * d + x] * inv;
+    for (int32_t r = 0; r < R; r++) {
+        const int32_t i = r / G, g = r % G;
+        float *o = j->out + ((size_t)(i0 + i) * Hq + (size_t)h * G + g) * d;
+        const float inv = 1.0f / sc.l[r];
+        for (int32_t x = 0; x < d; x++) o[x] = sc.acc[(size_t)r * d + x] * inv;
     }
 }
 
@@ -339,13 +559,14 @@ locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id,
     if (n == 0) return LOCKS_OK;
     if (c->cuda) return LOCKS_ERR_UNSUPPORTED; /* prefill attention is CPU-only for now */
     const int32_t G = n_q_heads / c->hkv, d = c->d;
-    if (G > 64) return LOCKS_ERR_UNSUPPORTED;
+    if (G > PREFILL_ROWS) return LOCKS_ERR_UNSUPPORTED;
     if (!locks_all_finite(q, (size_t)n * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
-    size_t per = (size_t)G * (d + 2);
-    float *state = locks_cache_scratch(c, 2, per * sizeof(float) * (size_t)locks_pool_threads(c->pool));
-    if (!state) return LOCKS_ERR_OOM;
-    prefill_job job = {c, s, layer, pos, G, locks_step_scale(c, scale), q, out, state};
-    locks_pool_run(c->pool, n * c->hkv, prefill_task, &job);
+    const int32_t T = PREFILL_ROWS / G, n_tiles = (n + T - 1) / T;
+    const size_t per = prefill_scratch_floats(T * G, d);
+    float *scratch = locks_cache_scratch(c, 2, per * sizeof(float) * (size_t)locks_pool_threads(c->pool));
+    if (!scratch) return LOCKS_ERR_OOM;
+    prefill_job job = {c, s, layer, pos, n, G, T, n_tiles, locks_step_scale(c, scale), q, out, scratch};
+    locks_pool_run(c->pool, n_tiles * c->hkv, prefill_task, &job);
     return LOCKS_OK;
 }
 
