@@ -295,28 +295,33 @@ locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, 
  * A tile is T = max(1, PREFILL_ROWS / G) consecutive query tokens of the chunk; its
  * R = T * G rows (token-major: the G heads of one token are adjacent) all attend to
  * the same KV head, so each visible K/V page is converted from fp16 once per tile, not
- * once per query token. K is stored transposed ([d][16]), so the 16 logits of a row
- * are two 8-wide FMA accumulators over the channels with no horizontal sums. Every row
- * keeps its own online-softmax state (m, l, acc[d]) in fp32. The causal mask is a
- * per-row count of visible keys: below 16 only on the pages holding the tile's own
- * tokens. Tasks are handed out last tile first (the longest), for load balance.
+ * once per query token. Pages are taken PREFILL_KEYS keys (4 pages) at a time: K
+ * transposed ([d][keys], so the logits of a row are 8-wide FMA accumulators over the
+ * channels with no horizontal sums), V as [keys][d]. Every row keeps its own online
+ * softmax state (m, l, acc[d]) in fp32, updated once per key block. The causal mask is
+ * a per-row count of visible keys, below the block size only on the blocks holding the
+ * tile's own tokens. Tasks are handed out last tile first (the longest), for balance.
  */
 
-enum { PREFILL_ROWS = 64 /* rows (token, head) per tile; G <= 64 keeps R <= 64 */ };
+enum {
+    PREFILL_ROWS = 64, /* rows (token, head) per tile; G <= 64 keeps R <= 64 */
+    PREFILL_KEYS = 64  /* keys per block: 4 pages */
+};
+#define KB PREFILL_KEYS
 
 /* Per-thread scratch of a tile: R = rows, d = head dim. */
 typedef struct {
     float *q;     /* [R][d] the tile's queries */
     float *acc;   /* [R][d] */
     float *m, *l; /* [R] */
-    float *lg;    /* [R][P] logits, then softmax weights */
-    float *kt;    /* [d][P] K page, fp32, transposed */
-    float *kf;    /* [P][d] K page, fp32 (before the transpose) */
-    float *v;     /* [P][d] V page, fp32 */
+    float *lg;    /* [R][KB] logits, then softmax weights */
+    float *kt;    /* [d][KB] K block, fp32, transposed */
+    float *kf;    /* [P][d] one K page, fp32 (before the transpose) */
+    float *v;     /* [KB][d] V block, fp32 */
 } prefill_scratch;
 
 static size_t prefill_scratch_floats(int32_t R, int32_t d) {
-    return (size_t)R * d * 2 + (size_t)R * 2 + (size_t)R * P + (size_t)d * P * 3;
+    return (size_t)R * d * 2 + (size_t)R * 2 + (size_t)R * KB + (size_t)d * KB * 2 + (size_t)P * d;
 }
 
 static prefill_scratch prefill_scratch_at(float *base, int32_t R, int32_t d) {
@@ -326,65 +331,68 @@ static prefill_scratch prefill_scratch_at(float *base, int32_t R, int32_t d) {
     s.m = s.acc + (size_t)R * d;
     s.l = s.m + R;
     s.lg = s.l + R;
-    s.kt = s.lg + (size_t)R * P;
-    s.kf = s.kt + (size_t)d * P;
-    s.v = s.kf + (size_t)P * d;
+    s.kt = s.lg + (size_t)R * KB;
+    s.v = s.kt + (size_t)d * KB;
+    s.kf = s.v + (size_t)KB * d;
     return s;
 }
 
 #ifdef LOCKS_X86
-/* lg[r][t] = scale * q_r . k_t for R rows and the 16 keys of kt [d][P], four rows at a
- * time (eight independent accumulators); a last group of fewer rows repeats its last
- * row and drops the extra results. */
+/* lg[r][t] = scale * q_r . k_t for R rows and the nk keys (a multiple of 16) of kt
+ * [d][KB]: 16 keys of four rows at a time (eight independent accumulators); a last
+ * group of fewer rows repeats its last row and drops the extra results. */
 __attribute__((target("avx2,fma"))) static void tile_logits_avx2(const float *q, int32_t R, const float *kt,
-                                                                  int32_t d, float scale, float *lg) {
+                                                                  int32_t d, int32_t nk, float scale, float *lg) {
     const __m256 vs = _mm256_set1_ps(scale);
     for (int32_t r0 = 0; r0 < R; r0 += 4) {
         const int32_t rn = R - r0 < 4 ? R - r0 : 4;
         const float *q0 = q + (size_t)r0 * d, *q1 = q + (size_t)(r0 + (rn > 1)) * d,
                     *q2 = q + (size_t)(r0 + (rn > 2) * 2) * d, *q3 = q + (size_t)(r0 + (rn > 3) * 3) * d;
-        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
-        for (int32_t c = 0; c < d; c++) {
-            const __m256 klo = _mm256_loadu_ps(kt + (size_t)c * P), khi = _mm256_loadu_ps(kt + (size_t)c * P + 8);
-            __m256 x = _mm256_broadcast_ss(q0 + c);
-            a0 = _mm256_fmadd_ps(x, klo, a0);
-            b0 = _mm256_fmadd_ps(x, khi, b0);
-            x = _mm256_broadcast_ss(q1 + c);
-            a1 = _mm256_fmadd_ps(x, klo, a1);
-            b1 = _mm256_fmadd_ps(x, khi, b1);
-            x = _mm256_broadcast_ss(q2 + c);
-            a2 = _mm256_fmadd_ps(x, klo, a2);
-            b2 = _mm256_fmadd_ps(x, khi, b2);
-            x = _mm256_broadcast_ss(q3 + c);
-            a3 = _mm256_fmadd_ps(x, klo, a3);
-            b3 = _mm256_fmadd_ps(x, khi, b3);
-        }
-        float *o = lg + (size_t)r0 * P;
-        _mm256_storeu_ps(o, _mm256_mul_ps(a0, vs));
-        _mm256_storeu_ps(o + 8, _mm256_mul_ps(b0, vs));
-        if (rn > 1) {
-            _mm256_storeu_ps(o + P, _mm256_mul_ps(a1, vs));
-            _mm256_storeu_ps(o + P + 8, _mm256_mul_ps(b1, vs));
-        }
-        if (rn > 2) {
-            _mm256_storeu_ps(o + 2 * P, _mm256_mul_ps(a2, vs));
-            _mm256_storeu_ps(o + 2 * P + 8, _mm256_mul_ps(b2, vs));
-        }
-        if (rn > 3) {
-            _mm256_storeu_ps(o + 3 * P, _mm256_mul_ps(a3, vs));
-            _mm256_storeu_ps(o + 3 * P + 8, _mm256_mul_ps(b3, vs));
+        for (int32_t k0 = 0; k0 < nk; k0 += 16) {
+            __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+            for (int32_t c = 0; c < d; c++) {
+                const float *kc = kt + (size_t)c * KB + k0;
+                const __m256 klo = _mm256_loadu_ps(kc), khi = _mm256_loadu_ps(kc + 8);
+                __m256 x = _mm256_broadcast_ss(q0 + c);
+                a0 = _mm256_fmadd_ps(x, klo, a0);
+                b0 = _mm256_fmadd_ps(x, khi, b0);
+                x = _mm256_broadcast_ss(q1 + c);
+                a1 = _mm256_fmadd_ps(x, klo, a1);
+                b1 = _mm256_fmadd_ps(x, khi, b1);
+                x = _mm256_broadcast_ss(q2 + c);
+                a2 = _mm256_fmadd_ps(x, klo, a2);
+                b2 = _mm256_fmadd_ps(x, khi, b2);
+                x = _mm256_broadcast_ss(q3 + c);
+                a3 = _mm256_fmadd_ps(x, klo, a3);
+                b3 = _mm256_fmadd_ps(x, khi, b3);
+            }
+            float *o = lg + (size_t)r0 * KB + k0;
+            _mm256_storeu_ps(o, _mm256_mul_ps(a0, vs));
+            _mm256_storeu_ps(o + 8, _mm256_mul_ps(b0, vs));
+            if (rn > 1) {
+                _mm256_storeu_ps(o + KB, _mm256_mul_ps(a1, vs));
+                _mm256_storeu_ps(o + KB + 8, _mm256_mul_ps(b1, vs));
+            }
+            if (rn > 2) {
+                _mm256_storeu_ps(o + 2 * KB, _mm256_mul_ps(a2, vs));
+                _mm256_storeu_ps(o + 2 * KB + 8, _mm256_mul_ps(b2, vs));
+            }
+            if (rn > 3) {
+                _mm256_storeu_ps(o + 3 * KB, _mm256_mul_ps(a3, vs));
+                _mm256_storeu_ps(o + 3 * KB + 8, _mm256_mul_ps(b3, vs));
+            }
         }
     }
 }
 
-/* acc[r] += sum_{t < nt} w[r][t] v_t for R rows and an fp32 V page [P][d]: 32 channels
- * of two rows at a time (eight accumulators held across the tokens), then the 8-channel
- * remainder. */
-__attribute__((target("avx2,fma"))) static void tile_accum_avx2(const float *w, int32_t R, int32_t nt,
+/* acc[r] += sum_{t < nk} w[r][t] v_t for R rows and an fp32 V block [KB][d]: 32
+ * channels of two rows at a time (eight accumulators held across the keys), then the
+ * 8-channel remainder. */
+__attribute__((target("avx2,fma"))) static void tile_accum_avx2(const float *w, int32_t R, int32_t nk,
                                                                  const float *v, int32_t d, float *acc) {
     for (int32_t r0 = 0; r0 < R; r0 += 2) {
         const int32_t r1 = r0 + 1 < R ? r0 + 1 : r0; /* an odd last row is done twice, stored once */
-        const float *w0 = w + (size_t)r0 * P, *w1 = w + (size_t)r1 * P;
+        const float *w0 = w + (size_t)r0 * KB, *w1 = w + (size_t)r1 * KB;
         float *o0 = acc + (size_t)r0 * d, *o1 = acc + (size_t)r1 * d;
         int32_t c = 0;
         for (; c + 32 <= d; c += 32) {
@@ -392,7 +400,7 @@ __attribute__((target("avx2,fma"))) static void tile_accum_avx2(const float *w, 
                    a3 = _mm256_loadu_ps(o0 + c + 24);
             __m256 b0 = _mm256_loadu_ps(o1 + c), b1 = _mm256_loadu_ps(o1 + c + 8), b2 = _mm256_loadu_ps(o1 + c + 16),
                    b3 = _mm256_loadu_ps(o1 + c + 24);
-            for (int32_t t = 0; t < nt; t++) {
+            for (int32_t t = 0; t < nk; t++) {
                 const float *vt = v + (size_t)t * d + c;
                 const __m256 v0 = _mm256_loadu_ps(vt), v1 = _mm256_loadu_ps(vt + 8), v2 = _mm256_loadu_ps(vt + 16),
                              v3 = _mm256_loadu_ps(vt + 24);
@@ -417,7 +425,7 @@ __attribute__((target("avx2,fma"))) static void tile_accum_avx2(const float *w, 
         }
         for (; c < d; c += 8) {
             __m256 a = _mm256_loadu_ps(o0 + c), b = _mm256_loadu_ps(o1 + c);
-            for (int32_t t = 0; t < nt; t++) {
+            for (int32_t t = 0; t < nk; t++) {
                 const __m256 vv = _mm256_loadu_ps(v + (size_t)t * d + c);
                 a = _mm256_fmadd_ps(_mm256_broadcast_ss(w0 + t), vv, a);
                 b = _mm256_fmadd_ps(_mm256_broadcast_ss(w1 + t), vv, b);
@@ -429,33 +437,34 @@ __attribute__((target("avx2,fma"))) static void tile_accum_avx2(const float *w, 
 }
 #endif
 
-static void tile_logits(const float *q, int32_t R, const float *kt, int32_t d, float scale, float *lg) {
+static void tile_logits(const float *q, int32_t R, const float *kt, int32_t d, int32_t nk, float scale,
+                        float *lg) {
 #ifdef LOCKS_X86
     if (locks_have_avx2()) {
-        tile_logits_avx2(q, R, kt, d, scale, lg);
+        tile_logits_avx2(q, R, kt, d, nk, scale, lg);
         return;
     }
 #endif
     for (int32_t r = 0; r < R; r++) {
-        float a[P] = {0};
+        float a[KB] = {0};
         const float *qr = q + (size_t)r * d;
         for (int32_t c = 0; c < d; c++)
-            for (int32_t t = 0; t < P; t++) a[t] += qr[c] * kt[(size_t)c * P + t];
-        for (int32_t t = 0; t < P; t++) lg[(size_t)r * P + t] = scale * a[t];
+            for (int32_t t = 0; t < nk; t++) a[t] += qr[c] * kt[(size_t)c * KB + t];
+        for (int32_t t = 0; t < nk; t++) lg[(size_t)r * KB + t] = scale * a[t];
     }
 }
 
-static void tile_accum(const float *w, int32_t R, int32_t nt, const float *v, int32_t d, float *acc) {
+static void tile_accum(const float *w, int32_t R, int32_t nk, const float *v, int32_t d, float *acc) {
 #ifdef LOCKS_X86
     if (locks_have_avx2()) {
-        tile_accum_avx2(w, R, nt, v, d, acc);
+        tile_accum_avx2(w, R, nk, v, d, acc);
         return;
     }
 #endif
     for (int32_t r = 0; r < R; r++) {
         float *a = acc + (size_t)r * d;
-        for (int32_t t = 0; t < nt; t++) {
-            const float wt = w[(size_t)r * P + t], *vt = v + (size_t)t * d;
+        for (int32_t t = 0; t < nk; t++) {
+            const float wt = w[(size_t)r * KB + t], *vt = v + (size_t)t * d;
             for (int32_t x = 0; x < d; x++) a[x] += wt * vt[x];
         }
     }
@@ -471,20 +480,26 @@ typedef struct {
     float *scratch; /* per thread: prefill_scratch_floats(T * G, d) */
 } prefill_job;
 
-/* Converts the first nt tokens of page phys (KV head h) to fp32: K transposed into kt
- * [d][P], V into v [P][d]; the tokens past nt are zeros (weights there are 0 too, and
- * 0 * 0 keeps the accumulators exact). */
-static void prefill_load_page(const prefill_job *j, const prefill_scratch *sc, int32_t phys, int32_t h,
-                              int32_t nt) {
-    const int32_t d = j->c->d;
-    locks_f16_to_f32_n(locks_cache_kblock(j->c, j->layer, phys, h), sc->kf, (size_t)nt * d);
-    locks_f16_to_f32_n(locks_cache_vblock(j->c, j->layer, phys, h), sc->v, (size_t)nt * d);
-    if (nt < P) {
-        memset(sc->kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
-        memset(sc->v + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+/* Converts keys [k0, k0 + nk) (whole pages but the last, k0 a multiple of KB) of KV
+ * head h to fp32: K transposed into kt [d][KB], V into v [KB][d]. Keys from nk up to
+ * the next multiple of 16 are zeros (their weights are 0 too, and 0 * 0 keeps the
+ * accumulators exact). Returns that multiple of 16. */
+static int32_t prefill_load_block(const prefill_job *j, const prefill_scratch *sc, int32_t k0, int32_t h,
+                                  int32_t nk) {
+    const int32_t d = j->c->d, nkp = (nk + P - 1) / P * P;
+    for (int32_t p0 = 0; p0 < nkp; p0 += P) {
+        const int32_t lp = (k0 + p0) / P, phys = j->s->table[lp], nt = nk - p0 < P ? nk - p0 : P;
+        float *vb = sc->v + (size_t)p0 * d;
+        locks_f16_to_f32_n(locks_cache_kblock(j->c, j->layer, phys, h), sc->kf, (size_t)nt * d);
+        locks_f16_to_f32_n(locks_cache_vblock(j->c, j->layer, phys, h), vb, (size_t)nt * d);
+        if (nt < P) {
+            memset(sc->kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+            memset(vb + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+        }
+        for (int32_t t = 0; t < P; t++)
+            for (int32_t c = 0; c < d; c++) sc->kt[(size_t)c * KB + p0 + t] = sc->kf[(size_t)t * d + c];
     }
-    for (int32_t t = 0; t < P; t++)
-        for (int32_t c = 0; c < d; c++) sc->kt[(size_t)c * P + t] = sc->kf[(size_t)t * d + c];
+    return nkp;
 }
 
 static void prefill_task(void *arg, int32_t task, int32_t thread) {
@@ -505,39 +520,34 @@ static void prefill_task(void *arg, int32_t task, int32_t thread) {
     memset(sc.acc, 0, sizeof(float) * (size_t)R * d);
     const int32_t first = j->pos + i0, end = first + tn; /* the tile's query positions [first, end) */
     const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
-    for (int32_t lp = 0; lp * P < end; lp++) {
-        const int32_t start = lp * P, nt = end - start < P ? end - start : P;
-        if (start + P < end) {
-            int32_t next = j->s->table[lp + 1];
+    for (int32_t k0 = 0; k0 < end; k0 += KB) {
+        const int32_t nk = end - k0 < KB ? end - k0 : KB;
+        for (int32_t p = k0 + KB; p < k0 + 2 * KB && p < end; p += P) { /* the next block's pages */
+            const int32_t next = j->s->table[p / P];
             prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, h), locks_cache_vblock(j->c, j->layer, next, h),
                             block_bytes);
         }
-        prefill_load_page(j, &sc, j->s->table[lp], h, nt);
-        tile_logits(sc.q, R, sc.kt, d, j->scale, sc.lg);
-        /* online softmax per row over its visible keys [start, min(start + nt, query + 1)) */
+        const int32_t nkp = prefill_load_block(j, &sc, k0, h, nk);
+        tile_logits(sc.q, R, sc.kt, d, nkp, j->scale, sc.lg);
+        /* online softmax per row over its visible keys [k0, min(k0 + nk, query + 1)) */
         for (int32_t r = 0; r < R; r++) {
-            float *lr = sc.lg + (size_t)r * P;
-            int32_t nv = first + r / G + 1 - start;
-            nv = nv < 0 ? 0 : nv > nt ? nt : nv;
-            float mx = sc.m[r];
-            for (int32_t t = 0; t < nv; t++) mx = lr[t] > mx ? lr[t] : mx;
-            if (mx > sc.m[r]) {
-                const float corr = expf(sc.m[r] - mx); /* 0 on the row's first page (m = -inf) */
-                float *a = sc.acc + (size_t)r * d;
-                sc.l[r] *= corr;
-                for (int32_t x = 0; x < d; x++) a[x] *= corr;
-                sc.m[r] = mx;
+            float *lr = sc.lg + (size_t)r * KB;
+            int32_t nv = first + r / G + 1 - k0;
+            nv = nv < 0 ? 0 : nv > nk ? nk : nv;
+            if (nv > 0) {
+                const float mx = locks_max_n(lr, (size_t)nv);
+                if (mx > sc.m[r]) {
+                    const float corr = expf(sc.m[r] - mx); /* 0 on the row's first block (m = -inf) */
+                    float *a = sc.acc + (size_t)r * d;
+                    sc.l[r] *= corr;
+                    for (int32_t x = 0; x < d; x++) a[x] *= corr;
+                    sc.m[r] = mx;
+                }
+                sc.l[r] += (float)locks_exp_sum_n(lr, (size_t)nv, sc.m[r]);
             }
-            for (int32_t t = 0; t < nv; t++) lr[t] -= mx;
-            for (int32_t t = nv; t < P; t++) lr[t] = -200.0f; /* exp gives exactly 0 */
+            for (int32_t t = nv; t < nkp; t++) lr[t] = 0.0f; /* masked */
         }
-        locks_exp_n(sc.lg, (size_t)R * P);
-        for (int32_t r = 0; r < R; r++) {
-            float l = 0.0f;
-            for (int32_t t = 0; t < nt; t++) l += sc.lg[(size_t)r * P + t];
-            sc.l[r] += l;
-        }
-        tile_accum(sc.lg, R, nt, sc.v, d, sc.acc);
+        tile_accum(sc.lg, R, nkp, sc.v, d, sc.acc);
     }
     for (int32_t r = 0; r < R; r++) {
         const int32_t i = r / G, g = r % G;
@@ -569,6 +579,8 @@ locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id,
     locks_pool_run(c->pool, n_tiles * c->hkv, prefill_task, &job);
     return LOCKS_OK;
 }
+
+#undef KB
 
 locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
                           int32_t n_q_heads, float scale, const int32_t *pages,
