@@ -215,8 +215,45 @@ static void test_prefill_tiles(void) {
     }
 }
 
+/* Perf mode (LOCKS_ATTEND_PERF=<tokens>, not part of the checks): one layer of
+ * SmolLM2-135M's prefill attention (3 KV heads, G = 3, d = 64), the context written
+ * in chunks of 64 tokens and each chunk attended as the engine does; prints CPU
+ * seconds (best of 3) per kernel set. */
+static void perf_prefill(int32_t len) {
+    const int32_t H = 3, G = 3, d = 64, Hq = H * G, chunk = 64;
+    for (int32_t simd = 1; simd >= 0; simd--) {
+        locks_simd_enable(simd);
+        fixture f = make_fixture(H, G, d, len, 1, LOCKS_SUMMARY_Q, 8);
+        float *q = malloc(sizeof(float) * (size_t)chunk * Hq * d), *out = malloc(sizeof(float) * (size_t)chunk * Hq * d);
+        tu_fill_normal(q, (size_t)chunk * Hq * d, 1.0);
+        double best = 1e30;
+        for (int32_t rep = 0; rep < 3; rep++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+            for (int32_t pos = 0; pos < len; pos += chunk) {
+                int32_t n = len - pos < chunk ? len - pos : chunk;
+                CHECK(locks_prefill_attend(f.c, 0, f.seq, pos, n, q, Hq, 0.0f, out));
+            }
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+            double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            best = s < best ? s : best;
+        }
+        printf("perf: prefill attention, %d tokens (chunks of %d), H=%d G=%d d=%d, simd=%d: %.3f CPU-s per layer\n",
+               len, chunk, H, G, d, locks_have_avx2(), best);
+        free(q);
+        free(out);
+        free_fixture(&f);
+    }
+    locks_simd_enable(1);
+}
+
 int main(void) {
     tu_seed("test_attend");
+    const char *perf = getenv("LOCKS_ATTEND_PERF");
+    if (perf && atoi(perf) > 0) {
+        perf_prefill(atoi(perf));
+        return 0;
+    }
     const int32_t dims[3] = {64, 128, 256};
     for (int32_t trial = 0; trial < 6; trial++) {
         locks_simd_enable(trial < 3); /* AVX2 kernels (where the CPU has them), then portable */
