@@ -288,42 +288,272 @@ locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, 
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* Prefill: causal dense attention, one task per (query token, KV head)                */
+/* Prefill: causal dense attention, one task per (KV head, tile of query tokens)        */
 /* ---------------------------------------------------------------------------------- */
+
+/*
+ * A tile is T = max(1, PREFILL_ROWS / G) consecutive query tokens of the chunk; its
+ * R = T * G rows (token-major: the G heads of one token are adjacent) all attend to
+ * the same KV head, so each visible K/V page is converted from fp16 once per tile, not
+ * once per query token. Pages are taken PREFILL_KEYS keys (4 pages) at a time: K
+ * transposed ([d][keys], so the logits of a row are 8-wide FMA accumulators over the
+ * channels with no horizontal sums), V as [keys][d]. Every row keeps its own online
+ * softmax state (m, l, acc[d]) in fp32, updated once per key block. The causal mask is
+ * a per-row count of visible keys, below the block size only on the blocks holding the
+ * tile's own tokens. Tasks are handed out last tile first (the longest), for balance.
+ */
+
+enum {
+    PREFILL_ROWS = 64, /* rows (token, head) per tile; G <= 64 keeps R <= 64 */
+    PREFILL_KEYS = 64  /* keys per block: 4 pages */
+};
+#define KB PREFILL_KEYS
+
+/* Per-thread scratch of a tile: R = rows, d = head dim. */
+typedef struct {
+    float *q;     /* [R][d] the tile's queries */
+    float *acc;   /* [R][d] */
+    float *m, *l; /* [R] */
+    float *lg;    /* [R][KB] logits, then softmax weights */
+    float *kt;    /* [d][KB] K block, fp32, transposed */
+    float *kf;    /* [P][d] one K page, fp32 (before the transpose) */
+    float *v;     /* [KB][d] V block, fp32 */
+} prefill_scratch;
+
+static size_t prefill_scratch_floats(int32_t R, int32_t d) {
+    return (size_t)R * d * 2 + (size_t)R * 2 + (size_t)R * KB + (size_t)d * KB * 2 + (size_t)P * d;
+}
+
+static prefill_scratch prefill_scratch_at(float *base, int32_t R, int32_t d) {
+    prefill_scratch s;
+    s.q = base;
+    s.acc = s.q + (size_t)R * d;
+    s.m = s.acc + (size_t)R * d;
+    s.l = s.m + R;
+    s.lg = s.l + R;
+    s.kt = s.lg + (size_t)R * KB;
+    s.v = s.kt + (size_t)d * KB;
+    s.kf = s.v + (size_t)KB * d;
+    return s;
+}
+
+#ifdef LOCKS_X86
+/* lg[r][t] = scale * q_r . k_t for R rows and the nk keys (a multiple of 16) of kt
+ * [d][KB]: 16 keys of four rows at a time (eight independent accumulators); a last
+ * group of fewer rows repeats its last row and drops the extra results. */
+__attribute__((target("avx2,fma"))) static void tile_logits_avx2(const float *q, int32_t R, const float *kt,
+                                                                  int32_t d, int32_t nk, float scale, float *lg) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (int32_t r0 = 0; r0 < R; r0 += 4) {
+        const int32_t rn = R - r0 < 4 ? R - r0 : 4;
+        const float *q0 = q + (size_t)r0 * d, *q1 = q + (size_t)(r0 + (rn > 1)) * d,
+                    *q2 = q + (size_t)(r0 + (rn > 2) * 2) * d, *q3 = q + (size_t)(r0 + (rn > 3) * 3) * d;
+        for (int32_t k0 = 0; k0 < nk; k0 += 16) {
+            __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+            for (int32_t c = 0; c < d; c++) {
+                const float *kc = kt + (size_t)c * KB + k0;
+                const __m256 klo = _mm256_loadu_ps(kc), khi = _mm256_loadu_ps(kc + 8);
+                __m256 x = _mm256_broadcast_ss(q0 + c);
+                a0 = _mm256_fmadd_ps(x, klo, a0);
+                b0 = _mm256_fmadd_ps(x, khi, b0);
+                x = _mm256_broadcast_ss(q1 + c);
+                a1 = _mm256_fmadd_ps(x, klo, a1);
+                b1 = _mm256_fmadd_ps(x, khi, b1);
+                x = _mm256_broadcast_ss(q2 + c);
+                a2 = _mm256_fmadd_ps(x, klo, a2);
+                b2 = _mm256_fmadd_ps(x, khi, b2);
+                x = _mm256_broadcast_ss(q3 + c);
+                a3 = _mm256_fmadd_ps(x, klo, a3);
+                b3 = _mm256_fmadd_ps(x, khi, b3);
+            }
+            float *o = lg + (size_t)r0 * KB + k0;
+            _mm256_storeu_ps(o, _mm256_mul_ps(a0, vs));
+            _mm256_storeu_ps(o + 8, _mm256_mul_ps(b0, vs));
+            if (rn > 1) {
+                _mm256_storeu_ps(o + KB, _mm256_mul_ps(a1, vs));
+                _mm256_storeu_ps(o + KB + 8, _mm256_mul_ps(b1, vs));
+            }
+            if (rn > 2) {
+                _mm256_storeu_ps(o + 2 * KB, _mm256_mul_ps(a2, vs));
+                _mm256_storeu_ps(o + 2 * KB + 8, _mm256_mul_ps(b2, vs));
+            }
+            if (rn > 3) {
+                _mm256_storeu_ps(o + 3 * KB, _mm256_mul_ps(a3, vs));
+                _mm256_storeu_ps(o + 3 * KB + 8, _mm256_mul_ps(b3, vs));
+            }
+        }
+    }
+}
+
+/* acc[r] += sum_{t < nk} w[r][t] v_t for R rows and an fp32 V block [KB][d]: 32
+ * channels of two rows at a time (eight accumulators held across the keys), then the
+ * 8-channel remainder. */
+__attribute__((target("avx2,fma"))) static void tile_accum_avx2(const float *w, int32_t R, int32_t nk,
+                                                                 const float *v, int32_t d, float *acc) {
+    for (int32_t r0 = 0; r0 < R; r0 += 2) {
+        const int32_t r1 = r0 + 1 < R ? r0 + 1 : r0; /* an odd last row is done twice, stored once */
+        const float *w0 = w + (size_t)r0 * KB, *w1 = w + (size_t)r1 * KB;
+        float *o0 = acc + (size_t)r0 * d, *o1 = acc + (size_t)r1 * d;
+        int32_t c = 0;
+        for (; c + 32 <= d; c += 32) {
+            __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o0 + c + 8), a2 = _mm256_loadu_ps(o0 + c + 16),
+                   a3 = _mm256_loadu_ps(o0 + c + 24);
+            __m256 b0 = _mm256_loadu_ps(o1 + c), b1 = _mm256_loadu_ps(o1 + c + 8), b2 = _mm256_loadu_ps(o1 + c + 16),
+                   b3 = _mm256_loadu_ps(o1 + c + 24);
+            for (int32_t t = 0; t < nk; t++) {
+                const float *vt = v + (size_t)t * d + c;
+                const __m256 v0 = _mm256_loadu_ps(vt), v1 = _mm256_loadu_ps(vt + 8), v2 = _mm256_loadu_ps(vt + 16),
+                             v3 = _mm256_loadu_ps(vt + 24);
+                const __m256 x = _mm256_broadcast_ss(w0 + t), y = _mm256_broadcast_ss(w1 + t);
+                a0 = _mm256_fmadd_ps(x, v0, a0);
+                a1 = _mm256_fmadd_ps(x, v1, a1);
+                a2 = _mm256_fmadd_ps(x, v2, a2);
+                a3 = _mm256_fmadd_ps(x, v3, a3);
+                b0 = _mm256_fmadd_ps(y, v0, b0);
+                b1 = _mm256_fmadd_ps(y, v1, b1);
+                b2 = _mm256_fmadd_ps(y, v2, b2);
+                b3 = _mm256_fmadd_ps(y, v3, b3);
+            }
+            _mm256_storeu_ps(o1 + c, b0);
+            _mm256_storeu_ps(o1 + c + 8, b1);
+            _mm256_storeu_ps(o1 + c + 16, b2);
+            _mm256_storeu_ps(o1 + c + 24, b3);
+            _mm256_storeu_ps(o0 + c, a0);
+            _mm256_storeu_ps(o0 + c + 8, a1);
+            _mm256_storeu_ps(o0 + c + 16, a2);
+            _mm256_storeu_ps(o0 + c + 24, a3);
+        }
+        for (; c < d; c += 8) {
+            __m256 a = _mm256_loadu_ps(o0 + c), b = _mm256_loadu_ps(o1 + c);
+            for (int32_t t = 0; t < nk; t++) {
+                const __m256 vv = _mm256_loadu_ps(v + (size_t)t * d + c);
+                a = _mm256_fmadd_ps(_mm256_broadcast_ss(w0 + t), vv, a);
+                b = _mm256_fmadd_ps(_mm256_broadcast_ss(w1 + t), vv, b);
+            }
+            _mm256_storeu_ps(o1 + c, b);
+            _mm256_storeu_ps(o0 + c, a);
+        }
+    }
+}
+#endif
+
+static void tile_logits(const float *q, int32_t R, const float *kt, int32_t d, int32_t nk, float scale,
+                        float *lg) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        tile_logits_avx2(q, R, kt, d, nk, scale, lg);
+        return;
+    }
+#endif
+    for (int32_t r = 0; r < R; r++) {
+        float a[KB] = {0};
+        const float *qr = q + (size_t)r * d;
+        for (int32_t c = 0; c < d; c++)
+            for (int32_t t = 0; t < nk; t++) a[t] += qr[c] * kt[(size_t)c * KB + t];
+        for (int32_t t = 0; t < nk; t++) lg[(size_t)r * KB + t] = scale * a[t];
+    }
+}
+
+static void tile_accum(const float *w, int32_t R, int32_t nk, const float *v, int32_t d, float *acc) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        tile_accum_avx2(w, R, nk, v, d, acc);
+        return;
+    }
+#endif
+    for (int32_t r = 0; r < R; r++) {
+        float *a = acc + (size_t)r * d;
+        for (int32_t t = 0; t < nk; t++) {
+            const float wt = w[(size_t)r * KB + t], *vt = v + (size_t)t * d;
+            for (int32_t x = 0; x < d; x++) a[x] += wt * vt[x];
+        }
+    }
+}
 
 typedef struct {
     locks_cache *c;
     const locks_seq *s;
-    int32_t layer, pos, G;
+    int32_t layer, pos, n, G, T, n_tiles;
     float scale;
     const float *q;
     float *out;
-    float *state; /* per thread: G * (d + 2) */
+    float *scratch; /* per thread: prefill_scratch_floats(T * G, d) */
 } prefill_job;
 
-static void prefill_task(void *arg, int32_t t, int32_t thread) {
+/* Converts keys [k0, k0 + nk) (whole pages but the last, k0 a multiple of KB) of KV
+ * head h to fp32: K transposed into kt [d][KB], V into v [KB][d]. Keys from nk up to
+ * the next multiple of 16 are zeros (their weights are 0 too, and 0 * 0 keeps the
+ * accumulators exact). Returns that multiple of 16. */
+static int32_t prefill_load_block(const prefill_job *j, const prefill_scratch *sc, int32_t k0, int32_t h,
+                                  int32_t nk) {
+    const int32_t d = j->c->d, nkp = (nk + P - 1) / P * P;
+    for (int32_t p0 = 0; p0 < nkp; p0 += P) {
+        const int32_t lp = (k0 + p0) / P, phys = j->s->table[lp], nt = nk - p0 < P ? nk - p0 : P;
+        float *vb = sc->v + (size_t)p0 * d;
+        locks_f16_to_f32_n(locks_cache_kblock(j->c, j->layer, phys, h), sc->kf, (size_t)nt * d);
+        locks_f16_to_f32_n(locks_cache_vblock(j->c, j->layer, phys, h), vb, (size_t)nt * d);
+        if (nt < P) {
+            memset(sc->kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+            memset(vb + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+        }
+        for (int32_t t = 0; t < P; t++)
+            for (int32_t c = 0; c < d; c++) sc->kt[(size_t)c * KB + p0 + t] = sc->kf[(size_t)t * d + c];
+    }
+    return nkp;
+}
+
+static void prefill_task(void *arg, int32_t task, int32_t thread) {
     prefill_job *j = arg;
-    const int32_t H = j->c->hkv, d = j->c->d, G = j->G;
-    const int32_t i = t / H, h = t % H, visible = j->pos + i + 1;
-    float *buf = j->state + (size_t)thread * G * (d + 2);
-    attn_state st = {buf + (size_t)G * d, buf + (size_t)G * d + G, buf};
-    state_reset(st, G, d);
-    const float *q = j->q + ((size_t)i * H * G + (size_t)h * G) * d;
+    const int32_t H = j->c->hkv, d = j->c->d, G = j->G, Hq = H * G;
+    const int32_t tile = j->n_tiles - 1 - task / H, h = task % H;
+    const int32_t i0 = tile * j->T, tn = j->n - i0 < j->T ? j->n - i0 : j->T, R = tn * G;
+    prefill_scratch sc = prefill_scratch_at(j->scratch + (size_t)thread * prefill_scratch_floats(j->T * G, d),
+                                            j->T * G, d);
+    /* rows r = i * G + g: query token pos + i0 + i, query head h * G + g */
+    for (int32_t i = 0; i < tn; i++)
+        memcpy(sc.q + (size_t)i * G * d, j->q + ((size_t)(i0 + i) * Hq + (size_t)h * G) * d,
+               sizeof(float) * (size_t)G * d);
+    for (int32_t r = 0; r < R; r++) {
+        sc.m[r] = -INFINITY;
+        sc.l[r] = 0.0f;
+    }
+    memset(sc.acc, 0, sizeof(float) * (size_t)R * d);
+    const int32_t first = j->pos + i0, end = first + tn; /* the tile's query positions [first, end) */
     const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
-    for (int32_t lp = 0; lp * P < visible; lp++) {
-        int32_t nt = visible - lp * P < P ? visible - lp * P : P, phys = j->s->table[lp];
-        if ((lp + 1) * P < visible) {
-            int32_t next = j->s->table[lp + 1];
+    for (int32_t k0 = 0; k0 < end; k0 += KB) {
+        const int32_t nk = end - k0 < KB ? end - k0 : KB;
+        for (int32_t p = k0 + KB; p < k0 + 2 * KB && p < end; p += P) { /* the next block's pages */
+            const int32_t next = j->s->table[p / P];
             prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, h), locks_cache_vblock(j->c, j->layer, next, h),
                             block_bytes);
         }
-        attend_block(locks_cache_kblock(j->c, j->layer, phys, h),
-                     locks_cache_vblock(j->c, j->layer, phys, h), nt, q, G, d, j->scale, st);
+        const int32_t nkp = prefill_load_block(j, &sc, k0, h, nk);
+        tile_logits(sc.q, R, sc.kt, d, nkp, j->scale, sc.lg);
+        /* online softmax per row over its visible keys [k0, min(k0 + nk, query + 1)) */
+        for (int32_t r = 0; r < R; r++) {
+            float *lr = sc.lg + (size_t)r * KB;
+            int32_t nv = first + r / G + 1 - k0;
+            nv = nv < 0 ? 0 : nv > nk ? nk : nv;
+            if (nv > 0) {
+                const float mx = locks_max_n(lr, (size_t)nv);
+                if (mx > sc.m[r]) {
+                    const float corr = expf(sc.m[r] - mx); /* 0 on the row's first block (m = -inf) */
+                    float *a = sc.acc + (size_t)r * d;
+                    sc.l[r] *= corr;
+                    for (int32_t x = 0; x < d; x++) a[x] *= corr;
+                    sc.m[r] = mx;
+                }
+                sc.l[r] += (float)locks_exp_sum_n(lr, (size_t)nv, sc.m[r]);
+            }
+            for (int32_t t = nv; t < nkp; t++) lr[t] = 0.0f; /* masked */
+        }
+        tile_accum(sc.lg, R, nkp, sc.v, d, sc.acc);
     }
-    for (int32_t g = 0; g < G; g++) {
-        float *o = j->out + ((size_t)i * H * G + (size_t)h * G + g) * d;
-        float inv = 1.0f / st.l[g];
-        for (int32_t x = 0; x < d; x++) o[x] = st.acc[(size_t)g * d + x] * inv;
+    for (int32_t r = 0; r < R; r++) {
+        const int32_t i = r / G, g = r % G;
+        float *o = j->out + ((size_t)(i0 + i) * Hq + (size_t)h * G + g) * d;
+        const float inv = 1.0f / sc.l[r];
+        for (int32_t x = 0; x < d; x++) o[x] = sc.acc[(size_t)r * d + x] * inv;
     }
 }
 
@@ -339,15 +569,18 @@ locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id,
     if (n == 0) return LOCKS_OK;
     if (c->cuda) return LOCKS_ERR_UNSUPPORTED; /* prefill attention is CPU-only for now */
     const int32_t G = n_q_heads / c->hkv, d = c->d;
-    if (G > 64) return LOCKS_ERR_UNSUPPORTED;
+    if (G > PREFILL_ROWS) return LOCKS_ERR_UNSUPPORTED;
     if (!locks_all_finite(q, (size_t)n * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
-    size_t per = (size_t)G * (d + 2);
-    float *state = locks_cache_scratch(c, 2, per * sizeof(float) * (size_t)locks_pool_threads(c->pool));
-    if (!state) return LOCKS_ERR_OOM;
-    prefill_job job = {c, s, layer, pos, G, locks_step_scale(c, scale), q, out, state};
-    locks_pool_run(c->pool, n * c->hkv, prefill_task, &job);
+    const int32_t T = PREFILL_ROWS / G, n_tiles = (n + T - 1) / T;
+    const size_t per = prefill_scratch_floats(T * G, d);
+    float *scratch = locks_cache_scratch(c, 2, per * sizeof(float) * (size_t)locks_pool_threads(c->pool));
+    if (!scratch) return LOCKS_ERR_OOM;
+    prefill_job job = {c, s, layer, pos, n, G, T, n_tiles, locks_step_scale(c, scale), q, out, scratch};
+    locks_pool_run(c->pool, n_tiles * c->hkv, prefill_task, &job);
     return LOCKS_OK;
 }
+
+#undef KB
 
 locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
                           int32_t n_q_heads, float scale, const int32_t *pages,

@@ -5,7 +5,9 @@
  *    output and log-sum-exp, every query head of the group;
  *  - locks_decode_step with budget >= context is exactly the `full` selector and
  *    matches dense float64 attention; its selection is every page;
- *  - locks_prefill_attend (causal) over a chunk of positions.
+ *  - locks_prefill_attend (causal) over a chunk of positions; and chunks that start
+ *    mid-page, span more than one query tile and end in a partial tile, G in {1, 3, 4},
+ *    d in {64, 128}, both kernel sets.
  */
 #include "test_util.h"
 
@@ -163,9 +165,10 @@ static void test_dense(const fixture *f) {
     free(pages);
 }
 
-static void test_prefill(const fixture *f) {
+/* locks_prefill_attend of query tokens [pos, pos + n) against the float64 causal
+ * reference: every token sees keys [0, its position]. */
+static void test_prefill(const fixture *f, int32_t pos, int32_t n) {
     const int32_t H = f->H, G = f->G, d = f->d, Hq = H * G;
-    int32_t n = tu_int(1, 24), pos = tu_int(0, f->len - n);
     float *q = malloc(sizeof(float) * (size_t)n * Hq * d), *out = malloc(sizeof(float) * (size_t)n * Hq * d);
     tu_fill_normal(q, (size_t)n * Hq * d, 1.0);
     float scale = 0.07f;
@@ -173,7 +176,8 @@ static void test_prefill(const fixture *f) {
     int32_t all[4096];
     double ref[256];
     for (int32_t j = 0; j < 4096; j++) all[j] = j;
-    for (int32_t i = 0; i < n; i++) {
+    int before = tu_failures;
+    for (int32_t i = 0; i < n && tu_failures == before; i++) {
         fixture g = *f;
         g.len = pos + i + 1; /* causal: tokens [0, pos + i] */
         for (int32_t hq = 0; hq < Hq; hq++) {
@@ -181,12 +185,75 @@ static void test_prefill(const fixture *f) {
             tu_close("prefill out", out + ((size_t)i * Hq + hq) * d, ref, (size_t)d, 2e-5, 1e-4);
         }
     }
+    if (tu_failures != before)
+        fprintf(stderr, "  prefill H=%d G=%d d=%d pos=%d n=%d simd=%d\n", H, G, d, pos, n, locks_have_avx2());
     free(q);
     free(out);
 }
 
+/* The query-tiled prefill: tiles hold 64 / G tokens, so chunks are drawn longer than a
+ * tile with a partial last tile, starting mid-page; then (d = 64) the whole sequence from 0;
+ * G in {1, 3, 4}, d in {64, 128}, both kernel sets, two threads. */
+static void test_prefill_tiles(void) {
+    const int32_t groups[3] = {1, 3, 4}, dims[2] = {64, 128};
+    for (int32_t simd = 1; simd >= 0; simd--) {
+        locks_simd_enable(simd);
+        for (int32_t gi = 0; gi < 3; gi++)
+            for (int32_t di = 0; di < 2; di++) {
+                const int32_t G = groups[gi], T = 64 / G, H = tu_int(1, 3), len = tu_int(2 * T + 16, 2 * T + 60);
+                fixture f = make_fixture(H, G, dims[di], len, 2, LOCKS_SUMMARY_Q, 8);
+                int32_t n = T + tu_int(1, T - 1 > 1 ? T - 1 : 1); /* > one tile, last one partial */
+                if (n % T == 0) n++;
+                int32_t pos = tu_int(1, len - n);
+                if (pos % P == 0) pos--; /* mid-page start */
+                printf("  prefill tiles: H=%d G=%d d=%d len=%d pos=%d n=%d simd=%d\n", H, G, dims[di], len, pos, n,
+                       locks_have_avx2());
+                test_prefill(&f, pos, n);
+                if (di == 0) test_prefill(&f, 0, len);
+                free_fixture(&f);
+            }
+    }
+}
+
+/* Perf mode (LOCKS_ATTEND_PERF=<tokens>, not part of the checks): one layer of
+ * SmolLM2-135M's prefill attention (3 KV heads, G = 3, d = 64), the context written
+ * in chunks of 64 tokens and each chunk attended as the engine does; prints CPU
+ * seconds (best of 3) per kernel set. */
+static void perf_prefill(int32_t len) {
+    const int32_t H = 3, G = 3, d = 64, Hq = H * G, chunk = 64;
+    for (int32_t simd = 1; simd >= 0; simd--) {
+        locks_simd_enable(simd);
+        fixture f = make_fixture(H, G, d, len, 1, LOCKS_SUMMARY_Q, 8);
+        float *q = malloc(sizeof(float) * (size_t)chunk * Hq * d), *out = malloc(sizeof(float) * (size_t)chunk * Hq * d);
+        tu_fill_normal(q, (size_t)chunk * Hq * d, 1.0);
+        double best = 1e30;
+        for (int32_t rep = 0; rep < 3; rep++) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+            for (int32_t pos = 0; pos < len; pos += chunk) {
+                int32_t n = len - pos < chunk ? len - pos : chunk;
+                CHECK(locks_prefill_attend(f.c, 0, f.seq, pos, n, q, Hq, 0.0f, out));
+            }
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+            double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            best = s < best ? s : best;
+        }
+        printf("perf: prefill attention, %d tokens (chunks of %d), H=%d G=%d d=%d, simd=%d: %.3f CPU-s per layer\n",
+               len, chunk, H, G, d, locks_have_avx2(), best);
+        free(q);
+        free(out);
+        free_fixture(&f);
+    }
+    locks_simd_enable(1);
+}
+
 int main(void) {
     tu_seed("test_attend");
+    const char *perf = getenv("LOCKS_ATTEND_PERF");
+    if (perf && atoi(perf) > 0) {
+        perf_prefill(atoi(perf));
+        return 0;
+    }
     const int32_t dims[3] = {64, 128, 256};
     for (int32_t trial = 0; trial < 6; trial++) {
         locks_simd_enable(trial < 3); /* AVX2 kernels (where the CPU has them), then portable */
@@ -196,8 +263,11 @@ int main(void) {
         test_storage(&f);
         test_page_lists(&f);
         test_dense(&f);
-        test_prefill(&f);
+        int32_t n = tu_int(1, 24);
+        test_prefill(&f, tu_int(0, f.len - n), n);
         free_fixture(&f);
     }
+    test_prefill_tiles();
+    locks_simd_enable(1);
     return test_report("test_attend");
 }
