@@ -78,8 +78,13 @@ int main(int argc, char **argv) {
             if (!strcmp(sel, sels[s]) && is_all) seen[s][bi]++;
         test_cond(ratio > 0.0 && ratio <= 1.0 + 1e-9, "%s budget %g: coverage ratio %g outside (0, 1]", sel, budget,
                   ratio);
+        /* The library's oracle ranks pages by fp32 log-sum-exps; the reference ranks them
+         * in float64. Two pages whose masses agree to fp32 rounding (a relative 1e-6 of a
+         * logit of ~10-30, i.e. ~3e-5 of a page's mass) can swap places at the budget
+         * edge, which costs at most that share of the covered mass: seed
+         * 1795952004177084 gave 0.99999694. A larger loss is not explained by rounding. */
         if (!strcmp(sel, "oracle"))
-            test_cond(fabs(ratio - 1.0) < 1e-6, "oracle budget %g layer %s: ratio %.9g != 1", budget, layer, ratio);
+            test_cond(fabs(ratio - 1.0) < 1e-4, "oracle budget %g layer %s: ratio %.9g != 1", budget, layer, ratio);
         if (bi == 2)
             test_cond(fabs(ratio - 1.0) < 1e-9 && err < 1e-5, "%s dense budget: ratio %.9g, output error %.3g", sel,
                       ratio, err);
