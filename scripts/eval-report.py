@@ -272,7 +272,11 @@ def main():
     ctx_cells = group(recs, lambda r: (r["context"], r["selector"], int(r["budget"])))
     all_cells = group(recs, lambda r: ("all", r["selector"], int(r["budget"])))
 
-    meta = recs[-1]
+    meta = {}
+    for k in ("model", "commit", "machine", "threads"):
+        vals = sorted({str(r[k]) for r in recs if k in r})
+        if vals:
+            meta[k] = ", ".join(vals)
     L = []
     L.append("# Long-context tasks: accuracy and carrier recall per selector and budget")
     L.append("")
