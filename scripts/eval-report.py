@@ -61,6 +61,7 @@ class Cell:
 
     def __init__(self):
         self.scores = []
+        self.by_sample = {}
         self.carrier_events = 0
         self.carrier_hits = 0
         self.mass = []
@@ -70,6 +71,7 @@ class Cell:
 
     def add(self, r):
         self.scores.append(float(r["score"]))
+        self.by_sample[(r["task"], r["context"], r["sample"])] = float(r["score"])
         self.carrier_events += int(r.get("carrier_events", 0))
         self.carrier_hits += int(r.get("carrier_hits", 0))
         if r.get("mass_cov") is not None:
@@ -96,6 +98,20 @@ class Cell:
 
     def recall_ci(self):
         return wilson(self.recall, self.carrier_events)
+
+
+def sign_test(a, b):
+    """Paired exact sign test (McNemar) of two cells over their common samples, a sample
+    counting as solved when its score is >= 0.5. Returns (n_a_only, n_b_only, p)."""
+    common = set(a.by_sample) & set(b.by_sample)
+    na = sum(1 for k in common if a.by_sample[k] >= 0.5 > b.by_sample[k])
+    nb = sum(1 for k in common if b.by_sample[k] >= 0.5 > a.by_sample[k])
+    n = na + nb
+    if n == 0:
+        return na, nb, 1.0
+    k = min(na, nb)
+    p = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n * 2
+    return na, nb, min(1.0, p)
 
 
 def group(recs, keyf):
@@ -256,7 +272,11 @@ def main():
     ctx_cells = group(recs, lambda r: (r["context"], r["selector"], int(r["budget"])))
     all_cells = group(recs, lambda r: ("all", r["selector"], int(r["budget"])))
 
-    meta = recs[-1]
+    meta = {}
+    for k in ("model", "commit", "machine", "threads"):
+        vals = sorted({str(r[k]) for r in recs if k in r})
+        if vals:
+            meta[k] = ", ".join(vals)
     L = []
     L.append("# Long-context tasks: accuracy and carrier recall per selector and budget")
     L.append("")
@@ -290,7 +310,8 @@ def main():
     L.append("")
     L.append("Scanning budgets from the largest down, the first budget at which the "
              "selector's accuracy is more than 5 points below dense attention; "
-             "`sig` when the two 95% intervals do not overlap; `none`: never more than 5 points "
+             "in brackets the p-value of a paired exact sign test against dense attention "
+             "on the same samples (solved = score >= 0.5); `none`: never more than 5 points "
              "below at the budgets run; `n/a`: dense attention itself fails the task. Oracle "
              "and LOCKS accuracy at that budget are shown beside it. `all` pools every task "
              "and context.")
@@ -313,9 +334,8 @@ def main():
                 row.append("none")
                 continue
             b, c = d
-            lo, hi = c.ci()
-            flo, fhi = full.ci()
-            sig = " sig" if hi < flo else ""
+            _, _, p = sign_test(full, c)
+            sig = f" (p={p:.2g})" if p < 0.05 else f" (p={p:.1f})"
             extra = ""
             if s not in ("oracle", "locks"):
                 o = src.get((t, "oracle", b))
@@ -326,7 +346,43 @@ def main():
                 o = src.get((t, "oracle", b))
                 if o:
                     extra = f"; oracle {100 * o.acc:.0f}"
+                    lo_, or_, p_ = sign_test(c, o)
+                    extra += f", locks-only {lo_} / oracle-only {or_}"
             row.append(f"{b}: {100 * c.acc:.1f}{sig}{extra}")
+        L.append("| " + " | ".join(row) + " |")
+    L.append("")
+
+    L.append("Largest budget at which the selector is significantly below dense attention "
+             "(paired sign test p < 0.05 and more than 5 points below): accuracy, and the "
+             "oracle's and LOCKS' at that budget.")
+    L.append("")
+    L.append("| task | " + " | ".join(s for s in sels if s != "full") + " |")
+    L.append("|---|" + "---|" * (len(sels) - 1))
+    for t in tasks + ["all"]:
+        src = all_cells if t == "all" else cells
+        full = dense_cell(src, (t,))
+        row = [t]
+        for s in sels:
+            if s == "full":
+                continue
+            if full is None or full.acc < 0.05:
+                row.append("n/a")
+                continue
+            hit = None
+            for b in sorted(budgets, reverse=True):
+                c = src.get((t, s, b))
+                if c and c.n and c.acc < full.acc - 0.05 and sign_test(full, c)[2] < 0.05:
+                    hit = (b, c)
+                    break
+            if hit is None:
+                row.append("none")
+                continue
+            b, c = hit
+            o = src.get((t, "oracle", b))
+            lk = src.get((t, "locks", b))
+            row.append(f"{b}: {100 * c.acc:.0f} (p={sign_test(full, c)[2]:.2g}); "
+                       f"oracle {100 * o.acc:.0f}, locks {100 * lk.acc:.0f}" if o and lk
+                       else f"{b}: {100 * c.acc:.0f}")
         L.append("| " + " | ".join(row) + " |")
     L.append("")
 
