@@ -16,14 +16,6 @@
 #include "selectors/refsel.h"
 #include "util.h"
 
-#define SETUP(x)                                                                     \
-    do {                                                                             \
-        if (!(x)) {                                                                  \
-            fprintf(stderr, "%s:%d: setup failed: %s\n", __FILE__, __LINE__, #x);     \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
-
 enum { P = LOCKS_PAGE };
 
 /* ---- float64 helpers ----------------------------------------------------------------- */

@@ -33,6 +33,16 @@ static uint64_t tu_state;
         }                                                                                      \
     } while (0)
 
+/* Stops the test at once if a setup step that is not a library call fails (an
+ * allocation, a file). */
+#define SETUP(x)                                                                               \
+    do {                                                                                       \
+        if (!(x)) {                                                                            \
+            fprintf(stderr, "%s:%d: setup failed: %s\n", __FILE__, __LINE__, #x);              \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
 /* Records one check; prints the message if it failed. */
 #define test_cond(cond, ...)                                                                   \
     do {                                                                                       \
