@@ -15,29 +15,9 @@
 enum { P = LOCKS_PAGE };
 
 locks_cache *locks_cache_init_cuda(locks_cache_params params, locks_status *err) {
-    locks_status st = LOCKS_ERR_INVALID_ARG;
-    locks_cache *c = NULL;
-    if (params.n_layers < 1 || params.n_kv_heads < 1 || params.n_pages < 1 || params.max_seqs < 1 ||
-        params.rank < 1 || params.rank > LOCKS_MAX_RANK)
-        goto fail;
-    st = LOCKS_ERR_OOM;
-    c = locks_alloc(1, sizeof *c);
+    locks_status st;
+    locks_cache *c = locks_cache_init_host(&params, &st);
     if (!c) goto fail;
-    c->p = params;
-    c->d = params.head_dim;
-    c->hkv = params.n_kv_heads;
-    c->r = params.rank;
-    c->block = (size_t)P * (size_t)c->d;
-    c->fill = locks_alloc((size_t)params.n_layers * (size_t)params.n_pages, sizeof(uint16_t));
-    c->free_list = locks_alloc((size_t)params.n_pages, sizeof(int32_t));
-    c->seqs = locks_alloc((size_t)params.max_seqs, sizeof(locks_seq));
-    if (!c->fill || !c->free_list || !c->seqs) goto fail;
-    for (int32_t i = 0; i < params.n_pages; i++) c->free_list[i] = params.n_pages - 1 - i;
-    c->n_free = params.n_pages;
-    for (int32_t s = 0; s < params.max_seqs; s++) {
-        c->seqs[s].table = locks_alloc((size_t)params.n_pages, sizeof(int32_t));
-        if (!c->seqs[s].table) goto fail;
-    }
     c->cuda = locks_cuda_cache_init(&params, &st);
     if (!c->cuda) goto fail;
     if (err) *err = LOCKS_OK;

@@ -39,21 +39,59 @@ locks_cache_params locks_cache_default_params(void) {
     return p;
 }
 
+/* The parameter checks every backend shares: the pool's shape and the rank. */
+static locks_status check_shape(const locks_cache_params *p) {
+    if (p->n_layers < 1 || p->n_kv_heads < 1 || p->n_pages < 1 || p->max_seqs < 1)
+        return LOCKS_ERR_INVALID_ARG;
+    if (p->rank < 1 || p->rank > LOCKS_MAX_RANK) return LOCKS_ERR_INVALID_ARG;
+    return LOCKS_OK;
+}
+
 static locks_status check_params(const locks_cache_params *p) {
     if (p->backend == LOCKS_BACKEND_CUDA) return LOCKS_ERR_UNSUPPORTED;
     if (p->backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_INVALID_ARG;
-    if (p->n_layers < 1 || p->n_kv_heads < 1 || p->n_pages < 1 || p->max_seqs < 1)
-        return LOCKS_ERR_INVALID_ARG;
+    if (check_shape(p) != LOCKS_OK) return LOCKS_ERR_INVALID_ARG;
     /* 64, 128, 256 are the documented sizes; any multiple of 8 up to 256 works here */
     if (p->head_dim < 8 || p->head_dim > LOCKS_MAX_HEAD_DIM || p->head_dim % 8 != 0)
         return LOCKS_ERR_INVALID_ARG;
-    if (p->rank < 1 || p->rank > LOCKS_MAX_RANK) return LOCKS_ERR_INVALID_ARG;
     if (p->summary_prec != LOCKS_SUMMARY_F32 && p->summary_prec != LOCKS_SUMMARY_Q)
         return LOCKS_ERR_INVALID_ARG;
     if (p->kv_dtype == LOCKS_DTYPE_F32 || p->kv_dtype == LOCKS_DTYPE_BF16) return LOCKS_ERR_UNSUPPORTED;
     if (p->kv_dtype != LOCKS_DTYPE_F16) return LOCKS_ERR_INVALID_ARG;
     if (p->n_threads < 1 || p->n_threads > 256) return LOCKS_ERR_INVALID_ARG;
     return LOCKS_OK;
+}
+
+/* The backend-independent part of a cache (see cache.h). */
+locks_cache *locks_cache_init_host(const locks_cache_params *params, locks_status *err) {
+    locks_status st = check_shape(params);
+    locks_cache *c = NULL;
+    if (st != LOCKS_OK) goto fail;
+    st = LOCKS_ERR_OOM;
+    c = locks_alloc(1, sizeof *c);
+    if (!c) goto fail;
+    c->p = *params;
+    c->d = params->head_dim;
+    c->hkv = params->n_kv_heads;
+    c->r = params->rank;
+    c->block = (size_t)P * (size_t)c->d;
+    const size_t NP = (size_t)params->n_pages;
+    c->fill = locks_alloc((size_t)params->n_layers * NP, sizeof(uint16_t));
+    c->free_list = locks_alloc(NP, sizeof(int32_t));
+    c->seqs = locks_alloc((size_t)params->max_seqs, sizeof(locks_seq));
+    if (!c->fill || !c->free_list || !c->seqs) goto fail;
+    for (int32_t i = 0; i < params->n_pages; i++) c->free_list[i] = params->n_pages - 1 - i;
+    c->n_free = params->n_pages;
+    for (int32_t s = 0; s < params->max_seqs; s++) {
+        c->seqs[s].table = locks_alloc(NP, sizeof(int32_t));
+        if (!c->seqs[s].table) goto fail;
+    }
+    *err = LOCKS_OK;
+    return c;
+fail:
+    locks_cache_free(c);
+    *err = st;
+    return NULL;
 }
 
 locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
@@ -63,21 +101,15 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
     locks_status st = check_params(&params);
     locks_cache *c = NULL;
     if (st != LOCKS_OK) goto fail;
-    st = LOCKS_ERR_OOM;
-    c = locks_alloc(1, sizeof *c);
+    c = locks_cache_init_host(&params, &st);
     if (!c) goto fail;
-    c->p = params;
-    c->d = params.head_dim;
-    c->hkv = params.n_kv_heads;
-    c->r = params.rank;
-    c->block = (size_t)P * (size_t)c->d;
+    st = LOCKS_ERR_OOM;
     const size_t L = (size_t)params.n_layers, NP = (size_t)params.n_pages;
     const size_t H = (size_t)c->hkv, d = (size_t)c->d, r = (size_t)c->r;
     const size_t kv_elems = L * NP * H * c->block;
     c->k = locks_alloc_huge(kv_elems, sizeof(uint16_t));
     c->v = locks_alloc_huge(kv_elems, sizeof(uint16_t));
-    c->fill = locks_alloc(L * NP, sizeof(uint16_t));
-    if (!c->k || !c->v || !c->fill) goto fail;
+    if (!c->k || !c->v) goto fail;
     const size_t LHN = L * H * NP;
     if (params.summary_prec == LOCKS_SUMMARY_F32) {
         c->s_mu = locks_alloc_huge(LHN * d, sizeof(float));
@@ -92,15 +124,6 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
         c->s_c_q = locks_alloc_huge(LHN * P * r, 1);
         c->s_c_s = locks_alloc(LHN * r, sizeof(uint16_t));
         if (!c->s_mu_q || !c->s_mu_s || !c->s_v_q || !c->s_v_s || !c->s_c_q || !c->s_c_s) goto fail;
-    }
-    c->free_list = locks_alloc(NP, sizeof(int32_t));
-    c->seqs = locks_alloc((size_t)params.max_seqs, sizeof(locks_seq));
-    if (!c->free_list || !c->seqs) goto fail;
-    for (int32_t i = 0; i < params.n_pages; i++) c->free_list[i] = params.n_pages - 1 - i;
-    c->n_free = params.n_pages;
-    for (int32_t s = 0; s < params.max_seqs; s++) {
-        c->seqs[s].table = locks_alloc(NP, sizeof(int32_t));
-        if (!c->seqs[s].table) goto fail;
     }
     c->pool = locks_pool_init(params.n_threads);
     if (!c->pool) goto fail;

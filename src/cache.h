@@ -72,6 +72,14 @@ struct locks_cache {
     struct locks_cuda_cache *cuda;   /* CUDA backend state (backend_cuda.c); NULL on CPU */
 };
 
+/* The part of a cache every backend shares: checks the pool's shape and the rank
+ * (LOCKS_ERR_INVALID_ARG), then allocates the cache with its parameters and sizes set,
+ * the written-slot masks, the free list (all pages) and each sequence's block table.
+ * The caller adds the backend's storage (the CPU's K/V, summaries and thread pool, or
+ * the CUDA state) and frees with locks_cache_free. Returns NULL and sets *err on
+ * failure; err must not be NULL. */
+locks_cache *locks_cache_init_host(const locks_cache_params *params, locks_status *err);
+
 locks_sum_arrays locks_cache_summaries(const locks_cache *c, int32_t layer, int32_t kv_head);
 /* The fp16 K (or V) block of (layer, physical page, KV head): [P][d]. */
 const uint16_t *locks_cache_kblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h);

@@ -10,15 +10,6 @@
 #include "dump.h"
 #include "util.h"
 
-/* setup steps that are not library calls */
-#define SETUP(x)                                                                     \
-    do {                                                                             \
-        if (!(x)) {                                                                  \
-            fprintf(stderr, "%s:%d: setup failed: %s\n", __FILE__, __LINE__, #x);     \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
-
 static double urand(void) { return tu_uniform(); }
 static float nrand(void) { return (float)tu_normal(); }
 

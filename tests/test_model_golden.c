@@ -18,6 +18,7 @@
  * record.
  */
 #include "test_util.h"
+#include "test_model_util.h"
 
 #include "locks_model.h"
 #include "util.h"
@@ -25,20 +26,6 @@
 #include "data/smollm2_logits_ref.h"
 
 #define N_GEN 16
-
-static int find_model(char *path, size_t cap) {
-    const char *env = getenv("LOCKS_MODEL");
-    if (env && *env) {
-        snprintf(path, cap, "%s", env);
-        return 1;
-    }
-    FILE *p = popen("scripts/fetch-model.sh", "r");
-    if (!p) return 0;
-    int ok = fgets(path, (int)cap, p) != NULL;
-    if (pclose(p) != 0) ok = 0;
-    if (ok) path[strcspn(path, "\r\n")] = '\0';
-    return ok && path[0];
-}
 
 static locks_ctx *new_ctx(const locks_model *m, int32_t n_ctx, locks_selector sel, int32_t budget, int f32_act) {
     locks_ctx_params p = locks_ctx_default_params();
@@ -116,7 +103,7 @@ static char *long_prompt(void) {
 int main(void) {
     tu_seed("test_model_golden");
     char path[4096];
-    if (!find_model(path, sizeof path)) {
+    if (!tu_find_model(path, sizeof path)) {
         fprintf(stderr, "test_model_golden: no model (set LOCKS_MODEL or fix scripts/fetch-model.sh)\n");
         return 1;
     }

@@ -13,6 +13,7 @@
  * first use); a failed fetch fails the test.
  */
 #include "test_util.h"
+#include "test_model_util.h"
 
 #include "locks_model.h"
 #include "model/gguf.h"
@@ -20,20 +21,6 @@
 #include "util.h"
 
 #include "data/smollm2_tokenizer_ref.h"
-
-static int find_model(char *path, size_t cap) {
-    const char *env = getenv("LOCKS_MODEL");
-    if (env && *env) {
-        snprintf(path, cap, "%s", env);
-        return 1;
-    }
-    FILE *p = popen("scripts/fetch-model.sh", "r");
-    if (!p) return 0;
-    int ok = fgets(path, (int)cap, p) != NULL;
-    if (pclose(p) != 0) ok = 0;
-    if (ok) path[strcspn(path, "\r\n")] = '\0';
-    return ok && path[0];
-}
 
 static void print_ids(const char *what, const int32_t *ids, int32_t n) {
     fprintf(stderr, "  %s (%d):", what, n);
@@ -64,7 +51,7 @@ static int round_trip(const locks_tokenizer *t, const char *s, size_t n, int32_t
 int main(void) {
     uint64_t seed = tu_seed("test_model_tokenizer");
     char path[4096];
-    if (!find_model(path, sizeof path)) {
+    if (!tu_find_model(path, sizeof path)) {
         fprintf(stderr, "test_model_tokenizer: no model (set LOCKS_MODEL or fix scripts/fetch-model.sh)\n");
         return 1;
     }

@@ -23,14 +23,6 @@
 
 #include "util.h"
 
-#define SETUP(x)                                                                     \
-    do {                                                                             \
-        if (!(x)) {                                                                  \
-            fprintf(stderr, "%s:%d: setup failed: %s\n", __FILE__, __LINE__, #x);     \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
-
 enum { P = LOCKS_PAGE };
 
 /* Orthonormalises the n rows of x (n x d) in place (modified Gram-Schmidt, double). */

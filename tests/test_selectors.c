@@ -16,76 +16,9 @@
 #include "selectors/refsel.h"
 #include "util.h"
 
-#define SETUP(x)                                                                     \
-    do {                                                                             \
-        if (!(x)) {                                                                  \
-            fprintf(stderr, "%s:%d: setup failed: %s\n", __FILE__, __LINE__, #x);     \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
-
 enum { P = LOCKS_PAGE };
 
 /* ---- float64 helpers ----------------------------------------------------------------- */
-
-/* Cyclic Jacobi eigendecomposition of a symmetric n x n matrix (any n): eigenvalues
- * w[n] descending, eigenvectors as columns of u. The test's own reference. */
-static void ref_eig(int n, const double *a_in, double *w, double *u) {
-    double *a = malloc(sizeof(double) * (size_t)n * (size_t)n);
-    SETUP(a);
-    memcpy(a, a_in, sizeof(double) * (size_t)n * (size_t)n);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) u[i * n + j] = i == j;
-    for (int sweep = 0; sweep < 100; sweep++) {
-        double off = 0.0, tot = 0.0;
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) {
-                tot += a[i * n + j] * a[i * n + j];
-                if (i != j) off += a[i * n + j] * a[i * n + j];
-            }
-        if (off <= 1e-22 * tot) break;
-        for (int p = 0; p < n; p++)
-            for (int q = p + 1; q < n; q++) {
-                double apq = a[p * n + q];
-                if (fabs(apq) < 1e-300) continue;
-                double theta = (a[q * n + q] - a[p * n + p]) / (2.0 * apq);
-                double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
-                double c = 1.0 / sqrt(t * t + 1.0), s = t * c;
-                for (int k = 0; k < n; k++) { /* columns p, q */
-                    double akp = a[k * n + p], akq = a[k * n + q];
-                    a[k * n + p] = c * akp - s * akq;
-                    a[k * n + q] = s * akp + c * akq;
-                }
-                for (int k = 0; k < n; k++) { /* rows p, q */
-                    double apk = a[p * n + k], aqk = a[q * n + k];
-                    a[p * n + k] = c * apk - s * aqk;
-                    a[q * n + k] = s * apk + c * aqk;
-                }
-                for (int k = 0; k < n; k++) {
-                    double ukp = u[k * n + p], ukq = u[k * n + q];
-                    u[k * n + p] = c * ukp - s * ukq;
-                    u[k * n + q] = s * ukp + c * ukq;
-                }
-            }
-    }
-    for (int i = 0; i < n; i++) w[i] = a[i * n + i];
-    for (int i = 0; i < n; i++) { /* selection sort, descending, columns follow */
-        int best = i;
-        for (int j = i + 1; j < n; j++)
-            if (w[j] > w[best]) best = j;
-        if (best != i) {
-            double t = w[i];
-            w[i] = w[best];
-            w[best] = t;
-            for (int k = 0; k < n; k++) {
-                t = u[k * n + i];
-                u[k * n + i] = u[k * n + best];
-                u[k * n + best] = t;
-            }
-        }
-    }
-    free(a);
-}
 
 static float h16(float x) { return locks_f16_to_f32(locks_f32_to_f16(x)); }
 
@@ -314,7 +247,7 @@ static void test_shadow_fit(void) {
             for (int b = 0; b < d; b++) gram[a * d + b] += K[(size_t)t * d + a] * K[(size_t)t * d + b];
     double ev[LOCKS_MAX_RANK];
     CHECK(locks_shadow_fit(d, r, gram, basis, ev));
-    ref_eig(d, gram, w, u);
+    tu_ref_eig(d, gram, w, u);
     double top = 0.0, got = 0.0, orth = 0.0;
     for (int i = 0; i < r; i++) top += w[i];
     for (int i = 0; i < r; i++) {
@@ -432,7 +365,7 @@ static void ref_mass(const fixture *f, locks_selector sel, int l, int h, const f
             for (int a = 0; a < d; a++)
                 for (int b = 0; b < d; b++) gram[a * d + b] += key[a] * key[b];
         }
-        ref_eig(d, gram, w, u);
+        tu_ref_eig(d, gram, w, u);
         for (int i = 0; i < r; i++)
             for (int c = 0; c < d; c++) B[i * d + c] = u[c * d + i];
         free(gram), free(w), free(u);

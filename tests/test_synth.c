@@ -2,8 +2,8 @@
  * test_synth.c — the synthetic workload is reproducible from its seed and has the
  * structure synth.h states: pages low rank, the whole key matrix not, GQA heads
  * correlated, needles carrying the top page masses, sinks a large share.
- * Structure is checked with float64 statistics computed here (own Jacobi) and with the
- * metrics module's reference attention.
+ * Structure is checked with float64 statistics computed here (eigenvalues by the Jacobi
+ * reference in test_util.h) and with the metrics module's reference attention.
  */
 #include "test_util.h"
 
@@ -18,42 +18,6 @@
 #include <time.h>
 
 
-/* Eigenvalues of a symmetric n x n matrix (destroyed) by cyclic Jacobi, descending. */
-static void eigvals(int n, double *a, double *w) {
-    for (int sweep = 0; sweep < 100; sweep++) {
-        double off = 0;
-        for (int i = 0; i < n; i++)
-            for (int j = i + 1; j < n; j++) off += a[i * n + j] * a[i * n + j];
-        if (off < 1e-24) break;
-        for (int p = 0; p < n; p++)
-            for (int q = p + 1; q < n; q++) {
-                double apq = a[p * n + q];
-                if (fabs(apq) < 1e-300) continue;
-                double th = (a[q * n + q] - a[p * n + p]) / (2 * apq);
-                double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1));
-                double c = 1 / sqrt(t * t + 1), s = t * c;
-                for (int k = 0; k < n; k++) { /* columns p, q */
-                    double akp = a[k * n + p], akq = a[k * n + q];
-                    a[k * n + p] = c * akp - s * akq;
-                    a[k * n + q] = s * akp + c * akq;
-                }
-                for (int k = 0; k < n; k++) { /* rows p, q */
-                    double apk = a[p * n + k], aqk = a[q * n + k];
-                    a[p * n + k] = c * apk - s * aqk;
-                    a[q * n + k] = s * apk + c * aqk;
-                }
-            }
-    }
-    for (int i = 0; i < n; i++) w[i] = a[i * n + i];
-    for (int i = 0; i < n; i++) /* sort descending */
-        for (int j = i + 1; j < n; j++)
-            if (w[j] > w[i]) {
-                double t = w[i];
-                w[i] = w[j];
-                w[j] = t;
-            }
-}
-
 /* Share of the centred energy of page j, head h in its top r directions. */
 static double page_energy_top(const float *k, int H, int D, int j, int h, int r) {
     double mu[256] = {0}, x[16 * 256], g[256], w[16];
@@ -67,7 +31,7 @@ static double page_energy_top(const float *k, int H, int D, int j, int h, int r)
             for (int c = 0; c < D; c++) s += x[a * D + c] * x[b * D + c];
             g[a * 16 + b] = s;
         }
-    eigvals(16, g, w);
+    tu_ref_eig(16, g, w, NULL);
     double tot = 0, top = 0;
     for (int i = 0; i < 16; i++) {
         tot += w[i];
@@ -159,7 +123,7 @@ static void test_structure(void) {
         for (int a = 0; a < D; a++)
             for (int b = 0; b < D; b++) cov[a * D + b] += ((double)kt[a] - mean[a]) * ((double)kt[b] - mean[b]);
     }
-    eigvals(D, cov, w);
+    tu_ref_eig(D, cov, w, NULL);
     double tot = 0, top = 0;
     for (int i = 0; i < D; i++) tot += w[i], top += i < p.rank_max ? w[i] : 0;
     test_cond(top / tot < 0.5, "global keys are low rank: top-%d share %.3f", p.rank_max, top / tot);

@@ -33,6 +33,16 @@ static uint64_t tu_state;
         }                                                                                      \
     } while (0)
 
+/* Stops the test at once if a setup step that is not a library call fails (an
+ * allocation, a file). */
+#define SETUP(x)                                                                               \
+    do {                                                                                       \
+        if (!(x)) {                                                                            \
+            fprintf(stderr, "%s:%d: setup failed: %s\n", __FILE__, __LINE__, #x);              \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
 /* Records one check; prints the message if it failed. */
 #define test_cond(cond, ...)                                                                   \
     do {                                                                                       \
@@ -134,6 +144,69 @@ static inline double tu_ref_attention(const double *q, const double *K, const do
     for (int32_t c = 0; c < d; c++) out[c] /= l;
     free(lg);
     return m + log(l);
+}
+
+/* Float64 reference eigendecomposition of a symmetric n x n matrix a_in (any n, left
+ * unchanged) by cyclic Jacobi: eigenvalues w[n] descending and, if u is not NULL, the
+ * eigenvectors as the columns of u (n x n). Independent of the library's locks_eig_sym
+ * on purpose: it is what that one is checked against. Stops when the off-diagonal
+ * energy is <= 1e-22 of the total (or after 100 sweeps). */
+static inline void tu_ref_eig(int n, const double *a_in, double *w, double *u) {
+    double *a = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    SETUP(a);
+    memcpy(a, a_in, sizeof(double) * (size_t)n * (size_t)n);
+    if (u)
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) u[i * n + j] = i == j;
+    for (int sweep = 0; sweep < 100; sweep++) {
+        double off = 0.0, tot = 0.0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) {
+                tot += a[i * n + j] * a[i * n + j];
+                if (i != j) off += a[i * n + j] * a[i * n + j];
+            }
+        if (off <= 1e-22 * tot) break;
+        for (int p = 0; p < n; p++)
+            for (int q = p + 1; q < n; q++) {
+                double apq = a[p * n + q];
+                if (fabs(apq) < 1e-300) continue;
+                double theta = (a[q * n + q] - a[p * n + p]) / (2.0 * apq);
+                double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
+                double c = 1.0 / sqrt(t * t + 1.0), s = t * c;
+                for (int k = 0; k < n; k++) { /* columns p, q */
+                    double akp = a[k * n + p], akq = a[k * n + q];
+                    a[k * n + p] = c * akp - s * akq;
+                    a[k * n + q] = s * akp + c * akq;
+                }
+                for (int k = 0; k < n; k++) { /* rows p, q */
+                    double apk = a[p * n + k], aqk = a[q * n + k];
+                    a[p * n + k] = c * apk - s * aqk;
+                    a[q * n + k] = s * apk + c * aqk;
+                }
+                for (int k = 0; u && k < n; k++) {
+                    double ukp = u[k * n + p], ukq = u[k * n + q];
+                    u[k * n + p] = c * ukp - s * ukq;
+                    u[k * n + q] = s * ukp + c * ukq;
+                }
+            }
+    }
+    for (int i = 0; i < n; i++) w[i] = a[i * n + i];
+    for (int i = 0; i < n; i++) { /* selection sort, descending, columns follow */
+        int best = i;
+        for (int j = i + 1; j < n; j++)
+            if (w[j] > w[best]) best = j;
+        if (best != i) {
+            double t = w[i];
+            w[i] = w[best];
+            w[best] = t;
+            for (int k = 0; u && k < n; k++) {
+                t = u[k * n + i];
+                u[k * n + i] = u[k * n + best];
+                u[k * n + best] = t;
+            }
+        }
+    }
+    free(a);
 }
 
 #endif

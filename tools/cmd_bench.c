@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "cmds.h"
 #include "locks.h"
 #include "metrics.h"
@@ -95,37 +96,6 @@ static void usage(FILE *f) {
             "  --help\n");
 }
 
-/* "32768,131072" or "32k,128k" -> values; 0 on a malformed list. */
-static int parse_ints(const char *s, int32_t *out, int max) {
-    int n = 0;
-    while (*s) {
-        if (n == max) return 0;
-        char *end;
-        errno = 0;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || errno) return 0;
-        if (*end == 'k' || *end == 'K') v *= 1024, end++;
-        if (v < 1 || v > INT32_MAX) return 0;
-        out[n++] = (int32_t)v;
-        if (*end == ',') end++;
-        else if (*end) return 0;
-        s = end;
-    }
-    return n;
-}
-
-/* One integer >= lo (k suffix allowed); 0 if malformed. */
-static int parse_int(const char *s, int32_t lo, int32_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || errno) return 0;
-    if (*end == 'k' || *end == 'K') v *= 1024, end++;
-    if (*end || v < lo || v > INT32_MAX) return 0;
-    *out = (int32_t)v;
-    return 1;
-}
-
 static int parse_opts(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
     o->shape[0] = &shapes[0];
@@ -157,7 +127,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
 #define INT_OPT(field, lo)                                                           \
     do {                                                                             \
         NEED_VALUE;                                                                  \
-        if (!parse_int(v, (lo), &o->field)) {                                        \
+        if (!args_parse_int(v, (lo), INT32_MAX, &o->field)) {                        \
             fprintf(stderr, "locks bench: bad value '%s' for %s\n", v, a);           \
             return 2;                                                                \
         }                                                                            \
@@ -183,7 +153,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--context") || !strcmp(a, "--budget")) {
             NEED_VALUE;
             int is_ctx = !strcmp(a, "--context");
-            int n = parse_ints(v, is_ctx ? o->context : o->budget, MAX_LIST);
+            int n = args_parse_ints(v, is_ctx ? o->context : o->budget, MAX_LIST, 1, INT32_MAX);
             if (!n) {
                 fprintf(stderr, "locks bench: bad list '%s' for %s\n", v, a);
                 return 2;

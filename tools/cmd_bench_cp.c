@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "cmds.h"
 #include "locks.h"
 #include "synth.h"
@@ -65,33 +66,6 @@ static void usage(void) {
             "  --seed N             workload seed                 [1]\n");
 }
 
-/* "1M,2M,512k" -> values >= lo; 0 on a malformed list. */
-static int parse_sizes(const char *s, int32_t *out, int max, long long lo) {
-    int n = 0;
-    while (*s) {
-        if (n == max) return 0;
-        char *end;
-        errno = 0;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || errno) return 0;
-        if (*end == 'k' || *end == 'K') v *= 1024, end++;
-        else if (*end == 'm' || *end == 'M') v *= 1024 * 1024, end++;
-        if (v < lo || v > INT32_MAX) return 0;
-        out[n++] = (int32_t)v;
-        if (*end == ',') end++;
-        else if (*end) return 0;
-        s = end;
-    }
-    return n;
-}
-
-static int parse_i(const char *s, int32_t lo, int32_t *out) {
-    int32_t v[1];
-    if (parse_sizes(s, v, 1, lo) != 1) return 0;
-    *out = v[0];
-    return 1;
-}
-
 static int parse(int argc, char **argv, cp_opts *o) {
     memset(o, 0, sizeof *o);
     o->cp_rank = -1;
@@ -107,18 +81,18 @@ static int parse(int argc, char **argv, cp_opts *o) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 1;
-        } else if (!strcmp(a, "--ranks")) ok = ok && parse_i(v, 1, &o->ranks) && o->ranks <= MAX_RANKS;
-        else if (!strcmp(a, "--cp-rank")) ok = ok && parse_i(v, 0, &o->cp_rank);
+        } else if (!strcmp(a, "--ranks")) ok = ok && args_parse_int(v, 1, INT32_MAX, &o->ranks) && o->ranks <= MAX_RANKS;
+        else if (!strcmp(a, "--cp-rank")) ok = ok && args_parse_int(v, 0, INT32_MAX, &o->cp_rank);
         else if (!strcmp(a, "--nccl-id")) o->id_file = v;
         else if (!strcmp(a, "--backend")) {
             ok = ok && (!strcmp(v, "cpu") || !strcmp(v, "cuda"));
             if (ok) o->backend = strcmp(v, "cuda") ? LOCKS_BACKEND_CPU : LOCKS_BACKEND_CUDA;
-        } else if (!strcmp(a, "--context")) ok = ok && (o->n_context = parse_sizes(v, o->context, MAX_CTX, 1)) > 0;
-        else if (!strcmp(a, "--budget")) ok = ok && parse_i(v, 1, &o->budget);
-        else if (!strcmp(a, "--steps")) ok = ok && parse_i(v, 1, &o->steps);
-        else if (!strcmp(a, "--warmup")) ok = ok && parse_i(v, 0, &o->warmup);
-        else if (!strcmp(a, "--threads")) ok = ok && parse_i(v, 1, &o->threads);
-        else if (!strcmp(a, "--seed")) ok = ok && parse_i(v, 0, (int32_t *)&o->seed);
+        } else if (!strcmp(a, "--context")) ok = ok && (o->n_context = args_parse_ints(v, o->context, MAX_CTX, 1, INT32_MAX)) > 0;
+        else if (!strcmp(a, "--budget")) ok = ok && args_parse_int(v, 1, INT32_MAX, &o->budget);
+        else if (!strcmp(a, "--steps")) ok = ok && args_parse_int(v, 1, INT32_MAX, &o->steps);
+        else if (!strcmp(a, "--warmup")) ok = ok && args_parse_int(v, 0, INT32_MAX, &o->warmup);
+        else if (!strcmp(a, "--threads")) ok = ok && args_parse_int(v, 1, INT32_MAX, &o->threads);
+        else if (!strcmp(a, "--seed")) ok = ok && args_parse_int(v, 0, INT32_MAX, (int32_t *)&o->seed);
         else if (!strcmp(a, "--selector")) ok = ok && locks_selector_parse(v, &o->sel) == LOCKS_OK;
         else {
             fprintf(stderr, "locks bench --ranks: unknown option %s\n", a);

@@ -37,6 +37,7 @@ int cmd_bench_cuda(int argc, char **argv) {
     return 2;
 }
 #else
+#include "args.h"
 #include "cache.h"
 #include "cuda/locks_cuda.h"
 #include "util.h"
@@ -58,24 +59,6 @@ typedef struct {
     int32_t budget, trials, prefill;
     const char *csv;
 } gopts;
-
-static int parse_list(const char *s, int32_t *out, int max) {
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v <= 0) return -1;
-        if (*end == 'k' || *end == 'K') {
-            v *= 1024;
-            end++;
-        }
-        out[n++] = (int32_t)v;
-        if (*end == ',') end++;
-        else if (*end) return -1;
-        s = end;
-    }
-    return n;
-}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda [--shape llama3-8b,glm4-9b] [--context 32k,128k,...]\n"
@@ -116,10 +99,10 @@ static int parse(int argc, char **argv, gopts *o) {
             }
             i++;
         } else if (!strcmp(a, "--context") && v) {
-            if ((o->n_ctx = parse_list(v, o->ctx, MAXL)) < 1) return 2;
+            if ((o->n_ctx = args_parse_ints(v, o->ctx, MAXL, 1, INT32_MAX)) < 1) return 2;
             i++;
         } else if (!strcmp(a, "--batch") && v) {
-            if ((o->n_batch = parse_list(v, o->batch, MAXL)) < 1) return 2;
+            if ((o->n_batch = args_parse_ints(v, o->batch, MAXL, 1, INT32_MAX)) < 1) return 2;
             i++;
         } else if (!strcmp(a, "--budget") && v) {
             o->budget = atoi(v);
@@ -128,9 +111,7 @@ static int parse(int argc, char **argv, gopts *o) {
             o->trials = atoi(v);
             i++;
         } else if (!strcmp(a, "--prefill") && v) {
-            int32_t x[1];
-            if (parse_list(v, x, 1) != 1) return 2;
-            o->prefill = x[0];
+            if (!args_parse_int(v, 1, INT32_MAX, &o->prefill)) return 2;
             i++;
         } else if (!strcmp(a, "--csv") && v) {
             o->csv = v;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cmds.h"
 #include "dump.h"
 #include "eval_tasks.h"
@@ -116,14 +117,7 @@ static int parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
 }
 
 static int parse_budgets(const char *s, eval_opts *o) {
-    char buf[512];
-    if (strlen(s) >= sizeof buf) return 0;
-    strcpy(buf, s);
-    o->n_budgets = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (o->n_budgets == EVAL_MAX_BUDGETS || !parse_int(tok, 1, 1 << 30, &o->budgets[o->n_budgets])) return 0;
-        o->n_budgets++;
-    }
+    o->n_budgets = args_parse_ints(s, o->budgets, EVAL_MAX_BUDGETS, 1, 1 << 30);
     return o->n_budgets > 0;
 }
 
