@@ -25,6 +25,7 @@
 
 #include "locks.h"
 #include "locks_model.h"
+#include "test_model_util.h"
 
 static int failures = 0;
 #define CHECK(cond, ...)                                                                     \
@@ -36,21 +37,6 @@ static int failures = 0;
             fputc('\n', stderr);                                                             \
         }                                                                                    \
     } while (0)
-
-/* $LOCKS_MODEL, else the path scripts/fetch-model.sh prints (it fetches on first use). */
-static int find_model(char *path, size_t cap) {
-    const char *env = getenv("LOCKS_MODEL");
-    if (env && *env) {
-        snprintf(path, cap, "%s", env);
-        return 1;
-    }
-    FILE *p = popen("scripts/fetch-model.sh", "r");
-    if (!p) return 0;
-    int ok = fgets(path, (int)cap, p) != NULL;
-    if (pclose(p) != 0) ok = 0;
-    if (ok) path[strcspn(path, "\r\n")] = '\0';
-    return ok && path[0];
-}
 
 static int32_t argmax(const float *x, int32_t n) {
     int32_t b = 0;
@@ -272,7 +258,7 @@ static void test_command(const char *argv0, const char *model) {
 int main(int argc, char **argv) {
     (void)argc;
     char path[1024];
-    if (!find_model(path, sizeof path)) {
+    if (!tu_find_model(path, sizeof path)) {
         fprintf(stderr, "test_model_eval: no model (set LOCKS_MODEL or fix scripts/fetch-model.sh)\n");
         return 1;
     }
