@@ -445,6 +445,26 @@ static locks_status set_answer(locks_task *t, int i, const char *s) {
 #define FWE_VOCAB 64
 #define FWE_ALPHA 2.0
 
+/* Writes the FWE prompt holding the first m words of seq into b (from empty) and its
+ * token count into *n_tok; m = 0 gives the fixed part alone. */
+static locks_status fwe_assemble(const gen_t *g, sbuf *b, const char (*words)[48],
+                                 const int32_t *seq, int32_t m, int32_t *n_tok) {
+    const locks_task_params *p = g->p;
+    b->len = 0;
+    sb_str(b, p->prompt_pre);
+    sb_str(b, g->instruction);
+    for (int32_t i = 0; i < m; i++) {
+        sb_put(b, " ", 1);
+        sb_str(b, words[seq[i]]);
+    }
+    sb_str(b, g->question);
+    sb_str(b, p->prompt_post);
+    sb_str(b, g->answer_prefix);
+    if (b->oom) return LOCKS_ERR_OOM;
+    *n_tok = count_tokens(g, b->s, b->len);
+    return *n_tok < 0 ? LOCKS_ERR_FORMAT : LOCKS_OK;
+}
+
 /* The coded text is a sequence of words drawn from a Zipf(alpha) law over FWE_VOCAB
  * random lowercase words; the answers are the three most frequent words of the text
  * actually emitted, and the draw is repeated (next seed) until the top four counts
@@ -491,21 +511,8 @@ static locks_status build_fwe(gen_t *g, rng_t *r, locks_task *t) {
     snprintf(g->answer_prefix, sizeof g->answer_prefix,
              "Answer: According to the coded text above, the three most frequently appeared "
              "words are:");
-    /* Fixed part. */
-    sb_str(&b, p->prompt_pre);
-    sb_str(&b, g->instruction);
-    sb_str(&b, g->question);
-    sb_str(&b, p->prompt_post);
-    sb_str(&b, g->answer_prefix);
-    if (b.oom) {
-        st = LOCKS_ERR_OOM;
-        goto done;
-    }
-    int32_t fixed = count_tokens(g, b.s, b.len);
-    if (fixed < 0) {
-        st = LOCKS_ERR_FORMAT;
-        goto done;
-    }
+    int32_t fixed;
+    if ((st = fwe_assemble(g, &b, (const char(*)[48])words, NULL, 0, &fixed)) != LOCKS_OK) goto done;
     if (fixed > p->n_tokens) {
         st = LOCKS_ERR_INVALID_ARG;
         goto done;
@@ -537,25 +544,8 @@ static locks_status build_fwe(gen_t *g, rng_t *r, locks_task *t) {
         }
         /* Assemble, dropping trailing words while the whole prompt is over budget. */
         for (;;) {
-            b.len = 0;
-            sb_str(&b, p->prompt_pre);
-            sb_str(&b, g->instruction);
-            for (int32_t i = 0; i < m; i++) {
-                sb_put(&b, " ", 1);
-                sb_str(&b, words[seq[i]]);
-            }
-            sb_str(&b, g->question);
-            sb_str(&b, p->prompt_post);
-            sb_str(&b, g->answer_prefix);
-            if (b.oom) {
-                st = LOCKS_ERR_OOM;
-                goto done;
-            }
-            int32_t n = count_tokens(g, b.s, b.len);
-            if (n < 0) {
-                st = LOCKS_ERR_FORMAT;
-                goto done;
-            }
+            int32_t n;
+            if ((st = fwe_assemble(g, &b, (const char(*)[48])words, seq, m, &n)) != LOCKS_OK) goto done;
             if (n <= p->n_tokens || m == 0) {
                 t->n_tokens = n;
                 break;
