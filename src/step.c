@@ -59,6 +59,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
     if (c->cuda) /* q, out: device memory */
         return locks_cuda_decode_step(c->cuda, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
 #endif
+    if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
     if (!locks_all_finite(q, (size_t)n_seqs * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
 
     /* scratch 0: work items, scores, masses, and the selection if the caller has none */
