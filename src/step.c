@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "plan.h"
 #include "selector.h"
 #include "util.h"
 #include "vmath.h"
@@ -93,7 +94,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         }
         w[i].max_pages = mp;
         w[i].out = out + (size_t)i * n_q_heads * d;
-        w[i].dense = p->selector == LOCKS_SEL_FULL || p->budget >= s->len;
+        w[i].dense = locks_plan_make(s->len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL).dense;
     }
     const float scale = locks_step_scale(c, p->scale);
     double t0 = locks_now_ms();
