@@ -6,6 +6,7 @@
  * only when c->cuda is set; in a build without CUDA this file is empty.
  */
 #include "cache.h"
+#include "decode.h"
 #include "util.h"
 
 #ifdef LOCKS_HAVE_CUDA
@@ -86,6 +87,8 @@ locks_step_graph *locks_step_graph_capture(locks_cache *c, int32_t layer, const 
     locks_status st = LOCKS_ERR_UNSUPPORTED;
     locks_step_graph *sg = NULL;
     if (!c || !c->cuda) goto fail;
+    st = LOCKS_ERR_INVALID_ARG;
+    if (!p || !locks_scale_ok(p->scale)) goto fail;
     st = LOCKS_ERR_NO_SEQ;
     for (int32_t i = 0; seq_ids && i < n_seqs; i++)
         if (!locks_cache_seq(c, seq_ids[i])) goto fail;
