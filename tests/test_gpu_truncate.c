@@ -107,9 +107,9 @@ int main(void) {
     CHECK(locks_cache_seq_add(a, &sa));
     CHECK(locks_cache_append(a, sa, LEN0));
     write_tokens(a, sa, 0, LEN0, k, v);
-    int32_t n_old;
-    int32_t old_table[32];
-    memcpy(old_table, locks_cache_block_table(a, sa, &n_old), sizeof(int32_t) * 13);
+    int32_t n_old = 0;
+    int32_t old_table[32] = {0};
+    memcpy(old_table, locks_cache_block_table(a, sa, &n_old), sizeof(int32_t) * (size_t)((LEN0 + P - 1) / P));
     step_result before, got, ref;
     step(a, sa, d_q, d_out, &p, &before);
     locks_status st;
