@@ -17,12 +17,14 @@
 #include "backend_cuda.h"
 #endif
 
-/* Mirrors sequence seq_id's host bookkeeping to the device (nothing on the CPU). */
-static locks_status sync_seq(locks_cache *c, int32_t seq_id) {
+/* Sequence changes are all-or-nothing: a CUDA cache mirrors the new block table (its
+ * first n_pages entries) and length to the device first, and the host commits (free
+ * list, table, length, fill masks) only once that succeeded. Nothing on the CPU. */
+static locks_status sync_seq(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {
 #ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_sync(c, seq_id);
+    if (c->cuda) return locks_cuda_backend_sync(c, seq_id, n_pages, len);
 #endif
-    (void)c, (void)seq_id;
+    (void)c, (void)seq_id, (void)n_pages, (void)len;
     return LOCKS_OK;
 }
 
@@ -71,21 +73,33 @@ int locks_cache_serves(const locks_cache *c, locks_selector s) {
 
 locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    locks_status st = sync_seq(c, seq_id, 0, 0);
+    if (st != LOCKS_OK) return st;
     locks_cache_host_remove(c, seq_id);
-    return sync_seq(c, seq_id);
+    return LOCKS_OK;
 }
 
 locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
-    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
-    return locks_cache_host_truncate(c, seq_id, len);
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return LOCKS_ERR_NO_SEQ;
+    if (len < 0 || len > s->len) return LOCKS_ERR_INVALID_ARG;
+    /* the device must stop reading the dropped tokens (and the pages given back, which
+     * another sequence may take) before the host forgets them */
+    locks_status st = sync_seq(c, seq_id, (len + LOCKS_PAGE - 1) / LOCKS_PAGE, len);
+    if (st != LOCKS_OK) return st;
+    locks_cache_host_truncate(c, seq_id, len);
+    return LOCKS_OK;
 }
 
 locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
     if (!c) return LOCKS_ERR_INVALID_ARG;
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
-    locks_status st = locks_cache_host_append(c, seq_id, n_tokens);
+    int32_t n_pages, len;
+    locks_status st = locks_cache_host_append_stage(c, seq_id, n_tokens, &n_pages, &len);
+    if (st == LOCKS_OK) st = sync_seq(c, seq_id, n_pages, len);
     if (st != LOCKS_OK) return st;
-    return sync_seq(c, seq_id);
+    locks_cache_host_append_commit(c, seq_id, n_pages, len);
+    return LOCKS_OK;
 }
 
 locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,

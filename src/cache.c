@@ -157,11 +157,11 @@ void locks_cache_release(locks_cache *c) {
 }
 
 locks_status locks_cache_meta_add(locks_cache *c, int32_t slot, size_t bytes,
-                                  locks_page_fill_hook on_fill, locks_seq_hook on_remove) {
+                                  locks_page_fill_hook on_fill, locks_seq_hook on_truncate) {
     if (slot < 0 || slot >= LOCKS_META_SLOTS || c->meta[slot].p) return LOCKS_ERR_INVALID_ARG;
     void *p = locks_alloc(bytes, 1);
     if (!p) return LOCKS_ERR_OOM;
-    c->meta[slot] = (locks_meta_block){p, bytes, on_fill, on_remove};
+    c->meta[slot] = (locks_meta_block){p, bytes, on_fill, on_truncate};
     return LOCKS_OK;
 }
 
@@ -242,21 +242,26 @@ locks_status locks_cache_seq_add(locks_cache *c, int32_t *seq_id) {
     return LOCKS_ERR_INVALID_ARG;
 }
 
+/* Runs the metadata blocks' truncate hooks (len = 0: the sequence is being removed). */
+static void seq_hooks(locks_cache *c, int32_t seq_id, int32_t len) {
+    for (int32_t i = 0; i < LOCKS_META_SLOTS; i++)
+        if (c->meta[i].p && c->meta[i].on_truncate) c->meta[i].on_truncate(c, seq_id, len);
+}
+
 void locks_cache_host_remove(locks_cache *c, int32_t seq_id) {
     locks_seq *s = &c->seqs[seq_id];
     /* push back in reverse so the next sequence gets them in the same order */
     for (int32_t i = s->n_pages - 1; i >= 0; i--) c->free_list[c->n_free++] = s->table[i];
+    seq_hooks(c, seq_id, 0);
     s->active = 0;
     s->len = 0;
     s->n_pages = 0;
-    for (int32_t i = 0; i < LOCKS_META_SLOTS; i++)
-        if (c->meta[i].p && c->meta[i].on_remove) c->meta[i].on_remove(c, seq_id);
 }
 
-locks_status locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
+void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
     locks_seq *s = &c->seqs[seq_id];
-    if (len < 0 || len > s->len) return LOCKS_ERR_INVALID_ARG;
     int32_t keep = (len + P - 1) / P;
+    seq_hooks(c, seq_id, len);
     /* push back in reverse, as seq_remove does */
     for (int32_t i = s->n_pages - 1; i >= keep; i--) c->free_list[c->n_free++] = s->table[i];
     s->n_pages = keep;
@@ -269,7 +274,6 @@ locks_status locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t l
         int32_t page = s->table[keep - 1];
         for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] &= mask;
     }
-    return LOCKS_OK;
 }
 
 int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
@@ -286,19 +290,29 @@ const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int
 
 int32_t locks_cache_free_pages(const locks_cache *c) { return c ? c->n_free : 0; }
 
-locks_status locks_cache_host_append(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
+locks_status locks_cache_host_append_stage(locks_cache *c, int32_t seq_id, int32_t n_tokens,
+                                           int32_t *n_pages, int32_t *len) {
     if (n_tokens < 0) return LOCKS_ERR_INVALID_ARG;
     locks_seq *s = &c->seqs[seq_id];
     int64_t new_len = (int64_t)s->len + n_tokens;
     int64_t need = (new_len + P - 1) / P - s->n_pages;
     if (new_len > (int64_t)c->p.n_pages * P || need > c->n_free) return LOCKS_ERR_POOL_FULL;
-    for (int64_t i = 0; i < need; i++) {
+    /* the new pages go into the table past n_pages (slots no one reads) before anything
+     * is committed: the top of the free stack, in pop order */
+    for (int64_t i = 0; i < need; i++) s->table[s->n_pages + i] = c->free_list[c->n_free - 1 - i];
+    *n_pages = s->n_pages + (int32_t)need;
+    *len = (int32_t)new_len;
+    return LOCKS_OK;
+}
+
+void locks_cache_host_append_commit(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {
+    locks_seq *s = &c->seqs[seq_id];
+    while (s->n_pages < n_pages) {
         int32_t page = c->free_list[--c->n_free];
         for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] = 0;
-        s->table[s->n_pages++] = page;
+        s->n_pages++;
     }
-    s->len = (int32_t)new_len;
-    return LOCKS_OK;
+    s->len = len;
 }
 
 /* ---------------------------------------------------------------------------------- */

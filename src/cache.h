@@ -63,15 +63,17 @@ typedef struct {
  * heads run concurrently on the pool threads, so each writes only its own slot. */
 typedef void (*locks_page_fill_hook)(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                      const float *k);
-/* Runs when a sequence slot is freed (locks_cache_seq_remove), before it can be reused. */
-typedef void (*locks_seq_hook)(locks_cache *c, int32_t seq_id);
+/* Runs when sequence seq_id shrinks to len tokens (locks_cache_seq_truncate) or is
+ * removed (len = 0, before the slot can be reused), while its table is still intact:
+ * per-sequence state derived from tokens past len is dropped. */
+typedef void (*locks_seq_hook)(locks_cache *c, int32_t seq_id, int32_t len);
 
 /* One block of selector metadata held by the cache (selector.h names the slots). */
 typedef struct {
     void *p;      /* zero-filled, 64-byte aligned; NULL: this cache keeps none */
     size_t bytes;
     locks_page_fill_hook on_fill; /* may be NULL */
-    locks_seq_hook on_remove;     /* may be NULL */
+    locks_seq_hook on_truncate;   /* may be NULL */
 } locks_meta_block;
 
 #define LOCKS_META_SLOTS 4
@@ -115,17 +117,25 @@ void locks_cache_release(locks_cache *c);
 /* Allocates metadata slot `slot` (bytes, zero-filled) and registers its hooks:
  * LOCKS_ERR_OOM, or LOCKS_ERR_INVALID_ARG for a slot out of range or already taken. */
 locks_status locks_cache_meta_add(locks_cache *c, int32_t slot, size_t bytes,
-                                  locks_page_fill_hook on_fill, locks_seq_hook on_remove);
+                                  locks_page_fill_hook on_fill, locks_seq_hook on_truncate);
 /* Slot's block, NULL if this cache keeps none. */
 void *locks_cache_meta(const locks_cache *c, int32_t slot);
 
-/* ---- host bookkeeping (the backend's part follows in backend.c) ---- */
+/* ---- host bookkeeping (backend.c syncs the device between stage and commit) ---- */
 
 /* locks_cache_append / seq_remove / seq_truncate on the host's free list, block table
- * and written-slot masks only; seq_id must be a live sequence (checked by the caller). */
-locks_status locks_cache_host_append(locks_cache *c, int32_t seq_id, int32_t n_tokens);
+ * and written-slot masks; seq_id must be a live sequence (checked by the caller).
+ * Changes are all-or-nothing: the caller mirrors the new table and length to the device
+ * first and commits on the host only once that succeeded.
+ * append_stage: checks the request (LOCKS_ERR_INVALID_ARG, LOCKS_ERR_POOL_FULL) and
+ * writes the pages it would take into the table past the sequence's pages (slots no one
+ * reads), giving the new page count and length; append_commit takes them. */
+locks_status locks_cache_host_append_stage(locks_cache *c, int32_t seq_id, int32_t n_tokens,
+                                           int32_t *n_pages, int32_t *len);
+void locks_cache_host_append_commit(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len);
 void locks_cache_host_remove(locks_cache *c, int32_t seq_id);
-locks_status locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len);
+/* len must be within 0 .. the sequence's length (checked by the caller). */
+void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len);
 /* locks_cache_write and locks_cache_summary_get of the CPU backend (arguments checked
  * by backend.c). */
 locks_status locks_cache_write_cpu(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,

@@ -105,7 +105,7 @@ locks_status locks_selector_cache_attach(locks_cache *c, uint32_t set) {
     }
     if (st == LOCKS_OK && (slots >> LOCKS_META_SHADOW & 1u)) {
         st = locks_cache_meta_add(c, LOCKS_META_SHADOW, locks_sel_shadow_bytes(c),
-                                  locks_sel_shadow_page_filled, NULL);
+                                  locks_sel_shadow_page_filled, locks_sel_shadow_seq_truncated);
         if (st == LOCKS_OK) locks_sel_shadow_start(c);
     }
     return st;

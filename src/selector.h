@@ -116,6 +116,7 @@ void locks_sel_shadow_start(locks_cache *c); /* sets the new block's first gener
 void locks_sel_shadow_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                   const float *k);
 locks_status locks_sel_shadow_prepare(locks_cache *c, int32_t layer, int32_t seq_id);
+void locks_sel_shadow_seq_truncated(locks_cache *c, int32_t seq_id, int32_t len);
 void locks_sel_shadow_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                             int32_t ld);
 void locks_sel_shadow_lm_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
