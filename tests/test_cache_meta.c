@@ -20,7 +20,8 @@
 #include "selector.h"
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
+/* the sanitizer runtime's allocator statistics (its header does not ship everywhere) */
+size_t __sanitizer_get_current_allocated_bytes(void);
 static size_t heap_bytes(void) { return __sanitizer_get_current_allocated_bytes(); }
 #else
 #include <malloc.h>
