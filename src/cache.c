@@ -136,7 +136,7 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
         if (!c->s_mu_q || !c->s_mu_s || !c->s_v_q || !c->s_v_s || !c->s_c_q || !c->s_c_s) goto fail;
     }
 #undef SUM_ALLOC
-    c->pool = locks_pool_init(params.n_threads);
+    c->pool = params.pool ? locks_pool_retain(params.pool) : locks_pool_init(params.n_threads);
     if (!c->pool) goto fail;
     st = locks_selector_cache_init(c);
     if (st != LOCKS_OK) goto fail;
