@@ -169,8 +169,13 @@ typedef enum { LOCKS_BACKEND_CPU = 0, LOCKS_BACKEND_CUDA } locks_backend;
 typedef struct locks_pool locks_pool;
 typedef void (*locks_pool_fn)(void *arg, int32_t task, int32_t thread);
 
-/* n_threads >= 1. Returns NULL if a thread or an allocation failed. */
+/* n_threads >= 1. Returns NULL if a thread or an allocation failed. A pool is shared by
+ * reference: every cache (and engine context) using it holds one, locks_pool_free drops
+ * the caller's, and the last one stops the threads. A job wakes only the workers it can
+ * use (min(n_tasks, n_threads) - 1). */
 locks_pool *locks_pool_init(int32_t n_threads);
+/* Adds an owner (a reference that locks_pool_free drops); returns p. */
+locks_pool *locks_pool_retain(locks_pool *p);
 void locks_pool_free(locks_pool *p);
 int32_t locks_pool_threads(const locks_pool *p);
 /* Runs fn(arg, t, thread) for t in [0, n_tasks); returns when all are done. */
@@ -213,7 +218,7 @@ typedef struct {
     locks_summary_prec summary_prec; /* default LOCKS_SUMMARY_Q */
     locks_dtype kv_dtype;            /* LOCKS_DTYPE_F16 (BF16 on CUDA) */
     locks_backend backend;           /* default CPU; CUDA: see "CUDA backend" below */
-    int32_t n_threads;               /* CPU worker threads (default: 1) */
+    int32_t n_threads;               /* CPU worker threads (default: 1); ignored with pool */
     int32_t device;                  /* CUDA device ordinal */
     /* The selectors this cache serves (LOCKS_SEL_BIT set, default
      * LOCKS_SEL_BIT(LOCKS_SEL_LOCKS)): the cache keeps only their page metadata. FULL,
@@ -226,8 +231,9 @@ typedef struct {
      * cache keeps none (its step serves FULL and LOCKS). Bits past LOCKS_SEL_ALL give
      * LOCKS_ERR_INVALID_ARG. */
     uint32_t selectors;
-    /* CPU: the thread pool to run on, shared and not owned (it must outlive the
-     * cache); NULL (default): the cache starts its own of n_threads. */
+    /* CPU: the thread pool to run on, shared by reference: the cache holds its own
+     * reference, so the caller may locks_pool_free its pool right after creating its
+     * caches; NULL (default): the cache starts its own of n_threads. */
     locks_pool *pool;
 } locks_cache_params;
 

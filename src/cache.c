@@ -133,20 +133,17 @@ locks_status locks_cache_init_cpu(locks_cache *c) {
             return LOCKS_ERR_OOM;
     }
 #undef SUM_ALLOC
-    if (params->pool) {
-        c->pool = params->pool;
-    } else {
-        c->pool = locks_pool_init(params->n_threads);
-        if (!c->pool) return LOCKS_ERR_OOM;
-        c->own_pool = 1;
-    }
+    /* a shared pool is held by reference (locks_pool_retain), so the caller may drop
+     * its own right after creating its caches */
+    c->pool = params->pool ? locks_pool_retain(params->pool) : locks_pool_init(params->n_threads);
+    if (!c->pool) return LOCKS_ERR_OOM;
     return LOCKS_OK;
 }
 
 void locks_cache_release(locks_cache *c) {
     if (!c) return;
     for (int32_t i = 0; i < LOCKS_META_SLOTS; i++) locks_free(c->meta[i].p);
-    if (c->own_pool) locks_pool_free(c->pool);
+    locks_pool_free(c->pool); /* drops this cache's reference */
     if (c->seqs)
         for (int32_t s = 0; s < c->p.max_seqs; s++) locks_free(c->seqs[s].table);
     locks_free(c->seqs);

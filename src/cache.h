@@ -94,7 +94,6 @@ struct locks_cache {
     int32_t n_free;
     locks_seq *seqs;    /* [max_seqs] */
     locks_pool *pool;
-    int own_pool;                    /* 1: started by this cache (else p.pool, shared) */
     locks_meta_block meta[LOCKS_META_SLOTS]; /* selector metadata (selector.h) */
     locks_scratch scratch[4];        /* step scratch (step.c) */
     struct locks_cuda_cache *cuda;   /* CUDA backend state (backend_cuda.c); NULL on CPU */
