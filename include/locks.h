@@ -5,7 +5,7 @@
  * keys, a tiny spectral summary (centroid + rank-r basis + per-token coefficients).
  * Each decode step scores every page from its summary alone, averages the estimated
  * attention masses over each GQA group, and attends exactly to the top pages that fit
- * a token budget. See DESIGN.md for the method; this header is the contract.
+ * a token budget. See docs/DESIGN.md for the method; this header is the contract.
  *
  * ---------------------------------------------------------------------------------
  * Conventions
@@ -41,7 +41,7 @@
  *  attended.
  *
  * ---------------------------------------------------------------------------------
- * Summary format (per layer, KV head, physical page), rank r (1..15), as DESIGN §1
+ * Summary format (per layer, KV head, physical page), rank r (1..15), as docs/DESIGN.md §1
  * ---------------------------------------------------------------------------------
  *  mu = mean of the page's 16 keys;  X = K - mu = C V^T with V (d x r) orthonormal
  *  columns (top-r right singular vectors, from a Jacobi eigendecomposition of the

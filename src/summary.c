@@ -1,5 +1,5 @@
 /*
- * summary.c — per-page key summaries (see summary.h and DESIGN.md §1).
+ * summary.c — per-page key summaries (see summary.h and docs/DESIGN.md §1).
  *
  * The build works in double: the 16 x 16 Gram matrix of the centred keys is small, and
  * Jacobi in double keeps the basis orthonormal to ~1e-15 so the rank-15 summary

@@ -252,7 +252,7 @@ static double median(const double *x, int n) {
     return m;
 }
 
-/* Summary bytes per (page, KV head) the method's format implies (DESIGN.md §1). */
+/* Summary bytes per (page, KV head) the method's format implies (docs/DESIGN.md §1). */
 static size_t analytic_summary_bytes(int32_t d, int32_t r, locks_summary_prec prec) {
     if (prec == LOCKS_SUMMARY_F32) return 4u * (size_t)(d + r * d + LOCKS_PAGE * r);
     return (size_t)d + 2u + (size_t)(r * d + 1) / 2u + 2u * (size_t)r + (size_t)(LOCKS_PAGE * r) +

@@ -1,7 +1,7 @@
 /*
  * cmd_eval.c — `locks eval`: replays recorded (or synthetic) decode steps through every
  * selector over a token-budget sweep and scores each selection against the exact
- * attention (the metrics of DESIGN §3, src/eval/metrics.h).
+ * attention (the metrics of docs/DESIGN.md §3, src/eval/metrics.h).
  *
  * Sources:
  *  --dump FILE    a KV dump (src/eval/dump.h): the prefill keys/values are written into a

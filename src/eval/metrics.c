@@ -1,5 +1,5 @@
 /*
- * metrics.c — float64 reference attention and the selection metrics of DESIGN.md §3.
+ * metrics.c — float64 reference attention and the selection metrics of docs/DESIGN.md §3.
  *
  * The reference reads the sequence one (page, KV head) block at a time, converts it to
  * double once and serves all G query heads of the group from it. Two passes: the keys

@@ -1,5 +1,5 @@
 /*
- * metrics.h — the quality metrics of DESIGN.md §3, defined once, in float64.
+ * metrics.h — the quality metrics of docs/DESIGN.md §3, defined once, in float64.
  *
  * Every selector is judged against the *true* attention of one decode step: the
  * float64 softmax of each query head over every key of the sequence. From it:

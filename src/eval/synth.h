@@ -2,7 +2,7 @@
  * synth.h — a seeded synthetic decode workload whose keys look like real ones.
  *
  * i.i.d. Gaussian keys make attention nearly uniform, so no page selector can do well
- * on them and none can be told apart (DESIGN.md §3). This generator builds keys with
+ * on them and none can be told apart (docs/DESIGN.md §3). This generator builds keys with
  * the structure LOCKS relies on and real models show:
  *
  *  - page-local low rank: page j of KV head h has its own random orthonormal basis

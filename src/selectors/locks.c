@@ -3,7 +3,7 @@
  *
  *     s_hj = log sum_i exp(scale * (q_h . mu_j + (V_j^T q_h) . c_i)),
  *
- * reading only the summary (DESIGN.md §1). V_j^T q is computed once per query head and
+ * reading only the summary (docs/DESIGN.md §1). V_j^T q is computed once per query head and
  * page and reused for the 16 coefficient rows.
  */
 #include <math.h>

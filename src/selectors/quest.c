@@ -10,7 +10,7 @@
  *  - Quest is MHA-only: it selects pages per query head. Here the heads of a GQA group
  *    share one selection (one gather per group, as every selector in this project), so
  *    each head's scaled bound is softmax-normalised over the pages and the group ranks
- *    pages by the mean of those per-head distributions (DESIGN §2).
+ *    pages by the mean of those per-head distributions (docs/DESIGN.md §2).
  *  - Quest's page size is a tuning knob (16 in its paper); here it is LOCKS_PAGE = 16.
  *  - Quest keeps the first two layers dense; here every layer is replayed with the same
  *    selector (the evaluation reports per layer, so the first layers can be read off).

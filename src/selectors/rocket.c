@@ -132,7 +132,7 @@ void locks_sel_rocket_page_filled(locks_cache *c, int32_t layer, int32_t page, i
     m.evicted[i] = 0;
 }
 
-/* Reads quest.c's min/max; n_ch = the cache's rank r (DESIGN §2: "channels I = top-r").
+/* Reads quest.c's min/max; n_ch = the cache's rank r (docs/DESIGN.md §2: "channels I = top-r").
  * Pages SnapKV evicted score SNAP_EVICTED. */
 void locks_sel_rocket_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                             int32_t ld) {
