@@ -4,12 +4,13 @@
  * of every full page (the partial page is left out, as on the CPU). Many blocks per
  * (sequence, KV head); each also histograms the top 11 bits of the candidates'
  * masses (the first digit of the radix select in topk.cu) into hist[seg][2048], which
- * the caller zeroes before the launch.
+ * the score kernel zeroes (score.cu; locks_cuda_select_mb's own caller: a memset).
  */
 #include "common.cuh"
 
 #define MASS_THREADS 256
 #define MASS_BINS 2048
+#define MASS_UNROLL 8 /* normaliser partials in flight per lane */
 
 /* warp-aggregated shared-memory histogram increment (many equal bins are common) */
 static __device__ __forceinline__ void hist_add(uint32_t *h, uint32_t bin, bool valid) {
@@ -32,9 +33,22 @@ mass_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
     const int32_t n_full = seq_len[slot] / 16;
     const int32_t sink = min(n_sink, n_full), rs = max(n_full - n_recent, sink);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    pdl_wait(); /* the scores and partials of the score kernel */
+    pdl_trigger();
     for (int h = warp; h < G; h += MASS_THREADS / 32) {
+        /* MASS_UNROLL loads in flight per lane, then their combines */
         float2 r = make_float2(-INFINITY, 0.f);
-        for (int b = lane; b < nblk_score; b += 32) r = lse_combine(r, lse_part[((size_t)seg * nblk_score + b) * G + h]);
+        const float2 *lp = lse_part + (size_t)seg * nblk_score * G + h;
+        for (int b0 = lane; b0 < nblk_score; b0 += 32 * MASS_UNROLL) {
+            float2 x[MASS_UNROLL];
+#pragma unroll
+            for (int u = 0; u < MASS_UNROLL; u++) {
+                const int b = b0 + 32 * u;
+                x[u] = b < nblk_score ? lp[(size_t)b * G] : make_float2(-INFINITY, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < MASS_UNROLL; u++) r = lse_combine(r, x[u]);
+        }
         for (int o = 16; o > 0; o >>= 1) {
             float2 x = make_float2(__shfl_xor_sync(0xffffffffu, r.x, o), __shfl_xor_sync(0xffffffffu, r.y, o));
             r = lse_combine(r, x);
@@ -74,9 +88,8 @@ locks_status locks_cuda_mass_launch(locks_cuda_cache *c, int32_t n_seqs, int32_t
     if (blocks > want) blocks = want;
     if (blocks < 1) blocks = 1;
     dim3 grid((unsigned)blocks, (unsigned)(n_seqs * hkv));
-    mass_kernel<<<grid, MASS_THREADS, 0, st>>>(c->ws.seq_slots, c->seq_len, hkv, G, c->ws.scores, c->ws.max_pages,
-                                              c->ws.lse_part, nblk, p->n_sink, p->n_recent, c->ws.mass, c->ws.hist,
-                                              with_hist);
-    CU_LAUNCH_CHECK(mass_kernel);
+    CU_TRY(launch_k(c->ws.pdl, mass_kernel, grid, dim3(MASS_THREADS), 0, st, c->ws.seq_slots, c->seq_len, hkv, G,
+                    (const float *)c->ws.scores, c->ws.max_pages, (const float2 *)c->ws.lse_part, nblk, p->n_sink,
+                    p->n_recent, c->ws.mass, c->ws.hist, with_hist));
     return LOCKS_OK;
 }
