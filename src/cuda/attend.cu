@@ -66,12 +66,15 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
      * the wait, common.cuh) */
     if (!dense) pdl_wait(); /* the selection of the top-k */
     pdl_trigger();
-    const int32_t count = dense ? (len + 15) / 16 : list_n[seg];
     const int32_t begin = blockIdx.x * pps;
-    if (begin >= count) return; /* the merge only reads splits < ceil(count / pps) */
-    const int32_t end = min(begin + pps, count);
     const int32_t *bt = block_table + (size_t)slot * npool;
     const int32_t *lst = list + (size_t)seg * list_stride;
+    /* this warp's first list entry, loaded alongside the count (not after it) */
+    const int32_t i0 = begin + warp;
+    const int32_t lp0 = !dense && i0 < list_stride ? lst[i0] : i0;
+    const int32_t count = dense ? (len + 15) / 16 : list_n[seg];
+    if (begin >= count) return; /* the merge only reads splits < ceil(count / pps) */
+    const int32_t end = min(begin + pps, count);
 
     float o[NT][4];
 #pragma unroll
@@ -172,7 +175,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
         auto swz = [](int c, int r) { return c ^ (((c >> 3) & 1) << 1) ^ (r & 1); };
         auto issue = [&](int32_t i, int st) -> int32_t {
             if (i >= end) return 0;
-            const int32_t lp = dense ? i : lst[i];
+            const int32_t lp = dense ? i : (i == i0 ? lp0 : lst[i]);
             if (lp < 0 || lp >= n_tot) return 0; /* invalid entry (caller's list): skipped */
             const size_t blk = ((size_t)bt[lp] * hkv + h) * 16 * D;
             uint16_t *kd = wst + (size_t)st * 2 * 16 * D, *vd = kd + 16 * D;
@@ -217,6 +220,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
         __syncthreads(); /* the merge below reuses the stages' shared memory */
     } else {
         /* the next page's K/V are loaded (into registers) while this one is computed */
+        (void)lp0; /* (used by the shared-memory ring only) */
         constexpr bool PF = D <= 128;
         uint4 nK0[NW], nK1[NW], nV0[NW], nV1[NW];
         int32_t nvalid = 0;

@@ -85,6 +85,9 @@ struct locks_cuda_ws {
     int32_t att_min_pps;   /* fewest pages per attention split (LOCKS_CUDA_ATT_MIN_PPS) */
     int32_t topk_mb_min;   /* pages from which the multi-block top-k is used
                               (LOCKS_CUDA_TOPK_MB_MIN) */
+    int32_t mass_ppb;      /* pages per mass block (LOCKS_CUDA_MASS_PPB) */
+    int topk_cache;        /* one-block top-k keeps the keys in shared memory
+                              (LOCKS_CUDA_TOPK_CACHE=0: re-reads them from L2) */
 };
 
 struct locks_cuda_cache {
@@ -138,8 +141,8 @@ locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int3
 locks_status locks_cuda_score_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs,
                                      int32_t hq, float scale, int32_t nblk, cudaStream_t st);
 locks_status locks_cuda_mass_launch(locks_cuda_cache *c, int32_t n_seqs, int32_t hq,
-                                    const locks_step_params *p, int32_t nblk, int with_hist,
-                                    cudaStream_t st);
+                                    const locks_step_params *p, int32_t nblk, int32_t max_pages,
+                                    int with_hist, cudaStream_t st);
 locks_status locks_cuda_topk_launch(locks_cuda_cache *c, int32_t n_seqs,
                                     const locks_step_params *p, const float *mass,
                                     int32_t mass_stride, int32_t *out, int32_t *out_n,
@@ -155,7 +158,8 @@ int locks_cuda_topk_mb_ok(const locks_cuda_cache *c, int32_t max_pages);
 int locks_cuda_topk_mb_pays(const locks_cuda_cache *c, int32_t max_pages);
 locks_status locks_cuda_topk_mb_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
                                        int32_t max_pages, cudaStream_t st);
-int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages);
+/* Score blocks (normaliser partials) per segment for max_pages pages. */
+int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t hq, int32_t max_pages);
 
 /* ---- device helpers ------------------------------------------------------------- */
 

@@ -138,7 +138,9 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
     const int32_t my_n = b0 < n_batch ? (n_batch - b0 + bstride - 1) / bstride : 0;
     auto page_of = [&](int32_t k) -> int32_t { /* lane i < 8: physical page i of the warp's k-th batch */
         const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
-        return (k < my_n && lane < SCORE_BATCH && j < n_full) ? bt[j] : -1;
+        /* the block-table load does not wait for the length (one DRAM round trip less) */
+        const int32_t pj = lane < SCORE_BATCH && j < npool ? bt[j] : -1;
+        return k < my_n && j < n_full ? pj : -1;
     };
     /* prologue: stages 0 .. SCORE_STAGES-2 in flight, the block table one batch further */
 #pragma unroll
@@ -470,7 +472,9 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
     const int32_t my_n = b0 < n_batch ? (n_batch - b0 + bstride - 1) / bstride : 0;
     auto page_of = [&](int32_t k) -> int32_t {
         const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
-        return (k < my_n && lane < SCORE_BATCH && j < n_full) ? bt[j] : -1;
+        /* the block-table load does not wait for the length (one DRAM round trip less) */
+        const int32_t pj = lane < SCORE_BATCH && j < npool ? bt[j] : -1;
+        return k < my_n && j < n_full ? pj : -1;
     };
     const uint32_t sst0 = (uint32_t)__cvta_generic_to_shared(stages);
     constexpr uint32_t STB = sizeof(score_stage<D>);
@@ -691,10 +695,17 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
     }
 }
 
-int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages) {
-    /* one wave: SCORE_BLOCKS_PER_SM resident blocks per SM, spread over the segments */
+/* Column tiles of the int8 kernel for a group of G (0: the fp16 kernel). */
+static int32_t score_tiles(const locks_cuda_cache *c, int32_t G) {
+    return G <= 8 ? 1 : (c->ws.score_i8_g16 ? 2 : 0);
+}
+
+int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t hq, int32_t max_pages) {
+    /* one wave: SCORE_BLOCKS_PER_SM resident blocks per SM, spread over the segments and
+     * column tiles (two waves of single-batch warps cost GLM-4's 128K step ~12 us, run 20) */
     const int32_t segs = n_seqs * c->p.n_kv_heads;
-    int32_t want = c->n_sm * SCORE_BLOCKS_PER_SM / segs; /* floor: no partial second wave */
+    const int32_t nct = score_tiles(c, hq / c->p.n_kv_heads);
+    int32_t want = c->n_sm * SCORE_BLOCKS_PER_SM / (segs * (nct > 1 ? nct : 1)); /* floor: no partial second wave */
     int32_t batches = (max_pages + SCORE_BATCH - 1) / SCORE_BATCH;
     int32_t most = (batches + SCORE_WARPS - 1) / SCORE_WARPS;
     if (want > most) want = most;
@@ -732,7 +743,7 @@ static locks_status score_launch_t(locks_cuda_cache *c, int32_t layer, int32_t n
     const int32_t segs = n_seqs * hkv;
     /* G <= 8: one column tile of the int8 kernel; G 9..16: two tiles, one per block (the
      * same registers as G = 8); the fp16 kernel only if switched off (LOCKS_CUDA_SCORE_I8G16=0) */
-    const int32_t nct = G <= 8 ? 1 : (c->ws.score_i8_g16 ? 2 : 0);
+    const int32_t nct = score_tiles(c, G);
     if (nct > 0) {
         auto kern = G <= 4 ? score_i8_kernel<D, true> : score_i8_kernel<D, false>;
         CU_TRY(launch_k(c->ws.pdl, kern, dim3((unsigned)(nblk * nct), (unsigned)segs), dim3(SCORE_WARPS * 32),

@@ -46,6 +46,10 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
         w->att_min_pps = e ? atoi(e) : 0;
         e = getenv("LOCKS_CUDA_TOPK_MB_MIN");
         w->topk_mb_min = e ? atoi(e) : -1;
+        e = getenv("LOCKS_CUDA_MASS_PPB");
+        w->mass_ppb = e ? atoi(e) : 0;
+        e = getenv("LOCKS_CUDA_TOPK_CACHE");
+        w->topk_cache = !(e && e[0] == '0');
     }
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
     (void)n_seqs;
@@ -188,11 +192,11 @@ static locks_status prep_checked(locks_cuda_cache *c, const float *d_q, int32_t 
 static locks_status enqueue_locks(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq,
                                   const locks_step_params *p, float scale, int32_t max_pages, int32_t max_list,
                                   float *d_out, int timed) {
-    const int32_t nblk = locks_cuda_score_blocks(c, n_seqs, max_pages);
+    const int32_t nblk = locks_cuda_score_blocks(c, n_seqs, hq, max_pages);
     if (timed) CU_TRY(cudaEventRecord(c->ev[1], c->stream));
     /* the score kernel also zeroes the histograms that mass.cu fills */
     LOCKS_TRY(locks_cuda_score_launch(c, layer, n_seqs, hq, scale, nblk, c->stream));
-    LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, 1, c->stream));
+    LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, max_pages, 1, c->stream));
     if (timed) CU_TRY(cudaEventRecord(c->ev[2], c->stream));
     if (locks_cuda_topk_mb_pays(c, max_pages)) /* the whole machine; else one block per segment */
         LOCKS_TRY(locks_cuda_topk_mb_launch(c, n_seqs, p, max_pages, c->stream));
@@ -282,9 +286,9 @@ extern "C" locks_status locks_cuda_score(locks_cuda_cache *c, int32_t layer, int
     LOCKS_TRY(prep_checked(c, d_q, 1, hq, scale));
     const int32_t n_full = c->h_seq_len[seq] / 16;
     if (n_full == 0) return LOCKS_OK;
-    const int32_t nblk = locks_cuda_score_blocks(c, 1, max_pages);
+    const int32_t nblk = locks_cuda_score_blocks(c, 1, hq, max_pages);
     LOCKS_TRY(locks_cuda_score_launch(c, layer, 1, hq, scale, nblk, c->stream));
-    LOCKS_TRY(locks_cuda_mass_launch(c, 1, hq, p, nblk, 0, c->stream));
+    LOCKS_TRY(locks_cuda_mass_launch(c, 1, hq, p, nblk, max_pages, 0, c->stream));
     CU_TRY(cudaMemcpy2DAsync(d_mass, (size_t)n_full * 4, c->ws.mass, (size_t)c->ws.max_pages * 4, (size_t)n_full * 4,
                              (size_t)c->p.n_kv_heads, cudaMemcpyDeviceToDevice, c->stream));
     CU_TRY(cudaStreamSynchronize(c->stream));
