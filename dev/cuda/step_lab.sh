@@ -2,10 +2,10 @@
 # step_lab.sh — A/B of the LOCKS step's lab switches (issue 12) on one existing build:
 # programmatic dependent launch (LOCKS_CUDA_PDL), the int8 score kernel for G 9..16
 # (LOCKS_CUDA_SCORE_I8G16), the fewest pages per attention split (LOCKS_CUDA_ATT_MIN_PPS),
-# the page count from which the multi-block top-k runs (LOCKS_CUDA_TOPK_MB_MIN), the
-# shared-memory key cache of the one-block top-k (LOCKS_CUDA_TOPK_CACHE) and the pages per
-# mass block (LOCKS_CUDA_MASS_PPB); the list below is the last run's (bench/RESULTS.md has
-# every run's, run 19 tried ATT_MIN_PPS 8/16 and TOPK_MB_MIN 4096); then
+# the page count from which the multi-block top-k runs (LOCKS_CUDA_TOPK_MB_MIN) and the
+# pages per mass block (LOCKS_CUDA_MASS_PPB); the list below is run 20's minus its
+# top-k key-cache variant (removed: no gain; bench/RESULTS.md has every run's, run 19
+# tried ATT_MIN_PPS 8/16 and TOPK_MB_MIN 4096); then
 # per-kernel device times of one step under ncu (kernels serialised, caches flushed
 # before each: what each kernel costs alone, without launch gaps or overlap).
 # Run on the GPU machine from the repository root after a build (scripts/gpu-check.sh
@@ -17,11 +17,10 @@ BUILD=${BUILD:-build-gpu}
 mkdir -p "$OUT"
 L="$BUILD/locks"
 VARIANTS=(
-  "old:LOCKS_CUDA_PDL=0 LOCKS_CUDA_SCORE_I8G16=0 LOCKS_CUDA_TOPK_CACHE=0"
+  "old:LOCKS_CUDA_PDL=0 LOCKS_CUDA_SCORE_I8G16=0"
   "new:"
   "nopdl:LOCKS_CUDA_PDL=0"
   "fp16g16:LOCKS_CUDA_SCORE_I8G16=0"
-  "nocache:LOCKS_CUDA_TOPK_CACHE=0"
   "mass256:LOCKS_CUDA_MASS_PPB=256"
   "mass1k:LOCKS_CUDA_MASS_PPB=1024"
 )

@@ -87,8 +87,6 @@ struct locks_cuda_ws {
     int32_t topk_mb_min;   /* pages from which the multi-block top-k is used
                               (LOCKS_CUDA_TOPK_MB_MIN) */
     int32_t mass_ppb;      /* pages per mass block (LOCKS_CUDA_MASS_PPB) */
-    int topk_cache;        /* one-block top-k keeps the keys in shared memory
-                              (LOCKS_CUDA_TOPK_CACHE=0: re-reads them from L2) */
 };
 
 struct locks_cuda_cache {

@@ -48,8 +48,6 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
         w->topk_mb_min = e ? atoi(e) : -1;
         e = getenv("LOCKS_CUDA_MASS_PPB");
         w->mass_ppb = e ? atoi(e) : 0;
-        e = getenv("LOCKS_CUDA_TOPK_CACHE");
-        w->topk_cache = !(e && e[0] == '0');
     }
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
     (void)n_seqs;

@@ -20,7 +20,6 @@
 #define TOPK_THREADS 1024
 #define TOPK_BINS 2048
 #define TOPK_UNROLL 16 /* independent loads in flight per thread */
-#define TOPK_CACHE 9216 /* candidates whose keys are kept in shared memory (36 KiB) */
 
 /* Exclusive block scan of a 64-bit value over TOPK_THREADS threads; *total gets the sum. */
 static __device__ uint64_t block_excl_scan(uint64_t v, uint64_t *ws, uint64_t *total) {
@@ -51,9 +50,8 @@ static __global__ void __launch_bounds__(TOPK_THREADS)
 topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len, int32_t hkv,
             const float *__restrict__ mass, int32_t mass_stride, const uint32_t *__restrict__ ghist, int use_hist,
             int32_t budget, int32_t n_sink, int32_t n_recent, int32_t *__restrict__ out, int32_t *__restrict__ out_n,
-            int32_t out_stride, int use_cache) {
+            int32_t out_stride) {
     __shared__ uint32_t hist[TOPK_BINS];
-    __shared__ uint32_t kc[TOPK_CACHE]; /* keys of candidates sink.. (one global read) */
     __shared__ uint64_t scan_ws[32];
     __shared__ uint32_t s_bin, s_above;
     const int32_t seg = blockIdx.x;
@@ -76,26 +74,6 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
         return;
     }
     const float *m = mass + (size_t)seg * mass_stride;
-    /* up to TOPK_CACHE candidates: their keys are read once into shared memory, and the
-     * radix passes and the emission read them there (three L2 round trips less) */
-    const bool cached = use_cache && n_cand <= TOPK_CACHE;
-    if (cached) {
-        for (int32_t base = sink; base < rs; base += TOPK_THREADS * TOPK_UNROLL) {
-            float x[TOPK_UNROLL];
-#pragma unroll
-            for (int u = 0; u < TOPK_UNROLL; u++) {
-                const int32_t j = base + u * TOPK_THREADS + tid;
-                x[u] = j < rs ? m[j] : 0.f;
-            }
-#pragma unroll
-            for (int u = 0; u < TOPK_UNROLL; u++) {
-                const int32_t j = base + u * TOPK_THREADS + tid;
-                if (j < rs) kc[j - sink] = __float_as_uint(x[u]);
-            }
-        }
-        __syncthreads();
-    }
-    auto key_of = [&](int32_t j) -> uint32_t { return cached ? kc[j - sink] : __float_as_uint(m[j]); };
     uint32_t prefix = 0, mask = 0;
     uint32_t krem = (uint32_t)k;
     if (k > 0) {
@@ -114,7 +92,7 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
 #pragma unroll
                     for (int u = 0; u < TOPK_UNROLL; u++) {
                         const int32_t j = base + u * TOPK_THREADS + tid;
-                        key[u] = j < rs ? key_of(j) : 0xFFFFFFFFu;
+                        key[u] = j < rs ? __float_as_uint(m[j]) : 0xFFFFFFFFu;
                     }
 #pragma unroll
                     for (int u = 0; u < TOPK_UNROLL; u++) {
@@ -161,7 +139,7 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
     for (int32_t j = c0; j < c1; j += TOPK_UNROLL) { /* loads first, then the counts */
         uint32_t key[TOPK_UNROLL];
 #pragma unroll
-        for (int u = 0; u < TOPK_UNROLL; u++) key[u] = j + u < c1 ? key_of(j + u) : 0;
+        for (int u = 0; u < TOPK_UNROLL; u++) key[u] = j + u < c1 ? __float_as_uint(m[j + u]) : 0;
 #pragma unroll
         for (int u = 0; u < TOPK_UNROLL; u++) {
             const uint32_t k2 = key[u] & mask;
@@ -177,7 +155,7 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
         for (int32_t j = c0; j < c1; j += TOPK_UNROLL) {
             uint32_t key[TOPK_UNROLL];
 #pragma unroll
-            for (int u = 0; u < TOPK_UNROLL; u++) key[u] = j + u < c1 ? key_of(j + u) & mask : 0;
+            for (int u = 0; u < TOPK_UNROLL; u++) key[u] = j + u < c1 ? __float_as_uint(m[j + u]) & mask : 0;
 #pragma unroll
             for (int u = 0; u < TOPK_UNROLL; u++) {
                 if (j + u >= c1) break;
@@ -201,6 +179,6 @@ locks_status locks_cuda_topk_launch(locks_cuda_cache *c, int32_t n_seqs, const l
     CU_TRY(launch_k(c->ws.pdl, topk_kernel, dim3((unsigned)(n_seqs * hkv)), dim3(TOPK_THREADS), 0, st,
                     (const int32_t *)c->ws.seq_slots, (const int32_t *)c->seq_len, hkv, mass, mass_stride,
                     (const uint32_t *)c->ws.hist, use_hist, p->budget, p->n_sink, p->n_recent, out, out_n,
-                    out_stride, c->ws.topk_cache));
+                    out_stride));
     return LOCKS_OK;
 }
