@@ -81,8 +81,8 @@ struct locks_cuda_ws {
     int32_t nseq;          /* n_seqs capacity */
     int pdl;               /* launch the step's kernels with programmatic dependent launch
                               (LOCKS_CUDA_PDL=0 turns it off, for A/B timing) */
-    int score_i8_g16;      /* G 9..16 (d <= 128) on the int8 score kernel in two column
-                              tiles (LOCKS_CUDA_SCORE_I8G16=0: the fp16 kernel) */
+    int score_i8_g16;      /* G 9..16 on the int8 score kernel in two column tiles
+                              (LOCKS_CUDA_SCORE_I8G16=0: the fp16 kernel) */
     int32_t att_min_pps;   /* fewest pages per attention split (LOCKS_CUDA_ATT_MIN_PPS) */
     int32_t topk_mb_min;   /* pages from which the multi-block top-k is used
                               (LOCKS_CUDA_TOPK_MB_MIN) */

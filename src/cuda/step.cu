@@ -17,8 +17,8 @@
 #include "common.cuh"
 
 #include <limits.h>
-#include <stdlib.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_SPLITS 1024
