@@ -704,6 +704,9 @@ int main(int argc, char **argv) {
         {2, 2, 128, LOCKS_DTYPE_F16, {16 * 600 + 7, 16 * 5}},  /* a longer context */
         {2, 4, 128, LOCKS_DTYPE_BF16, {16 * 50 + 3, 16 * 41}}, /* bf16 KV */
         {1, 16, 64, LOCKS_DTYPE_BF16, {16 * 33, 16 * 7 + 2}},  /* bf16, d = 64, G = 16 */
+        {2, 12, 128, LOCKS_DTYPE_BF16, {16 * 45 + 7, 16 * 70}}, /* G = 12: the int8 score kernel's
+                                                                   second column tile half full */
+        {1, 16, 256, LOCKS_DTYPE_F16, {16 * 25 + 3, 16 * 12}},  /* d = 256, G = 16 (two tiles) */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape sh = shapes[i];

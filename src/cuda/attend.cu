@@ -43,13 +43,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     const int32_t slot = seq_slots[s];
     const int32_t len = seq_len[slot];
     const int32_t n_full = len / 16;
-    const int32_t count = dense ? (len + 15) / 16 : list_n[seg];
-    const int32_t begin = blockIdx.x * pps;
-    if (begin >= count) return; /* the merge only reads splits < ceil(count / pps) */
-    const int32_t end = min(begin + pps, count);
-    const int32_t *bt = block_table + (size_t)slot * npool;
-    const int32_t *lst = list + (size_t)seg * list_stride;
-
+    if (dense) pdl_wait(); /* locks_cuda_attend_dense: qprep is the launch just before */
     uint32_t qa[NC][4];
     {
         const T *q0 = reinterpret_cast<const T *>(q_attn) + ((size_t)s * hq + h * G + g) * D + t * DL;
@@ -68,6 +62,20 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
             qa[2 * u + 1][3] = w1.w;
         }
     }
+    /* sparse: the queries came from qprep, at least two launches back (readable before
+     * the wait, common.cuh) */
+    if (!dense) pdl_wait(); /* the selection of the top-k */
+    pdl_trigger();
+    const int32_t begin = blockIdx.x * pps;
+    const int32_t *bt = block_table + (size_t)slot * npool;
+    const int32_t *lst = list + (size_t)seg * list_stride;
+    /* this warp's first list entry, loaded alongside the count (not after it) */
+    const int32_t i0 = begin + warp;
+    const int32_t lp0 = !dense && i0 < list_stride ? lst[i0] : i0;
+    const int32_t count = dense ? (len + 15) / 16 : list_n[seg];
+    if (begin >= count) return; /* the merge only reads splits < ceil(count / pps) */
+    const int32_t end = min(begin + pps, count);
+
     float o[NT][4];
 #pragma unroll
     for (int x = 0; x < NT; x++) o[x][0] = o[x][1] = o[x][2] = o[x][3] = 0.f;
@@ -167,7 +175,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
         auto swz = [](int c, int r) { return c ^ (((c >> 3) & 1) << 1) ^ (r & 1); };
         auto issue = [&](int32_t i, int st) -> int32_t {
             if (i >= end) return 0;
-            const int32_t lp = dense ? i : lst[i];
+            const int32_t lp = dense ? i : (i == i0 ? lp0 : lst[i]);
             if (lp < 0 || lp >= n_tot) return 0; /* invalid entry (caller's list): skipped */
             const size_t blk = ((size_t)bt[lp] * hkv + h) * 16 * D;
             uint16_t *kd = wst + (size_t)st * 2 * 16 * D, *vd = kd + 16 * D;
@@ -212,6 +220,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
         __syncthreads(); /* the merge below reuses the stages' shared memory */
     } else {
         /* the next page's K/V are loaded (into registers) while this one is computed */
+        (void)lp0; /* (used by the shared-memory ring only) */
         constexpr bool PF = D <= 128;
         uint4 nK0[NW], nK1[NW], nV0[NW], nV1[NW];
         int32_t nvalid = 0;
@@ -292,6 +301,8 @@ merge_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ 
     const int32_t s = seg / hkv, h = seg % hkv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int32_t len = seq_len[seq_slots[s]];
+    pdl_wait(); /* the partials of attend_kernel */
+    pdl_trigger();
     const int32_t count = dense ? (len + 15) / 16 : list_n[seg];
     const int32_t ns = min((count + pps - 1) / pps, max_splits);
     const size_t pb = (size_t)seg * max_splits * G;
@@ -367,6 +378,7 @@ static int32_t attend_pps(const locks_cuda_cache *c, int32_t n_seqs, int32_t max
     int32_t pps = (max_list + splits - 1) / splits;
     pps = (pps + ATT_WARPS - 1) / ATT_WARPS * ATT_WARPS;
     if (pps < ATT_WARPS) pps = ATT_WARPS;
+    if (pps < c->ws.att_min_pps) pps = (c->ws.att_min_pps + ATT_WARPS - 1) / ATT_WARPS * ATT_WARPS;
     while ((max_list + pps - 1) / pps > ATT_MAX_SPLITS) pps += ATT_WARPS;
     return pps;
 }
@@ -383,15 +395,15 @@ static locks_status attend_launch_t(locks_cuda_cache *c, int32_t layer, int32_t 
     /* the dynamic shared memory limit was raised by locks_cuda_attend_prepare */
     dim3 grid((unsigned)splits, (unsigned)(n_seqs * hkv));
     const size_t koff = (size_t)layer * c->kv_layer_elems;
-    attend_kernel<D, T><<<grid, ATT_WARPS * 32, smem, st>>>(c->k + koff, c->v + koff, c->ws.seq_slots, c->seq_len,
-                                                          c->block_table, c->p.n_pages, hkv, G, c->ws.q_attn, hq,
-                                                          pages, n_pages, list_stride, dense, pps, c->ws.part_o,
-                                                          c->ws.part_ml, c->ws.max_splits);
-    CU_LAUNCH_CHECK(attend_kernel);
+    CU_TRY(launch_k(c->ws.pdl, attend_kernel<D, T>, grid, dim3(ATT_WARPS * 32), smem, st,
+                    (const uint16_t *)(c->k + koff), (const uint16_t *)(c->v + koff), (const int32_t *)c->ws.seq_slots,
+                    (const int32_t *)c->seq_len, (const int32_t *)c->block_table, c->p.n_pages, hkv, G,
+                    (const uint16_t *)c->ws.q_attn, hq, pages, n_pages, list_stride, dense, pps, c->ws.part_o,
+                    c->ws.part_ml, c->ws.max_splits));
     dim3 mgrid((unsigned)G, (unsigned)(n_seqs * hkv));
-    merge_kernel<<<mgrid, MERGE_THREADS, 0, st>>>(c->ws.seq_slots, c->seq_len, hkv, G, D, n_pages, dense, pps,
-                                                  c->ws.part_o, c->ws.part_ml, c->ws.max_splits, hq, out, lse);
-    CU_LAUNCH_CHECK(merge_kernel);
+    CU_TRY(launch_k(c->ws.pdl, merge_kernel, mgrid, dim3(MERGE_THREADS), 0, st, (const int32_t *)c->ws.seq_slots,
+                    (const int32_t *)c->seq_len, hkv, G, (int32_t)D, n_pages, dense, pps,
+                    (const float *)c->ws.part_o, (const float2 *)c->ws.part_ml, c->ws.max_splits, hq, out, lse));
     return LOCKS_OK;
 }
 

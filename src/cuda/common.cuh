@@ -85,6 +85,14 @@ struct locks_cuda_ws {
     float2 *part_ml;       /* [segs][max_splits][G] (max log2, sum) */
     int32_t hq;            /* n_q_heads the buffers were sized for */
     int32_t nseq;          /* n_seqs capacity */
+    int pdl;               /* launch the step's kernels with programmatic dependent launch
+                              (LOCKS_CUDA_PDL=0 turns it off, for A/B timing) */
+    int score_i8_g16;      /* G 9..16 on the int8 score kernel in two column tiles
+                              (LOCKS_CUDA_SCORE_I8G16=0: the fp16 kernel) */
+    int32_t att_min_pps;   /* fewest pages per attention split (LOCKS_CUDA_ATT_MIN_PPS) */
+    int32_t topk_mb_min;   /* pages from which the multi-block top-k is used
+                              (LOCKS_CUDA_TOPK_MB_MIN) */
+    int32_t mass_ppb;      /* pages per mass block (LOCKS_CUDA_MASS_PPB) */
 };
 
 struct locks_cuda_cache {
@@ -138,8 +146,8 @@ locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int3
 locks_status locks_cuda_score_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs,
                                      int32_t hq, float scale, int32_t nblk, cudaStream_t st);
 locks_status locks_cuda_mass_launch(locks_cuda_cache *c, int32_t n_seqs, int32_t hq,
-                                    const locks_step_params *p, int32_t nblk, int with_hist,
-                                    cudaStream_t st);
+                                    const locks_step_params *p, int32_t nblk, int32_t max_pages,
+                                    int with_hist, cudaStream_t st);
 locks_status locks_cuda_topk_launch(locks_cuda_cache *c, int32_t n_seqs,
                                     const locks_step_params *p, const float *mass,
                                     int32_t mass_stride, int32_t *out, int32_t *out_n,
@@ -155,7 +163,8 @@ int locks_cuda_topk_mb_ok(const locks_cuda_cache *c, int32_t max_pages);
 int locks_cuda_topk_mb_pays(const locks_cuda_cache *c, int32_t max_pages);
 locks_status locks_cuda_topk_mb_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
                                        int32_t max_pages, cudaStream_t st);
-int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages);
+/* Score blocks (normaliser partials) per segment for max_pages pages. */
+int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t hq, int32_t max_pages);
 
 /* ---- device helpers ------------------------------------------------------------- */
 
@@ -277,6 +286,37 @@ static __device__ __forceinline__ void cp_async4(void *smem, const void *g) {
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* ---- programmatic dependent launch (PDL) ---------------------------------------------
+ * The step's kernels after the first (qprep) are launched with the programmatic
+ * stream serialization attribute (launch_k below), so kernel N may start while kernel
+ * N-1 is still running. The rules every such kernel keeps:
+ *   - before pdl_wait() it reads only what no kernel of the step writes (sequence
+ *     tables, block tables, summaries, K/V) or what kernel N-2 and earlier wrote;
+ *   - it writes nothing before pdl_wait();
+ *   - it calls pdl_trigger() (which lets kernel N+1 start) only after pdl_wait().
+ * pdl_wait() returns once kernel N-1 has completed with its writes visible; since N-1
+ * triggered only after its own wait, kernel N-2 had completed before N started. Both
+ * instructions are no-ops in a kernel launched without the attribute. */
+static __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+static __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+/* Launches kern<<<grid, block, smem, st>>>(args...), with the PDL attribute if pdl. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_k(int pdl, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                   cudaStream_t st, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
 }
 
 /* Online log-sum-exp pair (m, s): value = m + log(s). */

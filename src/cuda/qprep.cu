@@ -13,6 +13,7 @@ template <typename T>
 static __global__ void qprep_kernel(const float *__restrict__ q, int32_t rows, int32_t d, float attn_mul,
                                     uint16_t *q_attn, __half *q_score, float *q_amax, int8_t *q_i8,
                                     int32_t *q_isum, int32_t *status) {
+    pdl_trigger(); /* the score kernel may start its summary copies now (common.cuh) */
     const int32_t row = blockIdx.x * QPREP_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;

@@ -1,7 +1,11 @@
 /*
  * score.cu — LOCKS page scores from the quantized summaries, on the tensor cores.
- * Two kernels: score_i8_kernel (below, integer MMAs) for groups G <= 8, and this
- * fp16 one for G 9..16.
+ * Two kernels: score_i8_kernel (below, integer MMAs) for every group G <= 16 (G 9..16
+ * in two column tiles of 8 heads, one per block), and this fp16 one, kept for A/B runs
+ * (LOCKS_CUDA_SCORE_I8G16=0 sends G 9..16 here; it was their kernel before issue 12).
+ * Both zero the segment's radix histogram for mass.cu (the step's memset node before)
+ * and read the queries only after pdl_wait() (common.cuh), so the first summary copies
+ * are in flight while qprep runs.
  *
  * One warp scores 8 pages at a time for all G query heads of its KV head, so each
  * summary is read once per group. Per page (rows = query heads, padded to 16):
@@ -35,6 +39,14 @@
 #ifndef SCORE_BLOCKS_PER_SM
 #define SCORE_BLOCKS_PER_SM 4 /* resident blocks per SM (shared memory: stages) */
 #endif
+
+/* Zeroes the segment's first-digit histogram and counters for mass.cu / the top-k (this
+ * block's stripe; the step's memset node before). Called after pdl_wait(). */
+static __device__ __forceinline__ void zero_hist(uint32_t *hist, int32_t seg) {
+    uint32_t *hs = hist + (size_t)seg * LOCKS_CUDA_HIST_STRIDE;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < LOCKS_CUDA_HIST_STRIDE; i += gridDim.x * blockDim.x)
+        hs[i] = 0;
+}
 
 /* One pipeline stage of a warp: the summaries of SCORE_BATCH pages, copied with
  * cp.async (16-byte pieces; the 2-byte mu scale as the aligned 4-byte word holding it). */
@@ -98,7 +110,8 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
              const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len,
              const int32_t *__restrict__ block_table, int32_t npool, int32_t hkv, int32_t G,
              float scale, const __half *__restrict__ q_score, const float *__restrict__ q_amax,
-             int32_t hq, float *__restrict__ scores, int32_t score_stride, float2 *__restrict__ lse_part) {
+             int32_t hq, float *__restrict__ scores, int32_t score_stride, float2 *__restrict__ lse_part,
+             uint32_t *__restrict__ hist) {
     constexpr int DL = D / 4;   /* dims per lane */
     constexpr int NC = D / 16;  /* k-chunks */
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -125,7 +138,9 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
     const int32_t my_n = b0 < n_batch ? (n_batch - b0 + bstride - 1) / bstride : 0;
     auto page_of = [&](int32_t k) -> int32_t { /* lane i < 8: physical page i of the warp's k-th batch */
         const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
-        return (k < my_n && lane < SCORE_BATCH && j < n_full) ? bt[j] : -1;
+        /* the block-table load does not wait for the length (one DRAM round trip less) */
+        const int32_t pj = lane < SCORE_BATCH && j < npool ? bt[j] : -1;
+        return k < my_n && j < n_full ? pj : -1;
     };
     /* prologue: stages 0 .. SCORE_STAGES-2 in flight, the block table one batch further */
 #pragma unroll
@@ -134,6 +149,8 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
         cp_async_commit();
     }
     int32_t next_p = page_of(SCORE_STAGES - 1);
+    pdl_wait(); /* the queries of qprep; the summary copies above are already in flight */
+    zero_hist(hist, seg);
 
     /* query fragments (rows g and g+8 of the group) */
     uint32_t qa[NC][4];
@@ -303,6 +320,7 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
         }
         __syncwarp(); /* every lane is done with this stage before it is refilled */
     }
+    pdl_trigger();
     cp_async_wait<0>();
     /* block partial of each head's normaliser */
     if (t == 0) {
@@ -368,7 +386,9 @@ static __device__ __forceinline__ void score_issue_s(uint32_t sst, score_stage<D
     if (lane < 8) st.hi[i] = p < 0 ? -1 : (int32_t)(((uintptr_t)(mu_s + (p < 0 ? 0 : p)) >> 1) & 1);
 }
 
-/* ---- integer kernel (G <= 8) ------------------------------------------------------
+/* ---- integer kernel (G <= 16) -----------------------------------------------------
+ * G 9..16: nct = 2 column tiles; block x takes tile x % 2 (heads 8 (x % 2) .. +7) of the
+ * pages of block x / 2, so both tiles' reads of a page meet in L2.
  * Same pipeline and outputs as score_kernel, but b = V^T q on the int8 tensor cores.
  * Queries: Q = round(32512 q / |q|max) = 256 hi + lo, two int8 parts (qprep.cu; one
  * int8 alone would cost ~1% in the page logits). The int4 basis is widened to u8 with
@@ -422,7 +442,7 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
                 const int32_t *__restrict__ block_table, int32_t npool, int32_t hkv, int32_t G, float scale,
                 const int8_t *__restrict__ q_i8, const int32_t *__restrict__ q_isum,
                 const float *__restrict__ q_amax, int32_t hq, float *__restrict__ scores, int32_t score_stride,
-                float2 *__restrict__ lse_part) {
+                float2 *__restrict__ lse_part, uint32_t *__restrict__ hist, int32_t nct) {
     constexpr int NW = D / 32; /* basis words per lane per row */
     constexpr int NM = D / 16; /* mu words per lane */
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -432,6 +452,10 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
     const int g = lane >> 2, t = lane & 3;
     const int32_t seg = blockIdx.y;
     const int32_t s = seg / hkv, h = seg % hkv;
+    /* column tile: heads [h0, h0 + gt) of the group; blocks 2 bx and 2 bx + 1 (nct = 2) read
+     * the same pages at about the same time, so the second read is an L2 hit */
+    const int32_t tile = blockIdx.x % nct, bx = blockIdx.x / nct, nbx = gridDim.x / nct;
+    const int32_t h0 = 8 * tile, gt = min(8, G - h0);
     const int32_t slot = seq_slots[s];
     const int32_t n_full = seq_len[slot] / 16;
     const int32_t *bt = block_table + (size_t)slot * npool;
@@ -444,11 +468,13 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
     coef_s += sbase * LOCKS_CUDA_MAX_RANK;
 
     const int32_t n_batch = (n_full + SCORE_BATCH - 1) / SCORE_BATCH;
-    const int32_t b0 = blockIdx.x * SCORE_WARPS + warp, bstride = gridDim.x * SCORE_WARPS;
+    const int32_t b0 = bx * SCORE_WARPS + warp, bstride = nbx * SCORE_WARPS;
     const int32_t my_n = b0 < n_batch ? (n_batch - b0 + bstride - 1) / bstride : 0;
     auto page_of = [&](int32_t k) -> int32_t {
         const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
-        return (k < my_n && lane < SCORE_BATCH && j < n_full) ? bt[j] : -1;
+        /* the block-table load does not wait for the length (one DRAM round trip less) */
+        const int32_t pj = lane < SCORE_BATCH && j < npool ? bt[j] : -1;
+        return k < my_n && j < n_full ? pj : -1;
     };
     const uint32_t sst0 = (uint32_t)__cvta_generic_to_shared(stages);
     constexpr uint32_t STB = sizeof(score_stage<D>);
@@ -458,14 +484,17 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
         cp_async_commit();
     }
     int32_t next_p = page_of(SCORE_STAGES - 1);
+    pdl_wait(); /* the queries of qprep; the summary copies above are already in flight */
+    zero_hist(hist, seg);
 
     /* B fragments: column g = head hb (PACK: the group twice) */
     const int hb = PACK ? (g & 3) : g;
     uint32_t qlo[2][NW], qhi[2][NW]; /* [hi/lo part] */
     uint32_t qa[NM / 2][4]; /* A of the q . mu MMA: rows g / g+8 = hi / lo part of head g */
     {
-        const bool okm = g < G;
-        const uint32_t *qm0 = reinterpret_cast<const uint32_t *>(q_i8 + ((size_t)s * hq + h * G + (okm ? g : 0)) * 4 * D + 2 * D);
+        const bool okm = g < gt;
+        const uint32_t *qm0 =
+            reinterpret_cast<const uint32_t *>(q_i8 + ((size_t)s * hq + h * G + h0 + (okm ? g : 0)) * 4 * D + 2 * D);
 #pragma unroll
         for (int m = 0; m < NM / 2; m++) {
             qa[m][0] = okm ? qm0[t * NM + 2 * m] : 0u;
@@ -475,8 +504,8 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
         }
     }
     {
-        const bool ok = hb < G;
-        const int8_t *qrow = q_i8 + ((size_t)s * hq + h * G + (ok ? hb : 0)) * 4 * D;
+        const bool ok = hb < gt;
+        const int8_t *qrow = q_i8 + ((size_t)s * hq + h * G + h0 + (ok ? hb : 0)) * 4 * D;
 #pragma unroll
         for (int part = 0; part < 2; part++) {
             const uint32_t *qw = reinterpret_cast<const uint32_t *>(qrow + part * D);
@@ -496,8 +525,8 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
 #pragma unroll
     for (int c = 0; c < 2; c++) {
         hc[c] = PACK ? ((2 * t + c) & 3) : 2 * t + c;
-        const bool ok = hc[c] < G;
-        const size_t qi = (size_t)s * hq + h * G + (ok ? hc[c] : 0);
+        const bool ok = hc[c] < gt;
+        const size_t qi = (size_t)s * hq + h * G + h0 + (ok ? hc[c] : 0);
         mulc[c] = ok ? scale * LOG2E * q_amax[qi] : 0.f;
         bias[c] = ok ? q_isum[qi] : 0;
     }
@@ -625,9 +654,9 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
         if (j0 + g < n_full && (!PACK || (g & 1) == (t >> 1))) {
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                if (hc[c] < G) {
+                if (hc[c] < gt) {
                     const float v = mine[c] + mulc[c] * qmu[c];
-                    sc_out[(size_t)(j0 + g) * G + hc[c]] = v * LN2;
+                    sc_out[(size_t)(j0 + g) * G + h0 + hc[c]] = v * LN2;
                     const float mn = fmaxf(run_m[c], v);
                     run_s[c] = run_s[c] * fast_exp2(run_m[c] - mn) + fast_exp2(v - mn);
                     run_m[c] = mn;
@@ -636,6 +665,7 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
         }
         __syncwarp();
     }
+    pdl_trigger();
     cp_async_wait<0>();
     /* block partial of each head's normaliser: lanes of one t hold the same heads */
     float2 rc[2];
@@ -650,7 +680,7 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
         if (lane < 4) red[warp][lane][c] = rc[c];
     }
     __syncthreads();
-    if ((int)threadIdx.x < G) {
+    if ((int)threadIdx.x < gt) {
         const int hh = threadIdx.x;
         float2 r = make_float2(-INFINITY, 0.f);
         for (int w = 0; w < SCORE_WARPS; w++)
@@ -661,14 +691,21 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
                     const int hx = PACK ? ((2 * l + c) & 3) : 2 * l + c;
                     if (hx == hh) r = lse_combine(r, red[w][l][c]);
                 }
-        lse_part[((size_t)seg * gridDim.x + blockIdx.x) * G + hh] = r;
+        lse_part[((size_t)seg * nbx + bx) * G + h0 + hh] = r;
     }
 }
 
-int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_pages) {
-    /* one wave: SCORE_BLOCKS_PER_SM resident blocks per SM, spread over the segments */
+/* Column tiles of the int8 kernel for a group of G (0: the fp16 kernel). */
+static int32_t score_tiles(const locks_cuda_cache *c, int32_t G) {
+    return G <= 8 ? 1 : (c->ws.score_i8_g16 ? 2 : 0);
+}
+
+int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t hq, int32_t max_pages) {
+    /* one wave: SCORE_BLOCKS_PER_SM resident blocks per SM, spread over the segments and
+     * column tiles (two waves of single-batch warps cost GLM-4's 128K step ~12 us, run 20) */
     const int32_t segs = n_seqs * c->p.n_kv_heads;
-    int32_t want = c->n_sm * SCORE_BLOCKS_PER_SM / segs; /* floor: no partial second wave */
+    const int32_t nct = score_tiles(c, hq / c->p.n_kv_heads);
+    int32_t want = c->n_sm * SCORE_BLOCKS_PER_SM / (segs * (nct > 1 ? nct : 1)); /* floor: no partial second wave */
     int32_t batches = (max_pages + SCORE_BATCH - 1) / SCORE_BATCH;
     int32_t most = (batches + SCORE_WARPS - 1) / SCORE_WARPS;
     if (want > most) want = most;
@@ -703,24 +740,32 @@ static locks_status score_launch_t(locks_cuda_cache *c, int32_t layer, int32_t n
                                    int32_t nblk, cudaStream_t st) {
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
     const size_t base = summary_index(c, layer, 0);
-    dim3 grid((unsigned)nblk, (unsigned)(n_seqs * hkv));
-    if (G <= 8) {
+    const int32_t segs = n_seqs * hkv;
+    /* G <= 8: one column tile of the int8 kernel; G 9..16: two tiles, one per block (the
+     * same registers as G = 8); the fp16 kernel only if switched off (LOCKS_CUDA_SCORE_I8G16=0) */
+    const int32_t nct = score_tiles(c, G);
+    if (nct > 0) {
         auto kern = G <= 4 ? score_i8_kernel<D, true> : score_i8_kernel<D, false>;
-        kern<<<grid, SCORE_WARPS * 32, score_smem<D>(), st>>>(
-            c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
-            c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,
-            c->coef_scale + base * LOCKS_CUDA_MAX_RANK, c->ws.seq_slots, c->seq_len, c->block_table, c->p.n_pages,
-            hkv, G, scale, c->ws.q_i8, c->ws.q_isum, c->ws.q_amax, hq, c->ws.scores, c->ws.max_pages,
-            c->ws.lse_part);
-        CU_LAUNCH_CHECK(score_i8_kernel);
+        CU_TRY(launch_k(c->ws.pdl, kern, dim3((unsigned)(nblk * nct), (unsigned)segs), dim3(SCORE_WARPS * 32),
+                        score_smem<D>(), st, (const int8_t *)(c->mu + base * D), (const __half *)(c->mu_scale + base),
+                        (const uint8_t *)(c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2)),
+                        (const __half *)(c->basis_scale + base * LOCKS_CUDA_MAX_RANK),
+                        (const int8_t *)(c->coef + base * 16 * LOCKS_CUDA_MAX_RANK),
+                        (const __half *)(c->coef_scale + base * LOCKS_CUDA_MAX_RANK), (const int32_t *)c->ws.seq_slots,
+                        (const int32_t *)c->seq_len, (const int32_t *)c->block_table, c->p.n_pages, hkv, G, scale,
+                        (const int8_t *)c->ws.q_i8, (const int32_t *)c->ws.q_isum, (const float *)c->ws.q_amax, hq,
+                        c->ws.scores, c->ws.max_pages, c->ws.lse_part, c->ws.hist, nct));
         return LOCKS_OK;
     }
-    score_kernel<D><<<grid, SCORE_WARPS * 32, score_smem<D>(), st>>>(
-        c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
-        c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,
-        c->coef_scale + base * LOCKS_CUDA_MAX_RANK, c->ws.seq_slots, c->seq_len, c->block_table, c->p.n_pages, hkv,
-        G, scale, c->ws.q_score, c->ws.q_amax, hq, c->ws.scores, c->ws.max_pages, c->ws.lse_part);
-    CU_LAUNCH_CHECK(score_kernel);
+    CU_TRY(launch_k(c->ws.pdl, score_kernel<D>, dim3((unsigned)nblk, (unsigned)segs), dim3(SCORE_WARPS * 32),
+                    score_smem<D>(), st, (const int8_t *)(c->mu + base * D), (const __half *)(c->mu_scale + base),
+                    (const uint8_t *)(c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2)),
+                    (const __half *)(c->basis_scale + base * LOCKS_CUDA_MAX_RANK),
+                    (const int8_t *)(c->coef + base * 16 * LOCKS_CUDA_MAX_RANK),
+                    (const __half *)(c->coef_scale + base * LOCKS_CUDA_MAX_RANK), (const int32_t *)c->ws.seq_slots,
+                    (const int32_t *)c->seq_len, (const int32_t *)c->block_table, c->p.n_pages, hkv, G, scale,
+                    (const __half *)c->ws.q_score, (const float *)c->ws.q_amax, hq, c->ws.scores, c->ws.max_pages,
+                    c->ws.lse_part, c->ws.hist));
     return LOCKS_OK;
 }
 

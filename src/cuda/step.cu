@@ -4,10 +4,13 @@
  *
  * Step order on the cache's stream (every buffer at a fixed address in the workspace):
  *   qprep (queries -> fp16 scoring copy + pre-scaled attention copy, NaN flag)
- *   score (summaries -> page LSE per head + normaliser partials)
- *   memset hist; mass (Z_h, group mass, first radix histogram)
+ *   score (summaries -> page LSE per head + normaliser partials; zeroes hist)
+ *   mass (Z_h, group mass, first radix histogram)
  *   topk (selection, ascending logical pages: topk_mb.cu, or topk.cu for huge contexts)
  *   attend + merge (sparse flash-decoding over the selection)
+ * Every kernel after qprep is launched with programmatic dependent launch (common.cuh),
+ * so each one's prologue (sequence tables, the first summary copies) overlaps the tail
+ * of the one before, in the graph too.
  * Sequence lengths and block tables are read on the device, so a captured graph stays
  * valid while the sequences grow (up to the context the grids were sized for).
  */
@@ -15,6 +18,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_SPLITS 1024
@@ -35,6 +39,18 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
         LOCKS_TRY(locks_cuda_attend_prepare(c));
         LOCKS_TRY(locks_cuda_score_prepare(c));
         LOCKS_TRY(locks_cuda_topk_mb_prepare(c));
+        /* lab switches (bench/RESULTS.md, issue 12); unset: the defaults (PDL and the int8
+         * kernel for G 9..16 on) */
+        const char *e = getenv("LOCKS_CUDA_PDL");
+        w->pdl = !(e && e[0] == '0');
+        e = getenv("LOCKS_CUDA_SCORE_I8G16");
+        w->score_i8_g16 = !(e && e[0] == '0');
+        e = getenv("LOCKS_CUDA_ATT_MIN_PPS");
+        w->att_min_pps = e ? atoi(e) : 0;
+        e = getenv("LOCKS_CUDA_TOPK_MB_MIN");
+        w->topk_mb_min = e ? atoi(e) : -1;
+        e = getenv("LOCKS_CUDA_MASS_PPB");
+        w->mass_ppb = e ? atoi(e) : 0;
         w->ready = 1;
     }
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
@@ -181,11 +197,11 @@ static locks_status prep_checked(locks_cuda_cache *c, const float *d_q, int32_t 
 static locks_status enqueue_locks(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq,
                                   const locks_step_params *p, float scale, int32_t max_pages, int32_t max_list,
                                   float *d_out, int timed) {
-    const int32_t nblk = locks_cuda_score_blocks(c, n_seqs, max_pages);
+    const int32_t nblk = locks_cuda_score_blocks(c, n_seqs, hq, max_pages);
     if (timed) CU_TRY(cudaEventRecord(c->ev[1], c->stream));
+    /* the score kernel also zeroes the histograms that mass.cu fills */
     LOCKS_TRY(locks_cuda_score_launch(c, layer, n_seqs, hq, scale, nblk, c->stream));
-    CU_TRY(cudaMemsetAsync(c->ws.hist, 0, (size_t)n_seqs * c->p.n_kv_heads * LOCKS_CUDA_HIST_STRIDE * 4, c->stream));
-    LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, 1, c->stream));
+    LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, max_pages, 1, c->stream));
     if (timed) CU_TRY(cudaEventRecord(c->ev[2], c->stream));
     if (locks_cuda_topk_mb_pays(c, max_pages)) /* the whole machine; else one block per segment */
         LOCKS_TRY(locks_cuda_topk_mb_launch(c, n_seqs, p, max_pages, c->stream));
@@ -275,9 +291,9 @@ extern "C" locks_status locks_cuda_score(locks_cuda_cache *c, int32_t layer, int
     LOCKS_TRY(prep_checked(c, d_q, 1, hq, scale));
     const int32_t n_full = c->h_seq_len[seq] / 16;
     if (n_full == 0) return LOCKS_OK;
-    const int32_t nblk = locks_cuda_score_blocks(c, 1, max_pages);
+    const int32_t nblk = locks_cuda_score_blocks(c, 1, hq, max_pages);
     LOCKS_TRY(locks_cuda_score_launch(c, layer, 1, hq, scale, nblk, c->stream));
-    LOCKS_TRY(locks_cuda_mass_launch(c, 1, hq, p, nblk, 0, c->stream));
+    LOCKS_TRY(locks_cuda_mass_launch(c, 1, hq, p, nblk, max_pages, 0, c->stream));
     CU_TRY(cudaMemcpy2DAsync(d_mass, (size_t)n_full * 4, c->ws.mass, (size_t)c->ws.max_pages * 4, (size_t)n_full * 4,
                              (size_t)c->p.n_kv_heads, cudaMemcpyDeviceToDevice, c->stream));
     CU_TRY(cudaStreamSynchronize(c->stream));

@@ -62,6 +62,8 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
     const int tid = threadIdx.x;
 
     const int32_t sink = pl.sink, rs = pl.rs, n_cand = pl.n_cand, k = pl.k;
+    pdl_wait(); /* the masses and histogram of mass.cu */
+    pdl_trigger();
     if (pl.every) { /* everything: dense */
         for (int32_t j = tid; j < n_tot; j += TOPK_THREADS) o[j] = j;
         if (tid == 0) out_n[seg] = n_tot;
@@ -174,9 +176,9 @@ locks_status locks_cuda_topk_launch(locks_cuda_cache *c, int32_t n_seqs, const l
                                     const float *mass, int32_t mass_stride, int32_t *out, int32_t *out_n,
                                     int32_t out_stride, int use_hist, cudaStream_t st) {
     const int32_t hkv = c->p.n_kv_heads;
-    topk_kernel<<<(unsigned)(n_seqs * hkv), TOPK_THREADS, 0, st>>>(c->ws.seq_slots, c->seq_len, hkv, mass,
-                                                                  mass_stride, c->ws.hist, use_hist, p->budget,
-                                                                  p->n_sink, p->n_recent, out, out_n, out_stride);
-    CU_LAUNCH_CHECK(topk_kernel);
+    CU_TRY(launch_k(c->ws.pdl, topk_kernel, dim3((unsigned)(n_seqs * hkv)), dim3(TOPK_THREADS), 0, st,
+                    (const int32_t *)c->ws.seq_slots, (const int32_t *)c->seq_len, hkv, mass, mass_stride,
+                    (const uint32_t *)c->ws.hist, use_hist, p->budget, p->n_sink, p->n_recent, out, out_n,
+                    out_stride));
     return LOCKS_OK;
 }

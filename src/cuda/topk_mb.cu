@@ -102,6 +102,8 @@ topk_collect_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__rest
     __shared__ uint32_t s_bin, s_above;
     const int32_t seg = blockIdx.y;
     const locks_plan pl = locks_plan_make(seq_len[seq_slots[seg / hkv]], budget, n_sink, n_recent, 0);
+    pdl_wait(); /* the masses and histogram of mass.cu */
+    pdl_trigger();
     if (pl.every || pl.k <= 0) return; /* nothing to rank, or over budget */
     uint32_t *gh = hist + (size_t)seg * LOCKS_CUDA_HIST_STRIDE;
     for (int i = threadIdx.x; i < TK_BINS; i += TKC_THREADS) h[i] = gh[i];
@@ -168,6 +170,8 @@ topk_final_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restri
     const locks_plan pl = locks_plan_make(seq_len[seq_slots[seg / hkv]], budget, n_sink, n_recent, 0);
     int32_t *o = out + (size_t)seg * out_stride;
     const int tid = threadIdx.x;
+    pdl_wait(); /* the lists of topk_collect_kernel */
+    pdl_trigger();
     if (pl.every) {
         for (int32_t j = tid; j < pl.n_tot; j += TKF_THREADS) o[j] = j;
         if (tid == 0) out_n[seg] = pl.n_tot;
@@ -267,7 +271,8 @@ int locks_cuda_topk_mb_ok(const locks_cuda_cache *c, int32_t max_pages) {
  * one block per segment is cheaper until ~24K pages (measured on the H200: 13 vs 18 us
  * at 8K pages, 30 vs 18 us at 32K, 52 vs 18 us at 64K, bench/RESULTS.md). */
 int locks_cuda_topk_mb_pays(const locks_cuda_cache *c, int32_t max_pages) {
-    return locks_cuda_topk_mb_ok(c, max_pages) && max_pages >= TK_MB_MIN_PAGES;
+    const int32_t from = c->ws.topk_mb_min >= 0 ? c->ws.topk_mb_min : TK_MB_MIN_PAGES;
+    return locks_cuda_topk_mb_ok(c, max_pages) && max_pages >= from;
 }
 
 locks_status locks_cuda_topk_mb_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
@@ -278,15 +283,14 @@ locks_status locks_cuda_topk_mb_launch(locks_cuda_cache *c, int32_t n_seqs, cons
     if (nblk > most) nblk = most;
     if (nblk < 1) nblk = 1;
     struct locks_cuda_ws *w = &c->ws;
-    topk_collect_kernel<<<dim3((unsigned)nblk, (unsigned)segs), TKC_THREADS, 0, st>>>(
-        w->seq_slots, c->seq_len, hkv, w->mass, w->max_pages, w->hist, p->budget, p->n_sink, p->n_recent, w->taken,
-        w->cand_idx, w->cand_key);
-    CU_LAUNCH_CHECK(topk_collect_kernel);
+    CU_TRY(launch_k(w->pdl, topk_collect_kernel, dim3((unsigned)nblk, (unsigned)segs), dim3(TKC_THREADS), 0, st,
+                    (const int32_t *)w->seq_slots, (const int32_t *)c->seq_len, hkv, (const float *)w->mass,
+                    w->max_pages, w->hist, p->budget, p->n_sink, p->n_recent, w->taken, w->cand_idx, w->cand_key));
     const size_t smem = (size_t)((max_pages + 31) / 32) * 4;
-    topk_final_kernel<<<(unsigned)segs, TKF_THREADS, smem, st>>>(
-        w->seq_slots, c->seq_len, hkv, w->hist, w->max_pages, p->budget, p->n_sink, p->n_recent, w->taken,
-        w->cand_idx, w->cand_key, w->sel, w->sel_n, w->max_pages);
-    CU_LAUNCH_CHECK(topk_final_kernel);
+    CU_TRY(launch_k(w->pdl, topk_final_kernel, dim3((unsigned)segs), dim3(TKF_THREADS), smem, st,
+                    (const int32_t *)w->seq_slots, (const int32_t *)c->seq_len, hkv, (const uint32_t *)w->hist,
+                    w->max_pages, p->budget, p->n_sink, p->n_recent, (const int32_t *)w->taken,
+                    (const int32_t *)w->cand_idx, (const uint32_t *)w->cand_key, w->sel, w->sel_n, w->max_pages));
     return LOCKS_OK;
 }
 
