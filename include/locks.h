@@ -321,6 +321,14 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
  * LOCKS_ERR_UNSUPPORTED, as does locks_prefill_attend. locks_cache_k_page/v_page return
  * NULL. stats times are CUDA-event times of the phases. */
 
+/* Runs the cache's device work on `stream` (a cudaStream_t, e.g. PyTorch's current
+ * stream) from now on, so kernels the caller queued there before a call (writing q, k,
+ * v) finish before the cache reads them, with no host wait; NULL goes back to the
+ * cache's own stream. Work already issued stays ordered first (an event). The caller
+ * keeps the stream alive while the cache uses it. The calls stay synchronous as above.
+ * CPU backend: LOCKS_OK for NULL, LOCKS_ERR_UNSUPPORTED for a stream. */
+locks_status locks_cache_set_stream(locks_cache *c, void *stream);
+
 /* The whole decode step (score -> group mass -> top-k -> sparse attention) of a fixed
  * batch, captured once into a CUDA graph and replayed. q [n_seqs][n_q_heads][d] and
  * out (same shape) are device buffers whose addresses are baked into the graph: write

@@ -68,7 +68,15 @@ locks_status locks_cuda_backend_write(locks_cache *c, int32_t seq_id, int32_t la
 
 #endif
 
-/* ---- public CUDA graph API (locks.h) ---------------------------------------------- */
+/* ---- public stream and CUDA graph API (locks.h) ------------------------------------- */
+
+locks_status locks_cache_set_stream(locks_cache *c, void *stream) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_set_stream(c->cuda, stream);
+#endif
+    return stream ? LOCKS_ERR_UNSUPPORTED : LOCKS_OK;
+}
 
 #ifdef LOCKS_HAVE_CUDA
 struct locks_step_graph {

@@ -125,7 +125,7 @@ extern "C" void locks_cuda_cache_free(locks_cuda_cache **pc) {
     DFREE(c->flush_buf);
     for (int i = 0; i < 8; i++)
         if (c->ev[i]) cudaEventDestroy(c->ev[i]);
-    if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->own_stream) cudaStreamDestroy(c->own_stream);
     locks_free(c->h_seq_len);
     locks_free(c);
     *pc = NULL;
@@ -172,10 +172,11 @@ extern "C" locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, 
     c->rank = p->rank;
     c->n_sm = prop.multiProcessorCount;
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
-    if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess) {
+    if (cudaStreamCreateWithFlags(&c->own_stream, cudaStreamNonBlocking) != cudaSuccess) {
         st = LOCKS_ERR_BACKEND;
         goto fail;
     }
+    c->stream = c->own_stream;
     for (int i = 0; i < 8; i++)
         if (cudaEventCreate(&c->ev[i]) != cudaSuccess) {
             st = LOCKS_ERR_BACKEND;

@@ -83,7 +83,8 @@ struct locks_cuda_ws {
 struct locks_cuda_cache {
     locks_cache_params p;
     int32_t rank;
-    cudaStream_t stream;
+    cudaStream_t stream;     /* where the cache's work runs: own_stream or the caller's */
+    cudaStream_t own_stream; /* created at init, destroyed at free */
     cudaEvent_t ev[8];
     char device_name[256];
     int n_sm;

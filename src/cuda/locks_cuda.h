@@ -46,6 +46,10 @@ locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, locks_statu
 /* Frees everything and sets *c to NULL. */
 void locks_cuda_cache_free(locks_cuda_cache **c);
 
+/* Issues the cache's work on `stream` (a cudaStream_t) from now on; NULL: the cache's
+ * own stream. Work issued before is ordered first through an event (no host wait). */
+locks_status locks_cuda_set_stream(locks_cuda_cache *c, void *stream);
+
 /* Mirrors one sequence slot: its block table (n_pages logical -> physical) and its
  * length in tokens. len 0 marks the slot unused. */
 locks_status locks_cuda_seq_sync(locks_cuda_cache *c, int32_t seq, const int32_t *block_table,
