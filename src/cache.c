@@ -98,18 +98,27 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
 #ifdef LOCKS_HAVE_CUDA
     if (params.backend == LOCKS_BACKEND_CUDA) return locks_cache_init_cuda(params, err);
 #endif
+    return locks_cache_init_cpu(&params, NULL, err);
+}
+
+locks_cache *locks_cache_init_cpu(const locks_cache_params *pp, locks_ext_pages *ext, locks_status *err) {
+    const locks_cache_params params = *pp;
     locks_status st = check_params(&params);
     locks_cache *c = NULL;
     if (st != LOCKS_OK) goto fail;
     c = locks_cache_init_host(&params, &st);
     if (!c) goto fail;
+    c->ext = ext; /* freed with the cache from here on */
+    ext = NULL;
     st = LOCKS_ERR_OOM;
     const size_t L = (size_t)params.n_layers, NP = (size_t)params.n_pages;
     const size_t H = (size_t)c->hkv, d = (size_t)c->d, r = (size_t)c->r;
     const size_t kv_elems = L * NP * H * c->block;
-    c->k = locks_alloc_huge(kv_elems, sizeof(uint16_t));
-    c->v = locks_alloc_huge(kv_elems, sizeof(uint16_t));
-    if (!c->k || !c->v) goto fail;
+    if (!c->ext) { /* K/V pages of its own */
+        c->k = locks_alloc_huge(kv_elems, sizeof(uint16_t));
+        c->v = locks_alloc_huge(kv_elems, sizeof(uint16_t));
+        if (!c->k || !c->v) goto fail;
+    }
     const size_t LHN = L * H * NP;
     if (params.summary_prec == LOCKS_SUMMARY_F32) {
         c->s_mu = locks_alloc_huge(LHN * d, sizeof(float));
@@ -134,6 +143,7 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
 fail:
     if (st != LOCKS_ERR_OOM && st != LOCKS_OK)
         locks_log(LOCKS_LOG_ERROR, "locks_cache_init: %s", locks_status_str(st));
+    locks_ext_pages_free(ext);
     locks_cache_free(c);
     if (err) *err = st;
     return NULL;
@@ -163,10 +173,18 @@ void locks_cache_free(locks_cache *c) {
     locks_free(c->s_c_q);
     locks_free(c->s_c_s);
     for (int32_t i = 0; i < 4; i++) locks_free(c->scratch[i].p);
+    locks_ext_pages_free(c->ext);
     locks_free(c);
 }
 
 locks_cache_params locks_cache_get_params(const locks_cache *c) { return c->p; }
+
+void locks_ext_pages_free(locks_ext_pages *e) {
+    if (!e) return;
+    locks_free(e->k);
+    locks_free(e->v);
+    locks_free(e);
+}
 
 /* ---------------------------------------------------------------------------------- */
 /* Internal accessors                                                                  */
@@ -198,11 +216,32 @@ static size_t block_offset(const locks_cache *c, int32_t layer, int32_t page, in
 }
 
 const uint16_t *locks_cache_kblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h) {
+    if (c->ext) return c->ext->k[layer] + (size_t)page * c->ext->page_ld + (size_t)h * c->ext->head_ld;
     return c->k + block_offset(c, layer, page, h);
 }
 
 const uint16_t *locks_cache_vblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h) {
+    if (c->ext) return c->ext->v[layer] + (size_t)page * c->ext->page_ld + (size_t)h * c->ext->head_ld;
     return c->v + block_offset(c, layer, page, h);
+}
+
+size_t locks_cache_kv_ld(const locks_cache *c) { return c->ext ? c->ext->tok_ld : (size_t)c->d; }
+
+void locks_cache_kv_rows(const locks_cache *c, int32_t layer, int32_t page, int32_t h, uint16_t *tmp_k,
+                         uint16_t *tmp_v, const uint16_t **kb, const uint16_t **vb) {
+    const uint16_t *k = locks_cache_kblock(c, layer, page, h), *v = locks_cache_vblock(c, layer, page, h);
+    const size_t ld = locks_cache_kv_ld(c), d = (size_t)c->d;
+    if (ld == d) {
+        *kb = k;
+        *vb = v;
+        return;
+    }
+    for (size_t t = 0; t < P; t++) {
+        memcpy(tmp_k + t * d, k + t * ld, d * sizeof(uint16_t));
+        memcpy(tmp_v + t * d, v + t * ld, d * sizeof(uint16_t));
+    }
+    *kb = tmp_k;
+    *vb = tmp_v;
 }
 
 const locks_seq *locks_cache_seq(const locks_cache *c, int32_t seq_id) {
@@ -244,8 +283,9 @@ locks_status locks_cache_seq_add(locks_cache *c, int32_t *seq_id) {
 locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
     locks_seq *s = &c->seqs[seq_id];
-    /* push back in reverse so the next sequence gets them in the same order */
-    for (int32_t i = s->n_pages - 1; i >= 0; i--) c->free_list[c->n_free++] = s->table[i];
+    /* push back in reverse so the next sequence gets them in the same order (a
+     * caller-owned cache has no free list: the pages are the caller's) */
+    for (int32_t i = s->n_pages - 1; i >= 0 && !c->ext; i--) c->free_list[c->n_free++] = s->table[i];
     s->active = 0;
     s->len = 0;
     s->n_pages = 0;
@@ -257,6 +297,7 @@ locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
 
 locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    if (c->ext) return LOCKS_ERR_UNSUPPORTED; /* the caller's block table: seq_set_pages */
     locks_seq *s = &c->seqs[seq_id];
     if (len < 0 || len > s->len) return LOCKS_ERR_INVALID_ARG;
     int32_t keep = (len + P - 1) / P;
@@ -292,6 +333,7 @@ int32_t locks_cache_free_pages(const locks_cache *c) { return c ? c->n_free : 0;
 locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
     if (!c) return LOCKS_ERR_INVALID_ARG;
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    if (c->ext) return LOCKS_ERR_UNSUPPORTED; /* the caller's block table: seq_set_pages */
     if (n_tokens < 0) return LOCKS_ERR_INVALID_ARG;
     locks_seq *s = &c->seqs[seq_id];
     int64_t new_len = (int64_t)s->len + n_tokens;
@@ -320,7 +362,8 @@ static void build_page_head(locks_cache *c, int32_t layer, int32_t page, int32_t
     float k[P * LOCKS_MAX_HEAD_DIM];
     float mu[LOCKS_MAX_HEAD_DIM], basis[LOCKS_MAX_RANK * LOCKS_MAX_HEAD_DIM], coef[P * LOCKS_MAX_RANK];
     const uint16_t *kb = locks_cache_kblock(c, layer, page, h);
-    locks_f16_to_f32_n(kb, k, c->block);
+    const size_t ld = locks_cache_kv_ld(c); /* d, or the caller's row stride */
+    for (size_t t = 0; t < P; t++) locks_f16_to_f32_n(kb + t * ld, k + t * (size_t)d, (size_t)d);
     /* keys are finite (checked on write), so the build cannot fail */
     (void)locks_summary_build_f32(d, r, k, mu, basis, coef);
     locks_sum_arrays a = locks_cache_summaries(c, layer, h);
@@ -354,6 +397,7 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
     if (!c) return LOCKS_ERR_INVALID_ARG;
     const locks_seq *s = locks_cache_seq(c, seq_id);
     if (!s) return LOCKS_ERR_NO_SEQ;
+    if (c->ext) return LOCKS_ERR_UNSUPPORTED; /* the caller writes its own pages */
     if (layer < 0 || layer >= c->p.n_layers || pos < 0 || n < 0 || pos > s->len - n)
         return LOCKS_ERR_INVALID_ARG;
     if (n == 0) return LOCKS_OK;
@@ -389,6 +433,11 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
         locks_pool_run(c->pool, n_build * H, build_task, &job);
     }
     return LOCKS_OK;
+}
+
+void locks_cache_build_pages(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
+    build_job job = {c, layer, pages};
+    locks_pool_run(c->pool, n * c->hkv, build_task, &job);
 }
 
 const uint16_t *locks_cache_k_page(const locks_cache *c, int32_t layer, int32_t page) {

@@ -52,6 +52,16 @@ typedef struct {
     size_t bytes;
 } locks_scratch;
 
+/* The caller's K/V pages (locks_cache_init_ext); the cache then has no k, v of its own.
+ * Block (layer l, page p, head h) starts at k[l] + p * page_ld + h * head_ld and its 16
+ * token rows are tok_ld elements apart (HND: Hkv*16*d, 16*d, d; NHD: 16*Hkv*d, d, Hkv*d). */
+typedef struct {
+    locks_kv_layout layout;
+    locks_dtype dtype;
+    const uint16_t **k, **v; /* [n_layers] */
+    size_t page_ld, head_ld, tok_ld;
+} locks_ext_pages;
+
 struct locks_cache {
     locks_cache_params p;
     int32_t d, hkv, r;
@@ -70,6 +80,7 @@ struct locks_cache {
     void *sel_meta[LOCKS_SEL_COUNT]; /* per-selector page metadata (selector.h) */
     locks_scratch scratch[4];        /* step scratch (step.c) */
     struct locks_cuda_cache *cuda;   /* CUDA backend state (backend_cuda.c); NULL on CPU */
+    locks_ext_pages *ext;            /* caller-owned pages (extkv.c); NULL: k, v above */
 };
 
 /* The part of a cache every backend shares: checks the pool's shape and the rank
@@ -80,10 +91,30 @@ struct locks_cache {
  * failure; err must not be NULL. */
 locks_cache *locks_cache_init_host(const locks_cache_params *params, locks_status *err);
 
+/* locks_cache_init for the CPU backend; ext (may be NULL: own K/V pages) becomes the
+ * cache's, freed with it or on failure. */
+locks_cache *locks_cache_init_cpu(const locks_cache_params *params, locks_ext_pages *ext, locks_status *err);
+void locks_ext_pages_free(locks_ext_pages *e);
+
 locks_sum_arrays locks_cache_summaries(const locks_cache *c, int32_t layer, int32_t kv_head);
 /* The fp16 K (or V) block of (layer, physical page, KV head): [P][d]. */
 const uint16_t *locks_cache_kblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h);
 const uint16_t *locks_cache_vblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h);
+/* Elements between the token rows of a K/V block: d, or the caller's stride (NHD). */
+size_t locks_cache_kv_ld(const locks_cache *c);
+/* The K and V blocks of (layer, page, head) as contiguous [P][d]: the stored blocks,
+ * or (rows tok_ld apart) copies in tmp_k / tmp_v ([P * d] each). */
+void locks_cache_kv_rows(const locks_cache *c, int32_t layer, int32_t page, int32_t h, uint16_t *tmp_k,
+                         uint16_t *tmp_v, const uint16_t **kb, const uint16_t **vb);
+/* Builds the summaries and selector metadata of n physical pages of one layer (all
+ * KV heads) from the stored keys, on the pool (CPU backend). */
+void locks_cache_build_pages(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n);
+/* Caller-owned caches (extkv.c): LOCKS_ERR_INVALID_ARG unless every full page of each
+ * sequence has been reported filled in this layer; LOCKS_ERR_UNSUPPORTED for a
+ * selector that reads contiguous key blocks on an NHD cache. */
+locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                  locks_selector sel);
+
 /* The sequence, or NULL if the id is unknown or removed. */
 const locks_seq *locks_cache_seq(const locks_cache *c, int32_t seq_id);
 /* Pointer to at least `bytes` bytes of scratch slot i (contents kept across growth

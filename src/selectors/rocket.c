@@ -148,6 +148,7 @@ locks_status locks_cache_snapkv_observe(locks_cache *c, int32_t seq_id, int32_t 
         n_q_heads % c->hkv != 0)
         return LOCKS_ERR_INVALID_ARG;
     if (c->p.backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_UNSUPPORTED;
+    if (locks_cache_kv_ld(c) != (size_t)c->d) return LOCKS_ERR_UNSUPPORTED; /* caller's NHD pages */
     const locks_seq *sq = locks_cache_seq(c, seq_id);
     if (!sq) return LOCKS_ERR_NO_SEQ;
     if (n_obs < 1 || n_obs > sq->len) return LOCKS_ERR_INVALID_ARG;
