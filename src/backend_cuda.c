@@ -28,6 +28,24 @@ fail:
     return NULL;
 }
 
+locks_cache *locks_cache_init_cuda_ext(locks_cache_params params, locks_ext_pages *e, locks_status *err) {
+    locks_status st;
+    locks_cache *c = locks_cache_init_host(&params, &st);
+    if (!c) {
+        locks_ext_pages_free(e);
+        goto fail;
+    }
+    c->ext = e; /* its pointers are device memory: read by the kernels, never here */
+    c->cuda = locks_cuda_cache_init_ext(&params, (const void *const *)e->k, (const void *const *)e->v, e->layout, &st);
+    if (!c->cuda) goto fail;
+    if (err) *err = LOCKS_OK;
+    return c;
+fail:
+    locks_cache_free(c);
+    if (err) *err = st;
+    return NULL;
+}
+
 locks_status locks_cuda_backend_sync(locks_cache *c, int32_t seq_id) {
     const locks_seq *s = &c->seqs[seq_id];
     return locks_cuda_seq_sync(c->cuda, seq_id, s->table, s->active ? s->n_pages : 0, s->active ? s->len : 0);

@@ -11,6 +11,8 @@
 
 /* locks_cache_init for LOCKS_BACKEND_CUDA: host bookkeeping + device pools. */
 locks_cache *locks_cache_init_cuda(locks_cache_params params, locks_status *err);
+/* locks_cache_init_ext for LOCKS_BACKEND_CUDA; takes e (also on failure). */
+locks_cache *locks_cache_init_cuda_ext(locks_cache_params params, locks_ext_pages *e, locks_status *err);
 /* Mirrors sequence seq_id's block table and length to the device (after append/remove). */
 locks_status locks_cuda_backend_sync(locks_cache *c, int32_t seq_id);
 /* locks_cache_write for the CUDA backend (arguments already validated). */

@@ -128,4 +128,4 @@ if HAVE_EXT:
     _decl("locks_cache_init_ext", _P, CacheParams, POINTER(ExtKV), POINTER(ctypes.c_int))
     _decl("locks_cache_seq_set_pages", ctypes.c_int, _P, c_int32, c_int32_p, c_int32, c_int32)
     _decl("locks_cache_pages_filled", ctypes.c_int, _P, c_int32, c_int32_p, c_int32)
-    _decl("locks_selection_physical", ctypes.c_int, _P, c_int32_p, c_int32, POINTER(Selection), c_int32_p)
+    _decl("locks_cache_pages_release", ctypes.c_int, _P, c_int32_p, c_int32)

@@ -320,3 +320,92 @@ def _is_f32_contig(x: Array) -> bool:
     return x.dtype == np.float32 and x.flags.c_contiguous
 
 
+
+
+_LAYOUTS = {"HND": 0, "NHD": 1}
+
+
+class PagedCache(Cache):
+    """A LOCKS cache over K/V pages the caller owns (locks_cache_init_ext): the library
+    keeps only page summaries and selector metadata beside them.
+
+    ``k_pages[l]`` / ``v_pages[l]`` are layer l's pages, shaped ``[n_pages, Hkv, 16, d]``
+    (layout "HND") or ``[n_pages, 16, Hkv, d]`` ("NHD", vLLM's and FlashInfer's
+    default): numpy float16 arrays for a CPU cache, torch CUDA float16/bfloat16 tensors
+    for a CUDA cache, contiguous. They are read in place (the object keeps references);
+    the caller writes them. Per sequence: :meth:`set_pages` (its block table and length),
+    :meth:`pages_filled` when pages become full, :meth:`release` when pages are freed;
+    then :meth:`decode_step`, or :meth:`score` + :meth:`select` for the selection only
+    (:meth:`physical` maps it to the caller's page ids)."""
+
+    def __init__(self, k_pages: Sequence[Array], v_pages: Sequence[Array], layout: str = "NHD",
+                 max_seqs: int = 1, rank: int = 8, n_threads: int = 1, device: int = 0) -> None:
+        if layout not in _LAYOUTS:
+            raise InvalidArgError(1, "PagedCache", f"layout {layout!r}: 'HND' or 'NHD'")
+        k_pages, v_pages = list(k_pages), list(v_pages)
+        if not k_pages or len(k_pages) != len(v_pages):
+            raise InvalidArgError(1, "PagedCache", "one K and one V page array per layer")
+        x = k_pages[0]
+        if len(x.shape) != 4:
+            raise InvalidArgError(1, "PagedCache", f"page arrays are 4-d, got shape {tuple(x.shape)}")
+        n_pages, a, b, d = (int(s) for s in x.shape)
+        hkv, tok = (a, b) if layout == "HND" else (b, a)
+        if tok != LOCKS_PAGE:
+            raise InvalidArgError(1, "PagedCache", f"16 tokens per page, got {tok}")
+        is_torch = hasattr(x, "data_ptr")
+        dtype = str(x.dtype).replace("torch.", "")
+        if dtype not in ("float16", "bfloat16"):
+            raise InvalidArgError(1, "PagedCache", f"pages are float16 or bfloat16, got {dtype}")
+        for t in k_pages + v_pages:
+            ok = (tuple(t.shape) == tuple(x.shape) and str(t.dtype) == str(x.dtype) and
+                  (t.is_contiguous() if is_torch else t.flags.c_contiguous))
+            if not ok:
+                raise InvalidArgError(1, "PagedCache", "every page array has layer 0's shape and dtype, contiguous")
+        backend = "cuda" if is_torch and x.is_cuda else "cpu"
+        if is_torch and backend == "cpu":
+            raise TypeError("PagedCache: a CPU cache takes numpy arrays")
+        self._keep = (k_pages, v_pages)  # the library reads them in place
+        ptr = self._ptr
+        kp = (ctypes.c_void_p * len(k_pages))(*[ptr(t) for t in k_pages])
+        vp = (ctypes.c_void_p * len(v_pages))(*[ptr(t) for t in v_pages])
+        ext = _capi.ExtKV(_LAYOUTS[layout], _DTYPES["bf16" if dtype == "bfloat16" else "f16"],
+                          ctypes.cast(kp, ctypes.POINTER(ctypes.c_void_p)),
+                          ctypes.cast(vp, ctypes.POINTER(ctypes.c_void_p)))
+        p = lib.locks_cache_default_params()
+        p.n_layers, p.n_kv_heads, p.head_dim, p.n_pages = len(k_pages), hkv, d, n_pages
+        p.max_seqs, p.rank, p.n_threads = max_seqs, rank, n_threads
+        p.device = (x.device.index or 0) if backend == "cuda" else device
+        p.backend = _BACKENDS[backend]
+        self.layout = layout
+        self._tables: dict = {}
+        self._init(p, backend, p.device, ext)
+
+    def set_pages(self, seq: int, block_table: Sequence[int], length: int) -> None:
+        """The sequence's block table (physical page of each logical page, ceil(length /
+        16) entries) and its length in tokens; call it whenever either changes."""
+        bt = np.ascontiguousarray(np.asarray(block_table, dtype=np.int32).reshape(-1))
+        check(lib.locks_cache_seq_set_pages(self._c, seq, bt.ctypes.data_as(_capi.c_int32_p), len(bt), length),
+              "locks_cache_seq_set_pages", f"seq {seq}, {len(bt)} pages, {length} tokens")
+        self._tables[seq] = bt
+
+    def pages_filled(self, layer: int, pages: Sequence[int]) -> None:
+        """All 16 slots of these physical pages of ``layer`` are written: builds their
+        summaries. InvalidArgError for a page out of range or reported twice (nothing
+        is built then)."""
+        pg = np.ascontiguousarray(np.asarray(pages, dtype=np.int32).reshape(-1))
+        self._stream()
+        check(lib.locks_cache_pages_filled(self._c, layer, pg.ctypes.data_as(_capi.c_int32_p), len(pg)),
+              "locks_cache_pages_filled", f"layer {layer}")
+
+    def release(self, pages: Sequence[int]) -> None:
+        """These physical pages are freed or reused by the caller: their summaries go."""
+        pg = np.ascontiguousarray(np.asarray(pages, dtype=np.int32).reshape(-1))
+        check(lib.locks_cache_pages_release(self._c, pg.ctypes.data_as(_capi.c_int32_p), len(pg)),
+              "locks_cache_pages_release")
+
+    def physical(self, seq: int, pages: np.ndarray, n_pages: np.ndarray) -> list:
+        """Per KV head h, the caller's physical page ids of ``pages[h, :n_pages[h]]``
+        (logical indices, as select / decode_step return them)."""
+        bt = self._tables[seq]
+        pages, n_pages = np.asarray(pages), np.asarray(n_pages)
+        return [bt[pages[h, : n_pages[h]]] for h in range(pages.shape[0])]

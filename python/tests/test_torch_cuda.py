@@ -55,3 +55,43 @@ def test_cuda_errors_and_types(rng):
             c.write(s, 0, 0, k, torch.randn(40, 1, 64, device="cuda"))
         with pytest.raises(locks.UnsupportedError):
             c.decode_step(0, [s], torch.randn(1, 2, 64, device="cuda"), selector="quest")
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_paged_cuda_equals_owned(rng, layout, dtype):
+    tdt = getattr(torch, dtype)
+    n, hkv, d, g, L = int(rng.integers(500, 2000)), 4, 128, 4, 2
+    n_pages = n // 16 + 7
+    kv = [(torch.from_numpy(rng.standard_normal((n, hkv, d)).astype(np.float32)).cuda(),
+           torch.from_numpy(rng.standard_normal((n, hkv, d)).astype(np.float32)).cuda()) for _ in range(L)]
+    owned = locks.Cache(L, hkv, d, n_pages, backend="cuda", kv_dtype="bf16" if dtype == "bfloat16" else "f16")
+    so = owned.seq_add()
+    owned.extend(so, kv)
+    perm = torch.from_numpy(rng.permutation(n_pages).astype(np.int64)).cuda()
+    t = torch.arange(n, device="cuda")
+    pools = []
+    for k, v in kv:  # the caller's pages (vLLM would write them with reshape_and_cache)
+        shape = (n_pages, hkv, 16, d) if layout == "HND" else (n_pages, 16, hkv, d)
+        pk, pv = torch.randn(shape, device="cuda").to(tdt), torch.randn(shape, device="cuda").to(tdt)
+        if layout == "HND":
+            pk[perm[t // 16], :, t % 16], pv[perm[t // 16], :, t % 16] = k.to(tdt), v.to(tdt)
+        else:
+            pk[perm[t // 16], t % 16], pv[perm[t // 16], t % 16] = k.to(tdt), v.to(tdt)
+        pools.append((pk, pv))
+    pc = locks.PagedCache([p[0] for p in pools], [p[1] for p in pools], layout=layout)
+    sp = pc.seq_add()
+    bt = perm.cpu().numpy().astype(np.int32)
+    pc.set_pages(sp, bt[: (n + 15) // 16], n)
+    for layer in range(L):
+        pc.pages_filled(layer, bt[: n // 16])
+    with pytest.raises(locks.InvalidArgError):
+        pc.pages_filled(1, bt[:1])
+    q = torch.randn(1, hkv * g, d, device="cuda")
+    for layer in range(L):
+        o1, s1 = owned.decode_step(layer, [so], q, budget=256, return_selection=True)
+        o2, s2 = pc.decode_step(layer, [sp], q, budget=256, return_selection=True)
+        np.testing.assert_array_equal(s1.n_pages, s2.n_pages)
+        for h in range(hkv):
+            np.testing.assert_array_equal(s1.pages[0, h, : s1.n_pages[0, h]], s2.pages[0, h, : s2.n_pages[0, h]])
+        assert (o1 - o2).abs().max().item() <= 1e-6
