@@ -415,6 +415,8 @@ typedef struct {
     locks_dtype dtype;          /* LOCKS_DTYPE_F16, or LOCKS_DTYPE_BF16 (CUDA only) */
     const void *const *k_pages; /* [n_layers]: layer l's K pages, as the layout says */
     const void *const *v_pages; /* [n_layers]: its V pages */
+    size_t page_stride;         /* elements from one page to the next; 0: Hkv * 16 * d
+                                   (2 * Hkv * 16 * d for FlashInfer's [page][2][16][Hkv][d]) */
 } locks_ext_kv;
 
 /* A cache over the caller's pages: params as for locks_cache_init (n_pages is the

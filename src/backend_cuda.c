@@ -36,7 +36,8 @@ locks_cache *locks_cache_init_cuda_ext(locks_cache_params params, locks_ext_page
         goto fail;
     }
     c->ext = e; /* its pointers are device memory: read by the kernels, never here */
-    c->cuda = locks_cuda_cache_init_ext(&params, (const void *const *)e->k, (const void *const *)e->v, e->layout, &st);
+    c->cuda = locks_cuda_cache_init_ext(&params, (const void *const *)e->k, (const void *const *)e->v, e->layout,
+                                        e->page_ld, &st);
     if (!c->cuda) goto fail;
     if (err) *err = LOCKS_OK;
     return c;

@@ -78,6 +78,11 @@ locks_cache *locks_cache_init_ext(locks_cache_params params, const locks_ext_kv 
     }
     layout_strides(kv->layout, (size_t)params.n_kv_heads, (size_t)params.head_dim, &e->page_ld, &e->head_ld,
                    &e->tok_ld);
+    if (kv->page_stride) {
+        st = LOCKS_ERR_INVALID_ARG;
+        if (kv->page_stride < e->page_ld || kv->page_stride % 8) goto fail; /* pages overlap / 16-byte rows */
+        e->page_ld = kv->page_stride;
+    }
 #ifdef LOCKS_HAVE_CUDA
     if (params.backend == LOCKS_BACKEND_CUDA) {
         c = locks_cache_init_cuda_ext(params, e, &st); /* takes e, also on failure */

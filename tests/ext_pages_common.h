@@ -29,6 +29,7 @@ typedef struct {
     int gpu;
     locks_dtype dtype;
     locks_kv_layout layout;
+    int interleaved; /* K and V of a page side by side (FlashInfer's [page][2][...]): page_stride */
 } ext_case;
 
 /* Host array -> what the backend takes (a device copy on the GPU; freed by xfree). */
@@ -99,13 +100,14 @@ typedef struct {
     int32_t len;
     float *k_all, *v_all;        /* [L][max_len][H][d] the values written */
     int32_t max_len;
+    size_t pstride; /* elements from page to page in the caller's pools */
 } ext_fix;
 
 /* (page, head, token) -> element offset in the caller's layout */
 static size_t ext_off(const ext_fix *f, int32_t page, int32_t h, int32_t t) {
-    const size_t H = (size_t)f->H, d = (size_t)f->d;
-    if (f->x->layout == LOCKS_LAYOUT_NHD) return (((size_t)page * EP + (size_t)t) * H + (size_t)h) * d;
-    return (((size_t)page * H + (size_t)h) * EP + (size_t)t) * d;
+    const size_t H = (size_t)f->H, d = (size_t)f->d, base = (size_t)page * f->pstride;
+    if (f->x->layout == LOCKS_LAYOUT_NHD) return base + ((size_t)t * H + (size_t)h) * d;
+    return base + ((size_t)h * EP + (size_t)t) * d;
 }
 
 /* Copies logical page lp of the owned cache (every layer) into the caller's page bt[lp]. */
@@ -125,7 +127,7 @@ static void ext_copy_page(ext_fix *f, int32_t lp) {
             }
 #ifdef LOCKS_HAVE_CUDA
         if (f->x->gpu) {
-            const size_t pg = ext_off(f, f->bt[lp], 0, 0), bytes = blk * 2;
+            const size_t pg = ext_off(f, f->bt[lp], 0, 0), bytes = blk * 2; /* the page's rows */
             CHECK(locks_cuda_memcpy_h2d((uint16_t *)f->dev_k[l] + pg, f->pool_k[l] + pg, bytes));
             CHECK(locks_cuda_memcpy_h2d((uint16_t *)f->dev_v[l] + pg, f->pool_v[l] + pg, bytes));
         }
@@ -267,17 +269,19 @@ static void run_ext_case(const ext_case *x) {
     f->v_all = malloc(sizeof(float) * (size_t)f->L * f->max_len * row);
     f->bt = malloc(sizeof(int32_t) * (size_t)f->NP);
     SETUP(f->pool_k && f->pool_v && f->dev_k && f->dev_v && f->k_all && f->v_all && f->bt);
+    /* per layer one allocation: K pages then V pages, or (interleaved) K and V of each page
+     * side by side */
+    const size_t blk = (size_t)f->H * EP * f->d, v_off = x->interleaved ? blk : pool_elems;
+    f->pstride = x->interleaved ? 2 * blk : blk;
     for (int32_t l = 0; l < f->L; l++) {
-        f->pool_k[l] = malloc(pool_elems * 2);
-        f->pool_v[l] = malloc(pool_elems * 2);
-        SETUP(f->pool_k[l] && f->pool_v[l]);
+        uint16_t *buf = malloc(2 * pool_elems * 2);
+        SETUP(buf);
         /* unused pages hold finite garbage the library must not read */
-        for (size_t i = 0; i < pool_elems; i++) {
-            f->pool_k[l][i] = (uint16_t)(0x3c00 | (tu_next() & 0x3ff));
-            f->pool_v[l][i] = (uint16_t)(0xbc00 | (tu_next() & 0x3ff));
-        }
-        f->dev_k[l] = xin(x, f->pool_k[l], pool_elems * 2);
-        f->dev_v[l] = xin(x, f->pool_v[l], pool_elems * 2);
+        for (size_t i = 0; i < 2 * pool_elems; i++) buf[i] = (uint16_t)(0x3c00 | (tu_next() & 0x83ff));
+        f->pool_k[l] = buf;
+        f->pool_v[l] = buf + v_off;
+        f->dev_k[l] = xin(x, buf, 2 * pool_elems * 2);
+        f->dev_v[l] = (uint16_t *)f->dev_k[l] + v_off;
     }
     /* the caller's physical pages: a random permutation of its pool */
     for (int32_t i = 0; i < f->NP; i++) f->bt[i] = i;
@@ -286,7 +290,8 @@ static void run_ext_case(const ext_case *x) {
         f->bt[i] = f->bt[j];
         f->bt[j] = t;
     }
-    locks_ext_kv kv = {x->layout, x->dtype, (const void *const *)f->dev_k, (const void *const *)f->dev_v};
+    locks_ext_kv kv = {x->layout, x->dtype, (const void *const *)f->dev_k, (const void *const *)f->dev_v,
+                       x->interleaved ? f->pstride : 0};
     f->ext = locks_cache_init_ext(cp, &kv, &st);
     test_cond(f->ext != NULL, "init_ext: %s", locks_status_str(st));
     if (!f->ext) return;
@@ -395,12 +400,8 @@ static void run_ext_case(const ext_case *x) {
     locks_cache_free(f->ext);
     locks_cache_free(f->own);
     for (int32_t l = 0; l < f->L; l++) {
-        if (x->gpu) {
-            xfree(x, f->dev_k[l]);
-            xfree(x, f->dev_v[l]);
-        }
+        if (x->gpu) xfree(x, f->dev_k[l]);
         free(f->pool_k[l]);
-        free(f->pool_v[l]);
     }
     free(f->pool_k), free(f->pool_v), free(f->dev_k), free(f->dev_v), free(f->k_all), free(f->v_all), free(f->bt);
 }

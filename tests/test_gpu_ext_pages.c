@@ -13,7 +13,7 @@ int main(void) {
     for (int rep = 0; rep < 2; rep++)
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 2; b++) {
-                ext_case x = {1, dts[a], los[b]};
+                ext_case x = {1, dts[a], los[b], rep};
                 run_ext_case(&x);
             }
     return test_report("test_gpu_ext_pages");

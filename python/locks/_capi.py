@@ -65,6 +65,7 @@ class ExtKV(Structure):
         ("dtype", ctypes.c_int),
         ("k_pages", POINTER(c_void_p)),
         ("v_pages", POINTER(c_void_p)),
+        ("page_stride", c_size_t),
     ]
 
 

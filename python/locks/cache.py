@@ -332,7 +332,8 @@ class PagedCache(Cache):
     ``k_pages[l]`` / ``v_pages[l]`` are layer l's pages, shaped ``[n_pages, Hkv, 16, d]``
     (layout "HND") or ``[n_pages, 16, Hkv, d]`` ("NHD", vLLM's and FlashInfer's
     default): numpy float16 arrays for a CPU cache, torch CUDA float16/bfloat16 tensors
-    for a CUDA cache, contiguous. They are read in place (the object keeps references);
+    for a CUDA cache; each page contiguous, pages any stride apart (views such as
+    ``kv_cache[:, 0]`` of FlashInfer's ``[n_pages, 2, 16, Hkv, d]`` work). They are read in place (the object keeps references);
     the caller writes them. Per sequence: :meth:`set_pages` (its block table and length),
     :meth:`pages_filled` when pages become full, :meth:`release` when pages are freed;
     then :meth:`decode_step`, or :meth:`score` + :meth:`select` for the selection only
@@ -356,11 +357,18 @@ class PagedCache(Cache):
         dtype = str(x.dtype).replace("torch.", "")
         if dtype not in ("float16", "bfloat16"):
             raise InvalidArgError(1, "PagedCache", f"pages are float16 or bfloat16, got {dtype}")
+        def page_stride(t: Array) -> int:  # elements from page to page; pages themselves contiguous
+            if is_torch:
+                return int(t.stride(0)) if t[0].is_contiguous() else -1
+            return t.strides[0] // t.itemsize if t[0].flags.c_contiguous else -1
+
+        stride = page_stride(x)
         for t in k_pages + v_pages:
             ok = (tuple(t.shape) == tuple(x.shape) and str(t.dtype) == str(x.dtype) and
-                  (t.is_contiguous() if is_torch else t.flags.c_contiguous))
+                  page_stride(t) == stride and stride >= hkv * LOCKS_PAGE * d)
             if not ok:
-                raise InvalidArgError(1, "PagedCache", "every page array has layer 0's shape and dtype, contiguous")
+                raise InvalidArgError(1, "PagedCache", "every page array has layer 0's shape, dtype and page "
+                                      "stride, each page contiguous")
         backend = "cuda" if is_torch and x.is_cuda else "cpu"
         if is_torch and backend == "cpu":
             raise TypeError("PagedCache: a CPU cache takes numpy arrays")
@@ -370,7 +378,7 @@ class PagedCache(Cache):
         vp = (ctypes.c_void_p * len(v_pages))(*[ptr(t) for t in v_pages])
         ext = _capi.ExtKV(_LAYOUTS[layout], _DTYPES["bf16" if dtype == "bfloat16" else "f16"],
                           ctypes.cast(kp, ctypes.POINTER(ctypes.c_void_p)),
-                          ctypes.cast(vp, ctypes.POINTER(ctypes.c_void_p)))
+                          ctypes.cast(vp, ctypes.POINTER(ctypes.c_void_p)), stride)
         p = lib.locks_cache_default_params()
         p.n_layers, p.n_kv_heads, p.head_dim, p.n_pages = len(k_pages), hkv, d, n_pages
         p.max_seqs, p.rank, p.n_threads = max_seqs, rank, n_threads

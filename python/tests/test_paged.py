@@ -7,15 +7,20 @@ import locks
 from conftest import f16, ref_attention, selected_tokens
 
 
-def caller_pool(rng, kv, layout, n_pages):
-    """The caller's page pools per layer holding kv's values at shuffled page ids."""
+def caller_pool(rng, kv, layout, n_pages, interleaved=False):
+    """The caller's page pools per layer holding kv's values at shuffled page ids
+    (interleaved: FlashInfer's [n_pages, 2, ...] with K and V of a page side by side)."""
     n, hkv, d = kv[0][0].shape
     perm = rng.permutation(n_pages).astype(np.int32)
     pools = []
     for k, v in kv:
         shape = (n_pages, hkv, 16, d) if layout == "HND" else (n_pages, 16, hkv, d)
-        pk = rng.standard_normal(shape).astype(np.float16)  # unused pages: garbage
-        pv = rng.standard_normal(shape).astype(np.float16)
+        if interleaved:
+            both = rng.standard_normal((n_pages, 2) + shape[1:]).astype(np.float16)
+            pk, pv = both[:, 0], both[:, 1]
+        else:
+            pk = rng.standard_normal(shape).astype(np.float16)  # unused pages: garbage
+            pv = rng.standard_normal(shape).astype(np.float16)
         for t in range(n):
             p, s = perm[t // 16], t % 16
             if layout == "HND":
@@ -26,8 +31,8 @@ def caller_pool(rng, kv, layout, n_pages):
     return pools, perm
 
 
-@pytest.mark.parametrize("layout", ["NHD", "HND"])
-def test_paged_equals_owned(rng, layout):
+@pytest.mark.parametrize("layout,interleaved", [("NHD", False), ("HND", False), ("NHD", True)])
+def test_paged_equals_owned(rng, layout, interleaved):
     n, hkv, d, g, L = int(rng.integers(200, 700)), 2, 64, 4, 2
     n_pages = n // 16 + 5
     kv = [(rng.standard_normal((n, hkv, d)).astype(np.float32),
@@ -35,7 +40,7 @@ def test_paged_equals_owned(rng, layout):
     owned = locks.Cache(L, hkv, d, n_pages)
     so = owned.seq_add()
     owned.extend(so, kv)
-    pools, perm = caller_pool(rng, kv, layout, n_pages)
+    pools, perm = caller_pool(rng, kv, layout, n_pages, interleaved)
     pc = locks.PagedCache([p[0] for p in pools], [p[1] for p in pools], layout=layout)
     sp = pc.seq_add()
     n_log = (n + 15) // 16

@@ -143,12 +143,12 @@ extern "C" void locks_cuda_cache_free(locks_cuda_cache **pc) {
     } while (0)
 
 extern "C" locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, locks_status *err) {
-    return locks_cuda_cache_init_ext(p, NULL, NULL, LOCKS_LAYOUT_HND, err);
+    return locks_cuda_cache_init_ext(p, NULL, NULL, LOCKS_LAYOUT_HND, 0, err);
 }
 
 extern "C" locks_cuda_cache *locks_cuda_cache_init_ext(const locks_cache_params *p, const void *const *k_pages,
                                                       const void *const *v_pages, locks_kv_layout layout,
-                                                      locks_status *err) {
+                                                      size_t page_stride, locks_status *err) {
     locks_status st = LOCKS_OK;
     locks_cuda_cache *c = NULL;
     size_t L, H, NP, D, nsum;
@@ -196,7 +196,7 @@ extern "C" locks_cuda_cache *locks_cuda_cache_init_ext(const locks_cache_params 
     D = (size_t)p->head_dim;
     c->kv_layer_elems = NP * H * 16 * D;
     nsum = L * H * NP;
-    c->page_ld = H * 16 * D;
+    c->page_ld = page_stride ? page_stride : H * 16 * D;
     c->head_ld = layout == LOCKS_LAYOUT_NHD ? D : 16 * D;
     c->tok_ld = layout == LOCKS_LAYOUT_NHD ? H * D : D;
     if (k_pages) { /* the caller's pages: only their addresses are kept */

@@ -44,10 +44,11 @@ typedef struct locks_cuda_cache locks_cuda_cache;
  * p->device with cudaMalloc. NULL and *err on failure. */
 locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, locks_status *err);
 /* The same over the caller's K/V pages (k_pages, v_pages: [n_layers] device pointers
- * in layout; locks.h "Caller-owned KV pages"): no K/V pool of its own. */
+ * in layout, page_stride elements apart or 0 for Hkv * 16 * d; locks.h "Caller-owned KV
+ * pages"): no K/V pool of its own. */
 locks_cuda_cache *locks_cuda_cache_init_ext(const locks_cache_params *p, const void *const *k_pages,
                                            const void *const *v_pages, locks_kv_layout layout,
-                                           locks_status *err);
+                                           size_t page_stride, locks_status *err);
 /* Caller-owned pages: builds the summaries of n physical pages (host array) of one layer
  * from the caller's keys. Synchronous. */
 locks_status locks_cuda_ext_build(locks_cuda_cache *c, int32_t layer, const int32_t *pages, int32_t n);
