@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "selector.h"
 #include "util.h"
 #ifdef LOCKS_HAVE_CUDA
 #include "backend_cuda.h"
@@ -83,22 +84,27 @@ locks_cache *locks_cache_init_ext(locks_cache_params params, const locks_ext_kv 
         if (kv->page_stride < e->page_ld || kv->page_stride % 8) goto fail; /* pages overlap / 16-byte rows */
         e->page_ld = kv->page_stride;
     }
+    /* as locks_cache_init (backend.c), with the caller's pages in place of its own */
+    c = locks_cache_init_host(&params, &st);
+    if (!c) goto fail;
+    c->ext = e; /* freed with the cache from here on */
+    e = NULL;
 #ifdef LOCKS_HAVE_CUDA
     if (params.backend == LOCKS_BACKEND_CUDA) {
-        c = locks_cache_init_cuda_ext(params, e, &st); /* takes e, also on failure */
-        e = NULL;
-        if (!c) goto fail;
+        st = locks_cache_init_cuda(c);
+        if (st != LOCKS_OK) goto fail;
         if (err) *err = LOCKS_OK;
         return c;
     }
 #endif
-    c = locks_cache_init_cpu(&params, e, &st); /* takes e, also on failure */
-    e = NULL;
-    if (!c) goto fail;
+    st = locks_cache_init_cpu(c);
+    if (st == LOCKS_OK) st = locks_selector_cache_attach(c, params.selectors);
+    if (st != LOCKS_OK) goto fail;
     if (err) *err = LOCKS_OK;
     return c;
 fail:
     locks_ext_pages_free(e);
+    locks_cache_free(c);
     if (err) *err = st;
     return NULL;
 }
@@ -116,12 +122,21 @@ locks_status locks_cache_seq_set_pages(locks_cache *c, int32_t seq_id, const int
     for (int32_t i = 0; i < n_pages; i++)
         if (block_table[i] < 0 || block_table[i] >= c->p.n_pages) return LOCKS_ERR_INVALID_ARG;
     locks_seq *s = &c->seqs[seq_id];
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) { /* the device first, from the new table; the old one back if that fails */
+        int32_t *old = n_pages > 0 ? locks_alloc((size_t)n_pages, sizeof(int32_t)) : NULL;
+        if (n_pages > 0 && !old) return LOCKS_ERR_OOM;
+        if (n_pages > 0) memcpy(old, s->table, (size_t)n_pages * sizeof(int32_t));
+        if (n_pages > 0) memcpy(s->table, block_table, (size_t)n_pages * sizeof(int32_t));
+        locks_status st = locks_cuda_backend_sync(c, seq_id, n_pages, len);
+        if (st != LOCKS_OK && n_pages > 0) memcpy(s->table, old, (size_t)n_pages * sizeof(int32_t));
+        locks_free(old);
+        if (st != LOCKS_OK) return st;
+    }
+#endif
     if (n_pages > 0) memcpy(s->table, block_table, (size_t)n_pages * sizeof(int32_t));
     s->n_pages = n_pages;
     s->len = len;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_sync(c, seq_id);
-#endif
     return LOCKS_OK;
 }
 

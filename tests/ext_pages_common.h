@@ -256,6 +256,7 @@ static void run_ext_case(const ext_case *x) {
     cp.n_threads = 2;
     cp.kv_dtype = x->dtype;
     cp.backend = x->gpu ? LOCKS_BACKEND_CUDA : LOCKS_BACKEND_CPU;
+    if (!x->gpu) cp.selectors = LOCKS_SEL_BIT(LOCKS_SEL_LOCKS) | LOCKS_SEL_BIT(LOCKS_SEL_QUEST);
     locks_status st;
     f->own = locks_cache_init(cp, &st);
     SETUP(f->own);

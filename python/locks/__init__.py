@@ -9,11 +9,11 @@ other than LOCKS_OK is raised as the :class:`LocksError` subclass of that name.
 from ._capi import LOCKS_PAGE
 from .cache import Cache, PagedCache, StepParams, StepSelection, StepStats, selector_id
 from .errors import (BackendError, BudgetError, FormatError, InvalidArgError, LocksError, LocksIOError,
-                     NoSeqError, NonFiniteError, OOMError, PoolFullError, UnsupportedError)
+                     NoMetaError, NoSeqError, NonFiniteError, OOMError, PoolFullError, UnsupportedError)
 
 __all__ = [
     "LOCKS_PAGE", "Cache", "PagedCache", "StepParams", "StepSelection", "StepStats", "selector_id",
     "LocksError", "InvalidArgError", "OOMError", "PoolFullError", "NonFiniteError", "BudgetError",
-    "NoSeqError", "UnsupportedError", "LocksIOError", "FormatError", "BackendError",
+    "NoSeqError", "NoMetaError", "UnsupportedError", "LocksIOError", "FormatError", "BackendError",
 ]
 __version__ = "0.1.0"

@@ -30,6 +30,8 @@ class CacheParams(Structure):
         ("backend", ctypes.c_int),
         ("n_threads", c_int32),
         ("device", c_int32),
+        ("selectors", ctypes.c_uint32),
+        ("pool", c_void_p),
     ]
 
 

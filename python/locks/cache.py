@@ -38,6 +38,14 @@ def selector_id(name: str) -> int:
     return out.value
 
 
+def selector_bits(names: Sequence[str]) -> int:
+    """locks_cache_params.selectors for a list of selector names."""
+    bits = 0
+    for n in names:
+        bits |= 1 << selector_id(n)
+    return bits
+
+
 @dataclass
 class StepParams:
     """locks_step_params: selector, token budget per (sequence, KV head), forced sink and
@@ -84,13 +92,15 @@ class Cache:
     shared by ``n_layers`` layers and up to ``max_seqs`` sequences, with a rank-``rank``
     summary per full page and KV head. ``backend`` is "cpu" (numpy arrays) or "cuda"
     (torch CUDA tensors on ``device``). ``kv_dtype`` "f16" (CPU; CUDA too) or "bf16"
-    (CUDA); ``summary`` "q" (int8/int4, the default) or "f32" (CPU). Use as a context
-    manager or call close(); errors raise :class:`locks.LocksError` subclasses."""
+    (CUDA); ``summary`` "q" (int8/int4, the default) or "f32" (CPU); ``selectors``:
+    the selector names whose page metadata the cache keeps (default: the library's,
+    "locks"; "full" and "oracle" need none). Use as a context manager or call close();
+    errors raise :class:`locks.LocksError` subclasses."""
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, n_pages: int,
                  max_seqs: int = 1, rank: int = 8, summary: str = "q",
                  kv_dtype: Optional[str] = None, backend: str = "cpu", n_threads: int = 1,
-                 device: int = 0) -> None:
+                 device: int = 0, selectors: Optional[Sequence[str]] = None) -> None:
         if backend not in _BACKENDS:
             raise InvalidArgError(1, "Cache", f"backend {backend!r}: 'cpu' or 'cuda'")
         p = lib.locks_cache_default_params()
@@ -99,6 +109,8 @@ class Cache:
         p.summary_prec = _PRECS[summary]
         p.kv_dtype = _DTYPES[kv_dtype or "f16"]
         p.backend = _BACKENDS[backend]
+        if selectors is not None:
+            p.selectors = selector_bits(selectors)
         self._init(p, backend, device)
 
     def _init(self, p: _capi.CacheParams, backend: str, device: int, ext: Any = None) -> None:
@@ -340,7 +352,8 @@ class PagedCache(Cache):
     (:meth:`physical` maps it to the caller's page ids)."""
 
     def __init__(self, k_pages: Sequence[Array], v_pages: Sequence[Array], layout: str = "NHD",
-                 max_seqs: int = 1, rank: int = 8, n_threads: int = 1, device: int = 0) -> None:
+                 max_seqs: int = 1, rank: int = 8, n_threads: int = 1, device: int = 0,
+                 selectors: Optional[Sequence[str]] = None) -> None:
         if layout not in _LAYOUTS:
             raise InvalidArgError(1, "PagedCache", f"layout {layout!r}: 'HND' or 'NHD'")
         k_pages, v_pages = list(k_pages), list(v_pages)
@@ -384,6 +397,8 @@ class PagedCache(Cache):
         p.max_seqs, p.rank, p.n_threads = max_seqs, rank, n_threads
         p.device = (x.device.index or 0) if backend == "cuda" else device
         p.backend = _BACKENDS[backend]
+        if selectors is not None:
+            p.selectors = selector_bits(selectors)
         self.layout = layout
         self._tables: dict = {}
         self._init(p, backend, p.device, ext)

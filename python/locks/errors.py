@@ -9,7 +9,7 @@ from ._capi import lib
 STATUS_NAMES = [
     "LOCKS_OK", "LOCKS_ERR_INVALID_ARG", "LOCKS_ERR_OOM", "LOCKS_ERR_POOL_FULL",
     "LOCKS_ERR_NONFINITE", "LOCKS_ERR_BUDGET", "LOCKS_ERR_NO_SEQ", "LOCKS_ERR_UNSUPPORTED",
-    "LOCKS_ERR_IO", "LOCKS_ERR_FORMAT", "LOCKS_ERR_BACKEND",
+    "LOCKS_ERR_IO", "LOCKS_ERR_FORMAT", "LOCKS_ERR_BACKEND", "LOCKS_ERR_NO_META",
 ]
 
 
@@ -68,9 +68,15 @@ class BackendError(LocksError):
     """LOCKS_ERR_BACKEND: the CUDA runtime reported an error."""
 
 
+class NoMetaError(LocksError):
+    """LOCKS_ERR_NO_META: the cache keeps no metadata for this selector (create it with
+    that selector in ``selectors``)."""
+
+
 _BY_STATUS: Dict[int, Type[LocksError]] = {
     1: InvalidArgError, 2: OOMError, 3: PoolFullError, 4: NonFiniteError, 5: BudgetError,
     6: NoSeqError, 7: UnsupportedError, 8: LocksIOError, 9: FormatError, 10: BackendError,
+    11: NoMetaError,
 }
 
 

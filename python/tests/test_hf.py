@@ -9,8 +9,12 @@ transformers = pytest.importorskip("transformers")
 import locks.hf  # noqa: E402
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-DEVICES = [("cpu", torch.float32, 2e-3)]
-if torch.cuda.is_available():
+import os  # noqa: E402
+
+# LOCKS_HF_DEVICES=cuda (the device run) skips the CPU variant
+_want = os.environ.get("LOCKS_HF_DEVICES", "cpu,cuda").split(",")
+DEVICES = [("cpu", torch.float32, 2e-3)] if "cpu" in _want else []
+if torch.cuda.is_available() and "cuda" in _want:
     DEVICES.append(("cuda", torch.bfloat16, 3e-2))
 
 
