@@ -211,7 +211,21 @@ static void ext_compare_step(ext_fix *f, int32_t layer, locks_selector selector,
         for (int32_t j = 0; j < d; j++) qd[j] = q[(size_t)hh * d + j];
         tu_ref_attention(qd, K, V, n, d, 1.0 / sqrt((double)d), ref + (size_t)hh * d);
     }
-    tu_close("ext step vs float64", o2, ref, nq, f->x->gpu ? 2e-3 : 2e-5, f->x->gpu ? 1e-2 : 1e-4);
+    if (f->x->gpu) {
+        /* the CUDA kernel attends with the queries (and the softmax weights) rounded to the
+         * KV dtype, so elementwise bounds do not fit; the normalised error bound is
+         * test_gpu_ops's for the same kernel: 1.5e-2 bf16, 4e-3 fp16 */
+        double num = 0, den = 0;
+        for (size_t i = 0; i < nq; i++) {
+            num += ((double)o2[i] - ref[i]) * ((double)o2[i] - ref[i]);
+            den += ref[i] * ref[i];
+        }
+        const double e = sqrt(num / (den + 1e-300)), tol = f->x->dtype == LOCKS_DTYPE_BF16 ? 1.5e-2 : 4e-3;
+        test_cond(e <= tol, "ext step vs float64 (dtype %d layout %d): normalised error %.3g > %.3g",
+                  (int)f->x->dtype, (int)f->x->layout, e, tol);
+    } else {
+        tu_close("ext step vs float64", o2, ref, nq, 2e-5, 1e-4);
+    }
     xfree(f->x, dq);
     xfree(f->x, do1);
     if (f->x->gpu) xfree(f->x, do2);
