@@ -292,7 +292,10 @@ const uint16_t *locks_cache_v_page(const locks_cache *c, int32_t layer, int32_t 
 locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,
                                      int32_t page, float *mu, float *basis, float *coef);
 
-/* Bytes of summaries stored per (page, KV head). */
+/* Bytes of summaries stored per (page, KV head): on the CPU the bytes the cache's
+ * summary arrays hold, divided by (layers x KV heads x pages) (802 at d = 128, r = 8,
+ * LOCKS_SUMMARY_Q); on CUDA locks_summary_bytes of the cache's shape (the device pads
+ * the rank to 8 slots). */
 size_t locks_cache_summary_bytes(const locks_cache *c);
 
 /* LOCKS_SEL_SHADOW's shared basis (CPU backend): fits, for every layer and KV head, the

@@ -11,6 +11,7 @@
  *    n-th allocation in turn): locks_cache_init fails cleanly; a failed
  *    locks_decode_step, locks_score or locks_attend leaves out, sel and mass untouched
  *    and the cache usable;
+ *  - the summary bytes the pool holds per page == the format's formula (802 at 128/8);
  *  - scale: 0 means 1/sqrt(d); negative, NaN or Inf is INVALID_ARG for every entry
  *    point that takes one; locks_attend with an out-of-range page is INVALID_ARG.
  */
@@ -363,8 +364,30 @@ static void test_scale_and_pages(void) {
     free(v);
 }
 
+/* The summary bytes the pool holds per (page, KV head), against the format's formula
+ * (summary.h) and the 802 B the README quotes. */
+static void test_summary_bytes(void) {
+    const int32_t dims[3] = {64, 128, 256}, ranks[3] = {1, 8, 15};
+    for (int32_t i = 0; i < 3; i++)
+        for (int32_t j = 0; j < 3; j++)
+            for (int32_t q = 0; q < 2; q++) {
+                locks_cache_params cp = locks_cache_default_params();
+                cp.n_layers = 2, cp.n_kv_heads = 3, cp.head_dim = dims[i], cp.n_pages = 5, cp.rank = ranks[j];
+                cp.summary_prec = q ? LOCKS_SUMMARY_Q : LOCKS_SUMMARY_F32;
+                locks_status st;
+                locks_cache *c = locks_cache_init(cp, &st);
+                CHECK(st);
+                const size_t got = locks_cache_summary_bytes(c), want = locks_summary_bytes(dims[i], ranks[j], cp.summary_prec);
+                test_cond(got == want && want > 0, "d %d r %d %s: the pool holds %zu B per page, the format says %zu",
+                          dims[i], ranks[j], q ? "Q" : "F32", got, want);
+                if (q && dims[i] == 128 && ranks[j] == 8) test_cond(got == 802, "802 B per page at d 128, r 8: %zu", got);
+                locks_cache_free(c);
+            }
+}
+
 int main(void) {
     tu_seed("test_cache_ops");
+    test_summary_bytes();
     test_truncate();
     test_shadow_reuse();
     test_faults();
