@@ -2,7 +2,11 @@
 
 A CPU cache takes and returns numpy float32 arrays; a CUDA cache takes and returns
 torch CUDA tensors, passed to the library by address (zero-copy when they are already
-float32 and contiguous, else converted once) and worked on in torch's current stream.
+float32 and contiguous, else converted once) and worked on in torch's current stream
+(locks_cache_set_stream, no host wait between torch's kernels and the library's). The
+library's CUDA calls still synchronise before they return (a NaN check, the host
+bookkeeping), so they cannot be captured in a torch.cuda.CUDAGraph yet
+(docs/INTEGRATION.md lists what that needs).
 Shapes (d = head_dim, Hkv = n_kv_heads, Hq = query heads, a multiple of Hkv):
 
     write:        k, v [n_tokens, Hkv, d]   (keys after RoPE)
