@@ -199,6 +199,7 @@ static void attend_task(void *arg, int32_t t, int32_t thread) {
     const int32_t *pg = w->pages + (size_t)ch.h * w->max_pages + ch.first;
     const float *q = w->q + (size_t)ch.h * G * d;
     const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
+    uint16_t tmp_k[P * LOCKS_MAX_HEAD_DIM], tmp_v[P * LOCKS_MAX_HEAD_DIM];
     for (int32_t i = 0; i < ch.count && i < PREFETCH_AHEAD - 1; i++) {
         int32_t next = w->s->table[pg[i]];
         prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, ch.h),
@@ -213,8 +214,10 @@ static void attend_task(void *arg, int32_t t, int32_t thread) {
             prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, ch.h),
                             locks_cache_vblock(j->c, j->layer, next, ch.h), block_bytes);
         }
-        attend_block(locks_cache_kblock(j->c, j->layer, phys, ch.h),
-                     locks_cache_vblock(j->c, j->layer, phys, ch.h), nt, q, G, d, j->scale, st);
+        /* contiguous [P][d] blocks: the stored ones, or row copies of a caller's NHD page */
+        const uint16_t *kb, *vb;
+        locks_cache_kv_rows(j->c, j->layer, phys, ch.h, tmp_k, tmp_v, &kb, &vb);
+        attend_block(kb, vb, nt, q, G, d, j->scale, st);
     }
 }
 
@@ -568,6 +571,7 @@ locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id,
         return LOCKS_ERR_INVALID_ARG;
     if (n == 0) return LOCKS_OK;
     if (c->cuda) return LOCKS_ERR_UNSUPPORTED; /* prefill attention is CPU-only for now */
+    if (c->ext) return LOCKS_ERR_UNSUPPORTED;  /* caller-owned pages: the caller's prefill */
     const int32_t G = n_q_heads / c->hkv, d = c->d;
     if (G > PREFILL_ROWS) return LOCKS_ERR_UNSUPPORTED;
     if (!locks_all_finite(q, (size_t)n * n_q_heads * d)) return LOCKS_ERR_NONFINITE;

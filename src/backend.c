@@ -82,6 +82,7 @@ locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
 locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
     const locks_seq *s = locks_cache_seq(c, seq_id);
     if (!s) return LOCKS_ERR_NO_SEQ;
+    if (c->ext) return LOCKS_ERR_UNSUPPORTED; /* the caller's block table: seq_set_pages */
     if (len < 0 || len > s->len) return LOCKS_ERR_INVALID_ARG;
     /* the device must stop reading the dropped tokens (and the pages given back, which
      * another sequence may take) before the host forgets them */
@@ -94,6 +95,7 @@ locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t le
 locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
     if (!c) return LOCKS_ERR_INVALID_ARG;
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    if (c->ext) return LOCKS_ERR_UNSUPPORTED; /* the caller's block table: seq_set_pages */
     int32_t n_pages, len;
     locks_status st = locks_cache_host_append_stage(c, seq_id, n_tokens, &n_pages, &len);
     if (st == LOCKS_OK) st = sync_seq(c, seq_id, n_pages, len);
@@ -107,6 +109,7 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
     if (!c) return LOCKS_ERR_INVALID_ARG;
     const locks_seq *s = locks_cache_seq(c, seq_id);
     if (!s) return LOCKS_ERR_NO_SEQ;
+    if (c->ext) return LOCKS_ERR_UNSUPPORTED; /* the caller writes its own pages */
     if (layer < 0 || layer >= c->p.n_layers || pos < 0 || n < 0 || pos > s->len - n)
         return LOCKS_ERR_INVALID_ARG;
     if (n == 0) return LOCKS_OK;

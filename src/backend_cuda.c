@@ -18,7 +18,11 @@ enum { P = LOCKS_PAGE };
 
 locks_status locks_cache_init_cuda(locks_cache *c) {
     locks_status st;
-    c->cuda = locks_cuda_cache_init(&c->p, &st);
+    if (c->ext) /* the caller's device pages (extkv.c): read by the kernels, never here */
+        c->cuda = locks_cuda_cache_init_ext(&c->p, (const void *const *)c->ext->k, (const void *const *)c->ext->v,
+                                            c->ext->layout, c->ext->page_ld, &st);
+    else
+        c->cuda = locks_cuda_cache_init(&c->p, &st);
     return c->cuda ? LOCKS_OK : st;
 }
 
@@ -74,7 +78,15 @@ locks_status locks_cuda_backend_write(locks_cache *c, int32_t seq_id, int32_t la
 
 #endif
 
-/* ---- public CUDA graph API (locks.h) ---------------------------------------------- */
+/* ---- public stream and CUDA graph API (locks.h) ------------------------------------- */
+
+locks_status locks_cache_set_stream(locks_cache *c, void *stream) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_set_stream(c->cuda, stream);
+#endif
+    return stream ? LOCKS_ERR_UNSUPPORTED : LOCKS_OK;
+}
 
 #ifdef LOCKS_HAVE_CUDA
 struct locks_step_graph {

@@ -9,7 +9,8 @@
 
 #include "cache.h"
 
-/* The device pools of a cache whose host part locks_cache_init_host made. */
+/* The device pools of a cache whose host part locks_cache_init_host made (over the
+ * caller's device pages when c->ext is set: locks_cache_init_ext). */
 locks_status locks_cache_init_cuda(locks_cache *c);
 /* Frees the device state (c->cuda becomes NULL); the host part stays. */
 void locks_cache_free_cuda(locks_cache *c);

@@ -110,9 +110,11 @@ locks_status locks_cache_init_cpu(locks_cache *c) {
     const size_t L = (size_t)params->n_layers, NP = (size_t)params->n_pages;
     const size_t H = (size_t)c->hkv, d = (size_t)c->d, r = (size_t)c->r;
     const size_t kv_elems = L * NP * H * c->block;
-    c->k = locks_alloc_huge(kv_elems, sizeof(uint16_t));
-    c->v = locks_alloc_huge(kv_elems, sizeof(uint16_t));
-    if (!c->k || !c->v) return LOCKS_ERR_OOM;
+    if (!c->ext) { /* K/V pages of its own (else the caller's) */
+        c->k = locks_alloc_huge(kv_elems, sizeof(uint16_t));
+        c->v = locks_alloc_huge(kv_elems, sizeof(uint16_t));
+        if (!c->k || !c->v) return LOCKS_ERR_OOM;
+    }
     const size_t LHN = L * H * NP;
     /* every summary array goes through sum_alloc, which adds its bytes to c->sum_bytes:
      * locks_cache_summary_bytes reports what the pool holds, not a formula */
@@ -161,7 +163,15 @@ void locks_cache_release(locks_cache *c) {
     locks_free(c->s_c_q);
     locks_free(c->s_c_s);
     for (int32_t i = 0; i < 4; i++) locks_free(c->scratch[i].p);
+    locks_ext_pages_free(c->ext);
     locks_free(c);
+}
+
+void locks_ext_pages_free(locks_ext_pages *e) {
+    if (!e) return;
+    locks_free(e->k);
+    locks_free(e->v);
+    locks_free(e);
 }
 
 locks_status locks_cache_meta_add(locks_cache *c, int32_t slot, size_t bytes,
@@ -207,11 +217,32 @@ static size_t block_offset(const locks_cache *c, int32_t layer, int32_t page, in
 }
 
 const uint16_t *locks_cache_kblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h) {
+    if (c->ext) return c->ext->k[layer] + (size_t)page * c->ext->page_ld + (size_t)h * c->ext->head_ld;
     return c->k + block_offset(c, layer, page, h);
 }
 
 const uint16_t *locks_cache_vblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h) {
+    if (c->ext) return c->ext->v[layer] + (size_t)page * c->ext->page_ld + (size_t)h * c->ext->head_ld;
     return c->v + block_offset(c, layer, page, h);
+}
+
+size_t locks_cache_kv_ld(const locks_cache *c) { return c->ext ? c->ext->tok_ld : (size_t)c->d; }
+
+void locks_cache_kv_rows(const locks_cache *c, int32_t layer, int32_t page, int32_t h, uint16_t *tmp_k,
+                         uint16_t *tmp_v, const uint16_t **kb, const uint16_t **vb) {
+    const uint16_t *k = locks_cache_kblock(c, layer, page, h), *v = locks_cache_vblock(c, layer, page, h);
+    const size_t ld = locks_cache_kv_ld(c), d = (size_t)c->d;
+    if (ld == d) {
+        *kb = k;
+        *vb = v;
+        return;
+    }
+    for (size_t t = 0; t < P; t++) {
+        memcpy(tmp_k + t * d, k + t * ld, d * sizeof(uint16_t));
+        memcpy(tmp_v + t * d, v + t * ld, d * sizeof(uint16_t));
+    }
+    *kb = tmp_k;
+    *vb = tmp_v;
 }
 
 const locks_seq *locks_cache_seq(const locks_cache *c, int32_t seq_id) {
@@ -258,8 +289,9 @@ static void seq_hooks(locks_cache *c, int32_t seq_id, int32_t len) {
 
 void locks_cache_host_remove(locks_cache *c, int32_t seq_id) {
     locks_seq *s = &c->seqs[seq_id];
-    /* push back in reverse so the next sequence gets them in the same order */
-    for (int32_t i = s->n_pages - 1; i >= 0; i--) c->free_list[c->n_free++] = s->table[i];
+    /* push back in reverse so the next sequence gets them in the same order (a
+     * caller-owned cache has no free list: the pages are the caller's) */
+    for (int32_t i = s->n_pages - 1; i >= 0 && !c->ext; i--) c->free_list[c->n_free++] = s->table[i];
     seq_hooks(c, seq_id, 0);
     s->active = 0;
     s->len = 0;
@@ -334,7 +366,8 @@ static void build_page_head(locks_cache *c, int32_t layer, int32_t page, int32_t
     float k[P * LOCKS_MAX_HEAD_DIM];
     float mu[LOCKS_MAX_HEAD_DIM], basis[LOCKS_MAX_RANK * LOCKS_MAX_HEAD_DIM], coef[P * LOCKS_MAX_RANK];
     const uint16_t *kb = locks_cache_kblock(c, layer, page, h);
-    locks_f16_to_f32_n(kb, k, c->block);
+    const size_t ld = locks_cache_kv_ld(c); /* d, or the caller's row stride */
+    for (size_t t = 0; t < P; t++) locks_f16_to_f32_n(kb + t * ld, k + t * (size_t)d, (size_t)d);
     /* keys are finite (checked on write), so the build cannot fail */
     (void)locks_summary_build_f32(d, r, k, mu, basis, coef);
     locks_sum_arrays a = locks_cache_summaries(c, layer, h);
@@ -395,6 +428,11 @@ locks_status locks_cache_write_cpu(locks_cache *c, int32_t seq_id, int32_t layer
         locks_pool_run(c->pool, n_build * H, build_task, &job);
     }
     return LOCKS_OK;
+}
+
+void locks_cache_build_pages(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
+    build_job job = {c, layer, pages};
+    locks_pool_run(c->pool, n * c->hkv, build_task, &job);
 }
 
 const uint16_t *locks_cache_k_page(const locks_cache *c, int32_t layer, int32_t page) {

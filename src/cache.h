@@ -78,6 +78,18 @@ typedef struct {
 
 #define LOCKS_META_SLOTS 4
 
+/* The caller's K/V pages (locks_cache_init_ext, extkv.c); the cache then has no k, v of
+ * its own. Block (layer l, page p, head h) starts at k[l] + p * page_ld + h * head_ld
+ * and its 16 token rows are tok_ld elements apart (HND: Hkv*16*d, 16*d, d; NHD:
+ * 16*Hkv*d, d, Hkv*d; page_ld may be larger: the caller's page stride). On CUDA the
+ * pointers are device memory. */
+typedef struct {
+    locks_kv_layout layout;
+    locks_dtype dtype;
+    const uint16_t **k, **v; /* [n_layers] */
+    size_t page_ld, head_ld, tok_ld;
+} locks_ext_pages;
+
 struct locks_cache {
     locks_cache_params p;
     int32_t d, hkv, r;
@@ -97,6 +109,7 @@ struct locks_cache {
     locks_meta_block meta[LOCKS_META_SLOTS]; /* selector metadata (selector.h) */
     locks_scratch scratch[4];        /* step scratch (step.c) */
     struct locks_cuda_cache *cuda;   /* CUDA backend state (backend_cuda.c); NULL on CPU */
+    locks_ext_pages *ext;            /* caller-owned pages (extkv.c); NULL: k, v above */
 };
 
 /* ---- construction (called by backend.c) ---- */
@@ -108,8 +121,9 @@ struct locks_cache {
  * the CUDA state) and frees with locks_cache_free. Returns NULL and sets *err on
  * failure; err must not be NULL. */
 locks_cache *locks_cache_init_host(const locks_cache_params *params, locks_status *err);
-/* The CPU backend's storage: parameter checks, fp16 K/V pages, the summaries of the
- * cache's precision and the thread pool (p.pool, or one of n_threads). */
+/* The CPU backend's storage: parameter checks, fp16 K/V pages (none when c->ext is
+ * set: the caller's), the summaries of the cache's precision and the thread pool
+ * (p.pool, or one of n_threads). */
 locks_status locks_cache_init_cpu(locks_cache *c);
 /* Frees everything this file allocated (the backend's own state is freed first by
  * locks_cache_free in backend.c). */
@@ -147,6 +161,22 @@ locks_sum_arrays locks_cache_summaries(const locks_cache *c, int32_t layer, int3
 /* The fp16 K (or V) block of (layer, physical page, KV head): [P][d]. */
 const uint16_t *locks_cache_kblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h);
 const uint16_t *locks_cache_vblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h);
+/* Elements between the token rows of a K/V block: d, or the caller's stride (NHD). */
+size_t locks_cache_kv_ld(const locks_cache *c);
+/* The K and V blocks of (layer, page, head) as contiguous [P][d]: the stored blocks,
+ * or (rows tok_ld apart) copies in tmp_k / tmp_v ([P * d] each). */
+void locks_cache_kv_rows(const locks_cache *c, int32_t layer, int32_t page, int32_t h, uint16_t *tmp_k,
+                         uint16_t *tmp_v, const uint16_t **kb, const uint16_t **vb);
+/* Builds the summaries and selector metadata of n physical pages of one layer (all
+ * KV heads) from the stored keys, on the pool (CPU backend). */
+void locks_cache_build_pages(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n);
+void locks_ext_pages_free(locks_ext_pages *e);
+/* Caller-owned caches (extkv.c): LOCKS_ERR_INVALID_ARG unless every full page of each
+ * sequence has been reported filled in this layer; LOCKS_ERR_UNSUPPORTED for a
+ * selector that reads contiguous key blocks on an NHD cache. */
+locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                  locks_selector sel);
+
 /* The sequence, or NULL if the id is unknown or removed. */
 const locks_seq *locks_cache_seq(const locks_cache *c, int32_t seq_id);
 /* Pointer to at least `bytes` bytes of scratch slot i (contents kept across growth

@@ -118,6 +118,10 @@ locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const fl
         n_q_heads % c->hkv != 0 || !locks_selector_available(p->selector) || !locks_scale_ok(p->scale))
         return LOCKS_ERR_INVALID_ARG;
     if (n_q_heads / c->hkv > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
+    if (c->ext) {
+        locks_status st = locks_ext_step_check(c, layer, &seq_id, 1, p->selector);
+        if (st != LOCKS_OK) return st;
+    }
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) return locks_cuda_score(c->cuda, layer, seq_id, q, n_q_heads, p, mass); /* device arrays */
 #endif

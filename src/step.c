@@ -56,6 +56,10 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         n_mass += (size_t)H * (size_t)(s->len / P);
     }
     if (sel && (!sel->pages || !sel->n_pages || sel->max_pages < max_pages)) return LOCKS_ERR_INVALID_ARG;
+    if (c->ext) {
+        locks_status st = locks_ext_step_check(c, layer, seq_ids, n_seqs, p->selector);
+        if (st != LOCKS_OK) return st;
+    }
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) /* q, out: device memory */
         return locks_cuda_decode_step(c->cuda, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);

@@ -23,7 +23,7 @@
 
 template <int D, typename T>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
-attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ vpool,
+attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ vpool, kv_strides ld,
               const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len,
               const int32_t *__restrict__ block_table, int32_t npool, int32_t hkv, int32_t G,
               const uint16_t *__restrict__ q_attn, int32_t hq, const int32_t *__restrict__ list,
@@ -87,11 +87,11 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
         if (i >= end) return 0;
         const int32_t lp = dense ? i : lst[i];
         if (lp < 0 || lp >= n_tot) return 0; /* invalid entry (caller's list): skipped */
-        const size_t blk = ((size_t)bt[lp] * hkv + h) * 16 * D;
-        const uint4 *kg = reinterpret_cast<const uint4 *>(kpool + blk + (size_t)g * D + t * DL);
-        const uint4 *kg8 = reinterpret_cast<const uint4 *>(kpool + blk + (size_t)(g + 8) * D + t * DL);
-        const uint4 *vg = reinterpret_cast<const uint4 *>(vpool + blk + (size_t)g * D + t * DL);
-        const uint4 *vg8 = reinterpret_cast<const uint4 *>(vpool + blk + (size_t)(g + 8) * D + t * DL);
+        const size_t blk = (size_t)bt[lp] * ld.page + (size_t)h * ld.head;
+        const uint4 *kg = reinterpret_cast<const uint4 *>(kpool + blk + (size_t)g * ld.tok + t * DL);
+        const uint4 *kg8 = reinterpret_cast<const uint4 *>(kpool + blk + (size_t)(g + 8) * ld.tok + t * DL);
+        const uint4 *vg = reinterpret_cast<const uint4 *>(vpool + blk + (size_t)g * ld.tok + t * DL);
+        const uint4 *vg8 = reinterpret_cast<const uint4 *>(vpool + blk + (size_t)(g + 8) * ld.tok + t * DL);
 #pragma unroll
         for (int u = 0; u < NW; u++) {
             k0[u] = kg[u];
@@ -177,14 +177,15 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
             if (i >= end) return 0;
             const int32_t lp = dense ? i : (i == i0 ? lp0 : lst[i]);
             if (lp < 0 || lp >= n_tot) return 0; /* invalid entry (caller's list): skipped */
-            const size_t blk = ((size_t)bt[lp] * hkv + h) * 16 * D;
+            const size_t blk = (size_t)bt[lp] * ld.page + (size_t)h * ld.head;
             uint16_t *kd = wst + (size_t)st * 2 * 16 * D, *vd = kd + 16 * D;
 #pragma unroll
             for (int m = 0; m < 16 * D / 8 / 32; m++) {
                 const int q = lane + 32 * m, r = q / (D / 8), c = q % (D / 8);
                 const int off = r * D + swz(c, r) * 8;
-                cp_async16(kd + off, kpool + blk + (size_t)q * 8);
-                cp_async16(vd + off, vpool + blk + (size_t)q * 8);
+                const size_t src = blk + (size_t)r * ld.tok + (size_t)c * 8;
+                cp_async16(kd + off, kpool + src);
+                cp_async16(vd + off, vpool + src);
             }
             return lp < n_full ? 16 : len - 16 * n_full;
         };
@@ -394,12 +395,11 @@ static locks_status attend_launch_t(locks_cuda_cache *c, int32_t layer, int32_t 
     const size_t smem = attend_smem<D>(G);
     /* the dynamic shared memory limit was raised by locks_cuda_attend_prepare */
     dim3 grid((unsigned)splits, (unsigned)(n_seqs * hkv));
-    const size_t koff = (size_t)layer * c->kv_layer_elems;
     CU_TRY(launch_k(c->ws.pdl, attend_kernel<D, T>, grid, dim3(ATT_WARPS * 32), smem, st,
-                    (const uint16_t *)(c->k + koff), (const uint16_t *)(c->v + koff), (const int32_t *)c->ws.seq_slots,
-                    (const int32_t *)c->seq_len, (const int32_t *)c->block_table, c->p.n_pages, hkv, G,
-                    (const uint16_t *)c->ws.q_attn, hq, pages, n_pages, list_stride, dense, pps, c->ws.part_o,
-                    c->ws.part_ml, c->ws.max_splits));
+                    cache_layer_k(c, layer), cache_layer_v(c, layer), cache_strides(c),
+                    (const int32_t *)c->ws.seq_slots, (const int32_t *)c->seq_len,
+                    (const int32_t *)c->block_table, c->p.n_pages, hkv, G, (const uint16_t *)c->ws.q_attn, hq,
+                    pages, n_pages, list_stride, dense, pps, c->ws.part_o, c->ws.part_ml, c->ws.max_splits));
     dim3 mgrid((unsigned)G, (unsigned)(n_seqs * hkv));
     CU_TRY(launch_k(c->ws.pdl, merge_kernel, mgrid, dim3(MERGE_THREADS), 0, st, (const int32_t *)c->ws.seq_slots,
                     (const int32_t *)c->seq_len, hkv, G, (int32_t)D, n_pages, dense, pps,

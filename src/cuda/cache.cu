@@ -134,8 +134,10 @@ extern "C" void locks_cuda_cache_free(locks_cuda_cache **pc) {
     DFREE(c->flush_buf);
     for (int i = 0; i < 8; i++)
         if (c->ev[i]) cudaEventDestroy(c->ev[i]);
-    if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->own_stream) cudaStreamDestroy(c->own_stream);
     locks_free(c->h_seq_len);
+    locks_free(c->ext_k);
+    locks_free(c->ext_v);
     locks_free(c);
     *pc = NULL;
 }
@@ -150,6 +152,12 @@ extern "C" void locks_cuda_cache_free(locks_cuda_cache **pc) {
     } while (0)
 
 extern "C" locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, locks_status *err) {
+    return locks_cuda_cache_init_ext(p, NULL, NULL, LOCKS_LAYOUT_HND, 0, err);
+}
+
+extern "C" locks_cuda_cache *locks_cuda_cache_init_ext(const locks_cache_params *p, const void *const *k_pages,
+                                                      const void *const *v_pages, locks_kv_layout layout,
+                                                      size_t page_stride, locks_status *err) {
     locks_status st = LOCKS_OK;
     locks_cuda_cache *c = NULL;
     size_t L, H, NP, D, nsum;
@@ -181,10 +189,11 @@ extern "C" locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, 
     c->rank = p->rank;
     c->n_sm = prop.multiProcessorCount;
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
-    if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess) {
+    if (cudaStreamCreateWithFlags(&c->own_stream, cudaStreamNonBlocking) != cudaSuccess) {
         st = LOCKS_ERR_BACKEND;
         goto fail;
     }
+    c->stream = c->own_stream;
     for (int i = 0; i < 8; i++)
         if (cudaEventCreate(&c->ev[i]) != cudaSuccess) {
             st = LOCKS_ERR_BACKEND;
@@ -196,8 +205,24 @@ extern "C" locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, 
     D = (size_t)p->head_dim;
     c->kv_layer_elems = NP * H * 16 * D;
     nsum = L * H * NP;
-    DALLOC(c->k, L * c->kv_layer_elems * 2);
-    DALLOC(c->v, L * c->kv_layer_elems * 2);
+    c->page_ld = page_stride ? page_stride : H * 16 * D;
+    c->head_ld = layout == LOCKS_LAYOUT_NHD ? D : 16 * D;
+    c->tok_ld = layout == LOCKS_LAYOUT_NHD ? H * D : D;
+    if (k_pages) { /* the caller's pages: only their addresses are kept */
+        c->ext_k = (const uint16_t **)locks_alloc(L, sizeof *c->ext_k);
+        c->ext_v = (const uint16_t **)locks_alloc(L, sizeof *c->ext_v);
+        if (!c->ext_k || !c->ext_v) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+        for (size_t l = 0; l < L; l++) {
+            c->ext_k[l] = (const uint16_t *)k_pages[l];
+            c->ext_v[l] = (const uint16_t *)v_pages[l];
+        }
+    } else {
+        DALLOC(c->k, L * c->kv_layer_elems * 2);
+        DALLOC(c->v, L * c->kv_layer_elems * 2);
+    }
     DALLOC(c->mu, nsum * D);
     DALLOC(c->mu_scale, nsum * 2);
     DALLOC(c->basis, nsum * LOCKS_CUDA_MAX_RANK * D / 2);
@@ -255,6 +280,7 @@ extern "C" locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq,
         (n > 0 && (!d_k || !d_v)) || n_build < 0 || n_build > c->p.n_pages || (n_build > 0 && !build_pages))
         return LOCKS_ERR_INVALID_ARG;
     if (n == 0) return LOCKS_OK;
+    if (c->ext_k) return LOCKS_ERR_UNSUPPORTED; /* the caller writes its own pages */
     if (pos + n > c->h_seq_len[seq]) return LOCKS_ERR_INVALID_ARG;
     LOCKS_TRY(locks_cuda_ws_reserve(c, 1, c->p.n_kv_heads));
     const size_t elems = (size_t)n * c->p.n_kv_heads * c->p.head_dim;
@@ -330,9 +356,19 @@ extern "C" locks_status locks_cuda_summary_get(locks_cuda_cache *c, int32_t laye
     return LOCKS_OK;
 }
 
+extern "C" locks_status locks_cuda_ext_build(locks_cuda_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
+    if (!c || !c->ext_k || layer < 0 || layer >= c->p.n_layers || n < 0 || n > c->p.n_pages) return LOCKS_ERR_INVALID_ARG;
+    if (n == 0) return LOCKS_OK;
+    CU_TRY(cudaMemcpyAsync(c->page_list, pages, (size_t)n * 4, cudaMemcpyHostToDevice, c->stream));
+    LOCKS_TRY(locks_cuda_summary_build(c, layer, c->page_list, n));
+    CU_TRY(cudaStreamSynchronize(c->stream)); /* pages is the caller's host array */
+    return LOCKS_OK;
+}
+
 extern "C" locks_status locks_cuda_kv_page_get(locks_cuda_cache *c, int32_t layer, int32_t page, uint16_t *k,
                                                uint16_t *v) {
     if (!c || layer < 0 || layer >= c->p.n_layers || page < 0 || page >= c->p.n_pages) return LOCKS_ERR_INVALID_ARG;
+    if (c->ext_k) return LOCKS_ERR_UNSUPPORTED;
     const size_t blk = (size_t)c->p.n_kv_heads * 16 * c->p.head_dim;
     const size_t off = (size_t)layer * c->kv_layer_elems + (size_t)page * blk;
     CU_TRY(cudaStreamSynchronize(c->stream));
@@ -343,6 +379,7 @@ extern "C" locks_status locks_cuda_kv_page_get(locks_cuda_cache *c, int32_t laye
 
 extern "C" locks_status locks_cuda_fill_random(locks_cuda_cache *c, int32_t layer, uint64_t seed, float a) {
     if (!c || layer < 0 || layer >= c->p.n_layers) return LOCKS_ERR_INVALID_ARG;
+    if (c->ext_k) return LOCKS_ERR_UNSUPPORTED;
     uint16_t *kp = c->k + (size_t)layer * c->kv_layer_elems, *vp = c->v + (size_t)layer * c->kv_layer_elems;
     const unsigned blocks = (unsigned)c->n_sm * 16;
     if (c->p.kv_dtype == LOCKS_DTYPE_BF16)

@@ -98,12 +98,15 @@ struct locks_cuda_ws {
 struct locks_cuda_cache {
     locks_cache_params p;
     int32_t rank;
-    cudaStream_t stream;
+    cudaStream_t stream;     /* where the cache's work runs: own_stream or the caller's */
+    cudaStream_t own_stream; /* created at init, destroyed at free */
     cudaEvent_t ev[8];
     char device_name[256];
     int n_sm;
     size_t kv_layer_elems;   /* n_pages * Hkv * 16 * d */
-    uint16_t *k, *v;         /* [L][n_pages][Hkv][16][d] */
+    uint16_t *k, *v;         /* [L][n_pages][Hkv][16][d]; NULL over caller-owned pages */
+    const uint16_t **ext_k, **ext_v; /* caller-owned pages: [L] device pointers (host array) */
+    size_t page_ld, head_ld, tok_ld; /* K/V block strides in elements (HND: Hkv*16*d, 16*d, d) */
     int8_t *mu;              /* [L][Hkv][n_pages][d] */
     __half *mu_scale;        /* [L][Hkv][n_pages] */
     uint8_t *basis;          /* [L][Hkv][n_pages][8][d/2] */
@@ -118,6 +121,18 @@ struct locks_cuda_cache {
     const void *slots_owner; /* graph whose batch ws.seq_slots holds, or NULL */
     void *flush_buf;         /* 256 MiB for L2 flushes (benchmarks) */
 };
+
+/* Where layer l's K (V) pages start, and their strides, for the kernels. */
+struct kv_strides {
+    size_t page, head, tok;
+};
+static inline kv_strides cache_strides(const locks_cuda_cache *c) { return {c->page_ld, c->head_ld, c->tok_ld}; }
+static inline const uint16_t *cache_layer_k(const locks_cuda_cache *c, int32_t layer) {
+    return c->ext_k ? c->ext_k[layer] : c->k + (size_t)layer * c->kv_layer_elems;
+}
+static inline const uint16_t *cache_layer_v(const locks_cuda_cache *c, int32_t layer) {
+    return c->ext_v ? c->ext_v[layer] : c->v + (size_t)layer * c->kv_layer_elems;
+}
 
 #define LOCKS_CUDA_HIST_STRIDE 2056 /* 2048 bins + counters, per segment */
 

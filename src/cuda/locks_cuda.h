@@ -43,8 +43,22 @@ typedef struct locks_cuda_cache locks_cuda_cache;
 /* Allocates the K/V pool, the summary pool and the per-sequence tables on
  * p->device with cudaMalloc. NULL and *err on failure. */
 locks_cuda_cache *locks_cuda_cache_init(const locks_cache_params *p, locks_status *err);
+/* The same over the caller's K/V pages (k_pages, v_pages: [n_layers] device pointers
+ * in layout, page_stride elements apart or 0 for Hkv * 16 * d; locks.h "Caller-owned KV
+ * pages"): no K/V pool of its own. */
+locks_cuda_cache *locks_cuda_cache_init_ext(const locks_cache_params *p, const void *const *k_pages,
+                                           const void *const *v_pages, locks_kv_layout layout,
+                                           size_t page_stride, locks_status *err);
+/* Caller-owned pages: builds the summaries of n physical pages (host array) of one layer
+ * from the caller's keys. Synchronous. */
+locks_status locks_cuda_ext_build(locks_cuda_cache *c, int32_t layer, const int32_t *pages, int32_t n);
+
 /* Frees everything and sets *c to NULL. */
 void locks_cuda_cache_free(locks_cuda_cache **c);
+
+/* Issues the cache's work on `stream` (a cudaStream_t) from now on; NULL: the cache's
+ * own stream. Work issued before is ordered first through an event (no host wait). */
+locks_status locks_cuda_set_stream(locks_cuda_cache *c, void *stream);
 
 /* Mirrors one sequence slot: its block table (n_pages logical -> physical) and its
  * length in tokens. len 0 marks the slot unused. */
@@ -80,7 +94,7 @@ locks_status locks_cuda_summary_get_raw(locks_cuda_cache *c, int32_t layer, int3
                                         uint16_t *coef_scale);
 
 /* Copies the stored K and V block of (layer, physical page) to the host as
- * [Hkv][16][d] uint16 (fp16 or bf16 bits, the cache's kv dtype). */
+ * [Hkv][16][d] uint16 (fp16 or bf16 bits, the cache's kv dtype). Owned pages only. */
 locks_status locks_cuda_kv_page_get(locks_cuda_cache *c, int32_t layer, int32_t page, uint16_t *k,
                                     uint16_t *v);
 

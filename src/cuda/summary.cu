@@ -54,7 +54,7 @@ static __device__ __forceinline__ float q_round(float x, float lim) {
 
 template <int D, typename T>
 static __global__ void __launch_bounds__(SUMMARY_WARPS * 32)
-summary_kernel(const uint16_t *__restrict__ kpool, const int32_t *__restrict__ pages, int32_t n,
+summary_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t *__restrict__ pages, int32_t n,
                int32_t hkv, int32_t n_pages_pool, int32_t rank, int8_t *mu_q, __half *mu_s,
                uint8_t *basis_q, __half *basis_s, int8_t *coef_q, __half *coef_s) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -66,14 +66,13 @@ summary_kernel(const uint16_t *__restrict__ kpool, const int32_t *__restrict__ p
     const int32_t h = (int32_t)(item % hkv);
 
     /* 1. keys -> smem (16-byte loads) */
-    const T *kp = reinterpret_cast<const T *>(kpool) + ((size_t)page * hkv + h) * 16 * D;
-    const uint4 *k4 = reinterpret_cast<const uint4 *>(kp);
+    const T *kp = reinterpret_cast<const T *>(kpool) + (size_t)page * ld.page + (size_t)h * ld.head;
 #pragma unroll
     for (int m = 0; m < 16 * D / 8 / 32; m++) {
         int i = lane + 32 * m;
-        uint4 w = k4[i];
-        const T *e = reinterpret_cast<const T *>(&w);
         int tok = (8 * i) / D, dim = (8 * i) % D;
+        uint4 w = *reinterpret_cast<const uint4 *>(kp + (size_t)tok * ld.tok + dim);
+        const T *e = reinterpret_cast<const T *>(&w);
 #pragma unroll
         for (int z = 0; z < 8; z++) sm.x[tok][dim + z] = kv_traits<T>::to_f(e[z]);
     }
@@ -294,7 +293,7 @@ static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const i
     const unsigned blocks = (unsigned)((items + SUMMARY_WARPS - 1) / SUMMARY_WARPS);
     const size_t base = summary_index(c, layer, 0);
     summary_kernel<D, T><<<blocks, SUMMARY_WARPS * 32, smem, st>>>(
-        c->k + (size_t)layer * c->kv_layer_elems, d_pages, n, hkv, c->p.n_pages, c->rank,
+        cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv, c->p.n_pages, c->rank,
         c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
         c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,
         c->coef_scale + base * LOCKS_CUDA_MAX_RANK);

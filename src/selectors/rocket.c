@@ -155,6 +155,7 @@ locks_status locks_cache_snapkv_observe(locks_cache *c, int32_t seq_id, int32_t 
         n_q_heads % c->hkv != 0)
         return LOCKS_ERR_INVALID_ARG;
     if (c->p.backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_UNSUPPORTED;
+    if (locks_cache_kv_ld(c) != (size_t)c->d) return LOCKS_ERR_UNSUPPORTED; /* caller's NHD pages */
     if (!locks_cache_meta(c, LOCKS_META_SNAPKV)) return LOCKS_ERR_NO_META;
     const locks_seq *sq = locks_cache_seq(c, seq_id);
     if (!sq) return LOCKS_ERR_NO_SEQ;

@@ -351,6 +351,7 @@ locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id) {
     if (!c) return LOCKS_ERR_INVALID_ARG;
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
     if (c->p.backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_UNSUPPORTED;
+    if (locks_cache_kv_ld(c) != (size_t)c->d) return LOCKS_ERR_UNSUPPORTED; /* caller's NHD pages */
     if (!locks_cache_meta(c, LOCKS_META_SHADOW)) return LOCKS_ERR_NO_META;
     const shadow_meta mv = shadow_view(c), *m = &mv;
     for (int32_t l = 0; l < c->p.n_layers; l++) {

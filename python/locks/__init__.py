@@ -1,0 +1,19 @@
+"""locks: LOCKS sparse long-context decoding (page-local compact key summaries).
+
+Python bindings over liblocks (ctypes). :class:`Cache` is the library's paged KV cache
+(numpy arrays on the CPU backend, torch CUDA tensors on the CUDA backend);
+:class:`PagedCache` puts summaries beside K/V pages the caller owns (vLLM-style);
+:mod:`locks.hf` plugs LOCKS into Hugging Face transformers models. Every library status
+other than LOCKS_OK is raised as the :class:`LocksError` subclass of that name.
+"""
+from ._capi import LOCKS_PAGE
+from .cache import Cache, PagedCache, StepParams, StepSelection, StepStats, selector_id
+from .errors import (BackendError, BudgetError, FormatError, InvalidArgError, LocksError, LocksIOError,
+                     NoMetaError, NoSeqError, NonFiniteError, OOMError, PoolFullError, UnsupportedError)
+
+__all__ = [
+    "LOCKS_PAGE", "Cache", "PagedCache", "StepParams", "StepSelection", "StepStats", "selector_id",
+    "LocksError", "InvalidArgError", "OOMError", "PoolFullError", "NonFiniteError", "BudgetError",
+    "NoSeqError", "NoMetaError", "UnsupportedError", "LocksIOError", "FormatError", "BackendError",
+]
+__version__ = "0.1.0"

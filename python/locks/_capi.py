@@ -1,0 +1,134 @@
+"""ctypes declarations of include/locks.h (the part the package uses) and the loader.
+
+The shared library is found, in order, at $LOCKS_LIBRARY, next to this file (where
+``pip install ./python`` puts it), in the repository's build/ directory (a source
+checkout), or by the system loader (``liblocks.so`` installed with CMake).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int32, c_size_t, c_uint64, c_void_p
+
+LOCKS_PAGE = 16
+
+c_int32_p = POINTER(c_int32)
+c_float_p = POINTER(c_float)
+
+
+class CacheParams(Structure):
+    _fields_ = [
+        ("n_layers", c_int32),
+        ("n_kv_heads", c_int32),
+        ("head_dim", c_int32),
+        ("n_pages", c_int32),
+        ("max_seqs", c_int32),
+        ("rank", c_int32),
+        ("summary_prec", ctypes.c_int),
+        ("kv_dtype", ctypes.c_int),
+        ("backend", ctypes.c_int),
+        ("n_threads", c_int32),
+        ("device", c_int32),
+        ("selectors", ctypes.c_uint32),
+        ("pool", c_void_p),
+    ]
+
+
+class StepParams(Structure):
+    _fields_ = [
+        ("selector", ctypes.c_int),
+        ("budget", c_int32),
+        ("n_sink", c_int32),
+        ("n_recent", c_int32),
+        ("scale", c_float),
+    ]
+
+
+class Selection(Structure):
+    _fields_ = [("pages", c_int32_p), ("n_pages", c_int32_p), ("max_pages", c_int32)]
+
+
+class StepStats(Structure):
+    _fields_ = [
+        ("bytes_meta", c_uint64),
+        ("bytes_kv", c_uint64),
+        ("bytes_dense", c_uint64),
+        ("score_ms", c_double),
+        ("select_ms", c_double),
+        ("attend_ms", c_double),
+    ]
+
+
+class ExtKV(Structure):
+    """locks_ext_kv: the caller's K/V pages (include/locks.h, "Caller-owned KV pages")."""
+    _fields_ = [
+        ("layout", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("k_pages", POINTER(c_void_p)),
+        ("v_pages", POINTER(c_void_p)),
+        ("page_stride", c_size_t),
+    ]
+
+
+def _find() -> str:
+    env = os.environ.get("LOCKS_LIBRARY")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(here, "liblocks.so"),
+                 os.path.join(os.path.dirname(os.path.dirname(here)), "build", "liblocks.so")):
+        if os.path.exists(cand):
+            return cand
+    found = ctypes.util.find_library("locks")
+    if not found:
+        raise OSError("liblocks.so not found: set LOCKS_LIBRARY, pip install ./python, "
+                      "or build the CMake target locks_shared")
+    return found
+
+
+lib = ctypes.CDLL(_find())
+
+_P = c_void_p  # locks_cache *, locks_step_graph *
+
+
+def _decl(name: str, restype, *argtypes) -> None:
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+
+
+_decl("locks_status_str", c_char_p, ctypes.c_int)
+_decl("locks_selector_parse", ctypes.c_int, c_char_p, POINTER(ctypes.c_int))
+_decl("locks_cache_default_params", CacheParams)
+_decl("locks_step_default_params", StepParams)
+_decl("locks_cache_init", _P, CacheParams, POINTER(ctypes.c_int))
+_decl("locks_cache_free", None, _P)
+_decl("locks_cache_seq_add", ctypes.c_int, _P, c_int32_p)
+_decl("locks_cache_seq_remove", ctypes.c_int, _P, c_int32)
+_decl("locks_cache_seq_len", c_int32, _P, c_int32)
+_decl("locks_cache_block_table", c_int32_p, _P, c_int32, c_int32_p)
+_decl("locks_cache_free_pages", c_int32, _P)
+_decl("locks_cache_seq_truncate", ctypes.c_int, _P, c_int32, c_int32)
+_decl("locks_cache_append", ctypes.c_int, _P, c_int32, c_int32)
+_decl("locks_cache_write", ctypes.c_int, _P, c_int32, c_int32, c_int32, c_int32, c_void_p, c_void_p)
+_decl("locks_cache_summary_get", ctypes.c_int, _P, c_int32, c_int32, c_int32, c_void_p, c_void_p, c_void_p)
+_decl("locks_cache_summary_bytes", c_size_t, _P)
+_decl("locks_cache_set_stream", ctypes.c_int, _P, c_void_p)
+_decl("locks_decode_step", ctypes.c_int, _P, c_int32, c_int32_p, c_int32, c_void_p, c_int32,
+      POINTER(StepParams), c_void_p, POINTER(Selection), POINTER(StepStats))
+_decl("locks_score", ctypes.c_int, _P, c_int32, c_int32, c_void_p, c_int32, POINTER(StepParams), c_void_p)
+_decl("locks_select", ctypes.c_int, _P, c_int32, c_void_p, POINTER(StepParams), c_void_p, c_void_p, c_int32)
+_decl("locks_attend", ctypes.c_int, _P, c_int32, c_int32, c_void_p, c_int32, c_float, c_void_p, c_void_p,
+      c_int32, c_void_p, c_void_p)
+_decl("locks_step_graph_capture", _P, _P, c_int32, c_int32_p, c_int32, c_void_p, c_int32,
+      POINTER(StepParams), c_int32, c_void_p, POINTER(ctypes.c_int))
+_decl("locks_step_graph_replay", ctypes.c_int, _P)
+_decl("locks_step_graph_free", None, _P)
+
+HAVE_EXT = hasattr(lib, "locks_cache_init_ext")
+if HAVE_EXT:
+    _decl("locks_cache_init_ext", _P, CacheParams, POINTER(ExtKV), POINTER(ctypes.c_int))
+    _decl("locks_cache_seq_set_pages", ctypes.c_int, _P, c_int32, c_int32_p, c_int32, c_int32)
+    _decl("locks_cache_pages_filled", ctypes.c_int, _P, c_int32, c_int32_p, c_int32)
+    _decl("locks_cache_pages_release", ctypes.c_int, _P, c_int32_p, c_int32)

@@ -1,0 +1,438 @@
+"""The LOCKS paged KV cache from Python (locks.h's locks_cache and decode step).
+
+A CPU cache takes and returns numpy float32 arrays; a CUDA cache takes and returns
+torch CUDA tensors, passed to the library by address (zero-copy when they are already
+float32 and contiguous, else converted once) and worked on in torch's current stream
+(locks_cache_set_stream, no host wait between torch's kernels and the library's). The
+library's CUDA calls still synchronise before they return (a NaN check, the host
+bookkeeping), so they cannot be captured in a torch.cuda.CUDAGraph yet
+(docs/INTEGRATION.md lists what that needs).
+Shapes (d = head_dim, Hkv = n_kv_heads, Hq = query heads, a multiple of Hkv):
+
+    write:        k, v [n_tokens, Hkv, d]   (keys after RoPE)
+    decode_step:  q [n_seqs, Hq, d] -> out [n_seqs, Hq, d]
+    score:        q [Hq, d] -> mass [Hkv, n_full_pages]
+    select:       mass -> pages [Hkv, max_pages] (logical page indices), n_pages [Hkv]
+    attend:       q [Hq, d], pages, n_pages -> out [Hq, d], lse [Hq]
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _capi
+from ._capi import LOCKS_PAGE, lib
+from .errors import InvalidArgError, check
+
+Array = Any  # numpy.ndarray (CPU cache) or torch.Tensor (CUDA cache)
+
+_DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
+_PRECS = {"f32": 0, "q": 1}
+_BACKENDS = {"cpu": 0, "cuda": 1}
+
+
+def selector_id(name: str) -> int:
+    """The locks_selector value of a selector name ("full", "oracle", "locks", "quest",
+    "shadow", "rocket", "shadow-lm"); raises InvalidArgError for an unknown name."""
+    out = ctypes.c_int()
+    check(lib.locks_selector_parse(name.encode(), ctypes.byref(out)), "locks_selector_parse", name)
+    return out.value
+
+
+def selector_bits(names: Sequence[str]) -> int:
+    """locks_cache_params.selectors for a list of selector names."""
+    bits = 0
+    for n in names:
+        bits |= 1 << selector_id(n)
+    return bits
+
+
+@dataclass
+class StepParams:
+    """locks_step_params: selector, token budget per (sequence, KV head), forced sink and
+    recent pages, softmax scale (0: 1/sqrt(head_dim))."""
+    selector: str = "locks"
+    budget: int = 2048
+    n_sink: int = 1
+    n_recent: int = 1
+    scale: float = 0.0
+
+    def c(self) -> _capi.StepParams:
+        p = lib.locks_step_default_params()
+        p.selector = selector_id(self.selector)
+        p.budget, p.n_sink, p.n_recent, p.scale = self.budget, self.n_sink, self.n_recent, self.scale
+        return p
+
+
+@dataclass
+class StepSelection:
+    """What a decode step attended: ``pages[s, h, :n_pages[s, h]]`` are the logical page
+    indices (ascending) of sequence s (its position in seq_ids) and KV head h."""
+    pages: np.ndarray    # [n_seqs, Hkv, max_pages] int32
+    n_pages: np.ndarray  # [n_seqs, Hkv] int32
+
+
+@dataclass
+class StepStats:
+    """locks_step_stats: bytes read and phase times (ms) of one step."""
+    bytes_meta: int
+    bytes_kv: int
+    bytes_dense: int
+    score_ms: float
+    select_ms: float
+    attend_ms: float
+
+
+def _torch():
+    import torch  # only CUDA caches need it
+    return torch
+
+
+class Cache:
+    """A LOCKS paged KV cache (locks_cache_init): a pool of ``n_pages`` 16-token pages
+    shared by ``n_layers`` layers and up to ``max_seqs`` sequences, with a rank-``rank``
+    summary per full page and KV head. ``backend`` is "cpu" (numpy arrays) or "cuda"
+    (torch CUDA tensors on ``device``). ``kv_dtype`` "f16" (CPU; CUDA too) or "bf16"
+    (CUDA); ``summary`` "q" (int8/int4, the default) or "f32" (CPU); ``selectors``:
+    the selector names whose page metadata the cache keeps (default: the library's,
+    "locks"; "full" and "oracle" need none). Use as a context manager or call close();
+    errors raise :class:`locks.LocksError` subclasses."""
+
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, n_pages: int,
+                 max_seqs: int = 1, rank: int = 8, summary: str = "q",
+                 kv_dtype: Optional[str] = None, backend: str = "cpu", n_threads: int = 1,
+                 device: int = 0, selectors: Optional[Sequence[str]] = None) -> None:
+        if backend not in _BACKENDS:
+            raise InvalidArgError(1, "Cache", f"backend {backend!r}: 'cpu' or 'cuda'")
+        p = lib.locks_cache_default_params()
+        p.n_layers, p.n_kv_heads, p.head_dim, p.n_pages = n_layers, n_kv_heads, head_dim, n_pages
+        p.max_seqs, p.rank, p.n_threads, p.device = max_seqs, rank, n_threads, device
+        p.summary_prec = _PRECS[summary]
+        p.kv_dtype = _DTYPES[kv_dtype or "f16"]
+        p.backend = _BACKENDS[backend]
+        if selectors is not None:
+            p.selectors = selector_bits(selectors)
+        self._init(p, backend, device)
+
+    def _init(self, p: _capi.CacheParams, backend: str, device: int, ext: Any = None) -> None:
+        self.backend, self.device = backend, device
+        self.n_layers, self.n_kv_heads, self.head_dim = p.n_layers, p.n_kv_heads, p.head_dim
+        self.n_pages, self.max_seqs = p.n_pages, p.max_seqs
+        err = ctypes.c_int(0)
+        if ext is None:
+            self._c = lib.locks_cache_init(p, ctypes.byref(err))
+            check(err.value, "locks_cache_init")
+        else:
+            self._c = lib.locks_cache_init_ext(p, ctypes.byref(ext), ctypes.byref(err))
+            check(err.value, "locks_cache_init_ext")
+
+    # ---- lifetime ---------------------------------------------------------------
+    def close(self) -> None:
+        """Frees the cache (also done when the object is collected)."""
+        if getattr(self, "_c", None):
+            lib.locks_cache_free(self._c)
+            self._c = None
+
+    def __enter__(self) -> "Cache":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    # ---- arrays -----------------------------------------------------------------
+    def _stream(self) -> None:
+        if self.backend == "cuda":
+            torch = _torch()
+            s = torch.cuda.current_stream(self.device).cuda_stream
+            check(lib.locks_cache_set_stream(self._c, ctypes.c_void_p(s)), "locks_cache_set_stream")
+
+    def _in(self, x: Array, shape: Tuple[int, ...], name: str, dtype: str = "f32") -> Array:
+        """x as a contiguous array of the backend (float32 or int32), shape checked."""
+        if self.backend == "cuda":
+            torch = _torch()
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                raise TypeError(f"{name}: a CUDA cache takes torch CUDA tensors")
+            x = x.to(torch.float32 if dtype == "f32" else torch.int32).contiguous()
+        else:
+            if type(x).__module__.startswith("torch"):
+                x = x.detach().cpu().numpy()
+            x = np.ascontiguousarray(x, dtype=np.float32 if dtype == "f32" else np.int32)
+        if tuple(x.shape) != tuple(shape):
+            raise InvalidArgError(1, name, f"shape {tuple(x.shape)}, expected {tuple(shape)}")
+        return x
+
+    def _empty(self, shape: Tuple[int, ...], dtype: str = "f32", like: Optional[Array] = None) -> Array:
+        if self.backend == "cuda":
+            torch = _torch()
+            dev = like.device if like is not None else torch.device("cuda", self.device)
+            return torch.empty(shape, dtype=torch.float32 if dtype == "f32" else torch.int32, device=dev)
+        return np.empty(shape, dtype=np.float32 if dtype == "f32" else np.int32)
+
+    @staticmethod
+    def _ptr(x: Optional[Array]) -> Optional[int]:
+        if x is None:
+            return None
+        return x.data_ptr() if hasattr(x, "data_ptr") else x.ctypes.data
+
+    # ---- sequences --------------------------------------------------------------
+    def seq_add(self) -> int:
+        """Adds an empty sequence; returns its id."""
+        sid = ctypes.c_int32()
+        check(lib.locks_cache_seq_add(self._c, ctypes.byref(sid)), "locks_cache_seq_add")
+        return sid.value
+
+    def seq_remove(self, seq: int) -> None:
+        """Removes the sequence and frees its pages."""
+        check(lib.locks_cache_seq_remove(self._c, seq), "locks_cache_seq_remove")
+
+    def seq_len(self, seq: int) -> int:
+        """Tokens reserved in the sequence (NoSeqError for an unknown id)."""
+        n = lib.locks_cache_seq_len(self._c, seq)
+        if n < 0:
+            check(6, "locks_cache_seq_len", f"seq {seq}")
+        return n
+
+    def append(self, seq: int, n_tokens: int) -> None:
+        """Reserves n_tokens more positions at the end of the sequence (all layers)."""
+        self._stream()
+        check(lib.locks_cache_append(self._c, seq, n_tokens), "locks_cache_append")
+
+    def truncate(self, seq: int, length: int) -> None:
+        """Shortens the sequence to its first ``length`` tokens."""
+        self._stream()
+        check(lib.locks_cache_seq_truncate(self._c, seq, length), "locks_cache_seq_truncate")
+
+    def block_table(self, seq: int) -> np.ndarray:
+        """The sequence's block table (logical page -> physical page), a copy."""
+        n = ctypes.c_int32()
+        t = lib.locks_cache_block_table(self._c, seq, ctypes.byref(n))
+        if not t:
+            check(6, "locks_cache_block_table", f"seq {seq}")
+        return np.ctypeslib.as_array(t, shape=(n.value,)).copy() if n.value else np.zeros(0, np.int32)
+
+    @property
+    def free_pages(self) -> int:
+        """Free physical pages left in the pool."""
+        return lib.locks_cache_free_pages(self._c)
+
+    @property
+    def summary_bytes(self) -> int:
+        """Bytes of summaries stored per (page, KV head)."""
+        return lib.locks_cache_summary_bytes(self._c)
+
+    # ---- writes -----------------------------------------------------------------
+    def write(self, seq: int, layer: int, pos: int, k: Array, v: Array) -> None:
+        """Writes K/V [n, Hkv, d] of tokens [pos, pos + n) of one layer (reserved with
+        append); the pages this fills get their summaries before it returns."""
+        n = int(k.shape[0])
+        shape = (n, self.n_kv_heads, self.head_dim)
+        k, v = self._in(k, shape, "k"), self._in(v, shape, "v")
+        self._stream()
+        check(lib.locks_cache_write(self._c, seq, layer, pos, n, self._ptr(k), self._ptr(v)), "locks_cache_write")
+
+    def extend(self, seq: int, layer_kv: Sequence[Tuple[Array, Array]]) -> None:
+        """Appends n tokens to the sequence and writes their K/V for every layer:
+        ``layer_kv[l] = (k, v)``, each [n, Hkv, d]."""
+        if len(layer_kv) != self.n_layers:
+            raise InvalidArgError(1, "extend", f"{len(layer_kv)} layers, cache has {self.n_layers}")
+        pos = self.seq_len(seq)
+        self.append(seq, int(layer_kv[0][0].shape[0]))
+        for layer, (k, v) in enumerate(layer_kv):
+            self.write(seq, layer, pos, k, v)
+
+    # ---- decode -----------------------------------------------------------------
+    def decode_step(self, layer: int, seq_ids: Sequence[int], q: Array, *, budget: int = 2048,
+                    selector: str = "locks", n_sink: int = 1, n_recent: int = 1, scale: float = 0.0,
+                    out: Optional[Array] = None, return_selection: bool = False,
+                    return_stats: bool = False) -> Any:
+        """One decode step of one layer for a batch: q [n_seqs, Hq, d] -> out (same
+        shape). With return_selection / return_stats, returns a tuple (out, selection
+        [, stats]) (reading the selection back synchronises a CUDA cache)."""
+        seq_ids = list(seq_ids)
+        ns = len(seq_ids)
+        if ns == 0 or q.ndim != 3:
+            raise InvalidArgError(1, "decode_step", "q must be [n_seqs, n_q_heads, d], n_seqs >= 1")
+        hq = int(q.shape[1])
+        q = self._in(q, (ns, hq, self.head_dim), "q")
+        if out is None:
+            out = self._empty((ns, hq, self.head_dim), like=q)
+        elif tuple(out.shape) != (ns, hq, self.head_dim) or not _is_f32_contig(out):
+            raise InvalidArgError(1, "decode_step", "out must be float32, contiguous, shaped like q")
+        ids = (ctypes.c_int32 * ns)(*seq_ids)
+        sp = StepParams(selector, budget, n_sink, n_recent, scale).c()
+        sel_c, sel = None, None
+        if return_selection:
+            maxp = max(1, max((self.seq_len(s) + LOCKS_PAGE - 1) // LOCKS_PAGE for s in seq_ids))
+            sel = StepSelection(np.zeros((ns, self.n_kv_heads, maxp), np.int32),
+                                np.zeros((ns, self.n_kv_heads), np.int32))
+            sel_c = _capi.Selection(sel.pages.ctypes.data_as(_capi.c_int32_p),
+                                    sel.n_pages.ctypes.data_as(_capi.c_int32_p), maxp)
+        st_c = _capi.StepStats() if return_stats else None
+        self._stream()
+        check(lib.locks_decode_step(self._c, layer, ids, ns, self._ptr(q), hq, ctypes.byref(sp),
+                                    self._ptr(out), ctypes.byref(sel_c) if sel_c else None,
+                                    ctypes.byref(st_c) if st_c else None), "locks_decode_step")
+        if not (return_selection or return_stats):
+            return out
+        res: Tuple[Any, ...] = (out,)
+        if return_selection:
+            res += (sel,)
+        if return_stats:
+            res += (StepStats(st_c.bytes_meta, st_c.bytes_kv, st_c.bytes_dense,
+                              st_c.score_ms, st_c.select_ms, st_c.attend_ms),)
+        return res
+
+    def score(self, layer: int, seq: int, q: Array, *, selector: str = "locks", budget: int = 2048,
+              scale: float = 0.0) -> Array:
+        """Group masses [Hkv, n_full] of the sequence's full pages (locks_score), q [Hq, d]."""
+        hq = int(q.shape[0])
+        q = self._in(q, (hq, self.head_dim), "q")
+        mass = self._empty((self.n_kv_heads, self.seq_len(seq) // LOCKS_PAGE), like=q)
+        sp = StepParams(selector, budget, 1, 1, scale).c()
+        self._stream()
+        check(lib.locks_score(self._c, layer, seq, self._ptr(q), hq, ctypes.byref(sp), self._ptr(mass)),
+              "locks_score")
+        return mass
+
+    def select(self, seq: int, mass: Array, *, budget: int = 2048, n_sink: int = 1, n_recent: int = 1,
+               max_pages: Optional[int] = None) -> Tuple[Array, Array]:
+        """Pages [Hkv, max_pages] (logical, ascending) and counts [Hkv] from group masses."""
+        n_full = self.seq_len(seq) // LOCKS_PAGE
+        mass = self._in(mass, (self.n_kv_heads, n_full), "mass")
+        maxp = max_pages or max(1, (self.seq_len(seq) + LOCKS_PAGE - 1) // LOCKS_PAGE)
+        pages = self._empty((self.n_kv_heads, maxp), "i32", like=mass)
+        n_pages = self._empty((self.n_kv_heads,), "i32", like=mass)
+        sp = StepParams("locks", budget, n_sink, n_recent).c()
+        self._stream()
+        check(lib.locks_select(self._c, seq, self._ptr(mass), ctypes.byref(sp), self._ptr(pages),
+                               self._ptr(n_pages), maxp), "locks_select")
+        return pages, n_pages
+
+    def attend(self, layer: int, seq: int, q: Array, pages: Array, n_pages: Array,
+               scale: float = 0.0) -> Tuple[Array, Array]:
+        """Exact attention of q [Hq, d] over the listed pages: (out [Hq, d], lse [Hq])."""
+        hq = int(q.shape[0])
+        q = self._in(q, (hq, self.head_dim), "q")
+        maxp = int(pages.shape[1])
+        pages = self._in(pages, (self.n_kv_heads, maxp), "pages", "i32")
+        n_pages = self._in(n_pages, (self.n_kv_heads,), "n_pages", "i32")
+        out = self._empty((hq, self.head_dim), like=q)
+        lse = self._empty((hq,), like=q)
+        self._stream()
+        check(lib.locks_attend(self._c, layer, seq, self._ptr(q), hq, scale, self._ptr(pages),
+                               self._ptr(n_pages), maxp, self._ptr(out), self._ptr(lse)), "locks_attend")
+        return out, lse
+
+
+def _is_f32_contig(x: Array) -> bool:
+    if hasattr(x, "data_ptr"):
+        return str(x.dtype) == "torch.float32" and x.is_contiguous()
+    return x.dtype == np.float32 and x.flags.c_contiguous
+
+
+
+
+_LAYOUTS = {"HND": 0, "NHD": 1}
+
+
+class PagedCache(Cache):
+    """A LOCKS cache over K/V pages the caller owns (locks_cache_init_ext): the library
+    keeps only page summaries and selector metadata beside them.
+
+    ``k_pages[l]`` / ``v_pages[l]`` are layer l's pages, shaped ``[n_pages, Hkv, 16, d]``
+    (layout "HND") or ``[n_pages, 16, Hkv, d]`` ("NHD", vLLM's and FlashInfer's
+    default): numpy float16 arrays for a CPU cache, torch CUDA float16/bfloat16 tensors
+    for a CUDA cache; each page contiguous, pages any stride apart (views such as
+    ``kv_cache[:, 0]`` of FlashInfer's ``[n_pages, 2, 16, Hkv, d]`` work). They are read in place (the object keeps references);
+    the caller writes them. Per sequence: :meth:`set_pages` (its block table and length),
+    :meth:`pages_filled` when pages become full, :meth:`release` when pages are freed;
+    then :meth:`decode_step`, or :meth:`score` + :meth:`select` for the selection only
+    (:meth:`physical` maps it to the caller's page ids)."""
+
+    def __init__(self, k_pages: Sequence[Array], v_pages: Sequence[Array], layout: str = "NHD",
+                 max_seqs: int = 1, rank: int = 8, n_threads: int = 1, device: int = 0,
+                 selectors: Optional[Sequence[str]] = None) -> None:
+        if layout not in _LAYOUTS:
+            raise InvalidArgError(1, "PagedCache", f"layout {layout!r}: 'HND' or 'NHD'")
+        k_pages, v_pages = list(k_pages), list(v_pages)
+        if not k_pages or len(k_pages) != len(v_pages):
+            raise InvalidArgError(1, "PagedCache", "one K and one V page array per layer")
+        x = k_pages[0]
+        if len(x.shape) != 4:
+            raise InvalidArgError(1, "PagedCache", f"page arrays are 4-d, got shape {tuple(x.shape)}")
+        n_pages, a, b, d = (int(s) for s in x.shape)
+        hkv, tok = (a, b) if layout == "HND" else (b, a)
+        if tok != LOCKS_PAGE:
+            raise InvalidArgError(1, "PagedCache", f"16 tokens per page, got {tok}")
+        is_torch = hasattr(x, "data_ptr")
+        dtype = str(x.dtype).replace("torch.", "")
+        if dtype not in ("float16", "bfloat16"):
+            raise InvalidArgError(1, "PagedCache", f"pages are float16 or bfloat16, got {dtype}")
+        def page_stride(t: Array) -> int:  # elements from page to page; pages themselves contiguous
+            if is_torch:
+                return int(t.stride(0)) if t[0].is_contiguous() else -1
+            return t.strides[0] // t.itemsize if t[0].flags.c_contiguous else -1
+
+        stride = page_stride(x)
+        for t in k_pages + v_pages:
+            ok = (tuple(t.shape) == tuple(x.shape) and str(t.dtype) == str(x.dtype) and
+                  page_stride(t) == stride and stride >= hkv * LOCKS_PAGE * d)
+            if not ok:
+                raise InvalidArgError(1, "PagedCache", "every page array has layer 0's shape, dtype and page "
+                                      "stride, each page contiguous")
+        backend = "cuda" if is_torch and x.is_cuda else "cpu"
+        if is_torch and backend == "cpu":
+            raise TypeError("PagedCache: a CPU cache takes numpy arrays")
+        self._keep = (k_pages, v_pages)  # the library reads them in place
+        ptr = self._ptr
+        kp = (ctypes.c_void_p * len(k_pages))(*[ptr(t) for t in k_pages])
+        vp = (ctypes.c_void_p * len(v_pages))(*[ptr(t) for t in v_pages])
+        ext = _capi.ExtKV(_LAYOUTS[layout], _DTYPES["bf16" if dtype == "bfloat16" else "f16"],
+                          ctypes.cast(kp, ctypes.POINTER(ctypes.c_void_p)),
+                          ctypes.cast(vp, ctypes.POINTER(ctypes.c_void_p)), stride)
+        p = lib.locks_cache_default_params()
+        p.n_layers, p.n_kv_heads, p.head_dim, p.n_pages = len(k_pages), hkv, d, n_pages
+        p.max_seqs, p.rank, p.n_threads = max_seqs, rank, n_threads
+        p.device = (x.device.index or 0) if backend == "cuda" else device
+        p.backend = _BACKENDS[backend]
+        if selectors is not None:
+            p.selectors = selector_bits(selectors)
+        self.layout = layout
+        self._tables: dict = {}
+        self._init(p, backend, p.device, ext)
+
+    def set_pages(self, seq: int, block_table: Sequence[int], length: int) -> None:
+        """The sequence's block table (physical page of each logical page, ceil(length /
+        16) entries) and its length in tokens; call it whenever either changes."""
+        bt = np.ascontiguousarray(np.asarray(block_table, dtype=np.int32).reshape(-1))
+        check(lib.locks_cache_seq_set_pages(self._c, seq, bt.ctypes.data_as(_capi.c_int32_p), len(bt), length),
+              "locks_cache_seq_set_pages", f"seq {seq}, {len(bt)} pages, {length} tokens")
+        self._tables[seq] = bt
+
+    def pages_filled(self, layer: int, pages: Sequence[int]) -> None:
+        """All 16 slots of these physical pages of ``layer`` are written: builds their
+        summaries. InvalidArgError for a page out of range or reported twice (nothing
+        is built then)."""
+        pg = np.ascontiguousarray(np.asarray(pages, dtype=np.int32).reshape(-1))
+        self._stream()
+        check(lib.locks_cache_pages_filled(self._c, layer, pg.ctypes.data_as(_capi.c_int32_p), len(pg)),
+              "locks_cache_pages_filled", f"layer {layer}")
+
+    def release(self, pages: Sequence[int]) -> None:
+        """These physical pages are freed or reused by the caller: their summaries go."""
+        pg = np.ascontiguousarray(np.asarray(pages, dtype=np.int32).reshape(-1))
+        check(lib.locks_cache_pages_release(self._c, pg.ctypes.data_as(_capi.c_int32_p), len(pg)),
+              "locks_cache_pages_release")
+
+    def physical(self, seq: int, pages: np.ndarray, n_pages: np.ndarray) -> list:
+        """Per KV head h, the caller's physical page ids of ``pages[h, :n_pages[h]]``
+        (logical indices, as select / decode_step return them)."""
+        bt = self._tables[seq]
+        pages, n_pages = np.asarray(pages), np.asarray(n_pages)
+        return [bt[pages[h, : n_pages[h]]] for h in range(pages.shape[0])]

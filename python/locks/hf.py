@@ -1,0 +1,215 @@
+"""Hugging Face transformers (5.x) decoding through LOCKS.
+
+    import locks.hf
+    locks.hf.enable(model, budget=2048)   # Llama / Qwen2 / Mistral-family causal LMs
+    model.generate(input_ids, max_new_tokens=64)
+
+What it does: ``enable`` registers the attention function "locks" through transformers'
+``AttentionInterface`` (with the SDPA mask through ``AttentionMaskInterface``), switches
+the model to it, and makes ``generate`` use a :class:`LocksCache` unless the call passes
+its own ``past_key_values``. The prefill is dense (transformers' SDPA over the prompt's
+K/V, which are also written into the LOCKS cache, where every full page gets its
+summary); each decode step's attention runs in the library (score pages from their
+summaries, keep the best within ``budget`` tokens per KV head, exact attention over them).
+At a budget >= the context every page is attended: the same attention as SDPA up to
+fp32 summation order. The cache follows the model's device: CPU backend (fp16 pages) for
+a CPU model, CUDA backend (bf16 or fp16 pages, as the model) for a CUDA model.
+
+Limits: the prompt must come in one forward (no chunked prefill into a LocksCache), a
+batch must be unpadded (equal prompt lengths, no left padding), no beam search, and
+``output_attentions`` is not available for decode steps.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, List, Optional, Tuple
+
+import torch
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from . import LOCKS_PAGE
+from .cache import Cache as LocksKV
+
+ATTN_NAME = "locks"
+
+
+class LocksLayer(CacheLayerMixin):
+    """One decoder layer's view of the shared LOCKS cache (K/V live in the library)."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, owner: "LocksCache", layer_idx: int) -> None:
+        super().__init__()
+        self.owner, self.layer_idx = owner, layer_idx
+        self.n_tokens = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Writes the new K/V [b, Hkv, s, d] into the LOCKS cache; returns them (a
+        prefill's dense attention reads just these; a decode step reads the library)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        b, _, s, _ = key_states.shape
+        if self.n_tokens > 0 and s > 1:
+            raise NotImplementedError("LocksCache: prefill must come in one forward (no chunked prefill)")
+        self.owner._write(self.layer_idx, self.n_tokens, key_states, value_states)
+        self.n_tokens += s
+        self.owner._fresh[self.layer_idx] = s  # the attention call that follows reads it
+        return key_states, value_states
+
+    def get_mask_sizes(self, query_length: int) -> Tuple[int, int]:
+        return self.n_tokens + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.n_tokens
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def reset(self) -> None:
+        self.n_tokens = 0
+
+
+class LocksCache(Cache):
+    """A transformers ``Cache`` whose K/V live in one LOCKS cache (all layers share its
+    page pool). ``budget``: tokens attended per (sequence, KV head) in each decode step;
+    ``max_new_tokens`` sizes the pool beyond the prompt; ``selector``, ``n_sink``,
+    ``n_recent``, ``rank`` as in the C API (locks.h)."""
+
+    def __init__(self, model: Any, budget: int = 2048, max_new_tokens: int = 256,
+                 selector: str = "locks", n_sink: int = 1, n_recent: int = 1, rank: int = 8,
+                 n_threads: int = 1) -> None:
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.n_layers = cfg.num_hidden_layers
+        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.budget, self.selector, self.n_sink, self.n_recent = budget, selector, n_sink, n_recent
+        self.rank, self.n_threads, self.max_new_tokens = rank, n_threads, max_new_tokens
+        self.kv: Optional[LocksKV] = None
+        self.seqs: List[int] = []
+        self._fresh: dict = {}
+        super().__init__(layers=[LocksLayer(self, i) for i in range(self.n_layers)])
+        attach(model, self)  # the model's "locks" attention reads this cache from now on
+
+    # the pool is sized at the prefill, when the batch and the prompt length are known
+    def _open(self, key_states: torch.Tensor) -> None:
+        b, _, s, _ = key_states.shape
+        dev = key_states.device
+        pages = b * (math.ceil((s + self.max_new_tokens) / LOCKS_PAGE) + 1)
+        if dev.type == "cuda":
+            kv_dtype = "bf16" if key_states.dtype == torch.bfloat16 else "f16"
+            self.kv = LocksKV(self.n_layers, self.n_kv_heads, self.head_dim, pages, max_seqs=b,
+                              rank=self.rank, kv_dtype=kv_dtype, backend="cuda",
+                              device=dev.index or 0)
+        else:
+            self.kv = LocksKV(self.n_layers, self.n_kv_heads, self.head_dim, pages, max_seqs=b,
+                              rank=self.rank, n_threads=self.n_threads)
+        self.seqs = [self.kv.seq_add() for _ in range(b)]
+
+    def _write(self, layer: int, pos: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        if self.kv is None:
+            self._open(key_states)
+        kv = self.kv
+        b, _, s, _ = key_states.shape
+        if b != len(self.seqs):
+            raise ValueError(f"LocksCache holds {len(self.seqs)} sequences, got a batch of {b}")
+        if layer == 0:
+            for seq in self.seqs:
+                kv.append(seq, s)
+        cuda = kv.backend == "cuda"
+        for i, seq in enumerate(self.seqs):
+            k = key_states[i].transpose(0, 1).float().contiguous()  # [s, Hkv, d]
+            v = value_states[i].transpose(0, 1).float().contiguous()
+            if not cuda:
+                k, v = k.cpu().numpy(), v.cpu().numpy()
+            kv.write(seq, layer, pos, k, v)
+
+    def decode(self, layer: int, query: torch.Tensor, scaling: float) -> torch.Tensor:
+        """LOCKS attention of one decode step: query [b, Hq, 1, d] -> [b, 1, Hq, d]."""
+        b, hq, _, d = query.shape
+        q = query.reshape(b, hq, d).float().contiguous()
+        if self.kv.backend == "cuda":
+            out = self.kv.decode_step(layer, self.seqs, q, budget=self.budget, selector=self.selector,
+                                      n_sink=self.n_sink, n_recent=self.n_recent, scale=scaling)
+        else:
+            out = torch.from_numpy(self.kv.decode_step(layer, self.seqs, q.cpu().numpy(), budget=self.budget,
+                                                       selector=self.selector, n_sink=self.n_sink,
+                                                       n_recent=self.n_recent, scale=scaling))
+        return out.to(device=query.device, dtype=query.dtype).reshape(b, 1, hq, d)
+
+    def reset(self) -> None:
+        super().reset()
+        if self.kv is not None:
+            for seq in self.seqs:
+                self.kv.seq_remove(seq)
+            self.seqs = [self.kv.seq_add() for _ in range(len(self.seqs))]
+
+
+def locks_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                            value: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                            dropout: float = 0.0, scaling: Optional[float] = None,
+                            **kwargs: Any) -> Tuple[torch.Tensor, None]:
+    """The "locks" attention function: a decode step (one query token) with a LocksCache
+    runs in the library; everything else (prefill, or another cache) is transformers'
+    SDPA. Returns (attn_output [b, s, Hq, d], None) as transformers' functions do."""
+    cache = getattr(module, "_locks_cache", None)
+    # only right after this cache's own update of this layer (another cache: SDPA)
+    fresh = cache._fresh.pop(module.layer_idx, 0) if cache is not None else 0
+    if fresh == 1 and query.shape[2] == 1:
+        d = query.shape[-1]
+        return cache.decode(module.layer_idx, query, scaling or d ** -0.5), None
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                  scaling=scaling, **kwargs)
+
+
+AttentionInterface.register(ATTN_NAME, locks_attention_forward)
+AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+def _attention_modules(model: torch.nn.Module) -> List[torch.nn.Module]:
+    return [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "q_proj")]
+
+
+def attach(model: torch.nn.Module, cache: Optional[LocksCache]) -> None:
+    """Points the model's attention layers at ``cache`` (None detaches); a LocksCache
+    attaches itself to the model it is made for."""
+    for m in _attention_modules(model):
+        m._locks_cache = cache
+
+
+def enable(model: Any, budget: int = 2048, **cache_kw: Any) -> None:
+    """Makes ``model`` (a transformers 5.x causal LM of the Llama / Qwen2 / Mistral
+    family) decode through LOCKS: attention implementation "locks", and ``generate``
+    creates a :class:`LocksCache` (``budget`` and ``cache_kw`` passed on, with
+    ``max_new_tokens`` taken from the call) unless given ``past_key_values``."""
+    if not _attention_modules(model):
+        raise ValueError("locks.hf.enable: no attention layers with q_proj/layer_idx in this model")
+    model.set_attn_implementation(ATTN_NAME)
+    if not hasattr(model, "_locks_generate"):
+        model._locks_generate = model.generate
+    orig = model._locks_generate
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("past_key_values") is None:
+            new = kwargs.get("max_new_tokens") or model.generation_config.max_new_tokens or 256
+            kwargs["past_key_values"] = LocksCache(model, budget=budget, max_new_tokens=new, **cache_kw)
+        return orig(*args, **kwargs)
+
+    model.generate = generate
+
+
+def disable(model: Any, attn_implementation: str = "sdpa") -> None:
+    """Undoes :func:`enable`."""
+    if hasattr(model, "_locks_generate"):
+        model.generate = model._locks_generate
+        del model._locks_generate
+    attach(model, None)
+    model.set_attn_implementation(attn_implementation)

@@ -1,0 +1,28 @@
+"""Runs the README's Python example (between the PY-EXAMPLE markers) and checks its
+output against float64 attention over the pages it selected."""
+import os
+import re
+
+import numpy as np
+
+from conftest import f16, ref_attention, selected_tokens
+
+README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+
+
+def test_readme_python_example(rng, capsys):
+    text = open(README).read()
+    m = re.search(r"<!-- PY-EXAMPLE-BEGIN -->\s*```python\n(.*?)```\s*<!-- PY-EXAMPLE-END -->", text, re.S)
+    assert m, "README.md has no PY-EXAMPLE block"
+    code = m.group(1)
+    assert len(code.strip().splitlines()) <= 12
+    seed = int(rng.integers(1 << 31))
+    code = code.replace("default_rng(0)", f"default_rng({seed})")  # fresh data each run
+    ns: dict = {}
+    exec(compile(code, "README.md", "exec"), ns)
+    k, v, q, out, sel = ns["k"], ns["v"], ns["q"], ns["out"], ns["sel"]
+    n = k.shape[0]
+    ref = ref_attention(q[0], f16(k), f16(v), selected_tokens(sel.pages[0], sel.n_pages[0], n))
+    assert np.max(np.abs(out[0] - ref)) / np.max(np.abs(ref)) < 2e-5
+    assert all(16 * (c - 1) + n % 16 <= 1024 for c in sel.n_pages[0])
+    assert "(1, 32, 128)" in capsys.readouterr().out

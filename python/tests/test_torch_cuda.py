@@ -1,0 +1,97 @@
+"""The torch face of a CUDA cache (device only): zero-copy tensors, torch's current
+stream, float64 reference on fresh random data."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import locks  # noqa: E402
+from conftest import ref_attention, selected_tokens  # noqa: E402
+
+
+def bf16(x):
+    return torch.from_numpy(np.asarray(x, np.float32)).bfloat16().double().numpy()
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "f16"])
+def test_cuda_step_on_torch_stream(rng, kv_dtype):
+    n, hkv, d, g = int(rng.integers(800, 3000)), 2, 128, 4
+    k = rng.standard_normal((n, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((n, hkv, d)).astype(np.float32)
+    q = rng.standard_normal((1, hkv * g, d)).astype(np.float32)
+    rnd = bf16 if kv_dtype == "bf16" else (lambda x: np.asarray(x, np.float32).astype(np.float16).astype(np.float64))
+    side = torch.cuda.Stream()
+    with locks.Cache(1, hkv, d, n // 16 + 4, backend="cuda", kv_dtype=kv_dtype) as c, torch.cuda.stream(side):
+        s = c.seq_add()
+        c.append(s, n)
+        # written by torch on the side stream, read by the library on the same stream
+        kt = torch.from_numpy(k).cuda(non_blocking=True) * 1.0
+        vt = torch.from_numpy(v).cuda(non_blocking=True) * 1.0
+        c.write(s, 0, 0, kt, vt)
+        qt = torch.from_numpy(q).cuda(non_blocking=True) * 1.0
+        out = torch.empty_like(qt)
+        ret = c.decode_step(0, [s], qt, budget=n + 16, out=out)
+        assert ret is out  # the caller's buffer, filled in place
+        dense = out.cpu().numpy()[0]
+        out2, sel = c.decode_step(0, [s], qt, budget=512, return_selection=True)
+        sparse = out2.cpu().numpy()[0]
+    ref = ref_attention(q[0], rnd(k), rnd(v))
+    assert np.max(np.abs(dense - ref)) / np.max(np.abs(ref)) < 5e-3
+    ref_s = ref_attention(q[0], rnd(k), rnd(v), selected_tokens(sel.pages[0], sel.n_pages[0], n))
+    assert np.max(np.abs(sparse - ref_s)) / np.max(np.abs(ref_s)) < 5e-3
+
+
+def test_cuda_errors_and_types(rng):
+    with locks.Cache(1, 1, 64, 8, backend="cuda", kv_dtype="bf16") as c:
+        s = c.seq_add()
+        c.append(s, 40)
+        with pytest.raises(TypeError):
+            c.write(s, 0, 0, np.zeros((40, 1, 64), np.float32), np.zeros((40, 1, 64), np.float32))
+        k = torch.randn(40, 1, 64, device="cuda")
+        k[3, 0, 5] = float("nan")
+        with pytest.raises(locks.NonFiniteError):
+            c.write(s, 0, 0, k, torch.randn(40, 1, 64, device="cuda"))
+        with pytest.raises((locks.UnsupportedError, locks.NoMetaError)):
+            c.decode_step(0, [s], torch.randn(1, 2, 64, device="cuda"), selector="quest")
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_paged_cuda_equals_owned(rng, layout, dtype):
+    tdt = getattr(torch, dtype)
+    n, hkv, d, g, L = int(rng.integers(500, 2000)), 4, 128, 4, 2
+    n_pages = n // 16 + 7
+    kv = [(torch.from_numpy(rng.standard_normal((n, hkv, d)).astype(np.float32)).cuda(),
+           torch.from_numpy(rng.standard_normal((n, hkv, d)).astype(np.float32)).cuda()) for _ in range(L)]
+    owned = locks.Cache(L, hkv, d, n_pages, backend="cuda", kv_dtype="bf16" if dtype == "bfloat16" else "f16")
+    so = owned.seq_add()
+    owned.extend(so, kv)
+    perm = torch.from_numpy(rng.permutation(n_pages).astype(np.int64)).cuda()
+    t = torch.arange(n, device="cuda")
+    pools = []
+    for k, v in kv:  # the caller's pages (vLLM would write them with reshape_and_cache)
+        shape = (n_pages, hkv, 16, d) if layout == "HND" else (n_pages, 16, hkv, d)
+        pk, pv = torch.randn(shape, device="cuda").to(tdt), torch.randn(shape, device="cuda").to(tdt)
+        if layout == "HND":
+            pk[perm[t // 16], :, t % 16], pv[perm[t // 16], :, t % 16] = k.to(tdt), v.to(tdt)
+        else:
+            pk[perm[t // 16], t % 16], pv[perm[t // 16], t % 16] = k.to(tdt), v.to(tdt)
+        pools.append((pk, pv))
+    pc = locks.PagedCache([p[0] for p in pools], [p[1] for p in pools], layout=layout)
+    sp = pc.seq_add()
+    bt = perm.cpu().numpy().astype(np.int32)
+    pc.set_pages(sp, bt[: (n + 15) // 16], n)
+    for layer in range(L):
+        pc.pages_filled(layer, bt[: n // 16])
+    with pytest.raises(locks.InvalidArgError):
+        pc.pages_filled(1, bt[:1])
+    q = torch.randn(1, hkv * g, d, device="cuda")
+    for layer in range(L):
+        o1, s1 = owned.decode_step(layer, [so], q, budget=256, return_selection=True)
+        o2, s2 = pc.decode_step(layer, [sp], q, budget=256, return_selection=True)
+        np.testing.assert_array_equal(s1.n_pages, s2.n_pages)
+        for h in range(hkv):
+            np.testing.assert_array_equal(s1.pages[0, h, : s1.n_pages[0, h]], s2.pages[0, h, : s2.n_pages[0, h]])
+        assert (o1 - o2).abs().max().item() <= 1e-6

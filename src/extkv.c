@@ -1,0 +1,211 @@
+/*
+ * extkv.c — caller-owned KV pages (locks.h, "Caller-owned KV pages").
+ *
+ * A cache made by locks_cache_init_ext is an ordinary cache (sequence slots, summary
+ * pools, selector metadata, on the CPU or the GPU) without K/V pages of its own:
+ * c->ext (CPU) or the device cache (CUDA) points at the caller's page memory with the
+ * strides of its layout, and every reader of a K/V block goes through those strides.
+ * What always holds:
+ *  - fill[l * n_pages + p] is 0xffff exactly when page p of layer l has been reported
+ *    filled since it was last released, and then its summaries are those of the
+ *    caller's current keys (the caller must not change a reported page's keys without
+ *    releasing it);
+ *  - a sequence's table and length are the caller's last seq_set_pages; the library
+ *    never takes or frees a page of the caller's pool (there is no free list).
+ * Every call checks all its input before it changes anything.
+ */
+#include <string.h>
+
+#include "cache.h"
+#include "selector.h"
+#include "util.h"
+#ifdef LOCKS_HAVE_CUDA
+#include "backend_cuda.h"
+#include "cuda/locks_cuda.h"
+#endif
+
+enum { P = LOCKS_PAGE };
+
+/* The strides of a layout, in elements. */
+static void layout_strides(locks_kv_layout layout, size_t hkv, size_t d, size_t *page_ld, size_t *head_ld,
+                           size_t *tok_ld) {
+    *page_ld = hkv * P * d;
+    if (layout == LOCKS_LAYOUT_NHD) {
+        *head_ld = d;
+        *tok_ld = hkv * d;
+    } else {
+        *head_ld = P * d;
+        *tok_ld = d;
+    }
+}
+
+locks_cache *locks_cache_init_ext(locks_cache_params params, const locks_ext_kv *kv, locks_status *err) {
+    locks_status st = LOCKS_ERR_INVALID_ARG;
+    locks_cache *c = NULL;
+    locks_ext_pages *e = NULL;
+    if (!kv || !kv->k_pages || !kv->v_pages || params.n_layers < 1 || params.n_kv_heads < 1 ||
+        params.head_dim < 1 || (kv->layout != LOCKS_LAYOUT_HND && kv->layout != LOCKS_LAYOUT_NHD))
+        goto fail;
+    for (int32_t l = 0; l < params.n_layers; l++)
+        if (!kv->k_pages[l] || !kv->v_pages[l]) goto fail;
+    if (kv->dtype != LOCKS_DTYPE_F16 && kv->dtype != LOCKS_DTYPE_BF16) {
+        st = kv->dtype == LOCKS_DTYPE_F32 ? LOCKS_ERR_UNSUPPORTED : LOCKS_ERR_INVALID_ARG;
+        goto fail;
+    }
+    params.kv_dtype = kv->dtype;
+    if (params.backend != LOCKS_BACKEND_CPU && params.backend != LOCKS_BACKEND_CUDA) goto fail;
+#ifndef LOCKS_HAVE_CUDA
+    if (params.backend == LOCKS_BACKEND_CUDA) {
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+#endif
+    if (params.backend == LOCKS_BACKEND_CPU && kv->dtype == LOCKS_DTYPE_BF16) { /* CPU kernels read fp16 */
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    /* the layout, for both backends (on CUDA the pointers are device memory, read there) */
+    st = LOCKS_ERR_OOM;
+    e = locks_alloc(1, sizeof *e);
+    if (!e) goto fail;
+    e->k = locks_alloc((size_t)params.n_layers, sizeof *e->k);
+    e->v = locks_alloc((size_t)params.n_layers, sizeof *e->v);
+    if (!e->k || !e->v) goto fail;
+    e->layout = kv->layout;
+    e->dtype = kv->dtype;
+    for (int32_t l = 0; l < params.n_layers; l++) {
+        e->k[l] = kv->k_pages[l];
+        e->v[l] = kv->v_pages[l];
+    }
+    layout_strides(kv->layout, (size_t)params.n_kv_heads, (size_t)params.head_dim, &e->page_ld, &e->head_ld,
+                   &e->tok_ld);
+    if (kv->page_stride) {
+        st = LOCKS_ERR_INVALID_ARG;
+        if (kv->page_stride < e->page_ld || kv->page_stride % 8) goto fail; /* pages overlap / 16-byte rows */
+        e->page_ld = kv->page_stride;
+    }
+    /* as locks_cache_init (backend.c), with the caller's pages in place of its own */
+    c = locks_cache_init_host(&params, &st);
+    if (!c) goto fail;
+    c->ext = e; /* freed with the cache from here on */
+    e = NULL;
+#ifdef LOCKS_HAVE_CUDA
+    if (params.backend == LOCKS_BACKEND_CUDA) {
+        st = locks_cache_init_cuda(c);
+        if (st != LOCKS_OK) goto fail;
+        if (err) *err = LOCKS_OK;
+        return c;
+    }
+#endif
+    st = locks_cache_init_cpu(c);
+    if (st == LOCKS_OK) st = locks_selector_cache_attach(c, params.selectors);
+    if (st != LOCKS_OK) goto fail;
+    if (err) *err = LOCKS_OK;
+    return c;
+fail:
+    locks_ext_pages_free(e);
+    locks_cache_free(c);
+    if (err) *err = st;
+    return NULL;
+}
+
+static int is_ext(const locks_cache *c) { return c->ext != NULL; }
+
+locks_status locks_cache_seq_set_pages(locks_cache *c, int32_t seq_id, const int32_t *block_table,
+                                       int32_t n_pages, int32_t len) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    if (!is_ext(c)) return LOCKS_ERR_UNSUPPORTED;
+    if (len < 0 || n_pages != (int32_t)(((int64_t)len + P - 1) / P) || n_pages > c->p.n_pages ||
+        (n_pages > 0 && !block_table))
+        return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n_pages; i++)
+        if (block_table[i] < 0 || block_table[i] >= c->p.n_pages) return LOCKS_ERR_INVALID_ARG;
+    locks_seq *s = &c->seqs[seq_id];
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) { /* the device first, from the new table; the old one back if that fails */
+        int32_t *old = n_pages > 0 ? locks_alloc((size_t)n_pages, sizeof(int32_t)) : NULL;
+        if (n_pages > 0 && !old) return LOCKS_ERR_OOM;
+        if (n_pages > 0) memcpy(old, s->table, (size_t)n_pages * sizeof(int32_t));
+        if (n_pages > 0) memcpy(s->table, block_table, (size_t)n_pages * sizeof(int32_t));
+        locks_status st = locks_cuda_backend_sync(c, seq_id, n_pages, len);
+        if (st != LOCKS_OK && n_pages > 0) memcpy(s->table, old, (size_t)n_pages * sizeof(int32_t));
+        locks_free(old);
+        if (st != LOCKS_OK) return st;
+    }
+#endif
+    if (n_pages > 0) memcpy(s->table, block_table, (size_t)n_pages * sizeof(int32_t));
+    s->n_pages = n_pages;
+    s->len = len;
+    return LOCKS_OK;
+}
+
+/* fp16 bits: exponent all ones is Inf or NaN */
+static int f16_block_finite(const uint16_t *b, size_t ld, size_t d) {
+    for (size_t t = 0; t < P; t++)
+        for (size_t i = 0; i < d; i++)
+            if ((b[t * ld + i] & 0x7c00u) == 0x7c00u) return 0;
+    return 1;
+}
+
+locks_status locks_cache_pages_filled(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    if (!is_ext(c)) return LOCKS_ERR_UNSUPPORTED;
+    if (layer < 0 || layer >= c->p.n_layers || n < 0 || (n > 0 && !pages)) return LOCKS_ERR_INVALID_ARG;
+    if (n == 0) return LOCKS_OK;
+    uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
+    /* range, "reported twice" (before, or twice in this list): a mark per page, undone below */
+    locks_status st = LOCKS_OK;
+    int32_t i = 0;
+    for (; i < n; i++) {
+        const int32_t p = pages[i];
+        if (p < 0 || p >= c->p.n_pages || fill[p] != 0) {
+            st = LOCKS_ERR_INVALID_ARG;
+            break;
+        }
+        fill[p] = 1; /* seen in this list */
+    }
+    if (st == LOCKS_OK && !c->cuda) { /* CPU: the keys and values must be finite */
+        const size_t ld = locks_cache_kv_ld(c), d = (size_t)c->d;
+        for (int32_t j = 0; j < n && st == LOCKS_OK; j++)
+            for (int32_t h = 0; h < c->hkv; h++)
+                if (!f16_block_finite(locks_cache_kblock(c, layer, pages[j], h), ld, d) ||
+                    !f16_block_finite(locks_cache_vblock(c, layer, pages[j], h), ld, d)) {
+                    st = LOCKS_ERR_NONFINITE;
+                    break;
+                }
+    }
+#ifdef LOCKS_HAVE_CUDA
+    if (st == LOCKS_OK && c->cuda) st = locks_cuda_ext_build(c->cuda, layer, pages, n);
+#endif
+    for (int32_t j = 0; j < i; j++) fill[pages[j]] = st == LOCKS_OK ? 0xffffu : 0;
+    if (st != LOCKS_OK) return st;
+    if (!c->cuda) locks_cache_build_pages(c, layer, pages, n);
+    return LOCKS_OK;
+}
+
+locks_status locks_cache_pages_release(locks_cache *c, const int32_t *pages, int32_t n) {
+    if (!c) return LOCKS_ERR_INVALID_ARG;
+    if (!is_ext(c)) return LOCKS_ERR_UNSUPPORTED;
+    if (n < 0 || (n > 0 && !pages)) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n; i++)
+        if (pages[i] < 0 || pages[i] >= c->p.n_pages) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + pages[i]] = 0;
+    return LOCKS_OK;
+}
+
+locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                  locks_selector sel) {
+    if (locks_cache_kv_ld(c) != (size_t)c->d && sel != LOCKS_SEL_FULL && sel != LOCKS_SEL_LOCKS &&
+        sel != LOCKS_SEL_QUEST)
+        return LOCKS_ERR_UNSUPPORTED; /* reads keys as contiguous 16 x d blocks */
+    const uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const locks_seq *s = locks_cache_seq(c, seq_ids[i]);
+        if (!s) return LOCKS_ERR_NO_SEQ;
+        for (int32_t j = 0; j < s->len / P; j++)
+            if (fill[s->table[j]] != 0xffffu) return LOCKS_ERR_INVALID_ARG; /* full page not reported */
+    }
+    return LOCKS_OK;
+}
