@@ -73,6 +73,8 @@
  *          token (a full page 16, the partial page its length). If the forced pages
  *          alone exceed the budget the call fails with LOCKS_ERR_BUDGET (no clamp).
  *          budget >= context length selects every page: exactly dense attention.
+ *          With a mass target (locks_step_params.mass) the top pages are taken only
+ *          until their summed m_j (forced full pages counted) reaches the target.
  *  attend: exact softmax attention over the selected pages, fp32 accumulation,
  *          flash-decoding (split over pages, merged by log-sum-exp).
  */
@@ -273,6 +275,13 @@ typedef struct {
     int32_t n_sink;          /* leading full pages always attended (default 1) */
     int32_t n_recent;        /* trailing full pages always attended (default 1) */
     float scale;             /* softmax scale; 0 -> 1/sqrt(head_dim) (default 0) */
+    float mass;              /* mass target: 0 = off (default, fixed budget); 0 < mass < 1:
+                              * per (sequence, KV head) the candidate pages are taken in order
+                              * of estimated group mass (largest first, ties to the lower
+                              * index) until the mass covered, forced full pages included,
+                              * reaches `mass`, at most as many as the budget holds. The budget
+                              * is then only a cap: budget >= length no longer means dense.
+                              * Any other value: LOCKS_ERR_INVALID_ARG. */
 } locks_step_params;
 
 locks_step_params locks_step_default_params(void);

@@ -244,6 +244,7 @@ static locks_status cp_check(const locks_cp_shard *sh, int32_t layer, const floa
     if (hq / H > 64) return LOCKS_ERR_UNSUPPORTED;
     if (!locks_selector_available(p->selector)) return LOCKS_ERR_INVALID_ARG;
     if (!cp_selector_ok(p->selector)) return LOCKS_ERR_UNSUPPORTED;
+    if (p->mass != 0.0f) return LOCKS_ERR_UNSUPPORTED; /* mass targets: single cache only */
     if (sh->seq_id >= 0) {
         const locks_seq *s = locks_cache_seq(c, sh->seq_id);
         if (!s) return LOCKS_ERR_NO_SEQ;

@@ -38,7 +38,10 @@ locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, i
 /* Group masses of (w, KV head h) from its scores (G query heads per KV head). */
 void locks_mass_one(locks_seq_work *w, int32_t h, int32_t G, locks_selector sel);
 
-/* select.c: LOCKS_ERR_BUDGET if the params' budget cannot hold this sequence's forced
+/* select.c: 1 if the step attends every page of a sequence of len tokens (full selector,
+ * or a budget that covers it and no mass target): nothing is scored or ranked. */
+int locks_step_dense(const locks_step_params *p, int32_t len);
+/* select.c: LOCKS_ERR_INVALID_ARG for a mass target outside {0} u (0, 1); LOCKS_ERR_BUDGET if the params' budget cannot hold this sequence's forced
  * pages (or is <= 0); LOCKS_OK otherwise. */
 locks_status locks_select_check(const locks_seq *s, const locks_step_params *p);
 /* The ranking key of a page: mass bits in the high half, the complement of the logical
@@ -60,5 +63,11 @@ void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t 
 /* attend.c: exact attention over each sequence's selection (w[i].pages / n_pages). */
 locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
                               int32_t n_q_heads, float scale);
+
+/* attend_prefix.c: the output of locks_decode_step (selector full, scale 1/sqrt(d)) for
+ * query q [n_q_heads][d] on the sequence cut to its first len tokens (1 <= len <= its
+ * length), bit for bit; the sequence itself is not changed. CPU backend. */
+locks_status locks_attend_prefix_dense(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
+                                       const float *q, int32_t n_q_heads, float *out);
 
 #endif

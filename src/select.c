@@ -5,6 +5,7 @@
  * of the logical index in the low half), so keys are unique, larger mass wins and
  * ties go to the lower logical index; expected O(n), no full sort.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "decode.h"
@@ -47,8 +48,13 @@ void locks_top_k(uint64_t *key, int32_t n, int32_t k) {
     }
 }
 
+int locks_step_dense(const locks_step_params *p, int32_t len) {
+    return p->selector == LOCKS_SEL_FULL || (p->budget >= len && p->mass == 0.0f);
+}
+
 locks_status locks_select_check(const locks_seq *s, const locks_step_params *p) {
     if (p->n_sink < 0 || p->n_recent < 0) return LOCKS_ERR_INVALID_ARG;
+    if (!(p->mass == 0.0f || (p->mass > 0.0f && p->mass < 1.0f))) return LOCKS_ERR_INVALID_ARG;
     if (p->budget <= 0) return LOCKS_ERR_BUDGET;
     if (p->selector == LOCKS_SEL_FULL || p->budget >= s->len) return LOCKS_OK;
     const int32_t n_full = s->len / P;
@@ -59,12 +65,32 @@ locks_status locks_select_check(const locks_seq *s, const locks_step_params *p) 
     return LOCKS_OK;
 }
 
+static int key_desc(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* Mass target: of the k top candidates key[0..k) (any order), how many, taken largest
+ * mass first, bring the covered mass (the forced full pages, flagged in flag[0..n_full),
+ * plus the pages taken) to the target. Sorts key[0..k) descending. The sums are in
+ * double so that a long tail of tiny masses still counts in order. */
+static int32_t mass_prefix(const float *mass, float target, uint64_t *key, int32_t k,
+                           const uint8_t *flag, int32_t n_full) {
+    double covered = 0.0;
+    for (int32_t j = 0; j < n_full; j++)
+        if (flag[j]) covered += (double)mass[j];
+    qsort(key, (size_t)k, sizeof *key, key_desc);
+    int32_t taken = 0;
+    while (taken < k && covered < (double)target) covered += (double)mass[~(uint32_t)key[taken++]];
+    return taken;
+}
+
 /* Selection of one (sequence, KV head). key/flag: scratch of n_full entries. */
 static void select_one(const locks_seq *s, const float *mass, const locks_step_params *p,
                        int32_t *pages, int32_t *n_out, uint64_t *key, uint8_t *flag) {
     const int32_t n_full = s->len / P, partial = s->len % P;
     int32_t n = 0;
-    if (p->selector == LOCKS_SEL_FULL || p->budget >= s->len) {
+    if (locks_step_dense(p, s->len)) {
         for (int32_t j = 0; j < s->n_pages; j++) pages[n++] = j;
         *n_out = n;
         return;
@@ -78,6 +104,7 @@ static void select_one(const locks_seq *s, const float *mass, const locks_step_p
     int32_t k = (p->budget - partial - forced * P) / P;
     if (k > n_cand) k = n_cand;
     if (k > 0 && k < n_cand) locks_top_k(key, n_cand, k);
+    if (p->mass > 0.0f && k > 0) k = mass_prefix(mass, p->mass, key, k, flag, n_full);
     for (int32_t i = 0; i < k; i++) flag[~(uint32_t)key[i]] = 1;
     for (int32_t j = 0; j < n_full; j++)
         if (flag[j]) pages[n++] = j;

@@ -92,7 +92,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         }
         w[i].max_pages = mp;
         w[i].out = out + (size_t)i * n_q_heads * d;
-        w[i].dense = p->selector == LOCKS_SEL_FULL || p->budget >= s->len;
+        w[i].dense = locks_step_dense(p, s->len);
     }
     const float scale = locks_step_scale(c, p->scale);
     double t0 = locks_now_ms();

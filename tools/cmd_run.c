@@ -36,6 +36,12 @@ static void usage(FILE *f) {
             "  --budget N       tokens attended per KV head in decode (default 2048)\n"
             "  --sink N         leading pages always attended (default 1)\n"
             "  --recent N       trailing full pages always attended (default 1)\n"
+            "  --mass P         mass target 0 < P < 1: per step, layer and KV group, pages by\n"
+            "                   estimated mass until P is covered, at most --budget tokens\n"
+            "  --speculate K    exact output at sparse speed: draft K tokens with --selector at\n"
+            "                   --budget, verify them in one dense pass, keep what dense agrees\n"
+            "                   with (rejection sampling when sampling); prints the acceptance\n"
+            "                   rate\n"
             "  --rank R         summary rank 1..15 (default 8)\n"
             "  --f32-act        fp32 activations for quantized weights (slower; validation)\n"
             "  --dump-kv FILE   write the KV dump (keys, values, decode queries, the last 32 prompt\n"
@@ -140,10 +146,17 @@ static int on_token(int32_t token, void *user) {
     return 0;
 }
 
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *dump_path = NULL;
     const char *logits_path = NULL;
     int32_t n_ctx = 0, n_predict = 128, n_threads = 2, chat = 0, verbose = 0, f32_act = 0, rank = 8;
+    int32_t speculate = 0; /* draft length K; 0 = plain decoding */
     int seeded = 0;
     locks_sampler_params sp = locks_sampler_default_params();
     locks_step_params step = locks_step_default_params();
@@ -200,6 +213,18 @@ int cmd_run(int argc, char **argv) {
             ok = parse_int(v, 0, 1 << 20, &step.n_sink);
         } else if (!strcmp(a, "--recent")) {
             ok = parse_int(v, 0, 1 << 20, &step.n_recent);
+        } else if (!strcmp(a, "--mass")) {
+            ok = parse_float(v, &step.mass) && step.mass > 0.0f && step.mass < 1.0f;
+            if (!ok) {
+                fprintf(stderr, "locks run: --mass wants a fraction strictly between 0 and 1, not '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--speculate")) {
+            ok = parse_int(v, 1, 1 << 24, &speculate);
+            if (!ok) {
+                fprintf(stderr, "locks run: --speculate wants a draft length K >= 1, not '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--rank")) {
             ok = parse_int(v, 1, LOCKS_MAX_RANK, &rank);
         } else {
@@ -214,6 +239,14 @@ int cmd_run(int argc, char **argv) {
     }
     if (!prompt && !prompt_file) {
         fprintf(stderr, "locks run: give a prompt with -p TEXT or -f FILE (--help lists the options)\n");
+        return 2;
+    }
+    if (speculate && step.selector == LOCKS_SEL_FULL) {
+        fprintf(stderr, "locks run: --speculate drafts with a sparse selector; --selector full needs no draft\n");
+        return 2;
+    }
+    if (speculate && (dump_path || logits_path)) {
+        fprintf(stderr, "locks run: --speculate does not combine with --dump-kv or --eval-logits\n");
         return 2;
     }
     if (!seeded) sp.seed = (uint64_t)time(NULL);
@@ -267,6 +300,11 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (n_prompt + n_predict > n_ctx) n_predict = n_ctx - n_prompt;
+    if (speculate >= n_ctx - n_prompt) {
+        fprintf(stderr, "locks run: --speculate %d does not fit the context (%d tokens, %d of them prompt)\n",
+                speculate, n_ctx, n_prompt);
+        goto done;
+    }
 
     locks_ctx_params cp = locks_ctx_default_params();
     cp.n_ctx = n_ctx;
@@ -306,7 +344,15 @@ int cmd_run(int argc, char **argv) {
     out.m = m;
     out.f = stdout;
     int32_t n_gen = 0;
-    st = locks_generate(ctx, tokens, n_prompt, n_predict, smp, on_token, &out, NULL, &n_gen);
+    locks_spec_stats ss = {0};
+    double t_gen = wall_ms();
+    if (speculate) {
+        locks_spec_params spp = {speculate, step};
+        st = locks_speculate(ctx, tokens, n_prompt, n_predict, smp, &spp, on_token, &out, NULL, &n_gen, &ss);
+    } else {
+        st = locks_generate(ctx, tokens, n_prompt, n_predict, smp, on_token, &out, NULL, &n_gen);
+    }
+    t_gen = wall_ms() - t_gen;
     ru_stream_end(&out);
     fputc('\n', stdout);
     fflush(stdout);
@@ -315,7 +361,18 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     locks_run_stats rs = locks_ctx_stats(ctx);
-    ru_report(stderr, &rs, in.n_layers);
+    if (speculate) {
+        /* the context's counters see drafts as decode steps and verify passes as prefill */
+        double gen_s = (t_gen - rs.prefill_ms + ss.verify_ms) / 1e3;
+        fprintf(stderr, "prefill: %d tokens in %.2f s\n", n_prompt, (rs.prefill_ms - ss.verify_ms) / 1e3);
+        /* tok/s as decode's: the tokens after the first (which the prompt's pass gives) */
+        fprintf(stderr, "speculate: %d tokens after the first in %.2f s (%.1f tok/s); %d rounds of K <= %d;"
+                        " accepted %d of %d drafts (%.1f%%); draft %.2f s, verify %.2f s\n",
+                n_gen - 1, gen_s, gen_s > 0 ? (n_gen - 1) / gen_s : 0.0, ss.n_rounds, speculate, ss.n_accepted, ss.n_drafted,
+                ss.n_drafted ? 100.0 * ss.n_accepted / ss.n_drafted : 0.0, ss.draft_ms / 1e3, ss.verify_ms / 1e3);
+    } else {
+        ru_report(stderr, &rs, in.n_layers);
+    }
 
     if (dump_path) {
         int32_t steps = locks_ctx_len(ctx) - n_prompt;
