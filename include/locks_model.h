@@ -130,6 +130,10 @@ locks_cache *locks_ctx_cache(locks_ctx *c);
 int32_t locks_ctx_seq(const locks_ctx *c);
 /* Decode step parameters (selector, budget, ...) used by later decode calls. */
 locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step);
+/* For per-layer measurements: later decode calls use the step parameters at this layer
+ * only and dense attention (`full`) at every other; -1 (the default) = every layer.
+ * LOCKS_ERR_INVALID_ARG outside -1 .. n_layers - 1. */
+locks_status locks_ctx_set_sparse_layer(locks_ctx *c, int32_t layer);
 
 /* Runs n tokens through the model (chunks of n_batch: batched matmuls, causal dense
  * attention), appending them to the session. logits (may be NULL): [n_vocab] of the last

@@ -302,6 +302,8 @@ struct locks_ctx {
     matmul_q8 *xq;  /* (B, max(dim, q_dim, ffn_dim) / 32) quantized activations */
     float *inv_freq; /* (n_rot / 2,) RoPE frequencies theta^(-2i / n_rot) */
     locks_selection sel; /* the decode step's pages, kept only for p.on_step */
+    int32_t sparse_layer; /* -1: decode steps use p.step at every layer; else at this one
+                           * only, dense (`full`) at the others (locks_ctx_set_sparse_layer) */
 };
 
 locks_ctx_params locks_ctx_default_params(void) {
@@ -338,6 +340,7 @@ locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status
     c->m = m;
     c->p = p;
     c->seq = -1;
+    c->sparse_layer = -1;
 
     locks_cache_params cp = locks_cache_default_params();
     cp.n_layers = in->n_layers;
@@ -444,6 +447,12 @@ locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
         step.selector >= LOCKS_SEL_COUNT || !(step.mass == 0.0f || (step.mass > 0.0f && step.mass < 1.0f)))
         return LOCKS_ERR_INVALID_ARG;
     c->p.step = step;
+    return LOCKS_OK;
+}
+
+locks_status locks_ctx_set_sparse_layer(locks_ctx *c, int32_t layer) {
+    if (!c || layer < -1 || layer >= c->m->info.n_layers) return LOCKS_ERR_INVALID_ARG;
+    c->sparse_layer = layer;
     return LOCKS_OK;
 }
 
@@ -603,7 +612,10 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
             locks_step_stats ss;
             double t0 = locks_now_ms();
             locks_selection *sel = c->p.on_step ? &c->sel : NULL;
-            st = locks_decode_step(c->cache, l, &c->seq, 1, c->q, hq, &c->p.step, c->att, sel, &ss);
+            locks_step_params dense_step = c->p.step;
+            dense_step.selector = LOCKS_SEL_FULL;
+            const locks_step_params *sp = c->sparse_layer < 0 || c->sparse_layer == l ? &c->p.step : &dense_step;
+            st = locks_decode_step(c->cache, l, &c->seq, 1, c->q, hq, sp, c->att, sel, &ss);
             if (st != LOCKS_OK) return st;
             if (c->p.on_step) c->p.on_step(l, c->q, hq, sel, c->p.on_step_user);
             c->stats.attn_ms += locks_now_ms() - t0;
