@@ -42,6 +42,9 @@ static void usage(FILE *f) {
             "                   --budget, verify them in one dense pass, keep what dense agrees\n"
             "                   with (rejection sampling when sampling); prints the acceptance\n"
             "                   rate\n"
+            "  --compare        with --speculate: one prefill, then dense (full) and speculative\n"
+            "                   decoding side by side; prints both speeds and whether the\n"
+            "                   tokens are identical (exit 3 if not)\n"
             "  --rank R         summary rank 1..15 (default 8)\n"
             "  --f32-act        fp32 activations for quantized weights (slower; validation)\n"
             "  --dump-kv FILE   write the KV dump (keys, values, decode queries, the last 32 prompt\n"
@@ -152,11 +155,61 @@ static double wall_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* --speculate K --compare: one prefill of all but the last prompt token, then dense
+ * decoding (`full`) and speculative decoding from that same prefix, side by side in one
+ * process: are the tokens identical, and the speeds (tokens after the first per second,
+ * the first coming from the last prompt token's pass in both). */
+static int spec_compare(locks_ctx *ctx, const int32_t *tokens, int32_t n_prompt, int32_t n_predict,
+                        locks_sampler_params sp, const locks_spec_params *spp, int32_t n_vocab) {
+    int rc = 1;
+    int32_t *a = malloc(sizeof(int32_t) * (size_t)(n_predict + 1)), *b = malloc(sizeof(int32_t) * (size_t)(n_predict + 1));
+    locks_sampler *s1 = locks_sampler_init(sp, n_vocab, NULL), *s2 = locks_sampler_init(sp, n_vocab, NULL);
+    int32_t na = 0, nb = 0;
+    locks_spec_stats ss;
+    locks_status st;
+    if (!a || !b || !s1 || !s2) goto out;
+    if ((st = locks_ctx_prefill(ctx, tokens, n_prompt - 1, NULL)) != LOCKS_OK) goto fail;
+    locks_step_params dense = locks_ctx_get_params(ctx).step;
+    dense.selector = LOCKS_SEL_FULL;
+    if ((st = locks_ctx_set_step(ctx, dense)) != LOCKS_OK) goto fail;
+    double t0 = wall_ms();
+    if ((st = locks_generate(ctx, tokens + n_prompt - 1, 1, n_predict, s1, NULL, NULL, a, &na)) != LOCKS_OK) goto fail;
+    double t1 = wall_ms();
+    if ((st = locks_ctx_truncate(ctx, n_prompt - 1)) != LOCKS_OK) goto fail;
+    double t2 = wall_ms();
+    if ((st = locks_speculate(ctx, tokens + n_prompt - 1, 1, n_predict, s2, spp, NULL, NULL, b, &nb, &ss)) != LOCKS_OK)
+        goto fail;
+    double t3 = wall_ms();
+    int same = na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na);
+    int first = 0;
+    while (first < na && first < nb && a[first] == b[first]) first++;
+    /* both times include the last prompt token's pass (one token), identical work */
+    double ta = (t1 - t0) / 1e3, tb = (t3 - t2) / 1e3;
+    printf("compare: context %d + %d tokens; dense %d tokens in %.2f s (%.2f tok/s); speculate K %d (%s budget %d%s)"
+           " %d tokens in %.2f s (%.2f tok/s): %.2fx; accepted %d of %d drafts (%.1f%%) in %d rounds;"
+           " output %s\n",
+           n_prompt, na, na, ta, na / ta, spp->k, locks_selector_name(spp->draft.selector), spp->draft.budget,
+           spp->draft.mass > 0 ? ", mass target" : "", nb, tb, nb / tb, (nb / tb) / (na / ta), ss.n_accepted,
+           ss.n_drafted, ss.n_drafted ? 100.0 * ss.n_accepted / ss.n_drafted : 0.0, ss.n_rounds,
+           same ? "identical" : "DIFFERENT");
+    if (!same) fprintf(stderr, "locks run: first difference at generated token %d\n", first);
+    rc = same ? 0 : 3;
+    goto out;
+fail:
+    fprintf(stderr, "locks run: --compare failed: %s\n", locks_status_str(st));
+out:
+    free(a);
+    free(b);
+    locks_sampler_free(s1);
+    locks_sampler_free(s2);
+    return rc;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *dump_path = NULL;
     const char *logits_path = NULL;
     int32_t n_ctx = 0, n_predict = 128, n_threads = 2, chat = 0, verbose = 0, f32_act = 0, rank = 8;
-    int32_t speculate = 0; /* draft length K; 0 = plain decoding */
+    int32_t speculate = 0, compare = 0; /* draft length K (0 = plain decoding); --compare */
     int seeded = 0;
     locks_sampler_params sp = locks_sampler_default_params();
     locks_step_params step = locks_step_default_params();
@@ -173,6 +226,8 @@ int cmd_run(int argc, char **argv) {
             chat = 1, takes = 0;
         } else if (!strcmp(a, "--f32-act")) {
             f32_act = 1, takes = 0;
+        } else if (!strcmp(a, "--compare")) {
+            compare = 1, takes = 0;
         } else if (!strcmp(a, "-v")) {
             verbose = 1, takes = 0;
         } else if (!v) {
@@ -243,6 +298,10 @@ int cmd_run(int argc, char **argv) {
     }
     if (speculate && step.selector == LOCKS_SEL_FULL) {
         fprintf(stderr, "locks run: --speculate drafts with a sparse selector; --selector full needs no draft\n");
+        return 2;
+    }
+    if (compare && !speculate) {
+        fprintf(stderr, "locks run: --compare goes with --speculate K\n");
         return 2;
     }
     if (speculate && (dump_path || logits_path)) {
@@ -339,6 +398,11 @@ int cmd_run(int argc, char **argv) {
 
     if (logits_path) {
         rc = eval_logits(ctx, tokens, n_prompt, in.n_vocab, logits_path);
+        goto done;
+    }
+    if (compare) {
+        locks_spec_params spp = {speculate, step};
+        rc = spec_compare(ctx, tokens, n_prompt, n_predict, sp, &spp, in.n_vocab);
         goto done;
     }
     out.m = m;
