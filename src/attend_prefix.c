@@ -2,7 +2,7 @@
  * attend_prefix.c — dense decode attention over a prefix of a sequence, for verifying
  * drafted tokens (src/model/speculate.c through the model's verify pass).
  *
- * locks_attend_prefix_dense gives, bit for bit, what locks_decode_step with the `full`
+ * locks_attend_prefix (locks.h) gives, bit for bit, what locks_decode_step with the `full`
  * selector computes for the same query on a sequence holding only the first len tokens:
  * the same work items (every page 0 .. ceil(len / 16) - 1 of every KV head, the last one
  * with len % 16 tokens when partial) go through the same locks_attend_run (same chunks,
@@ -13,7 +13,7 @@
 
 #include "decode.h"
 
-locks_status locks_attend_prefix_dense(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
+locks_status locks_attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
                                        const float *q, int32_t n_q_heads, float *out) {
     if (!c || !q || !out) return LOCKS_ERR_INVALID_ARG;
     const locks_seq *s = locks_cache_seq(c, seq_id);

@@ -30,6 +30,9 @@ typedef struct {
 
 /* Effective softmax scale of the params (0 -> 1/sqrt(d)). */
 float locks_step_scale(const locks_cache *c, float scale);
+/* 1 if scale is a valid softmax scale argument: 0 (the default) or finite and > 0.
+ * Every entry point that takes a scale checks it before dispatching to a backend. */
+int locks_scale_ok(float scale);
 
 /* score.c: selector scores of every (sequence, KV head), then (with_mass) the group
  * masses; w[i].scores and w[i].mass must be set. */
@@ -63,11 +66,5 @@ void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t 
 /* attend.c: exact attention over each sequence's selection (w[i].pages / n_pages). */
 locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
                               int32_t n_q_heads, float scale);
-
-/* attend_prefix.c: the output of locks_decode_step (selector full, scale 1/sqrt(d)) for
- * query q [n_q_heads][d] on the sequence cut to its first len tokens (1 <= len <= its
- * length), bit for bit; the sequence itself is not changed. CPU backend. */
-locks_status locks_attend_prefix_dense(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
-                                       const float *q, int32_t n_q_heads, float *out);
 
 #endif

@@ -29,9 +29,6 @@
 #include "gguf.h"
 #include "locks_model.h"
 #include "matmul.h"
-#include "cache.h"
-#include "decode.h"
-#include "pool.h"
 #include "tokenizer_gguf.h"
 #include "util.h"
 
@@ -314,6 +311,7 @@ locks_ctx_params locks_ctx_default_params(void) {
         .rank = 8,
         .summary_prec = LOCKS_SUMMARY_Q,
         .step = locks_step_default_params(),
+        .selectors = 0,
         .f32_act = 0,
         .progress = NULL,
         .progress_user = NULL,
@@ -351,13 +349,16 @@ locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status
     cp.rank = p.rank;
     cp.summary_prec = p.summary_prec;
     cp.n_threads = p.n_threads;
+    if ((int)p.step.selector >= 0 && p.step.selector < LOCKS_SEL_COUNT)
+        cp.selectors = p.selectors | LOCKS_SEL_BIT(p.step.selector);
+    c->p.selectors = cp.selectors; /* what the cache serves; a clone keeps it */
     c->cache = locks_cache_init(cp, &st);
     if (!c->cache) goto fail;
     if ((st = locks_cache_seq_add(c->cache, &c->seq)) != LOCKS_OK) goto fail;
     /* the matmuls run on the cache's own pool: one set of worker threads for the whole
      * forward pass, so a worker still spinning after the cache's last job picks up the
      * next product (the pool is not reentrant; the context uses it from one thread) */
-    c->pool = c->cache->pool;
+    c->pool = locks_cache_pool(c->cache);
 
     size_t B = (size_t)p.n_batch;
     int32_t q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
@@ -446,6 +447,7 @@ locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
     if (step.budget <= 0 || step.n_sink < 0 || step.n_recent < 0 || (int)step.selector < 0 ||
         step.selector >= LOCKS_SEL_COUNT || !(step.mass == 0.0f || (step.mass > 0.0f && step.mass < 1.0f)))
         return LOCKS_ERR_INVALID_ARG;
+    if (!locks_cache_serves(c->cache, step.selector)) return LOCKS_ERR_NO_META;
     c->p.step = step;
     return LOCKS_OK;
 }
@@ -575,7 +577,7 @@ static void linear(locks_ctx *c, const matmul_weight *w, const matmul_act *a, fl
 
 /* How a pass attends: PREFILL causal dense attention (tiled, locks_prefill_attend);
  * DECODE one token by locks_decode_step with the context's step parameters; VERIFY each
- * token as a dense decode step would (locks_attend_prefix_dense), bit for bit. */
+ * token as a dense decode step would (locks_attend_prefix), bit for bit. */
 enum { FWD_PREFILL = 0, FWD_DECODE = 1, FWD_VERIFY = 2 };
 
 /* Runs tokens [pos, pos + n) (n <= n_batch, already reserved in the cache) through every
@@ -628,7 +630,7 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
                     c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
             if (mode == FWD_VERIFY) {
                 for (int32_t t = 0; t < n && st == LOCKS_OK; t++)
-                    st = locks_attend_prefix_dense(c->cache, l, c->seq, pos + t + 1, c->q + (size_t)t * (size_t)q_dim,
+                    st = locks_attend_prefix(c->cache, l, c->seq, pos + t + 1, c->q + (size_t)t * (size_t)q_dim,
                                                    hq, c->att + (size_t)t * (size_t)q_dim);
             } else {
                 st = locks_prefill_attend(c->cache, l, c->seq, pos, n, c->q, hq, scale, c->att);
