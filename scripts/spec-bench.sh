@@ -21,7 +21,7 @@ bin=${LOCKS_BIN:-build/locks}
 prose=$(scripts/fetch-haystack.sh)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat src/*.c src/model/*.c > "$tmp/code.all"
+cat src/*.c src/model/*.c src/eval/*.c > "$tmp/code.all" 2>/dev/null || true
 status=0
 echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD) host $(hostname); uptime: $(uptime)" | tee -a "$LOG"
 for kib in ${SIZES//,/ }; do
@@ -29,7 +29,7 @@ for kib in ${SIZES//,/ }; do
     head -c "$bytes" "$prose" > "$tmp/prose.txt"
     head -c "$bytes" "$tmp/code.all" > "$tmp/code.txt"
     { head -c $((bytes / 2)) "$prose"; printf '\nThe pass key is 48213. Remember it: 48213.\n';
-      tail -c +$((bytes / 2 + 1)) "$prose" | head -c $((bytes / 2)); printf '\nWhat is the pass key? The pass key is'; } > "$tmp/needle.txt"
+      { tail -c +$((bytes / 2 + 1)) "$prose" || true; } | head -c $((bytes / 2)); printf '\nWhat is the pass key? The pass key is'; } > "$tmp/needle.txt"
     for kind in $KINDS; do
         line=$("$bin" run -f "$tmp/$kind.txt" -c 16384 -n "$N" --temp 0 -t "$T" --selector locks --budget "$B" \
             --speculate "$K" --compare 2>/dev/null) || status=1
