@@ -27,6 +27,8 @@
  */
 #include <string.h>
 
+#include "speculate.h"
+
 #include "locks_model.h"
 #include "util.h"
 
@@ -35,10 +37,7 @@ static int is_eog(const locks_model *m, int32_t tok) {
     return tok == in.eos_id || locks_tokenizer_is_eog(locks_model_tokenizer(m), tok);
 }
 
-/* The next token after a draft d drawn from q, given the dense p: d if accepted, else a
- * draw from the residual (written into p). *accepted says which. */
-static int32_t accept_or_resample(locks_sampler *s, float *p, const float *q, int32_t d, int32_t n_vocab,
-                                  int *accepted) {
+int32_t locks_spec_accept(locks_sampler *s, float *p, const float *q, int32_t d, int32_t n_vocab, int *accepted) {
     /* accept with probability min(1, p(d) / q(d)); q(d) > 0 since d was drawn from q */
     if (p[d] >= q[d] || (double)locks_sampler_uniform(s) * (double)q[d] < (double)p[d]) {
         *accepted = 1;
@@ -127,7 +126,7 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
                 break;
             }
             int ok;
-            next = accept_or_resample(s, pa, q + (size_t)acc * n_vocab, fed[acc + 1], n_vocab, &ok);
+            next = locks_spec_accept(s, pa, q + (size_t)acc * n_vocab, fed[acc + 1], n_vocab, &ok);
             if (!ok) break;
         }
         double t_c = locks_now_ms();
