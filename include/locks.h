@@ -73,6 +73,8 @@
  *          token (a full page 16, the partial page its length). If the forced pages
  *          alone exceed the budget the call fails with LOCKS_ERR_BUDGET (no clamp).
  *          budget >= context length selects every page: exactly dense attention.
+ *          With a mass target (locks_step_params.mass) the top pages are taken only
+ *          until their summed m_j (forced full pages counted) reaches the target.
  *  attend: exact softmax attention over the selected pages, fp32 accumulation,
  *          flash-decoding (split over pages, merged by log-sum-exp).
  */
@@ -344,6 +346,13 @@ typedef struct {
     float scale;             /* softmax scale; 0 -> 1/sqrt(head_dim) (default 0); a
                               * negative, NaN or infinite scale is LOCKS_ERR_INVALID_ARG
                               * on every backend (so for every scale argument below) */
+    float mass;              /* mass target: 0 = off (default, fixed budget); 0 < mass < 1:
+                              * per (sequence, KV head) the candidate pages are taken in order
+                              * of estimated group mass (largest first, ties to the lower
+                              * index) until the mass covered, forced full pages included,
+                              * reaches `mass`, at most as many as the budget holds. The budget
+                              * is then only a cap: budget >= length no longer means dense.
+                              * Any other value: LOCKS_ERR_INVALID_ARG. */
 } locks_step_params;
 
 locks_step_params locks_step_default_params(void);
@@ -443,6 +452,14 @@ locks_status locks_select(const locks_cache *c, int32_t seq_id, const float *mas
 locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
                           int32_t n_q_heads, float scale, const int32_t *pages,
                           const int32_t *n_pages, int32_t max_pages, float *out, float *lse);
+
+/* Dense attention of one query q [n_q_heads][d] (softmax scale 1/sqrt(d)) over the first
+ * len tokens of the sequence (1 <= len <= its length; the sequence is not changed): bit
+ * for bit what locks_decode_step with the `full` selector gives on the sequence cut to
+ * len tokens. For passes that write several tokens' K/V first and then attend each as a
+ * decode step would (verifying drafted tokens). CPU backend (else LOCKS_ERR_UNSUPPORTED). */
+locks_status locks_attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
+                                 const float *q, int32_t n_q_heads, float *out);
 
 /* Causal dense attention for a prefill chunk: queries of tokens [pos, pos + n) (their
  * K/V already written), q: [n][n_q_heads][d] -> out: [n][n_q_heads][d]. */

@@ -129,6 +129,9 @@ int32_t locks_ctx_len(const locks_ctx *c);
  * LOCKS_ERR_INVALID_ARG): the session goes on from n exactly as if the rest had never
  * been run (locks_cache_seq_truncate). For answering one prefill several ways. */
 locks_status locks_ctx_truncate(locks_ctx *c, int32_t n);
+/* The model and the parameters the context was made with (step: as last set). */
+const locks_model *locks_ctx_model(const locks_ctx *c);
+locks_ctx_params locks_ctx_get_params(const locks_ctx *c);
 /* The cache, for inspection (summaries, pages, KV dumps). Owned by the context. */
 locks_cache *locks_ctx_cache(locks_ctx *c);
 int32_t locks_ctx_seq(const locks_ctx *c);
@@ -136,11 +139,21 @@ int32_t locks_ctx_seq(const locks_ctx *c);
  * LOCKS_ERR_NO_META for a selector the context's cache does not serve (neither
  * step.selector nor in selectors at init). */
 locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step);
+/* For per-layer measurements: later decode calls use the step parameters at this layer
+ * only and dense attention (`full`) at every other; -1 (the default) = every layer.
+ * LOCKS_ERR_INVALID_ARG outside -1 .. n_layers - 1. */
+locks_status locks_ctx_set_sparse_layer(locks_ctx *c, int32_t layer);
 
 /* Runs n tokens through the model (chunks of n_batch: batched matmuls, causal dense
  * attention), appending them to the session. logits (may be NULL): [n_vocab] of the last
  * token. LOCKS_ERR_POOL_FULL if the session would exceed n_ctx (nothing appended). */
 locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits);
+/* As locks_ctx_prefill (batched matmuls), but logits (required) receives [n][n_vocab]:
+ * the logits after every one of the n tokens (logits[i] predicts the token after
+ * tokens[i]), and each token attends as a dense decode step (`full` selector) would, so
+ * the logits and K/V are bit for bit those of n locks_ctx_decode calls under `full`.
+ * For verifying drafted tokens (locks_speculate) and dense references. */
+locks_status locks_ctx_prefill_all(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits);
 /* One token through the model; attention of every layer is one locks_decode_step with the
  * context's step parameters. logits: [n_vocab].
  * Both calls are all or nothing: on any error (LOCKS_ERR_INVALID_ARG for a bad token id,
@@ -185,6 +198,14 @@ locks_sampler *locks_sampler_init(locks_sampler_params p, int32_t n_vocab, locks
 void locks_sampler_free(locks_sampler *s);
 /* Picks a token from logits[n_vocab] (not modified). */
 int32_t locks_sampler_sample(locks_sampler *s, const float *logits);
+/* The distribution locks_sampler_sample draws from: probs[n_vocab] (sums to 1; greedy: 1 at
+ * the argmax). Uses no random number. */
+void locks_sampler_probs(locks_sampler *s, const float *logits, float *probs);
+/* A token drawn from probs[n_vocab] (>= 0, normalised here by their sum) with the
+ * sampler's RNG; -1 if every entry is 0. */
+int32_t locks_sampler_draw(locks_sampler *s, const float *probs);
+/* Uniform in [0, 1) from the sampler's RNG. */
+float locks_sampler_uniform(locks_sampler *s);
 
 /* ------------------------------------------------------------------------------ */
 /* Generate                                                                         */
@@ -200,6 +221,41 @@ typedef int (*locks_token_fn)(int32_t token, void *user);
 locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt,
                             int32_t n_predict, locks_sampler *s, locks_token_fn on_token,
                             void *user, int32_t *out, int32_t *n_out);
+
+/* Speculative decoding with LOCKS drafts (src/model/speculate.c).
+ *
+ * Each round drafts up to k tokens by sparse decode steps (draft's selector and budget),
+ * drops them from the cache, runs the pending token and the drafts through one dense
+ * prefill pass (locks_ctx_prefill_all), and keeps the longest prefix dense attention
+ * accepts plus one token from the dense distribution. Acceptance is speculative
+ * rejection sampling (accept a draft x with probability min(1, p(x) / q(x)), p dense, q
+ * the draft, both after the sampler's temperature / top-k / top-p; on a rejection the
+ * token is drawn from max(0, p - q) normalised), so the output is distributed as
+ * locks_generate with a `full` context; greedy (temp <= 0) keeps exactly the drafts equal
+ * to the dense argmax, so greedy output is token for token that of locks_generate
+ * under `full` (the verify pass reproduces dense decode steps bit for bit). The cache
+ * afterwards holds exactly the tokens locks_generate would have fed, with dense K/V. */
+typedef struct {
+    int32_t k;               /* tokens drafted per round: 1 .. n_ctx - 1 */
+    locks_step_params draft; /* the drafts' step parameters; selector must not be FULL */
+} locks_spec_params;
+
+typedef struct {
+    int32_t n_rounds;   /* verify passes */
+    int32_t n_drafted;  /* draft tokens proposed */
+    int32_t n_accepted; /* of those, kept */
+    double draft_ms, verify_ms; /* wall time of the draft steps and of the dense passes */
+} locks_spec_stats;
+
+/* As locks_generate (the prompt is appended to the context by a dense prefill; n_prompt
+ * >= 1), with speculative rounds. The context's own step parameters are not used and are
+ * left as they were. stats (may be NULL) is overwritten. LOCKS_ERR_INVALID_ARG for k < 1
+ * or k >= the context's n_ctx, a FULL draft selector, a bad draft mass. A round that
+ * fails (draft or verify) leaves the context as it was before that round's draft and
+ * returns the error, with the tokens produced before it in out / *n_out. */
+locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
+                             locks_sampler *s, const locks_spec_params *sp, locks_token_fn on_token,
+                             void *user, int32_t *out, int32_t *n_out, locks_spec_stats *stats);
 
 /* ================================================================================ */
 /* Tokenizer                                                                         */

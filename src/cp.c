@@ -246,6 +246,7 @@ static locks_status cp_check(const locks_cp_shard *sh, int32_t layer, const floa
     if (!locks_selector_available(p->selector) || !locks_scale_ok(p->scale)) return LOCKS_ERR_INVALID_ARG;
     if (!cp_selector_ok(p->selector)) return LOCKS_ERR_UNSUPPORTED;
     if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
+    if (p->mass != 0.0f) return LOCKS_ERR_UNSUPPORTED; /* mass targets: single cache only */
     if (sh->seq_id >= 0) {
         const locks_seq *s = locks_cache_seq(c, sh->seq_id);
         if (!s) return LOCKS_ERR_NO_SEQ;

@@ -41,7 +41,10 @@ locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, i
 /* Group masses of (w, KV head h) from its scores (G query heads per KV head). */
 void locks_mass_one(locks_seq_work *w, int32_t h, int32_t G, locks_selector sel);
 
-/* select.c: LOCKS_ERR_BUDGET if the params' budget cannot hold this sequence's forced
+/* select.c: 1 if the step attends every page of a sequence of len tokens (full selector,
+ * or a budget that covers it and no mass target): nothing is scored or ranked. */
+int locks_step_dense(const locks_step_params *p, int32_t len);
+/* select.c: LOCKS_ERR_INVALID_ARG for a mass target outside {0} u (0, 1); LOCKS_ERR_BUDGET if the params' budget cannot hold this sequence's forced
  * pages (or is <= 0); LOCKS_OK otherwise. */
 locks_status locks_select_check(const locks_seq *s, const locks_step_params *p);
 /* The ranking key of a page: mass bits in the high half, the complement of the logical

@@ -5,6 +5,7 @@
  * of the logical index in the low half), so keys are unique, larger mass wins and
  * ties go to the lower logical index; expected O(n), no full sort.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "decode.h"
@@ -48,20 +49,46 @@ void locks_top_k(uint64_t *key, int32_t n, int32_t k) {
     }
 }
 
+int locks_step_dense(const locks_step_params *p, int32_t len) {
+    return p->selector == LOCKS_SEL_FULL || (p->budget >= len && p->mass == 0.0f);
+}
+
 locks_status locks_select_check(const locks_seq *s, const locks_step_params *p) {
     if (p->n_sink < 0 || p->n_recent < 0) return LOCKS_ERR_INVALID_ARG;
+    if (!(p->mass == 0.0f || (p->mass > 0.0f && p->mass < 1.0f))) return LOCKS_ERR_INVALID_ARG;
     if (p->budget <= 0) return LOCKS_ERR_BUDGET;
     const locks_plan pl = locks_plan_make(s->len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
     return !pl.dense && pl.k < 0 ? LOCKS_ERR_BUDGET : LOCKS_OK;
+}
+
+static int key_desc(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* Mass target: of the k top candidates key[0..k) (any order), how many, taken largest
+ * mass first, bring the covered mass (the forced full pages, flagged in flag[0..n_full),
+ * plus the pages taken) to the target. Sorts key[0..k) descending. The sums are in
+ * double so that a long tail of tiny masses still counts in order. */
+static int32_t mass_prefix(const float *mass, float target, uint64_t *key, int32_t k,
+                           const uint8_t *flag, int32_t n_full) {
+    double covered = 0.0;
+    for (int32_t j = 0; j < n_full; j++)
+        if (flag[j]) covered += (double)mass[j];
+    qsort(key, (size_t)k, sizeof *key, key_desc);
+    int32_t taken = 0;
+    while (taken < k && covered < (double)target) covered += (double)mass[~(uint32_t)key[taken++]];
+    return taken;
 }
 
 /* Selection of one (sequence, KV head). key/flag: scratch of n_full entries. */
 static void select_one(const locks_seq *s, const float *mass, const locks_step_params *p,
                        int32_t *pages, int32_t *n_out, uint64_t *key, uint8_t *flag) {
     const locks_plan pl = locks_plan_make(s->len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
-    const int32_t n_full = pl.n_full, k = pl.k, n_cand = pl.n_cand;
+    const int32_t n_full = pl.n_full, n_cand = pl.n_cand;
+    int32_t k = pl.k;
     int32_t n = 0;
-    if (pl.dense) {
+    if (locks_step_dense(p, s->len)) {
         for (int32_t j = 0; j < s->n_pages; j++) pages[n++] = j;
         *n_out = n;
         return;
@@ -69,6 +96,7 @@ static void select_one(const locks_seq *s, const float *mass, const locks_step_p
     for (int32_t j = 0; j < n_full; j++) flag[j] = (uint8_t)(j < pl.sink || j >= pl.rs);
     for (int32_t j = pl.sink; j < pl.rs; j++) key[j - pl.sink] = locks_rank_key(mass[j], j);
     if (k > 0 && k < n_cand) locks_top_k(key, n_cand, k);
+    if (p->mass > 0.0f && k > 0) k = mass_prefix(mass, p->mass, key, k, flag, n_full);
     for (int32_t i = 0; i < k; i++) flag[~(uint32_t)key[i]] = 1;
     for (int32_t j = 0; j < n_full; j++)
         if (flag[j]) pages[n++] = j;

@@ -94,7 +94,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         w[i].n_pages = ibuf + (size_t)n_seqs * H * mp + (size_t)i * H;
         w[i].max_pages = mp;
         w[i].out = out + (size_t)i * n_q_heads * d;
-        w[i].dense = locks_plan_make(s->len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL).dense;
+        w[i].dense = locks_step_dense(p, s->len);
     }
     const float scale = locks_step_scale(c, p->scale);
     double t0 = locks_now_ms();

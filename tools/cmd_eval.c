@@ -612,6 +612,7 @@ static int write_csv(eval_state *e, const char *path) {
 
 int cmd_eval(int argc, char **argv) {
     if (eval_tasks_wanted(argc, argv)) return eval_tasks_main(argc, argv); /* tools/eval_tasks.c */
+    if (fidelity_wanted(argc, argv)) return fidelity_main(argc, argv);     /* tools/cmd_fidelity.c */
     eval_state e;
     memset(&e, 0, sizeof e);
     int pr = parse_opts(argc, argv, &e.o);

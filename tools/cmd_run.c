@@ -36,6 +36,15 @@ static void usage(FILE *f) {
             "  --budget N       tokens attended per KV head in decode (default 2048)\n"
             "  --sink N         leading pages always attended (default 1)\n"
             "  --recent N       trailing full pages always attended (default 1)\n"
+            "  --mass P         mass target 0 < P < 1: per step, layer and KV group, pages by\n"
+            "                   estimated mass until P is covered, at most --budget tokens\n"
+            "  --speculate K    exact output at sparse speed: draft K tokens with --selector at\n"
+            "                   --budget, verify them in one dense pass, keep what dense agrees\n"
+            "                   with (rejection sampling when sampling); prints the acceptance\n"
+            "                   rate\n"
+            "  --compare        with --speculate: one prefill, then dense (full) and speculative\n"
+            "                   decoding side by side; prints both speeds and whether the\n"
+            "                   tokens are identical (exit 3 if not)\n"
             "  --rank R         summary rank 1..15 (default 8)\n"
             "  --f32-act        fp32 activations for quantized weights (slower; validation)\n"
             "  --dump-kv FILE   write the KV dump (keys, values, decode queries, the last 32 prompt\n"
@@ -140,10 +149,67 @@ static int on_token(int32_t token, void *user) {
     return 0;
 }
 
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* --speculate K --compare: one prefill of all but the last prompt token, then dense
+ * decoding (`full`) and speculative decoding from that same prefix, side by side in one
+ * process: are the tokens identical, and the speeds (tokens after the first per second,
+ * the first coming from the last prompt token's pass in both). */
+static int spec_compare(locks_ctx *ctx, const int32_t *tokens, int32_t n_prompt, int32_t n_predict,
+                        locks_sampler_params sp, const locks_spec_params *spp, int32_t n_vocab) {
+    int rc = 1;
+    int32_t *a = malloc(sizeof(int32_t) * (size_t)(n_predict + 1)), *b = malloc(sizeof(int32_t) * (size_t)(n_predict + 1));
+    locks_sampler *s1 = locks_sampler_init(sp, n_vocab, NULL), *s2 = locks_sampler_init(sp, n_vocab, NULL);
+    int32_t na = 0, nb = 0;
+    locks_spec_stats ss;
+    locks_status st;
+    if (!a || !b || !s1 || !s2) goto out;
+    if ((st = locks_ctx_prefill(ctx, tokens, n_prompt - 1, NULL)) != LOCKS_OK) goto fail;
+    locks_step_params dense = locks_ctx_get_params(ctx).step;
+    dense.selector = LOCKS_SEL_FULL;
+    if ((st = locks_ctx_set_step(ctx, dense)) != LOCKS_OK) goto fail;
+    double t0 = wall_ms();
+    if ((st = locks_generate(ctx, tokens + n_prompt - 1, 1, n_predict, s1, NULL, NULL, a, &na)) != LOCKS_OK) goto fail;
+    double t1 = wall_ms();
+    if ((st = locks_ctx_truncate(ctx, n_prompt - 1)) != LOCKS_OK) goto fail;
+    double t2 = wall_ms();
+    if ((st = locks_speculate(ctx, tokens + n_prompt - 1, 1, n_predict, s2, spp, NULL, NULL, b, &nb, &ss)) != LOCKS_OK)
+        goto fail;
+    double t3 = wall_ms();
+    int same = na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na);
+    int first = 0;
+    while (first < na && first < nb && a[first] == b[first]) first++;
+    /* both times include the last prompt token's pass (one token), identical work */
+    double ta = (t1 - t0) / 1e3, tb = (t3 - t2) / 1e3;
+    printf("compare: context %d + %d tokens; dense %d tokens in %.2f s (%.2f tok/s); speculate K %d (%s budget %d%s)"
+           " %d tokens in %.2f s (%.2f tok/s): %.2fx; accepted %d of %d drafts (%.1f%%) in %d rounds;"
+           " output %s\n",
+           n_prompt, na, na, ta, na / ta, spp->k, locks_selector_name(spp->draft.selector), spp->draft.budget,
+           spp->draft.mass > 0 ? ", mass target" : "", nb, tb, nb / tb, (nb / tb) / (na / ta), ss.n_accepted,
+           ss.n_drafted, ss.n_drafted ? 100.0 * ss.n_accepted / ss.n_drafted : 0.0, ss.n_rounds,
+           same ? "identical" : "DIFFERENT");
+    if (!same) fprintf(stderr, "locks run: first difference at generated token %d\n", first);
+    rc = same ? 0 : 3;
+    goto out;
+fail:
+    fprintf(stderr, "locks run: --compare failed: %s\n", locks_status_str(st));
+out:
+    free(a);
+    free(b);
+    locks_sampler_free(s1);
+    locks_sampler_free(s2);
+    return rc;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *dump_path = NULL;
     const char *logits_path = NULL;
     int32_t n_ctx = 0, n_predict = 128, n_threads = 2, chat = 0, verbose = 0, f32_act = 0, rank = 8;
+    int32_t speculate = 0, compare = 0; /* draft length K (0 = plain decoding); --compare */
     int seeded = 0;
     locks_sampler_params sp = locks_sampler_default_params();
     locks_step_params step = locks_step_default_params();
@@ -160,6 +226,8 @@ int cmd_run(int argc, char **argv) {
             chat = 1, takes = 0;
         } else if (!strcmp(a, "--f32-act")) {
             f32_act = 1, takes = 0;
+        } else if (!strcmp(a, "--compare")) {
+            compare = 1, takes = 0;
         } else if (!strcmp(a, "-v")) {
             verbose = 1, takes = 0;
         } else if (!v) {
@@ -200,6 +268,18 @@ int cmd_run(int argc, char **argv) {
             ok = parse_int(v, 0, 1 << 20, &step.n_sink);
         } else if (!strcmp(a, "--recent")) {
             ok = parse_int(v, 0, 1 << 20, &step.n_recent);
+        } else if (!strcmp(a, "--mass")) {
+            ok = parse_float(v, &step.mass) && step.mass > 0.0f && step.mass < 1.0f;
+            if (!ok) {
+                fprintf(stderr, "locks run: --mass wants a fraction strictly between 0 and 1, not '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--speculate")) {
+            ok = parse_int(v, 1, 1 << 24, &speculate);
+            if (!ok) {
+                fprintf(stderr, "locks run: --speculate wants a draft length K >= 1, not '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--rank")) {
             ok = parse_int(v, 1, LOCKS_MAX_RANK, &rank);
         } else {
@@ -214,6 +294,18 @@ int cmd_run(int argc, char **argv) {
     }
     if (!prompt && !prompt_file) {
         fprintf(stderr, "locks run: give a prompt with -p TEXT or -f FILE (--help lists the options)\n");
+        return 2;
+    }
+    if (speculate && step.selector == LOCKS_SEL_FULL) {
+        fprintf(stderr, "locks run: --speculate drafts with a sparse selector; --selector full needs no draft\n");
+        return 2;
+    }
+    if (compare && !speculate) {
+        fprintf(stderr, "locks run: --compare goes with --speculate K\n");
+        return 2;
+    }
+    if (speculate && (dump_path || logits_path)) {
+        fprintf(stderr, "locks run: --speculate does not combine with --dump-kv or --eval-logits\n");
         return 2;
     }
     if (!seeded) sp.seed = (uint64_t)time(NULL);
@@ -272,6 +364,11 @@ int cmd_run(int argc, char **argv) {
                 "locks run: warning: the context (%d tokens) is longer than the model was trained on (%d); "
                 "quality past %d tokens is not what the model was trained for\n",
                 n_ctx, in.n_ctx_train, in.n_ctx_train);
+    if (speculate >= n_ctx - n_prompt) {
+        fprintf(stderr, "locks run: --speculate %d does not fit the context (%d tokens, %d of them prompt)\n",
+                speculate, n_ctx, n_prompt);
+        goto done;
+    }
 
     locks_ctx_params cp = locks_ctx_default_params();
     cp.n_ctx = n_ctx;
@@ -308,10 +405,23 @@ int cmd_run(int argc, char **argv) {
         rc = eval_logits(ctx, tokens, n_prompt, in.n_vocab, logits_path);
         goto done;
     }
+    if (compare) {
+        locks_spec_params spp = {speculate, step};
+        rc = spec_compare(ctx, tokens, n_prompt, n_predict, sp, &spp, in.n_vocab);
+        goto done;
+    }
     out.m = m;
     out.f = stdout;
     int32_t n_gen = 0;
-    st = locks_generate(ctx, tokens, n_prompt, n_predict, smp, on_token, &out, NULL, &n_gen);
+    locks_spec_stats ss = {0};
+    double t_gen = wall_ms();
+    if (speculate) {
+        locks_spec_params spp = {speculate, step};
+        st = locks_speculate(ctx, tokens, n_prompt, n_predict, smp, &spp, on_token, &out, NULL, &n_gen, &ss);
+    } else {
+        st = locks_generate(ctx, tokens, n_prompt, n_predict, smp, on_token, &out, NULL, &n_gen);
+    }
+    t_gen = wall_ms() - t_gen;
     ru_stream_end(&out);
     fputc('\n', stdout);
     fflush(stdout);
@@ -320,7 +430,18 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     locks_run_stats rs = locks_ctx_stats(ctx);
-    ru_report(stderr, &rs, in.n_layers);
+    if (speculate) {
+        /* the context's counters see drafts as decode steps and verify passes as prefill */
+        double gen_s = (t_gen - rs.prefill_ms + ss.verify_ms) / 1e3;
+        fprintf(stderr, "prefill: %d tokens in %.2f s\n", n_prompt, (rs.prefill_ms - ss.verify_ms) / 1e3);
+        /* tok/s as decode's: the tokens after the first (which the prompt's pass gives) */
+        fprintf(stderr, "speculate: %d tokens after the first in %.2f s (%.1f tok/s); %d rounds of K <= %d;"
+                        " accepted %d of %d drafts (%.1f%%); draft %.2f s, verify %.2f s\n",
+                n_gen - 1, gen_s, gen_s > 0 ? (n_gen - 1) / gen_s : 0.0, ss.n_rounds, speculate, ss.n_accepted, ss.n_drafted,
+                ss.n_drafted ? 100.0 * ss.n_accepted / ss.n_drafted : 0.0, ss.draft_ms / 1e3, ss.verify_ms / 1e3);
+    } else {
+        ru_report(stderr, &rs, in.n_layers);
+    }
 
     if (dump_path) {
         int32_t steps = locks_ctx_len(ctx) - n_prompt;

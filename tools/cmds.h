@@ -10,6 +10,9 @@ int cmd_bench_cuda(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+/* `locks eval --fidelity FILE...` (tools/cmd_fidelity.c): 1 when argv asks for it. */
+int fidelity_wanted(int argc, char **argv);
+int fidelity_main(int argc, char **argv);
 /* `locks bench --ranks N` (cmd_bench_cp.c): the context-parallel step; locks.c routes it. */
 int cmd_bench_cp(int argc, char **argv);
 

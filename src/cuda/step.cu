@@ -170,7 +170,9 @@ static locks_status check_params(const locks_step_params *p) {
     if (!p || p->budget <= 0 || p->n_sink < 0 || p->n_recent < 0 || p->scale < 0.f) {
         return p && p->budget <= 0 ? LOCKS_ERR_BUDGET : LOCKS_ERR_INVALID_ARG;
     }
+    if (!(p->mass == 0.f || (p->mass > 0.f && p->mass < 1.f))) return LOCKS_ERR_INVALID_ARG;
     if (p->selector != LOCKS_SEL_LOCKS && p->selector != LOCKS_SEL_FULL) return LOCKS_ERR_UNSUPPORTED;
+    if (p->mass != 0.f) return LOCKS_ERR_UNSUPPORTED; /* mass targets: CPU backend only so far */
     return LOCKS_OK;
 }
 
@@ -306,6 +308,7 @@ extern "C" locks_status locks_cuda_select(locks_cuda_cache *c, int32_t seq, cons
     if (!c || !d_mass || !d_pages || !d_n_pages) return LOCKS_ERR_INVALID_ARG;
     if (!p || p->budget <= 0) return LOCKS_ERR_BUDGET;
     if (p->n_sink < 0 || p->n_recent < 0) return LOCKS_ERR_INVALID_ARG;
+    if (p->mass != 0.f) return p->mass > 0.f && p->mass < 1.f ? LOCKS_ERR_UNSUPPORTED : LOCKS_ERR_INVALID_ARG;
     locks_step_params q = *p;
     q.selector = LOCKS_SEL_LOCKS;
     int32_t mp, ml;

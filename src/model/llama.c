@@ -299,6 +299,8 @@ struct locks_ctx {
     matmul_q8 *xq;  /* (B, max(dim, q_dim, ffn_dim) / 32) quantized activations */
     float *inv_freq; /* (n_rot / 2,) RoPE frequencies theta^(-2i / n_rot) */
     locks_selection sel; /* the decode step's pages, kept only for p.on_step */
+    int32_t sparse_layer; /* -1: decode steps use p.step at every layer; else at this one
+                           * only, dense (`full`) at the others (locks_ctx_set_sparse_layer) */
 };
 
 locks_ctx_params locks_ctx_default_params(void) {
@@ -323,7 +325,8 @@ locks_ctx_params locks_ctx_default_params(void) {
  * than at the first decode. */
 static int step_ok(const locks_step_params *s) {
     return s->budget > 0 && s->n_sink >= 0 && s->n_recent >= 0 && (int)s->selector >= 0 &&
-           s->selector < LOCKS_SEL_COUNT && (s->scale == 0.0f || (isfinite(s->scale) && s->scale > 0.0f));
+           s->selector < LOCKS_SEL_COUNT && (s->scale == 0.0f || (isfinite(s->scale) && s->scale > 0.0f)) &&
+           (s->mass == 0.0f || (s->mass > 0.0f && s->mass < 1.0f));
 }
 
 /* A context on the worker threads of `pool` (NULL: it starts its own, p.n_threads). */
@@ -344,6 +347,7 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     c->m = m;
     c->p = p;
     c->seq = -1;
+    c->sparse_layer = -1;
 
     locks_cache_params cp = locks_cache_default_params();
     cp.n_layers = in->n_layers;
@@ -453,6 +457,8 @@ locks_status locks_ctx_truncate(locks_ctx *c, int32_t n) {
     c->n_tokens = n;
     return LOCKS_OK;
 }
+const locks_model *locks_ctx_model(const locks_ctx *c) { return c->m; }
+locks_ctx_params locks_ctx_get_params(const locks_ctx *c) { return c->p; }
 locks_cache *locks_ctx_cache(locks_ctx *c) { return c->cache; }
 int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq; }
 
@@ -460,6 +466,12 @@ locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
     if (!step_ok(&step)) return LOCKS_ERR_INVALID_ARG;
     if (!locks_cache_serves(c->cache, step.selector)) return LOCKS_ERR_NO_META;
     c->p.step = step;
+    return LOCKS_OK;
+}
+
+locks_status locks_ctx_set_sparse_layer(locks_ctx *c, int32_t layer) {
+    if (!c || layer < -1 || layer >= c->m->info.n_layers) return LOCKS_ERR_INVALID_ARG;
+    c->sparse_layer = layer;
     return LOCKS_OK;
 }
 
@@ -580,10 +592,17 @@ static void linear(locks_ctx *c, const matmul_weight *w, const matmul_act *a, fl
     matmul(c->pool, w, a, y, w->rows);
 }
 
+/* How a pass attends: PREFILL causal dense attention (tiled, locks_prefill_attend);
+ * DECODE one token by locks_decode_step with the context's step parameters; VERIFY each
+ * token as a dense decode step would (locks_attend_prefix), bit for bit. */
+enum { FWD_PREFILL = 0, FWD_DECODE = 1, FWD_VERIFY = 2 };
+
 /* Runs tokens [pos, pos + n) (n <= n_batch, already reserved in the cache) through every
- * layer. decode: attention by locks_decode_step (n == 1), else causal prefill attention.
- * logits (may be NULL): [n_vocab] for the last token. */
-static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int decode, float *logits) {
+ * layer, attending as mode says (DECODE: n == 1). logits (may be NULL): [n_vocab] for the
+ * last token, or with all_logits [n][n_vocab] for every token. */
+static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int mode, float *logits,
+                            int all_logits) {
+    const int decode = mode == FWD_DECODE;
     const locks_model *m = c->m;
     const locks_model_info *in = &m->info;
     int32_t dim = in->dim, hd = in->head_dim, hq = in->n_heads, hkv = in->n_kv_heads;
@@ -612,7 +631,10 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
             locks_step_stats ss;
             double t0 = locks_now_ms();
             locks_selection *sel = c->p.on_step ? &c->sel : NULL;
-            st = locks_decode_step(c->cache, l, &c->seq, 1, c->q, hq, &c->p.step, c->att, sel, &ss);
+            locks_step_params dense_step = c->p.step;
+            dense_step.selector = LOCKS_SEL_FULL;
+            const locks_step_params *sp = c->sparse_layer < 0 || c->sparse_layer == l ? &c->p.step : &dense_step;
+            st = locks_decode_step(c->cache, l, &c->seq, 1, c->q, hq, sp, c->att, sel, &ss);
             if (st != LOCKS_OK) return st;
             if (c->p.on_step) c->p.on_step(l, c->q, hq, sel, c->p.on_step_user);
             c->stats.attn_ms += locks_now_ms() - t0;
@@ -623,7 +645,13 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
             if (c->p.on_query) /* the prompt's queries too (KV dumps keep the last ones) */
                 for (int32_t t = 0; t < n; t++)
                     c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
-            st = locks_prefill_attend(c->cache, l, c->seq, pos, n, c->q, hq, scale, c->att);
+            if (mode == FWD_VERIFY) {
+                for (int32_t t = 0; t < n && st == LOCKS_OK; t++)
+                    st = locks_attend_prefix(c->cache, l, c->seq, pos + t + 1, c->q + (size_t)t * (size_t)q_dim,
+                                                   hq, c->att + (size_t)t * (size_t)q_dim);
+            } else {
+                st = locks_prefill_attend(c->cache, l, c->seq, pos, n, c->q, hq, scale, c->att);
+            }
             if (st != LOCKS_OK) return st;
         }
         a = prepare(c, c->att, n, q_dim);
@@ -644,11 +672,11 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
         for (size_t i = 0; i < (size_t)n * dim; i++) c->x[i] += c->proj[i];
     }
 
-    /* logits of the last token = Wout . rms(x) */
+    /* logits of the last token (or of all n) = Wout . rms(x) */
     if (logits) {
-        const float *last = c->x + (size_t)(n - 1) * dim;
-        rmsnorm(c->xb, last, m->output_norm, 1, dim, in->norm_eps);
-        matmul_act a = prepare(c, c->xb, 1, dim);
+        const int32_t first = all_logits ? 0 : n - 1;
+        rmsnorm(c->xb, c->x + (size_t)first * dim, m->output_norm, n - first, dim, in->norm_eps);
+        matmul_act a = prepare(c, c->xb, n - first, dim);
         linear(c, &m->output, &a, logits);
     }
     return LOCKS_OK;
@@ -657,13 +685,14 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
 /* Reserves n tokens, runs them, keeps the context consistent: POOL_FULL changes nothing;
  * a failure mid-pass (some layers written) truncates the sequence back to its length
  * before the call, and only if that fails too is the context marked broken. */
-static locks_status run_tokens(locks_ctx *c, const int32_t *tokens, int32_t n, int decode, float *logits) {
+static locks_status run_tokens(locks_ctx *c, const int32_t *tokens, int32_t n, int mode, float *logits,
+                               int all_logits) {
     for (int32_t t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= c->m->info.n_vocab) return LOCKS_ERR_INVALID_ARG;
     if (c->n_tokens + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
     locks_status st = locks_cache_append(c->cache, c->seq, n);
     if (st != LOCKS_OK) return st;
-    st = forward(c, tokens, n, decode, logits);
+    st = forward(c, tokens, n, mode, logits, all_logits);
     if (st != LOCKS_OK) {
         locks_log(LOCKS_LOG_ERROR, "model: forward pass failed at position %d: %s", c->n_tokens,
                   locks_status_str(st));
@@ -674,7 +703,10 @@ static locks_status run_tokens(locks_ctx *c, const int32_t *tokens, int32_t n, i
     return LOCKS_OK;
 }
 
-locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits) {
+/* Prefill in chunks of n_batch; logits of the last token, or (all_logits) of every one,
+ * attending as mode (PREFILL or VERIFY) says. */
+static locks_status prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits, int all_logits,
+                            int mode) {
     if (!c || (!tokens && n > 0) || n < 0) return LOCKS_ERR_INVALID_ARG;
     if (c->broken) return LOCKS_ERR_INVALID_ARG;
     if (c->n_tokens + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
@@ -683,7 +715,9 @@ locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, f
     for (int32_t done = 0; done < n;) {
         int32_t chunk = n - done < c->p.n_batch ? n - done : c->p.n_batch;
         int last = done + chunk == n;
-        locks_status st = run_tokens(c, tokens + done, chunk, 0, last ? logits : NULL);
+        float *lg = all_logits ? (logits ? logits + (size_t)done * (size_t)c->m->info.n_vocab : NULL)
+                               : (last ? logits : NULL);
+        locks_status st = run_tokens(c, tokens + done, chunk, mode, lg, all_logits);
         if (st != LOCKS_OK) { /* all or nothing: drop the chunks already run */
             if (!c->broken && locks_ctx_truncate(c, n0) != LOCKS_OK) c->broken = 1;
             return st;
@@ -697,10 +731,19 @@ locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, f
     return LOCKS_OK;
 }
 
+locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits) {
+    return prefill(c, tokens, n, logits, 0, FWD_PREFILL);
+}
+
+locks_status locks_ctx_prefill_all(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits) {
+    if (!logits) return LOCKS_ERR_INVALID_ARG;
+    return prefill(c, tokens, n, logits, 1, FWD_VERIFY);
+}
+
 locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
     if (!c || !logits || c->broken) return LOCKS_ERR_INVALID_ARG;
     double t0 = locks_now_ms(), c0 = cpu_ms();
-    locks_status st = run_tokens(c, &token, 1, 1, logits);
+    locks_status st = run_tokens(c, &token, 1, FWD_DECODE, logits, 0);
     if (st != LOCKS_OK) return st;
     c->stats.n_decode += 1;
     c->stats.decode_ms += locks_now_ms() - t0;

@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "locks_model.h"
 #include "util.h"
@@ -86,10 +87,10 @@ static int32_t argmax(const float *logits, int32_t n) {
     return best;
 }
 
-int32_t locks_sampler_sample(locks_sampler *s, const float *logits) {
+/* The candidates after temperature, top-k and top-p: s->c[0..k) by descending logit with
+ * unnormalised probabilities s->prob[0..k) summing to *sum; returns k. temp > 0. */
+static int32_t candidates(locks_sampler *s, const float *logits, double *sum_out) {
     int32_t n = s->n_vocab;
-    if (s->p.temp <= 0.0f) return argmax(logits, n);
-
     /* top-k: a partial selection would be faster; a full sort of 50K floats is ~3 ms,
      * small next to a forward pass, and keeps the order exact and deterministic. */
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){logits[i], i};
@@ -118,6 +119,14 @@ int32_t locks_sampler_sample(locks_sampler *s, const float *logits) {
         sum = 0.0;
         for (int32_t i = 0; i < k; i++) sum += (double)s->prob[i];
     }
+    *sum_out = sum;
+    return k;
+}
+
+int32_t locks_sampler_sample(locks_sampler *s, const float *logits) {
+    if (s->p.temp <= 0.0f) return argmax(logits, s->n_vocab);
+    double sum;
+    int32_t k = candidates(s, logits, &sum);
     double r = (double)rng_uniform(s) * sum;
     double cum = 0.0;
     for (int32_t i = 0; i < k; i++) {
@@ -126,3 +135,33 @@ int32_t locks_sampler_sample(locks_sampler *s, const float *logits) {
     }
     return s->c[k - 1].id;
 }
+
+void locks_sampler_probs(locks_sampler *s, const float *logits, float *probs) {
+    memset(probs, 0, sizeof(float) * (size_t)s->n_vocab);
+    if (s->p.temp <= 0.0f) {
+        probs[argmax(logits, s->n_vocab)] = 1.0f;
+        return;
+    }
+    double sum;
+    int32_t k = candidates(s, logits, &sum);
+    for (int32_t i = 0; i < k; i++) probs[s->c[i].id] = (float)((double)s->prob[i] / sum);
+}
+
+int32_t locks_sampler_draw(locks_sampler *s, const float *probs) {
+    double sum = 0.0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (probs[i] > 0.0f) {
+            sum += (double)probs[i];
+            last = i;
+        }
+    if (last < 0) return -1;
+    double r = (double)rng_uniform(s) * sum, cum = 0.0;
+    for (int32_t i = 0; i < last; i++) {
+        cum += (double)probs[i];
+        if (probs[i] > 0.0f && r < cum) return i;
+    }
+    return last;
+}
+
+float locks_sampler_uniform(locks_sampler *s) { return rng_uniform(s); }

@@ -1,0 +1,49 @@
+/*
+ * attend_prefix.c — dense decode attention over a prefix of a sequence, for verifying
+ * drafted tokens (src/model/speculate.c through the model's verify pass).
+ *
+ * locks_attend_prefix (locks.h) gives, bit for bit, what locks_decode_step with the `full`
+ * selector computes for the same query on a sequence holding only the first len tokens:
+ * the same work items (every page 0 .. ceil(len / 16) - 1 of every KV head, the last one
+ * with len % 16 tokens when partial) go through the same locks_attend_run (same chunks,
+ * same merge). So a pass that writes K/V of several tokens at once and attends each
+ * token with this function reproduces token-by-token dense decoding exactly.
+ */
+#include <string.h>
+
+#include "decode.h"
+
+locks_status locks_attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
+                                       const float *q, int32_t n_q_heads, float *out) {
+    if (!c || !q || !out) return LOCKS_ERR_INVALID_ARG;
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return LOCKS_ERR_NO_SEQ;
+    const int32_t H = c->hkv;
+    if (layer < 0 || layer >= c->p.n_layers || len <= 0 || len > s->len || n_q_heads < H || n_q_heads % H != 0)
+        return LOCKS_ERR_INVALID_ARG;
+    if (n_q_heads / H > 64) return LOCKS_ERR_UNSUPPORTED;
+    if (c->cuda) return LOCKS_ERR_UNSUPPORTED;
+    locks_seq prefix = *s;
+    prefix.len = len;
+    prefix.n_pages = (len + LOCKS_PAGE - 1) / LOCKS_PAGE;
+    const int32_t mp = prefix.n_pages;
+    size_t bytes = sizeof(locks_seq_work) + ((size_t)H * (size_t)mp + (size_t)H) * sizeof(int32_t) + 64;
+    uint8_t *buf = locks_cache_scratch(c, 0, bytes);
+    if (!buf) return LOCKS_ERR_OOM;
+    locks_seq_work *w = (locks_seq_work *)(void *)buf;
+    int32_t *pages = (int32_t *)(void *)(buf + sizeof(locks_seq_work));
+    memset(w, 0, sizeof *w);
+    w->seq_id = seq_id;
+    w->s = &prefix;
+    w->q = q;
+    w->pages = pages;
+    w->n_pages = pages + (size_t)H * mp;
+    w->max_pages = mp;
+    w->out = out;
+    w->dense = 1;
+    for (int32_t h = 0; h < H; h++) {
+        for (int32_t j = 0; j < mp; j++) pages[(size_t)h * mp + j] = j;
+        w->n_pages[h] = mp;
+    }
+    return locks_attend_run(c, layer, w, 1, n_q_heads, locks_step_scale(c, 0.0f));
+}

@@ -1,0 +1,341 @@
+/*
+ * test_model_speculate.c — locks_speculate on the real model (label "model").
+ *
+ * 1. Greedy: on a needle prompt, prose and code (short, to keep CI cheap; the long ones
+ *    are in scripts/spec-bench.sh), for several draft lengths K and budgets, the output
+ *    is token for token that of locks_generate under `full`, and the context ends with
+ *    the same length. The drafts must be rejected sometimes for this to test anything:
+ *    the test checks that some round rejected a draft.
+ * 2. Sampling: the token at generated positions 2 and 3 over many seeds, dense decoding
+ *    vs speculative decoding with a deliberately poor draft (budget 48): a two-sample
+ *    chi-square test (p < 1e-4 fails) says whether their frequencies differ. As a power
+ *    check, the draft alone (locks_generate with the sparse selector) must differ from
+ *    dense at one of those positions by total variation more than speculation does.
+ * 3. Bad input (K < 1, K >= n_ctx, a `full` draft, a bad mass) is refused and changes
+ *    nothing; a round whose draft fails (budget below the forced pages) returns the error
+ *    with the context exactly as before that round: dense decoding continued from it gives
+ *    what a fresh context gives.
+ *
+ * Each run starts from one prefilled prefix (truncated back between runs) and passes the
+ * prompt's last token as the 1-token prompt, so a run costs only its decode steps.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locks.h"
+#include "locks_model.h"
+#include "test_model_util.h"
+
+static int failures = 0, checks = 0;
+#define CHECK(cond, ...)                                                                     \
+    do {                                                                                     \
+        checks++;                                                                            \
+        if (!(cond)) {                                                                       \
+            failures++;                                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                  \
+            fprintf(stderr, __VA_ARGS__);                                                    \
+            fputc('\n', stderr);                                                             \
+        }                                                                                    \
+    } while (0)
+#define SETUP(x)                                                                             \
+    do {                                                                                     \
+        if (!(x)) {                                                                          \
+            fprintf(stderr, "%s:%d: setup failed: %s\n", __FILE__, __LINE__, #x);            \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+static char *read_text(const char *path, size_t max) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max, f) : 0;
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
+/* A needle in filler: "The pass key is N. Remember it." inside repeated sentences. */
+static char *needle_text(void) {
+    const char *fill = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+    size_t cap = 8192;
+    char *t = malloc(cap);
+    SETUP(t);
+    t[0] = '\0';
+    for (int i = 0; i < 14; i++) {
+        strcat(t, fill);
+        if (i == 6) strcat(t, "The pass key is 71432. Remember it. 71432 is the pass key. ");
+    }
+    strcat(t, "What is the pass key? The pass key is");
+    return t;
+}
+
+static int32_t *tokenize(const locks_model *m, const char *text, int32_t max, int32_t *n) {
+    const locks_tokenizer *tk = locks_model_tokenizer(m);
+    size_t len = strlen(text);
+    int32_t *ids = malloc(sizeof(int32_t) * (len + 2));
+    SETUP(ids);
+    int32_t cnt = 0;
+    SETUP(locks_tokenizer_encode(tk, text, len, false, ids, (int32_t)len + 1, &cnt) == LOCKS_OK);
+    *n = cnt < max ? cnt : max;
+    return ids;
+}
+
+static locks_ctx *new_ctx(const locks_model *m, int32_t n_ctx) {
+    locks_ctx_params cp = locks_ctx_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_threads = 2;
+    cp.step.selector = LOCKS_SEL_FULL;
+    locks_status st;
+    locks_ctx *c = locks_ctx_init(m, cp, &st);
+    SETUP(c);
+    return c;
+}
+
+static locks_sampler *new_sampler(const locks_model *m, float temp, uint64_t seed) {
+    locks_sampler_params sp = locks_sampler_default_params();
+    sp.temp = temp;
+    sp.top_k = 6;
+    sp.top_p = 1.0f;
+    sp.seed = seed;
+    locks_status st;
+    locks_sampler *s = locks_sampler_init(sp, locks_model_get_info(m).n_vocab, &st);
+    SETUP(s);
+    return s;
+}
+
+/* ---- 1. greedy ---- */
+static void test_greedy(const locks_model *m, const char *name, const char *text) {
+    int32_t n = 0;
+    int32_t *tok = tokenize(m, text, 420, &n);
+    SETUP(n > 100);
+    enum { N_PRED = 20 };
+    locks_ctx *c = new_ctx(m, 1024);
+    SETUP(locks_ctx_prefill(c, tok, n - 1, NULL) == LOCKS_OK);
+    int32_t ref[N_PRED], got[N_PRED], n_ref = 0, n_got = 0;
+    locks_sampler *s = new_sampler(m, 0.0f, 1);
+    SETUP(locks_generate(c, tok + n - 1, 1, N_PRED, s, NULL, NULL, ref, &n_ref) == LOCKS_OK);
+    const int32_t len_ref = locks_ctx_len(c);
+    const int32_t ks[2] = {1, 4}, budgets[2] = {48, 128};
+    int rejected = 0;
+    for (int ki = 0; ki < 2; ki++)
+        for (int bi = 0; bi < 2; bi++) {
+            SETUP(locks_ctx_truncate(c, n - 1) == LOCKS_OK);
+            locks_spec_params sp = {ks[ki], locks_step_default_params()};
+            sp.draft.selector = LOCKS_SEL_LOCKS;
+            sp.draft.budget = budgets[bi];
+            locks_spec_stats ss;
+            locks_status st = locks_speculate(c, tok + n - 1, 1, N_PRED, s, &sp, NULL, NULL, got, &n_got, &ss);
+            CHECK(st == LOCKS_OK, "%s K %d budget %d: %s", name, ks[ki], budgets[bi], locks_status_str(st));
+            int same = n_got == n_ref && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref);
+            int first = 0;
+            while (first < n_got && first < n_ref && got[first] == ref[first]) first++;
+            CHECK(same, "%s K %d budget %d: %d tokens vs dense %d, first difference at %d", name, ks[ki], budgets[bi],
+                  n_got, n_ref, first);
+            CHECK(locks_ctx_len(c) == len_ref, "%s K %d budget %d: context %d tokens, dense %d", name, ks[ki],
+                  budgets[bi], locks_ctx_len(c), len_ref);
+            CHECK(ss.n_accepted <= ss.n_drafted && ss.n_rounds > 0, "%s: stats %d/%d in %d rounds", name, ss.n_accepted,
+                  ss.n_drafted, ss.n_rounds);
+            rejected |= ss.n_accepted < ss.n_drafted;
+            printf("%-6s K %d budget %3d: accepted %2d of %2d drafts in %2d rounds\n", name, ks[ki], budgets[bi],
+                   ss.n_accepted, ss.n_drafted, ss.n_rounds);
+        }
+    CHECK(rejected, "%s: no draft was ever rejected: the greedy comparison tested nothing", name);
+    locks_sampler_free(s);
+    locks_ctx_free(c);
+    free(tok);
+}
+
+/* ---- 2. sampling ---- */
+enum { N_TRIALS = 160, N_POS = 3, N_TOP = 64 };
+
+/* Token ids seen at generated position pos over trials: counts in a small table. */
+typedef struct {
+    int32_t id[N_TOP];
+    int32_t cnt[3][N_TOP]; /* dense, speculative, draft alone */
+    int32_t n;
+    int32_t other[3];
+} freq;
+
+static void freq_add(freq *f, int which, int32_t id) {
+    for (int32_t i = 0; i < f->n; i++)
+        if (f->id[i] == id) {
+            f->cnt[which][i]++;
+            return;
+        }
+    if (f->n < N_TOP) {
+        f->id[f->n] = id;
+        f->cnt[which][f->n++] = 1;
+        return;
+    }
+    f->other[which]++;
+}
+
+/* Two-sample chi-square of rows a and b (equal totals), cells pooled until each expects
+ * >= 10; returns the statistic and the degrees of freedom. */
+static double chi2(const freq *f, int a, int b, int *dof) {
+    double stat = 0.0, pa = 0, pb = 0;
+    int cells = 0;
+    for (int32_t i = 0; i <= f->n; i++) {
+        pa += i < f->n ? f->cnt[a][i] : f->other[a];
+        pb += i < f->n ? f->cnt[b][i] : f->other[b];
+        if (pa + pb >= 20 || i == f->n) {
+            if (pa + pb > 0) {
+                double e = (pa + pb) / 2.0;
+                stat += (pa - e) * (pa - e) / e + (pb - e) * (pb - e) / e;
+                cells++;
+            }
+            pa = pb = 0;
+        }
+    }
+    *dof = cells > 1 ? cells - 1 : 1;
+    return stat;
+}
+
+static double tv(const freq *f, int a, int b) {
+    double s = fabs((double)f->other[a] - f->other[b]);
+    for (int32_t i = 0; i < f->n; i++) s += fabs((double)f->cnt[a][i] - f->cnt[b][i]);
+    return s / (2.0 * N_TRIALS);
+}
+
+/* chi-square 0.9999 quantile, Wilson-Hilferty approximation (a strict level: the pooled
+ * cells are small and the statistic only approximately chi-square) */
+static double chi2_crit(int k) {
+    const double z = 3.719016; /* 0.9999 normal quantile */
+    double h = 2.0 / (9.0 * k);
+    return k * pow(1.0 - h + z * sqrt(h), 3.0);
+}
+
+static void test_sampling(const locks_model *m, const char *text) {
+    int32_t n = 0;
+    int32_t *tok = tokenize(m, text, 400, &n);
+    locks_ctx *c = new_ctx(m, 1024);
+    SETUP(locks_ctx_prefill(c, tok, n - 1, NULL) == LOCKS_OK);
+    static freq f[N_POS];
+    memset(f, 0, sizeof f);
+    locks_spec_params sp = {2, locks_step_default_params()};
+    sp.draft.selector = LOCKS_SEL_LOCKS;
+    sp.draft.budget = 48;
+    int32_t acc = 0, drafted = 0;
+    for (int which = 0; which < 3; which++)
+        for (int32_t trial = 0; trial < N_TRIALS; trial++) {
+            locks_sampler *s = new_sampler(m, 1.0f, 1000u + (uint64_t)trial + 7919u * (uint64_t)which);
+            int32_t out[N_POS], n_out = 0;
+            SETUP(locks_ctx_truncate(c, n - 1) == LOCKS_OK);
+            locks_status st;
+            if (which == 1) {
+                locks_spec_stats ss;
+                st = locks_speculate(c, tok + n - 1, 1, N_POS, s, &sp, NULL, NULL, out, &n_out, &ss);
+                acc += ss.n_accepted, drafted += ss.n_drafted;
+            } else {
+                locks_step_params p = locks_step_default_params();
+                p.selector = which == 0 ? LOCKS_SEL_FULL : LOCKS_SEL_LOCKS;
+                p.budget = 48;
+                SETUP(locks_ctx_set_step(c, p) == LOCKS_OK);
+                st = locks_generate(c, tok + n - 1, 1, N_POS, s, NULL, NULL, out, &n_out);
+            }
+            SETUP(st == LOCKS_OK && n_out == N_POS);
+            for (int32_t pos = 0; pos < N_POS; pos++) freq_add(&f[pos], which, out[pos]);
+            locks_sampler_free(s);
+        }
+    double tv_spec_max = 0.0, tv_draft_max = 0.0;
+    for (int32_t pos = 1; pos < N_POS; pos++) {
+        int dof;
+        double x = chi2(&f[pos], 0, 1, &dof), crit = chi2_crit(dof);
+        double tvs = tv(&f[pos], 0, 1), tvd = tv(&f[pos], 0, 2);
+        tv_spec_max = tvs > tv_spec_max ? tvs : tv_spec_max;
+        tv_draft_max = tvd > tv_draft_max ? tvd : tv_draft_max;
+        printf("sampling, generated position %d: chi2 %.1f (dof %d, 0.9999 quantile %.1f); TV dense-spec %.3f,"
+               " dense-draft %.3f\n", pos + 1, x, dof, crit, tvs, tvd);
+        CHECK(x < crit, "position %d: speculative frequencies differ from dense (chi2 %.1f > %.1f)", pos + 1, x, crit);
+    }
+    printf("sampling: accepted %d of %d drafts\n", acc, drafted);
+    CHECK(acc < drafted, "every draft accepted: rejection sampling not exercised");
+    CHECK(tv_draft_max > tv_spec_max, "the draft alone is as close to dense as speculation (TV %.3f vs %.3f):"
+          " the test cannot tell them apart", tv_draft_max, tv_spec_max);
+    locks_ctx_free(c);
+    free(tok);
+}
+
+/* ---- 3. bad input, failed round ---- */
+static void test_errors(const locks_model *m, const char *text) {
+    int32_t n = 0;
+    int32_t *tok = tokenize(m, text, 300, &n);
+    n -= ((n - 4) % 16 + 16) % 16; /* n = 16 j + 4: the drafts fill slots 5, 6, 7, ... of a page */
+    locks_ctx *c = new_ctx(m, 512);
+    SETUP(locks_ctx_prefill(c, tok, n - 1, NULL) == LOCKS_OK);
+    locks_sampler *s = new_sampler(m, 0.0f, 3);
+    int32_t out[16], n_out = -1;
+    locks_spec_params sp = {4, locks_step_default_params()};
+    sp.draft.selector = LOCKS_SEL_LOCKS;
+    sp.draft.budget = 64;
+    locks_spec_params bad[4] = {sp, sp, sp, sp};
+    bad[0].k = 0;
+    bad[1].k = 512;
+    bad[2].draft.selector = LOCKS_SEL_FULL;
+    bad[3].draft.mass = 1.5f;
+    for (int i = 0; i < 4; i++) {
+        locks_status st = locks_speculate(c, tok + n - 1, 1, 8, s, &bad[i], NULL, NULL, out, &n_out, NULL);
+        CHECK(st == LOCKS_ERR_INVALID_ARG, "bad params %d: %s", i, locks_status_str(st));
+        CHECK(locks_ctx_len(c) == n - 1 && n_out == 0, "bad params %d changed the context (%d tokens)", i,
+              locks_ctx_len(c));
+    }
+    /* a draft budget that holds the forced pages (sink, recent: 32 tokens) and a partial page
+     * of up to 6 tokens: the first round's first two draft steps (partial 5 and 6) run,
+     * the third (partial 7) fails with LOCKS_ERR_BUDGET after two sparse tokens were fed */
+    locks_spec_params fail = sp;
+    fail.draft.budget = 32 + 6;
+    locks_status st = locks_speculate(c, tok + n - 1, 1, 8, s, &fail, NULL, NULL, out, &n_out, NULL);
+    CHECK(st == LOCKS_ERR_BUDGET, "failing draft: %s", locks_status_str(st));
+    CHECK(locks_ctx_len(c) == n && n_out == 1, "after the failed round: %d tokens (want %d), %d out", locks_ctx_len(c),
+          n, n_out);
+    /* the context is as before the draft: dense decoding from it = from a fresh prefill */
+    const int32_t V = locks_model_get_info(m).n_vocab;
+    float *l1 = malloc(sizeof(float) * (size_t)V), *l2 = malloc(sizeof(float) * (size_t)V);
+    SETUP(l1 && l2);
+    SETUP(locks_ctx_decode(c, out[0], l1) == LOCKS_OK);
+    locks_ctx *fresh = new_ctx(m, 512);
+    SETUP(locks_ctx_prefill(fresh, tok, n - 1, NULL) == LOCKS_OK);
+    SETUP(locks_ctx_prefill(fresh, tok + n - 1, 1, NULL) == LOCKS_OK);
+    SETUP(locks_ctx_decode(fresh, out[0], l2) == LOCKS_OK);
+    CHECK(!memcmp(l1, l2, sizeof(float) * (size_t)V), "logits after the failed round differ from a fresh context's");
+    free(l1);
+    free(l2);
+    locks_ctx_free(fresh);
+    locks_sampler_free(s);
+    locks_ctx_free(c);
+    free(tok);
+}
+
+int main(void) {
+    char path[1024];
+    if (!tu_find_model(path, sizeof path)) {
+        fprintf(stderr, "test_model_speculate: no model (set LOCKS_MODEL or fix scripts/fetch-model.sh)\n");
+        return 1;
+    }
+    locks_status st;
+    locks_model *m = locks_model_load(path, &st);
+    if (!m) {
+        fprintf(stderr, "test_model_speculate: cannot load %s: %s\n", path, locks_status_str(st));
+        return 1;
+    }
+    char *needle = needle_text();
+    char *prose = read_text("/usr/share/common-licenses/GPL-3", 6000);
+    char *code = read_text("src/attend.c", 6000);
+    SETUP(prose && code);
+    test_greedy(m, "needle", needle);
+    test_greedy(m, "prose", prose);
+    test_greedy(m, "code", code);
+    test_sampling(m, prose);
+    test_errors(m, code);
+    free(needle);
+    free(prose);
+    free(code);
+    locks_model_free(m);
+    printf("test_model_speculate: %d of %d checks failed\n", failures, checks);
+    return failures ? 1 : 0;
+}
