@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "locks_model.h"
+#include "engine_cuda.h"
 #include "util.h"
 
 typedef struct {
@@ -126,3 +127,5 @@ int32_t locks_sampler_sample(locks_sampler *s, const float *logits) {
     }
     return s->c[k - 1].id;
 }
+
+locks_sampler_params locks_sampler_get_params(const locks_sampler *s) { return s->p; }
