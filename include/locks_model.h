@@ -124,7 +124,9 @@ typedef struct {
 
 locks_ctx_params locks_ctx_default_params(void);
 
-/* Returns NULL and sets *err on invalid parameters or allocation failure. */
+/* Returns NULL and sets *err on invalid parameters (LOCKS_ERR_INVALID_ARG, including a
+ * step the first decode would reject: budget <= 0, negative n_sink / n_recent, an
+ * unknown selector, a negative or non-finite scale) or allocation failure. */
 locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status *err);
 void locks_ctx_free(locks_ctx *c);
 /* A new context with the same parameters holding a copy of src's tokens and KV (the

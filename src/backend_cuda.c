@@ -6,6 +6,7 @@
  * only when c->cuda is set; in a build without CUDA this file is empty.
  */
 #include "cache.h"
+#include "decode.h"
 #include "util.h"
 
 #ifdef LOCKS_HAVE_CUDA
@@ -28,9 +29,8 @@ fail:
     return NULL;
 }
 
-locks_status locks_cuda_backend_sync(locks_cache *c, int32_t seq_id) {
-    const locks_seq *s = &c->seqs[seq_id];
-    return locks_cuda_seq_sync(c->cuda, seq_id, s->table, s->active ? s->n_pages : 0, s->active ? s->len : 0);
+locks_status locks_cuda_backend_sync(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {
+    return locks_cuda_seq_sync(c->cuda, seq_id, c->seqs[seq_id].table, n_pages, len);
 }
 
 locks_status locks_cuda_backend_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n,
@@ -54,13 +54,19 @@ locks_status locks_cuda_backend_write(locks_cache *c, int32_t seq_id, int32_t la
         if (lp - first < 64) masks[lp - first] = m;
         if ((fill[page] | m) == 0xffffu) pages[n_build++] = page;
     }
-    locks_status st = locks_cuda_cache_write(c->cuda, seq_id, layer, pos, n, d_k, d_v, pages, n_build);
-    if (st == LOCKS_OK) /* mark the slots only once the write happened */
+    int stored = 0;
+    locks_status st = locks_cuda_cache_write(c->cuda, seq_id, layer, pos, n, d_k, d_v, pages, n_build, &stored);
+    /* the slots count as written only once the write and its summary builds succeeded;
+     * a device failure after the store began leaves them half-written, so they (and the
+     * pages holding them) are marked unwritten: no selector reads a summary built from
+     * other keys, and the caller writes them again */
+    if (st == LOCKS_OK || stored)
         for (int32_t lp = first; lp <= last; lp++) {
             const int32_t a = lp == first ? pos % P : 0, b = lp == last ? (pos + n - 1) % P : P - 1;
             uint16_t m = lp - first < 64 ? masks[lp - first]
                                          : (uint16_t)(((1u << (b + 1)) - 1u) & ~((1u << a) - 1u));
-            fill[s->table[lp]] |= m;
+            if (st == LOCKS_OK) fill[s->table[lp]] |= m;
+            else fill[s->table[lp]] &= (uint16_t)~m;
         }
     if (pages != stack_pages) locks_free(pages);
     return st;
@@ -81,6 +87,8 @@ locks_step_graph *locks_step_graph_capture(locks_cache *c, int32_t layer, const 
     locks_status st = LOCKS_ERR_UNSUPPORTED;
     locks_step_graph *sg = NULL;
     if (!c || !c->cuda) goto fail;
+    st = LOCKS_ERR_INVALID_ARG;
+    if (!p || !locks_scale_ok(p->scale)) goto fail;
     st = LOCKS_ERR_NO_SEQ;
     for (int32_t i = 0; seq_ids && i < n_seqs; i++)
         if (!locks_cache_seq(c, seq_ids[i])) goto fail;

@@ -241,17 +241,29 @@ locks_status locks_cache_seq_add(locks_cache *c, int32_t *seq_id) {
     return LOCKS_ERR_INVALID_ARG;
 }
 
+/* Sequence changes are all-or-nothing: a CUDA cache mirrors the new block table and
+ * length to the device first, and the host commits (free list, table, length, fill
+ * masks) only once that succeeded. */
+static locks_status sync_device(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda) return locks_cuda_backend_sync(c, seq_id, n_pages, len);
+#else
+    (void)c, (void)seq_id, (void)n_pages, (void)len;
+#endif
+    return LOCKS_OK;
+}
+
 locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+    locks_status st = sync_device(c, seq_id, 0, 0);
+    if (st != LOCKS_OK) return st;
     locks_seq *s = &c->seqs[seq_id];
     /* push back in reverse so the next sequence gets them in the same order */
     for (int32_t i = s->n_pages - 1; i >= 0; i--) c->free_list[c->n_free++] = s->table[i];
+    locks_selector_seq_truncated(c, seq_id, 0);
     s->active = 0;
     s->len = 0;
     s->n_pages = 0;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_sync(c, seq_id);
-#endif
     return LOCKS_OK;
 }
 
@@ -260,6 +272,11 @@ locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t le
     locks_seq *s = &c->seqs[seq_id];
     if (len < 0 || len > s->len) return LOCKS_ERR_INVALID_ARG;
     int32_t keep = (len + P - 1) / P;
+    /* the device must stop reading the dropped tokens (and the pages given back, which
+     * another sequence may take) before the host forgets them */
+    locks_status st = sync_device(c, seq_id, keep, len);
+    if (st != LOCKS_OK) return st;
+    locks_selector_seq_truncated(c, seq_id, len);
     /* push back in reverse, as seq_remove does */
     for (int32_t i = s->n_pages - 1; i >= keep; i--) c->free_list[c->n_free++] = s->table[i];
     s->n_pages = keep;
@@ -297,15 +314,17 @@ locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens
     int64_t new_len = (int64_t)s->len + n_tokens;
     int64_t need = (new_len + P - 1) / P - s->n_pages;
     if (new_len > (int64_t)c->p.n_pages * P || need > c->n_free) return LOCKS_ERR_POOL_FULL;
+    /* the new pages go into the table past n_pages (slots no one reads) before anything
+     * is committed: the top of the free stack, in pop order */
+    for (int64_t i = 0; i < need; i++) s->table[s->n_pages + i] = c->free_list[c->n_free - 1 - i];
+    locks_status st = sync_device(c, seq_id, s->n_pages + (int32_t)need, (int32_t)new_len);
+    if (st != LOCKS_OK) return st;
     for (int64_t i = 0; i < need; i++) {
         int32_t page = c->free_list[--c->n_free];
         for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] = 0;
-        s->table[s->n_pages++] = page;
+        s->n_pages++;
     }
     s->len = (int32_t)new_len;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_sync(c, seq_id);
-#endif
     return LOCKS_OK;
 }
 

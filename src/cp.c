@@ -192,6 +192,7 @@ typedef struct {
     int32_t status, page0, n_pages, len;
     /* what must agree on every rank (the collectives' sizes and the result depend on it) */
     int32_t global_len, n_q_heads, selector, budget, n_sink, n_recent;
+    int32_t n_kv_heads, head_dim; /* the shards' shape: it sizes gathers #2 and #3 */
     uint32_t scale_bits, q_hash;
 } cp_header;
 
@@ -242,7 +243,7 @@ static locks_status cp_check(const locks_cp_shard *sh, int32_t layer, const floa
     const int32_t H = c->hkv;
     if (layer < 0 || layer >= c->p.n_layers || hq < H || hq % H != 0) return LOCKS_ERR_INVALID_ARG;
     if (hq / H > 64) return LOCKS_ERR_UNSUPPORTED;
-    if (!locks_selector_available(p->selector)) return LOCKS_ERR_INVALID_ARG;
+    if (!locks_selector_available(p->selector) || !locks_scale_ok(p->scale)) return LOCKS_ERR_INVALID_ARG;
     if (!cp_selector_ok(p->selector)) return LOCKS_ERR_UNSUPPORTED;
     if (sh->seq_id >= 0) {
         const locks_seq *s = locks_cache_seq(c, sh->seq_id);
@@ -276,7 +277,8 @@ static locks_status cp_check_tiling(const uint8_t *recv, size_t hdr_bytes, int32
         memcpy(&h, recv + (size_t)r * hdr_bytes, sizeof h);
         if (h.global_len != h0.global_len || h.n_q_heads != h0.n_q_heads || h.selector != h0.selector ||
             h.budget != h0.budget || h.n_sink != h0.n_sink || h.n_recent != h0.n_recent ||
-            h.scale_bits != h0.scale_bits || h.q_hash != h0.q_hash)
+            h.n_kv_heads != h0.n_kv_heads || h.head_dim != h0.head_dim || h.scale_bits != h0.scale_bits ||
+            h.q_hash != h0.q_hash)
             return LOCKS_ERR_INVALID_ARG;
     }
     const int32_t n_pages = (global_len + P - 1) / P;
@@ -406,6 +408,8 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
     me.budget = p->budget;
     me.n_sink = p->n_sink;
     me.n_recent = p->n_recent;
+    me.n_kv_heads = H;
+    me.head_dim = d;
     memcpy(&me.scale_bits, &p->scale, 4);
     me.q_hash = q && st == LOCKS_OK ? q_hash(q, (size_t)hq * d) : 0;
     memcpy(hdr, &me, sizeof me);

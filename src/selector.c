@@ -77,6 +77,10 @@ void locks_selector_cache_free(locks_cache *c) {
     locks_sel_shadow_free(c);
 }
 
+void locks_selector_seq_truncated(locks_cache *c, int32_t seq_id, int32_t len) {
+    locks_sel_shadow_seq_truncated(c, seq_id, len);
+}
+
 void locks_selector_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                 const float *k) {
     locks_sel_minmax_page_filled(c, layer, page, kv_head, k);

@@ -74,6 +74,9 @@ locks_status locks_selector_prepare(locks_selector s, locks_cache *c, int32_t la
                                     int32_t seq_id);
 locks_status locks_selector_cache_init(locks_cache *c);
 void locks_selector_cache_free(locks_cache *c);
+/* Sequence seq_id is about to shrink to len tokens (0: it is being removed): state a
+ * selector keeps per sequence and derived from tokens past len is dropped. */
+void locks_selector_seq_truncated(locks_cache *c, int32_t seq_id, int32_t len);
 /* k: the page's keys of this KV head, [P][d] fp32 (as stored). */
 void locks_selector_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                 const float *k);
@@ -102,6 +105,7 @@ void locks_sel_shadow_free(locks_cache *c);
 void locks_sel_shadow_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                   const float *k);
 locks_status locks_sel_shadow_prepare(locks_cache *c, int32_t layer, int32_t seq_id);
+void locks_sel_shadow_seq_truncated(locks_cache *c, int32_t seq_id, int32_t len);
 void locks_sel_shadow_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                             int32_t ld);
 void locks_sel_shadow_lm_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,

@@ -349,11 +349,18 @@ locks_ctx_params locks_ctx_default_params(void) {
     return p;
 }
 
+/* The decode step's parameters, checked where they are given (init, set_step) rather
+ * than at the first decode. */
+static int step_ok(const locks_step_params *s) {
+    return s->budget > 0 && s->n_sink >= 0 && s->n_recent >= 0 && (int)s->selector >= 0 &&
+           s->selector < LOCKS_SEL_COUNT && (s->scale == 0.0f || (isfinite(s->scale) && s->scale > 0.0f));
+}
+
 locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status *err) {
     locks_status st = LOCKS_OK;
     locks_ctx *c = NULL;
     if (!m || p.n_ctx <= 0 || p.n_threads <= 0 || p.n_threads > 256 || p.n_batch <= 0 ||
-        p.n_batch > 4096) {
+        p.n_batch > 4096 || !step_ok(&p.step)) {
         st = LOCKS_ERR_INVALID_ARG;
         goto fail;
     }
@@ -472,9 +479,7 @@ locks_cache *locks_ctx_cache(locks_ctx *c) { return c->cache; }
 int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq; }
 
 locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
-    if (step.budget <= 0 || step.n_sink < 0 || step.n_recent < 0 || (int)step.selector < 0 ||
-        step.selector >= LOCKS_SEL_COUNT)
-        return LOCKS_ERR_INVALID_ARG;
+    if (!step_ok(&step)) return LOCKS_ERR_INVALID_ARG;
     c->p.step = step;
     return LOCKS_OK;
 }

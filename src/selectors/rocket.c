@@ -224,6 +224,8 @@ static int snap_cmp(const void *a, const void *b) { /* more votes first, then lo
 locks_status locks_cache_snapkv_keep(locks_cache *c, int32_t seq_id, int32_t layer,
                                      int32_t keep_tokens) {
     if (!c || layer < 0 || layer >= c->p.n_layers) return LOCKS_ERR_INVALID_ARG;
+    /* a CUDA cache has no selector metadata on the host, as in observe */
+    if (c->p.backend != LOCKS_BACKEND_CPU || !c->sel_meta[LOCKS_SEL_ROCKET]) return LOCKS_ERR_UNSUPPORTED;
     const locks_seq *sq = locks_cache_seq(c, seq_id);
     if (!sq) return LOCKS_ERR_NO_SEQ;
     snap_meta *m = c->sel_meta[LOCKS_SEL_ROCKET];

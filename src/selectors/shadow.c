@@ -204,9 +204,10 @@ void locks_landmark_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
  * projected centroid proj[l][h][p][r] is valid for the fit whose generation is in
  * proj_gen[l][h][p] (0: none; the fill hook resets it), so pages that fill after the
  * fit (generated tokens) are projected on the prefill basis the first time they are
- * scored. A sequence slot reused after locks_cache_seq_remove keeps the old basis
- * until it is refitted (or until it is shorter than at the fit): call
- * locks_cache_shadow_fit after each prefill. */
+ * scored. A fit is dropped when its sequence is removed or truncated below the length
+ * it was fitted at (locks_selector_seq_truncated), so a reused slot (the engine's
+ * locks_ctx_reset) is never scored with the previous prompt's basis; the next fit is
+ * locks_cache_shadow_fit's (call it after each prefill) or the first shadow step's. */
 typedef struct {
     uint16_t *lm;       /* [L][Hkv][n_pages][d] fp16 page means */
     float *proj;        /* [L][Hkv][n_pages][r] */
@@ -262,6 +263,20 @@ void locks_sel_shadow_page_filled(locks_cache *c, int32_t layer, int32_t page, i
     locks_page_mean(c->d, k, mean);
     for (int32_t e = 0; e < c->d; e++) m->lm[i * (size_t)c->d + (size_t)e] = locks_f32_to_f16(mean[e]);
     m->proj_gen[i] = 0;
+}
+
+void locks_sel_shadow_seq_truncated(locks_cache *c, int32_t seq_id, int32_t len) {
+    shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    if (!m) return; /* a cache without the metadata (CUDA) */
+    for (int32_t l = 0; l < c->p.n_layers; l++) {
+        size_t sl = (size_t)seq_id * (size_t)c->p.n_layers + (size_t)l;
+        if (m->fit_gen[sl] != 0 && (len == 0 || len < m->fit_len[sl])) {
+            m->fit_gen[sl] = 0;
+            m->fit_len[sl] = 0;
+            memset(m->basis + sl * (size_t)c->hkv * (size_t)c->r * (size_t)c->d, 0,
+                   (size_t)c->hkv * (size_t)c->r * (size_t)c->d * sizeof *m->basis);
+        }
+    }
 }
 
 /* Fits the basis of (seq, layer) from every token written so far, all KV heads. */
