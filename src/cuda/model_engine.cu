@@ -385,6 +385,13 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             goto fail;
         }
         if ((st = locks_cuda_ws_reserve(e->cc, n_seqs, s->n_heads)) != LOCKS_OK) goto fail;
+        /* one summary launch with no page (-1) now, so the kernel's shared-memory limit is
+         * raised before any graph capture */
+        if (cudaMemset(e->build, 0xff, (size_t)n_seqs * 4) != cudaSuccess) {
+            st = LOCKS_ERR_BACKEND;
+            goto fail;
+        }
+        if ((st = locks_cuda_summary_build(e->cc, 0, e->build, n_seqs)) != LOCKS_OK) goto fail;
         e->step = locks_step_default_params();
         e->max_ctx = cache->p.n_pages * LOCKS_PAGE;
     }
