@@ -378,6 +378,69 @@ static void test_engine(void) {
     test_cond(same && same_tok, "engine: graph replay differs from the uncaptured launches (logits %d, tokens %d)",
               same, same_tok);
 
+    /* sampling in the loop: the sampled token is the next input on the device; graph and
+     * uncaptured draw the same tokens (same counter), all in range */
+    const lg_sample_params hot = {0.9f, 50, 0.9f, 1234};
+    CHECK(lg_set_sampler(a.e, &hot));
+    CHECK(lg_set_sampler(b.e, &hot));
+    int32_t seq_a[8], seq_b[8], in_range = 1;
+    for (int32_t i = 0; i < 8; i++) {
+        CHECK(locks_cache_append(a.c, 0, 1));
+        CHECK(locks_cache_append(b.c, 0, 1));
+        CHECK(lg_decode(a.e, 1, &seq_a[i], NULL));
+        CHECK(lg_decode(b.e, 0, &seq_b[i], NULL));
+        in_range &= seq_a[i] >= 0 && seq_a[i] < s.n_vocab;
+    }
+    test_cond(in_range && memcmp(seq_a, seq_b, sizeof seq_a) == 0, "engine: sampled continuations differ or out of range");
+
+    /* summaries of the pages the graph filled while decoding, against the CPU build from
+     * the keys the graph stored (sign-free: the reconstruction mu + C V^T) */
+    {
+        const int32_t d = s.head_dim, hkv = s.n_kv_heads, r = 8;
+        int32_t n_pages;
+        const int32_t *bt = locks_cache_block_table(a.c, 0, &n_pages);
+        uint16_t *k16 = malloc(2 * (size_t)hkv * 16 * d);
+        float *kf = malloc(sizeof(float) * 16 * d), *mu = malloc(sizeof(float) * d), *ba = malloc(sizeof(float) * r * d);
+        float *co = malloc(sizeof(float) * 16 * r), *mu2 = malloc(sizeof(float) * d), *ba2 = malloc(sizeof(float) * r * d);
+        float *co2 = malloc(sizeof(float) * 16 * r);
+        SETUP(bt && k16 && kf && mu && ba && co && mu2 && ba2 && co2);
+        double worst = 0, worst_mu = 0;
+        int checked = 0;
+        for (int32_t pg = n_prompt / 16; pg < (n_prompt + n_dec + 8) / 16; pg++)
+            for (int32_t l = 0; l < s.n_layers; l++) {
+                CHECK(locks_cuda_kv_page_get(a.c->cuda, l, bt[pg], k16, NULL));
+                for (int32_t h = 0; h < hkv; h++) {
+                    for (int32_t i = 0; i < 16 * d; i++) kf[i] = locks_f16_to_f32(k16[(size_t)h * 16 * d + i]);
+                    CHECK(locks_cache_summary_get(a.c, l, h, bt[pg], mu, ba, co));
+                    CHECK(locks_summary_build_f32(d, r, kf, mu2, ba2, co2));
+                    double num = 0, den = 0, mn = 0, md = 0;
+                    for (int32_t t = 0; t < 16; t++)
+                        for (int32_t i = 0; i < d; i++) {
+                            double x1 = mu[i], x2 = mu2[i];
+                            for (int32_t j = 0; j < r; j++) {
+                                x1 += (double)co[t * r + j] * (double)ba[j * d + i];
+                                x2 += (double)co2[t * r + j] * (double)ba2[j * d + i];
+                            }
+                            num += (x1 - x2) * (x1 - x2);
+                            den += ((double)kf[t * d + i] - (double)mu2[i]) * ((double)kf[t * d + i] - (double)mu2[i]);
+                        }
+                    for (int32_t i = 0; i < d; i++) {
+                        mn += ((double)mu[i] - (double)mu2[i]) * ((double)mu[i] - (double)mu2[i]);
+                        md += (double)mu2[i] * (double)mu2[i];
+                    }
+                    const double rel = sqrt(num / den), rel_mu = sqrt(mn / md);
+                    if (rel > worst) worst = rel;
+                    if (rel_mu > worst_mu) worst_mu = rel_mu;
+                    checked++;
+                }
+            }
+        printf("  engine: %d decode-filled page summaries vs CPU build: worst reconstruction diff %.3f, mu %.4f\n",
+               checked, worst, worst_mu);
+        test_cond(checked > 0 && worst < 0.25 && worst_mu < 0.05,
+                  "engine: summaries of decode-filled pages off (reconstruction %.3f, mu %.4f)", worst, worst_mu);
+        free(k16), free(kf), free(mu), free(ba), free(co), free(mu2), free(ba2), free(co2);
+    }
+
     /* decode (dense) vs prefill of the same tokens: K/V append, positions, summaries */
     locks_step_params fp = locks_step_default_params();
     fp.selector = LOCKS_SEL_FULL;
@@ -407,6 +470,7 @@ static void test_engine(void) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines survive a timeout kill */
     tu_seed("test_gpu_model_ops");
     test_rmsnorm();
     test_rope();

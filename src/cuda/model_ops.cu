@@ -238,11 +238,13 @@ sample_kernel(const float *__restrict__ logits, int32_t n_vocab, const lg_sample
     int32_t k = p.top_k > 0 && p.top_k < LG_MAX_TOPK ? p.top_k : LG_MAX_TOPK;
     if (k > n_vocab) k = n_vocab;
     /* largest threshold T with count(key >= T) >= k */
-    uint32_t lo = 0u, hi = 0xffffffffu; /* count(key >= lo) >= k always */
+    /* 64-bit bounds: with 32 bits, hi - lo + 1 wraps to 0 on the first pass (lo = 0,
+     * hi = 2^32 - 1) and the loop never ends */
+    uint64_t lo = 0u, hi = 0xffffffffull; /* count(key >= lo) >= k always */
     while (lo < hi) {
-        const uint32_t mid = lo + (hi - lo + 1u) / 2u;
+        const uint64_t mid = (lo + hi + 1u) / 2u;
         uint32_t cnt_ge = 0;
-        for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) cnt_ge += f2key(x[i]) >= mid;
+        for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) cnt_ge += (uint64_t)f2key(x[i]) >= mid;
         cnt_ge = block_count(cnt_ge, ws);
         if (cnt_ge >= (uint32_t)k) lo = mid;
         else hi = mid - 1u;
@@ -251,7 +253,7 @@ sample_kernel(const float *__restrict__ logits, int32_t n_vocab, const lg_sample
     __syncthreads();
     for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
         const uint32_t key = f2key(x[i]);
-        if (key >= lo) {
+        if ((uint64_t)key >= lo) {
             const uint32_t slot = atomicAdd(&n_cand, 1u);
             if (slot < SAMPLE_CAND) {
                 cand_key[slot] = key;
