@@ -627,6 +627,16 @@ extern "C" locks_status lg_decode(lg_ctx *e, int use_graph, int32_t *next, float
         LOCKS_TRY(enqueue_decode(e, LG_PART_ALL));
     }
     const lg_shape *s = &e->m->s;
+    /* the device wrote slot len - 1 of every layer of every sequence: mark it in the host's
+     * written-slot masks, so summary reads and later locks_cache_write calls (prefill) see
+     * the page's true fill */
+    for (int32_t q = 0; q < e->n_seqs; q++) {
+        const locks_seq *sq = locks_cache_seq(e->cache, q);
+        const int32_t pos = sq->len - 1;
+        for (int32_t l = 0; l < s->n_layers; l++)
+            e->cache->fill[(size_t)l * e->cache->p.n_pages + sq->table[pos / LOCKS_PAGE]] |=
+                (uint16_t)(1u << (pos % LOCKS_PAGE));
+    }
     if (next) CU_TRY(cudaMemcpyAsync(next, e->tok, (size_t)e->n_seqs * 4, cudaMemcpyDeviceToHost, e->st));
     if (logits)
         CU_TRY(cudaMemcpyAsync(logits, e->logits, (size_t)e->n_seqs * s->n_vocab * 4, cudaMemcpyDeviceToHost, e->st));

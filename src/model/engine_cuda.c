@@ -40,14 +40,12 @@ int32_t engine_cuda_next(const engine_cuda *g) {
 }
 
 #else
-#include "cache.h"
 #include "cuda/locks_cuda.h"
 #include "cuda/model_cuda.h"
 
 struct engine_cuda {
     lg_model *dm;
     lg_ctx *e;
-    locks_cache *cache; /* the context's (not owned) */
     int use_graph;
     int32_t next;     /* token the last decode sampled */
     int32_t head_dim, n_kv_heads, rank;
@@ -195,7 +193,6 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
     *cache = locks_cache_init(cp, &st);
     if (!*cache) goto fail;
     const int32_t chunk = p->n_batch > ENGINE_CUDA_MIN_CHUNK ? p->n_batch : ENGINE_CUDA_MIN_CHUNK;
-    g->cache = *cache;
     g->e = lg_ctx_init(g->dm, *cache, 1, chunk, &st);
     if (!g->e) goto fail;
     if ((st = lg_set_step(g->e, &p->step, n_pages * LOCKS_PAGE))) goto fail;
@@ -235,13 +232,6 @@ locks_status engine_cuda_forward(engine_cuda *g, const int32_t *tokens, int32_t 
     if (st == LOCKS_OK) st = lg_decode(g->e, g->use_graph, &g->next, logits);
     if (st != LOCKS_OK) return st;
     const int32_t len = pos + 1;
-    /* the device wrote slot pos of every layer: mark it in the host's written-slot masks,
-     * so a later locks_cache_write (prefill) sees the page's true fill */
-    const locks_seq *sq = locks_cache_seq(g->cache, 0);
-    if (sq && pos / LOCKS_PAGE < sq->n_pages)
-        for (int32_t l = 0; l < sh.n_layers; l++)
-            g->cache->fill[(size_t)l * g->cache->p.n_pages + sq->table[pos / LOCKS_PAGE]] |=
-                (uint16_t)(1u << (pos % LOCKS_PAGE));
     const uint64_t tok_bytes = (uint64_t)sh.head_dim * 2 * 2 * (uint64_t)sh.n_kv_heads * (uint64_t)sh.n_layers;
     if (step->selector == LOCKS_SEL_LOCKS)
         stats->bytes_meta += (uint64_t)(len / LOCKS_PAGE) * locks_summary_bytes(sh.head_dim, g->rank, LOCKS_SUMMARY_Q) *
