@@ -173,6 +173,16 @@ locks_status locks_summary_build_f32(int32_t head_dim, int32_t rank, const float
 
 typedef struct locks_cache locks_cache;
 
+/* Worker threads, shareable by several caches (and an engine's contexts): a cache
+ * created with params.pool = p uses p's threads instead of starting its own. A job
+ * wakes only the threads it can use; jobs from several threads are serialised (a shared
+ * pool parallelises one call at a time). n_threads counts the calling thread (1: no
+ * threads). NULL on failure. locks_pool_free drops the caller's reference: a cache
+ * holds its own, so the caller may free the pool right after creating its caches. */
+typedef struct locks_pool locks_pool;
+locks_pool *locks_pool_init(int32_t n_threads);
+void locks_pool_free(locks_pool *p);
+
 typedef struct {
     int32_t n_layers;   /* >= 1 */
     int32_t n_kv_heads; /* Hkv >= 1 */
@@ -183,7 +193,9 @@ typedef struct {
     locks_summary_prec summary_prec; /* default LOCKS_SUMMARY_Q */
     locks_dtype kv_dtype;            /* LOCKS_DTYPE_F16 (BF16 on CUDA) */
     locks_backend backend;           /* default CPU; CUDA: see "CUDA backend" below */
-    int32_t n_threads;               /* CPU worker threads (default: 1) */
+    int32_t n_threads;               /* CPU worker threads (default: 1); ignored with pool */
+    locks_pool *pool;                /* NULL (default): the cache starts its own pool of
+                                      * n_threads; else the cache shares this one (CPU) */
     int32_t device;                  /* CUDA device ordinal */
 } locks_cache_params;
 
@@ -243,7 +255,10 @@ const uint16_t *locks_cache_v_page(const locks_cache *c, int32_t layer, int32_t 
 locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,
                                      int32_t page, float *mu, float *basis, float *coef);
 
-/* Bytes of summaries stored per (page, KV head). */
+/* Bytes of summaries stored per (page, KV head): on the CPU the bytes the cache's
+ * summary arrays hold, divided by (layers x KV heads x pages) (802 at d = 128, r = 8,
+ * LOCKS_SUMMARY_Q); on CUDA locks_summary_bytes of the cache's shape (the device pads
+ * the rank to 8 slots). */
 size_t locks_cache_summary_bytes(const locks_cache *c);
 
 /* LOCKS_SEL_SHADOW's shared basis (CPU backend): fits, for every layer and KV head, the

@@ -131,7 +131,9 @@ locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status
 void locks_ctx_free(locks_ctx *c);
 /* A new context with the same parameters holding a copy of src's tokens and KV (the
  * summaries are rebuilt from the copied keys: same values). For answering one prompt
- * several ways without prefilling it again. */
+ * several ways without prefilling it again. The clone runs on src's worker threads (no
+ * new ones): a context and its clones may be used from several threads, but their
+ * parallel jobs take turns on those threads. */
 locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err);
 /* Empties the session (the cache sequence is dropped and re-added). */
 locks_status locks_ctx_reset(locks_ctx *c);

@@ -94,6 +94,13 @@ fail:
     return NULL;
 }
 
+/* A summary array of n elements of size bytes, counted into c->sum_bytes. */
+static void *sum_alloc(locks_cache *c, size_t n, size_t size) {
+    void *p = locks_alloc_huge(n, size);
+    if (p) c->sum_bytes += n * size;
+    return p;
+}
+
 locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
 #ifdef LOCKS_HAVE_CUDA
     if (params.backend == LOCKS_BACKEND_CUDA) return locks_cache_init_cuda(params, err);
@@ -111,21 +118,25 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
     c->v = locks_alloc_huge(kv_elems, sizeof(uint16_t));
     if (!c->k || !c->v) goto fail;
     const size_t LHN = L * H * NP;
+    /* every summary array goes through sum_alloc, which adds its bytes to c->sum_bytes:
+     * locks_cache_summary_bytes reports what the pool holds, not a formula */
+#define SUM_ALLOC(ptr, n, size) ((ptr) = sum_alloc(c, (n), (size)))
     if (params.summary_prec == LOCKS_SUMMARY_F32) {
-        c->s_mu = locks_alloc_huge(LHN * d, sizeof(float));
-        c->s_basis = locks_alloc_huge(LHN * r * d, sizeof(float));
-        c->s_coef = locks_alloc_huge(LHN * P * r, sizeof(float));
+        SUM_ALLOC(c->s_mu, LHN * d, sizeof(float));
+        SUM_ALLOC(c->s_basis, LHN * r * d, sizeof(float));
+        SUM_ALLOC(c->s_coef, LHN * P * r, sizeof(float));
         if (!c->s_mu || !c->s_basis || !c->s_coef) goto fail;
     } else {
-        c->s_mu_q = locks_alloc_huge(LHN * d, 1);
-        c->s_mu_s = locks_alloc(LHN, sizeof(uint16_t));
-        c->s_v_q = locks_alloc_huge(LHN * r * d / 2, 1);
-        c->s_v_s = locks_alloc(LHN * r, sizeof(uint16_t));
-        c->s_c_q = locks_alloc_huge(LHN * P * r, 1);
-        c->s_c_s = locks_alloc(LHN * r, sizeof(uint16_t));
+        SUM_ALLOC(c->s_mu_q, LHN * d, 1);
+        SUM_ALLOC(c->s_mu_s, LHN, sizeof(uint16_t));
+        SUM_ALLOC(c->s_v_q, LHN * r * d / 2, 1);
+        SUM_ALLOC(c->s_v_s, LHN * r, sizeof(uint16_t));
+        SUM_ALLOC(c->s_c_q, LHN * P * r, 1);
+        SUM_ALLOC(c->s_c_s, LHN * r, sizeof(uint16_t));
         if (!c->s_mu_q || !c->s_mu_s || !c->s_v_q || !c->s_v_s || !c->s_c_q || !c->s_c_s) goto fail;
     }
-    c->pool = locks_pool_init(params.n_threads);
+#undef SUM_ALLOC
+    c->pool = params.pool ? locks_pool_retain(params.pool) : locks_pool_init(params.n_threads);
     if (!c->pool) goto fail;
     st = locks_selector_cache_init(c);
     if (st != LOCKS_OK) goto fail;
@@ -445,5 +456,8 @@ locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_
 }
 
 size_t locks_cache_summary_bytes(const locks_cache *c) {
-    return c ? locks_summary_bytes(c->d, c->r, c->p.summary_prec) : 0;
+    if (!c) return 0;
+    if (c->cuda) return locks_summary_bytes(c->d, c->r, c->p.summary_prec); /* the host holds none */
+    const size_t n = (size_t)c->p.n_layers * (size_t)c->hkv * (size_t)c->p.n_pages;
+    return c->sum_bytes / n;
 }

@@ -63,6 +63,7 @@ struct locks_cache {
     int8_t *s_mu_q, *s_c_q;
     uint16_t *s_mu_s, *s_v_s, *s_c_s;
     uint8_t *s_v_q;
+    size_t sum_bytes;   /* bytes of the summary arrays above, as allocated */
     int32_t *free_list; /* stack of free physical pages */
     int32_t n_free;
     locks_seq *seqs;    /* [max_seqs] */

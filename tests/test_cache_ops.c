@@ -11,11 +11,18 @@
  *    n-th allocation in turn): locks_cache_init fails cleanly; a failed
  *    locks_decode_step, locks_score or locks_attend leaves out, sel and mass untouched
  *    and the cache usable;
+ *  - the thread pool: a job runs only on the threads it can use, every task once, also
+ *    with two threads sharing one pool; a cache on a shared pool == one on its own;
+ *  - the summary bytes the pool holds per page == the format's formula (802 at 128/8);
  *  - scale: 0 means 1/sqrt(d); negative, NaN or Inf is INVALID_ARG for every entry
  *    point that takes one; locks_attend with an out-of-range page is INVALID_ARG.
  */
 #include "test_util.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "pool.h"
 #include "util.h"
 
 enum { P = LOCKS_PAGE, H = 2, G = 3, HQ = H * G, D = 64, L = 2 };
@@ -361,8 +368,115 @@ static void test_scale_and_pages(void) {
     free(v);
 }
 
+/* The summary bytes the pool holds per (page, KV head), against the format's formula
+ * (summary.h) and the 802 B the README quotes. */
+static void test_summary_bytes(void) {
+    const int32_t dims[3] = {64, 128, 256}, ranks[3] = {1, 8, 15};
+    for (int32_t i = 0; i < 3; i++)
+        for (int32_t j = 0; j < 3; j++)
+            for (int32_t q = 0; q < 2; q++) {
+                locks_cache_params cp = locks_cache_default_params();
+                cp.n_layers = 2, cp.n_kv_heads = 3, cp.head_dim = dims[i], cp.n_pages = 5, cp.rank = ranks[j];
+                cp.summary_prec = q ? LOCKS_SUMMARY_Q : LOCKS_SUMMARY_F32;
+                locks_status st;
+                locks_cache *c = locks_cache_init(cp, &st);
+                CHECK(st);
+                const size_t got = locks_cache_summary_bytes(c), want = locks_summary_bytes(dims[i], ranks[j], cp.summary_prec);
+                test_cond(got == want && want > 0, "d %d r %d %s: the pool holds %zu B per page, the format says %zu",
+                          dims[i], ranks[j], q ? "Q" : "F32", got, want);
+                if (q && dims[i] == 128 && ranks[j] == 8) test_cond(got == 802, "802 B per page at d 128, r 8: %zu", got);
+                locks_cache_free(c);
+            }
+}
+
+/* ---- the thread pool ---- */
+
+typedef struct {
+    atomic_int *count;  /* [n_tasks] */
+    atomic_int max_thread;
+} pool_job;
+
+static void count_task(void *arg, int32_t t, int32_t thread) {
+    pool_job *j = arg;
+    atomic_fetch_add(&j->count[t], 1);
+    int m = atomic_load(&j->max_thread);
+    while (thread > m && !atomic_compare_exchange_weak(&j->max_thread, &m, thread)) {
+    }
+    for (volatile int spin = 0; spin < 2000; spin = spin + 1) { /* long enough for others to join */
+    }
+}
+
+typedef struct {
+    locks_pool *pool;
+    int ok;
+} pool_user;
+
+static void *pool_user_main(void *arg) {
+    pool_user *u = arg;
+    u->ok = 1;
+    atomic_int count[37];
+    for (int rep = 0; rep < 200; rep++) {
+        for (int i = 0; i < 37; i++) atomic_init(&count[i], 0);
+        pool_job j = {count, 0};
+        locks_pool_run(u->pool, 37, count_task, &j);
+        for (int i = 0; i < 37; i++) u->ok &= atomic_load(&count[i]) == 1;
+    }
+    return NULL;
+}
+
+static void test_pool(void) {
+    /* a job wakes only the workers it can use: thread indices < min(n_tasks, n_threads) */
+    locks_pool *pool = locks_pool_init(4);
+    SETUP(pool);
+    atomic_int count[8];
+    int idx_ok = 1, once = 1;
+    for (int rep = 0; rep < 300; rep++)
+        for (int32_t n = 1; n <= 6; n++) {
+            for (int i = 0; i < 8; i++) atomic_init(&count[i], 0);
+            pool_job j = {count, 0};
+            locks_pool_run(pool, n, count_task, &j);
+            idx_ok &= atomic_load(&j.max_thread) < (n < 4 ? n : 4);
+            for (int i = 0; i < n; i++) once &= atomic_load(&count[i]) == 1;
+        }
+    test_cond(idx_ok, "a job of n tasks runs on threads < min(n, 4) only");
+    test_cond(once, "every task runs exactly once");
+    /* two threads sharing the pool: their jobs take turns, nothing lost or doubled */
+    pthread_t th[2];
+    pool_user u[2] = {{pool, 0}, {pool, 0}};
+    for (int i = 0; i < 2; i++) SETUP(pthread_create(&th[i], NULL, pool_user_main, &u[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    test_cond(u[0].ok && u[1].ok, "two threads sharing a pool: every task once");
+    /* a cache on a shared pool (the caller's reference dropped at once) == its own pool */
+    enum { LEN = 120 };
+    const size_t row = (size_t)H * D;
+    float *k = malloc(sizeof(float) * L * LEN * row), *v = malloc(sizeof(float) * L * LEN * row);
+    float q[HQ * D], o1[HQ * D], o2[HQ * D];
+    SETUP(k && v);
+    tu_fill_normal(k, (size_t)L * LEN * row, 1.0);
+    tu_fill_normal(v, (size_t)L * LEN * row, 1.0);
+    tu_fill_normal(q, HQ * D, 1.0);
+    locks_cache_params cp = locks_cache_default_params();
+    cp.n_layers = L, cp.n_kv_heads = H, cp.head_dim = D, cp.n_pages = 16, cp.pool = pool;
+    locks_status st;
+    locks_cache *a = locks_cache_init(cp, &st), *b = new_cache(16, 4);
+    CHECK(st);
+    locks_pool_free(pool); /* a holds its own reference */
+    int32_t sa = new_seq(a, LEN, k, v, LEN), sb = new_seq(b, LEN, k, v, LEN);
+    locks_step_params p = locks_step_default_params();
+    p.budget = 3 * P + LEN % P;
+    CHECK(locks_decode_step(a, 1, &sa, 1, q, HQ, &p, o1, NULL, NULL));
+    CHECK(locks_decode_step(b, 1, &sb, 1, q, HQ, &p, o2, NULL, NULL));
+    test_cond(!memcmp(o1, o2, sizeof o1), "a cache on a shared pool == one with its own pool");
+    locks_cache_free(a);
+    locks_cache_free(b);
+    free(k);
+    free(v);
+}
+
 int main(void) {
     tu_seed("test_cache_ops");
+    test_pool();
+    test_summary_bytes();
     test_truncate();
     test_shadow_reuse();
     test_faults();

@@ -43,6 +43,15 @@ static locks_status nonfinite_launch(const float *x, size_t n, int32_t *flag, cu
     return LOCKS_OK;
 }
 
+/* common.cuh */
+locks_status sync_stack_copies(cudaStream_t st) {
+    cudaError_t e = locks_fault_hit() ? cudaErrorUnknown : cudaStreamSynchronize(st);
+    if (e == cudaSuccess) return LOCKS_OK;
+    locks_log(LOCKS_LOG_ERROR, "cuda: stream synchronisation failed: %s", cudaGetErrorString(e));
+    (void)cudaStreamSynchronize(st);
+    return LOCKS_ERR_BACKEND;
+}
+
 /* ---- K/V write: token-major fp32 [n][Hkv][d] -> pages [page][Hkv][16][d] ------------ */
 
 template <typename T>
@@ -221,11 +230,19 @@ extern "C" locks_status locks_cuda_seq_sync(locks_cuda_cache *c, int32_t seq, co
     if (!c || seq < 0 || seq >= c->p.max_seqs || n_pages < 0 || n_pages > c->p.n_pages || len < 0 ||
         len > 16 * n_pages || (n_pages > 0 && !block_table))
         return LOCKS_ERR_INVALID_ARG;
+    /* The table entries the old length covers keep their values (the host changes only
+     * entries past them before it commits), so a failure before the length is copied
+     * leaves the device as it was. A failure after it puts the old length back. */
     if (n_pages > 0)
         CU_TRY(cudaMemcpyAsync(c->block_table + (size_t)seq * c->p.n_pages, block_table,
                                (size_t)n_pages * 4, cudaMemcpyHostToDevice, c->stream));
     CU_TRY(cudaMemcpyAsync(c->seq_len + seq, &len, 4, cudaMemcpyHostToDevice, c->stream));
-    CU_TRY(cudaStreamSynchronize(c->stream)); /* &len is a stack address */
+    if (sync_stack_copies(c->stream) != LOCKS_OK) { /* &len is a stack address */
+        int32_t old = c->h_seq_len[seq];
+        (void)cudaMemcpyAsync(c->seq_len + seq, &old, 4, cudaMemcpyHostToDevice, c->stream);
+        (void)cudaStreamSynchronize(c->stream);
+        return LOCKS_ERR_BACKEND;
+    }
     c->h_seq_len[seq] = len;
     return LOCKS_OK;
 }
@@ -245,12 +262,12 @@ extern "C" locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq,
     CU_TRY(cudaMemsetAsync(c->ws.status, 0, 4, c->stream));
     LOCKS_TRY(nonfinite_launch(d_k, elems, c->ws.status, c->stream));
     LOCKS_TRY(nonfinite_launch(d_v, elems, c->ws.status, c->stream));
-    CU_TRY(cudaMemcpyAsync(&flag, c->ws.status, 4, cudaMemcpyDeviceToHost, c->stream));
     /* the pages to build go up before the first store, so everything that can fail
      * without a device fault happens while the cache is still untouched */
     if (n_build > 0)
         CU_TRY(cudaMemcpyAsync(c->page_list, build_pages, (size_t)n_build * 4, cudaMemcpyHostToDevice, c->stream));
-    CU_TRY(cudaStreamSynchronize(c->stream));
+    CU_TRY(cudaMemcpyAsync(&flag, c->ws.status, 4, cudaMemcpyDeviceToHost, c->stream));
+    LOCKS_TRY(sync_stack_copies(c->stream)); /* &flag is a stack address */
     if (flag) return LOCKS_ERR_NONFINITE;
 
     const int32_t *bt = c->block_table + (size_t)seq * c->p.n_pages;

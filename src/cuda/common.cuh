@@ -40,6 +40,11 @@ extern "C" {
 /* After a launch: the launch error, if any. */
 #define CU_LAUNCH_CHECK(name) CU_TRY(cudaGetLastError())
 
+/* Waits for the stream after async copies into stack variables; if the wait fails it
+ * waits once more, unchecked, so that no copy lands in the stack after the caller
+ * returned (cache.cu). */
+locks_status sync_stack_copies(cudaStream_t st);
+
 #define LOCKS_TRY(expr)                                                                    \
     do {                                                                                   \
         locks_status s_ = (expr);                                                          \
@@ -49,6 +54,7 @@ extern "C" {
 /* Step workspace: fixed-address buffers reused by every step (graphs point at them).
  * seg = (step sequence s, KV head h) -> s * Hkv + h. */
 struct locks_cuda_ws {
+    int32_t ready;         /* 1 once status, seq_slots and the kernels' attributes are set */
     int32_t max_segs;      /* n_seqs * Hkv capacity */
     int32_t max_group;     /* G capacity */
     int32_t max_pages;     /* pages per sequence capacity (= pool size) */

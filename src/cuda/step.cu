@@ -25,37 +25,56 @@ static void dfree_ptr(void *p) {
 
 locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t hq) {
     struct locks_cuda_ws *w = &c->ws;
-    if (!w->status) {
-        CU_TRY(cudaMalloc((void **)&w->status, 4));
+    /* A failure part-way leaves the workspace marked not ready (w->ready, w->hq are set
+     * last), so the next call completes it instead of using missing buffers. */
+    if (!w->ready) {
+        if (!w->status) CU_TRY(cudaMalloc((void **)&w->status, 4));
         CU_TRY(cudaMemset(w->status, 0, 4));
-        CU_TRY(cudaMalloc((void **)&w->seq_slots, (size_t)c->p.max_seqs * 4));
+        if (!w->seq_slots) CU_TRY(cudaMalloc((void **)&w->seq_slots, (size_t)c->p.max_seqs * 4));
         CU_TRY(cudaMemset(w->seq_slots, 0, (size_t)c->p.max_seqs * 4));
         LOCKS_TRY(locks_cuda_attend_prepare(c));
         LOCKS_TRY(locks_cuda_score_prepare(c));
         LOCKS_TRY(locks_cuda_topk_mb_prepare(c));
+        w->ready = 1;
     }
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
     (void)n_seqs;
     if (w->q_attn && w->hq >= hq) return LOCKS_OK;
     /* (re)allocate for max_seqs sequences and this many query heads */
+    w->hq = 0;
     CU_TRY(cudaStreamSynchronize(c->stream));
     dfree_ptr(w->q_attn);
-    dfree_ptr(w->q_score);
-    dfree_ptr(w->q_amax);
-    dfree_ptr(w->q_i8);
-    dfree_ptr(w->q_isum);
-    dfree_ptr(w->scores);
-    dfree_ptr(w->lse_part);
-    dfree_ptr(w->mass);
-    dfree_ptr(w->hist);
-    dfree_ptr(w->taken);
-    dfree_ptr(w->cand_idx);
-    dfree_ptr(w->cand_key);
-    dfree_ptr(w->sel);
-    dfree_ptr(w->sel_n);
-    dfree_ptr(w->part_o);
-    dfree_ptr(w->part_ml);
     w->q_attn = NULL;
+    dfree_ptr(w->q_score);
+    w->q_score = NULL;
+    dfree_ptr(w->q_amax);
+    w->q_amax = NULL;
+    dfree_ptr(w->q_i8);
+    w->q_i8 = NULL;
+    dfree_ptr(w->q_isum);
+    w->q_isum = NULL;
+    dfree_ptr(w->scores);
+    w->scores = NULL;
+    dfree_ptr(w->lse_part);
+    w->lse_part = NULL;
+    dfree_ptr(w->mass);
+    w->mass = NULL;
+    dfree_ptr(w->hist);
+    w->hist = NULL;
+    dfree_ptr(w->taken);
+    w->taken = NULL;
+    dfree_ptr(w->cand_idx);
+    w->cand_idx = NULL;
+    dfree_ptr(w->cand_key);
+    w->cand_key = NULL;
+    dfree_ptr(w->sel);
+    w->sel = NULL;
+    dfree_ptr(w->sel_n);
+    w->sel_n = NULL;
+    dfree_ptr(w->part_o);
+    w->part_o = NULL;
+    dfree_ptr(w->part_ml);
+    w->part_ml = NULL;
     const size_t S = (size_t)c->p.max_seqs, D = (size_t)c->p.head_dim, NP = (size_t)c->p.n_pages;
     const size_t segs = S * (size_t)hkv;
     w->max_segs = (int32_t)segs;
@@ -63,7 +82,6 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
     w->max_pages = c->p.n_pages;
     w->score_blocks = 1024;
     w->max_splits = MAX_SPLITS;
-    w->hq = hq;
     w->nseq = c->p.max_seqs;
     CU_TRY(cudaMalloc((void **)&w->q_attn, S * hq * D * 2));
     CU_TRY(cudaMalloc((void **)&w->q_score, S * hq * D * 2));
@@ -81,6 +99,7 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
     CU_TRY(cudaMalloc((void **)&w->sel_n, segs * 4));
     CU_TRY(cudaMalloc((void **)&w->part_o, segs * MAX_SPLITS * G * D * 4));
     CU_TRY(cudaMalloc((void **)&w->part_ml, segs * MAX_SPLITS * G * sizeof(float2)));
+    w->hq = hq; /* every buffer is there */
     return LOCKS_OK;
 }
 
@@ -165,7 +184,7 @@ static locks_status prep_checked(locks_cuda_cache *c, const float *d_q, int32_t 
     CU_TRY(cudaMemsetAsync(c->ws.status, 0, 4, c->stream));
     LOCKS_TRY(locks_cuda_qprep_launch(c, d_q, n_seqs, hq, scale, c->stream));
     CU_TRY(cudaMemcpyAsync(&flag, c->ws.status, 4, cudaMemcpyDeviceToHost, c->stream));
-    CU_TRY(cudaStreamSynchronize(c->stream));
+    LOCKS_TRY(sync_stack_copies(c->stream)); /* &flag is a stack address */
     return flag ? LOCKS_ERR_NONFINITE : LOCKS_OK;
 }
 

@@ -312,7 +312,7 @@ struct locks_ctx {
     locks_ctx_params p;
     locks_cache *cache;
     int32_t seq;
-    locks_pool *pool; /* the cache's (not owned) */
+    locks_pool *pool; /* worker threads, shared with the cache and with clones (one reference) */
     int32_t n_tokens;
     int broken;
     locks_run_stats stats;
@@ -356,7 +356,8 @@ static int step_ok(const locks_step_params *s) {
            s->selector < LOCKS_SEL_COUNT && (s->scale == 0.0f || (isfinite(s->scale) && s->scale > 0.0f));
 }
 
-locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status *err) {
+/* A context on the worker threads of `pool` (NULL: it starts its own, p.n_threads). */
+static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool *pool, locks_status *err) {
     locks_status st = LOCKS_OK;
     locks_ctx *c = NULL;
     if (!m || p.n_ctx <= 0 || p.n_threads <= 0 || p.n_threads > 256 || p.n_batch <= 0 ||
@@ -382,7 +383,16 @@ locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status
     cp.max_seqs = 1;
     cp.rank = p.rank;
     cp.summary_prec = p.summary_prec;
-    cp.n_threads = p.n_threads;
+    /* one set of worker threads for the context, its cache and its clones: the matmuls
+     * and the cache's jobs run on it, so a worker still spinning after one job picks up
+     * the next, and a clone adds no threads */
+    c->pool = pool ? locks_pool_retain(pool) : locks_pool_init(p.n_threads);
+    if (!c->pool) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    cp.n_threads = locks_pool_threads(c->pool);
+    cp.pool = c->pool;
     if (p.backend == LOCKS_BACKEND_CUDA) { /* weights, cache and engine on the GPU */
         c->gpu = engine_cuda_init(m, &p, &c->cache, &st);
         if (!c->gpu) goto fail;
@@ -391,10 +401,6 @@ locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status
     }
     if (!c->cache) goto fail;
     if ((st = locks_cache_seq_add(c->cache, &c->seq)) != LOCKS_OK) goto fail;
-    /* the matmuls run on the cache's own pool: one set of worker threads for the whole
-     * forward pass, so a worker still spinning after the cache's last job picks up the
-     * next product (the pool is not reentrant; the context uses it from one thread) */
-    c->pool = c->cache->pool;
 
     size_t B = (size_t)p.n_batch;
     int32_t q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
@@ -435,10 +441,15 @@ fail:
     return NULL;
 }
 
+locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status *err) {
+    return ctx_init(m, p, NULL, err);
+}
+
 void locks_ctx_free(locks_ctx *c) {
     if (!c) return;
     engine_cuda_free(c->gpu);
     locks_cache_free(c->cache);
+    locks_pool_free(c->pool);
     locks_free(c->x);
     locks_free(c->xb);
     locks_free(c->proj);
@@ -495,7 +506,11 @@ locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
         st = LOCKS_ERR_INVALID_ARG;
         goto fail;
     }
-    c = locks_ctx_init(src->m, src->p, &st);
+    if (src->gpu) { /* its K/V live on the device; the clone copies host pages */
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    c = ctx_init(src->m, src->p, src->pool, &st); /* the parent's threads */
     if (!c) goto fail;
     int32_t n = src->n_tokens;
     c->stats = src->stats;
