@@ -106,7 +106,24 @@ typedef struct {
     void *on_query_user;
     locks_step_fn on_step;           /* called after each decode attention, per layer (may be NULL) */
     void *on_step_user;
+    locks_backend backend; /* LOCKS_BACKEND_CPU (default) or LOCKS_BACKEND_CUDA: see below */
+    int32_t cuda_graph;    /* CUDA: 1 (default) replays one captured graph per decode token;
+                            * 0 launches the same kernels one by one (validation) */
 } locks_ctx_params;
+
+/* The CUDA backend (backend = LOCKS_BACKEND_CUDA, builds with LOCKS_HAVE_CUDA): the
+ * context copies the model's weights to the GPU at init — F16 and BF16 as stored, F32 and
+ * the block types Q8_0 / Q4_0 / Q4_1 dequantized to fp16 (bf16 if the file holds BF16
+ * weights) — and runs prefill (chunks of max(n_batch, 1024) tokens, causal attention on
+ * tensor cores over the paged cache) and decode (the whole token, every layer, the
+ * sampling included, one CUDA graph replayed while the sequence grows) there; K/V live in
+ * a CUDA-backend locks_cache (fp16, quantized summaries). Selectors full and locks, rank
+ * <= 8, no on_query / on_step callbacks, no locks_ctx_clone (LOCKS_ERR_UNSUPPORTED
+ * otherwise). locks_generate samples on the device: same rule as the CPU sampler, top_k
+ * capped at 1024 candidates, its own RNG stream (a seed reproduces a GPU run, not a CPU
+ * one). locks_ctx_init fails, leaving nothing allocated, with LOCKS_ERR_UNSUPPORTED in a
+ * build without CUDA, LOCKS_ERR_BACKEND when there is no GPU, and LOCKS_ERR_OOM (the log
+ * names weights, KV cache and free memory) when the model and n_ctx do not fit. */
 
 locks_ctx_params locks_ctx_default_params(void);
 

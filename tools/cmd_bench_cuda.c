@@ -31,8 +31,8 @@
 
 #ifndef LOCKS_HAVE_CUDA
 int cmd_bench_cuda(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--model")) return cmd_bench_model_cuda(argc, argv);
     fprintf(stderr, "locks bench --backend cuda: this build has no CUDA backend\n");
     return 2;
 }
@@ -283,6 +283,8 @@ done:
 }
 
 int cmd_bench_cuda(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--model")) return cmd_bench_model_cuda(argc, argv);
     gopts o;
     int rc = parse(argc, argv, &o);
     if (rc == 1) return 0;

@@ -39,6 +39,8 @@ static void usage(FILE *f) {
             "  --rank R         summary rank (default 8)\n"
             "  -n N             max answer tokens (default 24)\n"
             "  -t N             threads (default 2)\n"
+            "  --backend NAME   cpu|cuda: cuda runs the model on the GPU (weights dequantized to\n"
+            "                   fp16 at load; selectors full and locks) (default cpu)\n"
             "  -h, --help       this text\n");
 }
 
@@ -199,6 +201,7 @@ static int parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
 int cmd_demo(int argc, char **argv) {
     const char *model_path = NULL;
     int32_t target = 4096, n_max = 24, n_threads = 2, rank = 8;
+    locks_backend backend = LOCKS_BACKEND_CPU;
     double depth = 0.4;
     locks_step_params sparse = locks_step_default_params();
     sparse.selector = LOCKS_SEL_LOCKS;
@@ -223,7 +226,10 @@ int cmd_demo(int argc, char **argv) {
         else if (!strcmp(a, "--sink")) ok = parse_int(v, 0, 1 << 20, &sparse.n_sink);
         else if (!strcmp(a, "--recent")) ok = parse_int(v, 0, 1 << 20, &sparse.n_recent);
         else if (!strcmp(a, "--selector")) ok = locks_selector_parse(v, &sparse.selector) == LOCKS_OK;
-        else if (!strcmp(a, "--depth")) {
+        else if (!strcmp(a, "--backend")) {
+            ok = !strcmp(v, "cpu") || !strcmp(v, "cuda");
+            backend = !strcmp(v, "cuda") ? LOCKS_BACKEND_CUDA : LOCKS_BACKEND_CPU;
+        } else if (!strcmp(a, "--depth")) {
             char *end;
             depth = strtod(v, &end);
             ok = *end == '\0' && depth >= 0.0 && depth <= 1.0;
@@ -279,6 +285,8 @@ int cmd_demo(int argc, char **argv) {
     cp.step.selector = LOCKS_SEL_FULL;
     cp.step.budget = cp.n_ctx;
     cp.selectors = LOCKS_SEL_BIT(sparse.selector); /* switched to after the full answer */
+
+    cp.backend = backend;
     locks_status st;
     full = locks_ctx_init(m, cp, &st);
     logits = malloc(sizeof(float) * (size_t)in.n_vocab);

@@ -52,6 +52,10 @@ static void usage(FILE *f) {
             "  --eval-logits FILE  no generation: run the prompt token by token (decode path,\n"
             "                   --selector applies) and write fp32 logits [n_prompt][n_vocab]\n"
             "                   to FILE (for scripts/logits_reference.py --compare)\n"
+            "  --backend NAME   cpu|cuda: cuda runs the model on the GPU: weights F16/BF16 as stored,\n"
+            "                   Q8_0/Q4_0/Q4_1 dequantized to fp16 at load; selectors full and locks;\n"
+            "                   sampling on the device (top-k capped at 1024) (default cpu)\n"
+            "  --no-graph       cuda: launch the decode kernels one by one instead of one CUDA graph\n"
             "  -v               verbose library log\n"
             "  -h, --help       this text\n");
 }
@@ -210,6 +214,9 @@ int cmd_run(int argc, char **argv) {
     const char *logits_path = NULL;
     int32_t n_ctx = 0, n_predict = 128, n_threads = 2, chat = 0, verbose = 0, f32_act = 0, rank = 8;
     int32_t speculate = 0, compare = 0; /* draft length K (0 = plain decoding); --compare */
+
+    int32_t no_graph = 0;
+    locks_backend backend = LOCKS_BACKEND_CPU;
     int seeded = 0;
     locks_sampler_params sp = locks_sampler_default_params();
     locks_step_params step = locks_step_default_params();
@@ -230,6 +237,8 @@ int cmd_run(int argc, char **argv) {
             compare = 1, takes = 0;
         } else if (!strcmp(a, "-v")) {
             verbose = 1, takes = 0;
+        } else if (!strcmp(a, "--no-graph")) {
+            no_graph = 1, takes = 0;
         } else if (!v) {
             fprintf(stderr, "locks run: %s needs a value\n", a);
             return 2;
@@ -282,6 +291,9 @@ int cmd_run(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--rank")) {
             ok = parse_int(v, 1, LOCKS_MAX_RANK, &rank);
+        } else if (!strcmp(a, "--backend")) {
+            ok = !strcmp(v, "cpu") || !strcmp(v, "cuda");
+            backend = !strcmp(v, "cuda") ? LOCKS_BACKEND_CUDA : LOCKS_BACKEND_CPU;
         } else {
             fprintf(stderr, "locks run: unknown option '%s' (--help lists them)\n", a);
             return 2;
@@ -377,6 +389,8 @@ int cmd_run(int argc, char **argv) {
     cp.step = step;
     cp.f32_act = f32_act;
     cp.progress = ru_progress;
+    cp.backend = backend;
+    cp.cuda_graph = !no_graph;
     if (dump_path) {
         rec.n_layers = in.n_layers;
         rec.max_steps = n_predict;
@@ -397,9 +411,10 @@ int cmd_run(int argc, char **argv) {
     }
     smp = locks_sampler_init(sp, in.n_vocab, &st);
     if (!smp) goto done;
-    fprintf(stderr, "prompt: %d tokens; context %d; selector %s, budget %d, sink %d, recent %d, rank %d; %d threads\n",
+    fprintf(stderr, "prompt: %d tokens; context %d; selector %s, budget %d, sink %d, recent %d, rank %d; %s\n",
             n_prompt, n_ctx, locks_selector_name(step.selector), step.budget, step.n_sink, step.n_recent, rank,
-            n_threads);
+            backend == LOCKS_BACKEND_CUDA ? (no_graph ? "GPU, kernel by kernel" : "GPU, one CUDA graph per token")
+                                          : "CPU");
 
     if (logits_path) {
         rc = eval_logits(ctx, tokens, n_prompt, in.n_vocab, logits_path);

@@ -63,6 +63,7 @@ summary_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t 
     const int64_t item = (int64_t)blockIdx.x * SUMMARY_WARPS + (threadIdx.x >> 5);
     if (item >= (int64_t)n * hkv) return;
     const int32_t page = pages[item / hkv];
+    if (page < 0) return; /* a decode graph's "no page filled" */
     const int32_t h = (int32_t)(item % hkv);
 
     /* 1. keys -> smem (16-byte loads) */
@@ -288,7 +289,11 @@ static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const i
                                      int32_t n, cudaStream_t st) {
     const int32_t hkv = c->p.n_kv_heads;
     const size_t smem = sizeof(summary_smem<D>) * SUMMARY_WARPS;
-    CU_TRY(cudaFuncSetAttribute(summary_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    static bool smem_set = false; /* once: not a call to repeat inside a graph capture */
+    if (!smem_set) {
+        CU_TRY(cudaFuncSetAttribute(summary_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = true;
+    }
     const int64_t items = (int64_t)n * hkv;
     const unsigned blocks = (unsigned)((items + SUMMARY_WARPS - 1) / SUMMARY_WARPS);
     const size_t base = summary_index(c, layer, 0);

@@ -27,6 +27,8 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "engine_cuda.h"
+#include "llama_internal.h"
 #include "locks_model.h"
 #include "matmul.h"
 #include "tokenizer_gguf.h"
@@ -264,6 +266,30 @@ void locks_model_free(locks_model *m) {
 
 locks_model_info locks_model_get_info(const locks_model *m) { return m->info; }
 
+const matmul_weight *llama_model_weight(const locks_model *m, int32_t layer, llama_weight_kind k) {
+    if (k == LLAMA_W_TOK_EMBD) return &m->tok_embd;
+    if (k == LLAMA_W_OUTPUT) return &m->output;
+    if (layer < 0 || layer >= m->info.n_layers) return NULL;
+    const llama_layer *L = &m->layers[layer];
+    switch (k) {
+    case LLAMA_W_Q: return &L->wq;
+    case LLAMA_W_K: return &L->wk;
+    case LLAMA_W_V: return &L->wv;
+    case LLAMA_W_O: return &L->wo;
+    case LLAMA_W_GATE: return &L->w_gate;
+    case LLAMA_W_UP: return &L->w_up;
+    case LLAMA_W_DOWN: return &L->w_down;
+    default: return NULL;
+    }
+}
+const float *llama_model_norm(const locks_model *m, int32_t layer, int which) {
+    if (which == 2) return m->output_norm;
+    if (layer < 0 || layer >= m->info.n_layers) return NULL;
+    return which == 0 ? m->layers[layer].attn_norm : m->layers[layer].ffn_norm;
+}
+int32_t llama_model_n_rot(const locks_model *m) { return m->n_rot; }
+int llama_model_tied(const locks_model *m) { return m->output.data == m->tok_embd.data; }
+
 int32_t locks_model_default_path(char *buf, size_t size) {
     const char *dir = getenv("LOCKS_MODEL_DIR");
     const char *home = getenv("HOME");
@@ -301,6 +327,8 @@ struct locks_ctx {
     locks_selection sel; /* the decode step's pages, kept only for p.on_step */
     int32_t sparse_layer; /* -1: decode steps use p.step at every layer; else at this one
                            * only, dense (`full`) at the others (locks_ctx_set_sparse_layer) */
+
+    engine_cuda *gpu;    /* the device engine when p.backend is CUDA (engine_cuda.c), else NULL */
 };
 
 locks_ctx_params locks_ctx_default_params(void) {
@@ -317,6 +345,8 @@ locks_ctx_params locks_ctx_default_params(void) {
         .progress_user = NULL,
         .on_query = NULL,
         .on_query_user = NULL,
+        .backend = LOCKS_BACKEND_CPU,
+        .cuda_graph = 1,
     };
     return p;
 }
@@ -370,7 +400,12 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     }
     cp.n_threads = locks_pool_threads(c->pool);
     cp.pool = c->pool;
-    c->cache = locks_cache_init(cp, &st);
+    if (p.backend == LOCKS_BACKEND_CUDA) { /* weights, cache and engine on the GPU */
+        c->gpu = engine_cuda_init(m, &p, &c->cache, &st);
+        if (!c->gpu) goto fail;
+    } else {
+        c->cache = locks_cache_init(cp, &st);
+    }
     if (!c->cache) goto fail;
     if ((st = locks_cache_seq_add(c->cache, &c->seq)) != LOCKS_OK) goto fail;
 
@@ -419,6 +454,7 @@ locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status
 
 void locks_ctx_free(locks_ctx *c) {
     if (!c) return;
+    engine_cuda_free(c->gpu);
     locks_cache_free(c->cache);
     locks_pool_free(c->pool);
     locks_free(c->x);
@@ -484,6 +520,10 @@ locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
     locks_ctx *c = NULL;
     if (!src || src->broken) {
         st = LOCKS_ERR_INVALID_ARG;
+        goto fail;
+    }
+    if (src->gpu) { /* its K/V live on the device; the clone copies host pages */
+        st = LOCKS_ERR_UNSUPPORTED;
         goto fail;
     }
     c = ctx_init(src->m, src->p, src->pool, &st); /* the parent's threads */
@@ -610,6 +650,12 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
     int32_t pos = c->n_tokens;
     float scale = 1.0f / sqrtf((float)hd);
     locks_status st;
+    if (c->gpu) { /* the device engine: plain prefill and decode only (no verify pass, no
+                   * logits per token, no single sparse layer: speculation and --fidelity
+                   * are CPU-only for now) */
+        if (mode == FWD_VERIFY || all_logits || c->sparse_layer >= 0) return LOCKS_ERR_UNSUPPORTED;
+        return engine_cuda_forward(c->gpu, tokens, n, pos, decode, logits, &c->p.step, c->p.n_ctx, &c->stats);
+    }
 
     /* x = token embeddings */
     for (int32_t t = 0; t < n; t++) matmul_row_f32(&m->tok_embd, tokens[t], c->x + (size_t)t * dim);
@@ -713,7 +759,8 @@ static locks_status prefill(locks_ctx *c, const int32_t *tokens, int32_t n, floa
     double t0 = locks_now_ms(), c0 = cpu_ms();
     int32_t n0 = c->n_tokens;
     for (int32_t done = 0; done < n;) {
-        int32_t chunk = n - done < c->p.n_batch ? n - done : c->p.n_batch;
+        int32_t batch = c->gpu && c->p.n_batch < ENGINE_CUDA_MIN_CHUNK ? ENGINE_CUDA_MIN_CHUNK : c->p.n_batch;
+        int32_t chunk = n - done < batch ? n - done : batch;
         int last = done + chunk == n;
         float *lg = all_logits ? (logits ? logits + (size_t)done * (size_t)c->m->info.n_vocab : NULL)
                                : (last ? logits : NULL);
@@ -755,11 +802,39 @@ locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
 /* Generate                                                                         */
 /* ================================================================================ */
 
+/* locks_generate on the GPU: the device samples (engine_cuda.c); per token the host
+ * reads back only the sampled id. */
+static locks_status generate_gpu(locks_ctx *c, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
+                                 locks_sampler *s, locks_token_fn on_token, void *user, int32_t *out,
+                                 int32_t *n_out) {
+    locks_status st = engine_cuda_set_sampler(c->gpu, locks_sampler_get_params(s));
+    if (st == LOCKS_OK) st = locks_ctx_prefill(c, prompt, n_prompt, NULL);
+    int32_t tok = -1, produced = 0;
+    if (st == LOCKS_OK && n_predict > 0) st = engine_cuda_sample_prefill(c->gpu, &tok);
+    while (st == LOCKS_OK && produced < n_predict) {
+        if (out) out[produced] = tok;
+        produced++;
+        int stop = on_token ? on_token(tok, user) : 0;
+        if (stop || is_eog(c->m, tok) || produced == n_predict) break;
+        if (c->n_tokens >= c->p.n_ctx) break; /* context full: stop, not an error */
+        double t0 = locks_now_ms(), c0 = cpu_ms();
+        st = run_tokens(c, &tok, 1, 1, NULL);
+        if (st != LOCKS_OK) break;
+        c->stats.n_decode += 1;
+        c->stats.decode_ms += locks_now_ms() - t0;
+        c->stats.decode_cpu_ms += cpu_ms() - c0;
+        tok = engine_cuda_next(c->gpu);
+    }
+    if (n_out) *n_out = produced;
+    return st;
+}
+
 locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt,
                             int32_t n_predict, locks_sampler *s, locks_token_fn on_token,
                             void *user, int32_t *out, int32_t *n_out) {
     if (n_out) *n_out = 0;
     if (!c || !s || n_prompt <= 0 || n_predict < 0) return LOCKS_ERR_INVALID_ARG;
+    if (c->gpu) return generate_gpu(c, prompt, n_prompt, n_predict, s, on_token, user, out, n_out);
     float *logits = locks_alloc((size_t)c->m->info.n_vocab, sizeof(float));
     if (!logits) return LOCKS_ERR_OOM;
     locks_status st = locks_ctx_prefill(c, prompt, n_prompt, logits);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "locks_model.h"
+#include "engine_cuda.h"
 #include "util.h"
 
 typedef struct {
@@ -165,3 +166,5 @@ int32_t locks_sampler_draw(locks_sampler *s, const float *probs) {
 }
 
 float locks_sampler_uniform(locks_sampler *s) { return rng_uniform(s); }
+
+locks_sampler_params locks_sampler_get_params(const locks_sampler *s) { return s->p; }

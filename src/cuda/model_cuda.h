@@ -1,0 +1,154 @@
+/*
+ * model_cuda.h — the Llama-family forward pass on the GPU (src/cuda/model_*.cu), callable
+ * from C: device weights, the per-token kernels, the causal prefill attention over the
+ * paged cache, device sampling, and a decode engine whose whole token (every layer's
+ * projections, K/V write and summary build, the LOCKS or dense step, the FFN, the logits
+ * and the sampling) is captured once as a CUDA graph and replayed while the sequences
+ * grow.
+ *
+ * What always holds:
+ *  - Arrays named d_* are device memory, the rest host memory.
+ *  - Weights are row-major (rows, cols) in one 16-bit type (LOCKS_DTYPE_F16 or BF16);
+ *    Wq|Wk|Wv are stored as one (q_dim + 2 kv_dim, dim) matrix and Wgate|Wup as one
+ *    (2 ffn, dim) matrix, so a layer runs 4 products (cuBLAS, fp32 accumulation, fp32
+ *    output). Norm weights are fp32. The residual stream stays fp32; the input of every
+ *    product is rounded once to the weight type.
+ *  - The engine's sequences are the cache's slots 0 .. n_seqs - 1 (a CUDA-backend
+ *    locks_cache). The caller keeps the host bookkeeping (locks_cache_append before each
+ *    decode token, which mirrors block tables and lengths to the device); the decode
+ *    kernels read the new token's position as seq_len - 1 on the device.
+ *  - Errors of the runtime or cuBLAS are logged and returned as LOCKS_ERR_BACKEND.
+ */
+#ifndef LOCKS_MODEL_CUDA_H
+#define LOCKS_MODEL_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int32_t n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, n_rot;
+    float rope_theta, norm_eps;
+    locks_dtype wtype; /* LOCKS_DTYPE_F16 or LOCKS_DTYPE_BF16 */
+    int32_t tied;      /* 1: the output matrix is the token embedding */
+    int32_t device;
+} lg_shape;
+
+typedef struct lg_model lg_model;
+
+/* Free and total memory of a device; LOCKS_ERR_BACKEND if there is no such device. */
+locks_status lg_device_memory(int32_t device, size_t *free_bytes, size_t *total_bytes);
+/* Bytes of device memory the weights take. */
+size_t lg_model_bytes(const lg_shape *s);
+/* Allocates the weights on s->device. Checks free device memory first: LOCKS_ERR_OOM with
+ * the numbers in the log if they do not fit (nothing left allocated). */
+lg_model *lg_model_alloc(const lg_shape *s, locks_status *err);
+void lg_model_free(lg_model *m);
+lg_shape lg_model_shape(const lg_model *m);
+
+typedef enum {
+    LG_TOK_EMBD = 0, /* (n_vocab, dim) */
+    LG_OUTPUT,       /* (n_vocab, dim); not for tied models */
+    LG_OUTPUT_NORM,  /* (dim,) fp32 */
+    LG_ATTN_NORM,    /* (dim,) fp32, per layer */
+    LG_FFN_NORM,     /* (dim,) fp32, per layer */
+    LG_WQKV,         /* (q_dim + 2 kv_dim, dim): rows of Wq, then Wk, then Wv */
+    LG_WO,           /* (dim, q_dim) */
+    LG_WGATE_UP,     /* (2 ffn, dim): rows of Wgate, then Wup */
+    LG_WDOWN,        /* (dim, ffn) */
+} lg_tensor;
+
+/* Copies rows [row0, row0 + n_rows) of a tensor from the host: 16-bit values of the
+ * weight type (uint16 bits) for matrices, fp32 for norms (row0 = 0, n_rows = 1). */
+locks_status lg_model_upload(lg_model *m, lg_tensor t, int32_t layer, int32_t row0, int32_t n_rows,
+                             const void *src);
+/* Random weights made on the device (benchmarks): uniform in [-1/sqrt(cols), 1/sqrt(cols)],
+ * norms 1. */
+locks_status lg_model_fill_random(lg_model *m, uint64_t seed);
+
+/* ---- the engine ------------------------------------------------------------------- */
+
+typedef struct lg_ctx lg_ctx;
+
+/* Device sampling parameters (read by the graph at every replay, so they may change). */
+typedef struct {
+    float temp;    /* <= 0: greedy (argmax, lowest id on ties) */
+    int32_t top_k; /* <= 0 or > LG_MAX_TOPK: LG_MAX_TOPK */
+    float top_p;   /* >= 1: off */
+    uint64_t seed;
+} lg_sample_params;
+#define LG_MAX_TOPK 1024
+
+/* Parts of the decode token that lg_decode enqueues (all for a real token; subsets for
+ * the benchmark's time split). */
+enum { LG_PART_GEMM = 1, LG_PART_ATTN = 2, LG_PART_REST = 4, LG_PART_ALL = 7 };
+
+/* An engine for n_seqs sequences (cache slots 0 .. n_seqs - 1, n_seqs <= 8) of a CUDA
+ * cache whose shape matches the model, prefill chunks of up to max_chunk tokens. */
+lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, int32_t max_chunk, locks_status *err);
+void lg_ctx_free(lg_ctx *e);
+
+/* Prefill: tokens [pos, pos + n) of slot seq (n <= max_chunk; reserved in the cache,
+ * earlier ones written) through every layer; K/V go into the cache through
+ * locks_cache_write (summaries of filled pages built there), attention is the causal
+ * prefill kernel. logits (host, may be NULL): [n_vocab] of the last token; d_logits_keep
+ * != 0 leaves them in the engine's device logits row seq (for lg_sample_logits). */
+locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos, float *logits);
+
+/* Sets the decode step (selector FULL or LOCKS) and the decode context bound max_ctx
+ * (grids are sized for it); drops a captured graph when they change. */
+locks_status lg_set_step(lg_ctx *e, const locks_step_params *p, int32_t max_ctx);
+locks_status lg_set_sampler(lg_ctx *e, const lg_sample_params *p);
+
+/* Writes the next input token of every sequence (host tokens[n_seqs]). */
+locks_status lg_set_tokens(lg_ctx *e, const int32_t *tokens);
+/* One decode token for all n_seqs sequences (each must already hold the new token's slot:
+ * locks_cache_append). use_graph: replay the captured graph (captured on first use),
+ * else launch kernel by kernel (the same kernels). The sampled tokens become the next
+ * input; next (host, may be NULL) receives them, logits (host, may be NULL)
+ * [n_seqs][n_vocab]. Checks the budget against the forced pages (LOCKS_ERR_BUDGET) and
+ * the lengths against max_ctx (LOCKS_ERR_INVALID_ARG) before launching. */
+locks_status lg_decode(lg_ctx *e, int use_graph, int32_t *next, float *logits);
+/* Samples from the device logits of slot seq (after lg_prefill) into the next input of
+ * that slot; *tok receives it. */
+locks_status lg_sample_prefill(lg_ctx *e, int32_t seq, int32_t *tok);
+
+/* Benchmark: device ms of one decode token through a graph of the given parts, median of
+ * trials replays (no host bookkeeping in between: the sequences keep their length). */
+locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double *median_ms);
+
+/* ---- single ops, for the GPU tests (device arrays, synchronous) --------------------- */
+
+/* out[t][i] = T(x[t][i] / sqrt(mean(x[t]^2) + eps) * w[i]), T = dtype (F16/BF16 bits) or
+ * F32 (float out). */
+locks_status lg_op_rmsnorm(const float *d_x, const float *d_w, int32_t n, int32_t dim, float eps,
+                           locks_dtype out_type, void *d_out);
+/* RoPE in place on rows of width row_stride: heads [0, n_heads) of head_dim at offset 0
+ * of each row, adjacent pairs (2i, 2i+1) of the first n_rot dims, angle pos[t] * inv_freq[i]. */
+locks_status lg_op_rope(float *d_x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim,
+                        int32_t n_rot, const float *d_inv_freq, const int32_t *d_pos);
+/* out[t][i] = T(silu(gu[t][i]) * gu[t][ffn + i]). */
+locks_status lg_op_swiglu(const float *d_gu, int32_t n, int32_t ffn, locks_dtype out_type, void *d_out);
+/* x[t][i] = float(E[tok[t]][i]) for a 16-bit table E (n_vocab, dim). */
+locks_status lg_op_embed(const void *d_e, locks_dtype etype, const int32_t *d_tok, int32_t n, int32_t dim,
+                         float *d_x);
+/* Causal attention of tokens [pos, pos + n) of cache slot seq, layer `layer`, queries
+ * q [n][n_q_heads][d] fp32 -> out (same shape); K/V of [0, pos + n) already written. */
+locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                  const float *d_q, int32_t n_q_heads, float scale, float *d_out);
+/* Samples one token per row of logits [n_rows][n_vocab] with p and draw counter
+ * *d_counter (incremented per call): tok[n_rows]. */
+locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,
+                          uint64_t *d_counter, int32_t *d_tok);
+/* The uniform draw the sampler uses for (seed, counter, row), in [0, 1) (host twin). */
+float lg_sample_uniform(uint64_t seed, uint64_t counter, int32_t row);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOCKS_MODEL_CUDA_H */

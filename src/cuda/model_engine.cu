@@ -1,0 +1,730 @@
+/*
+ * model_engine.cu — the Llama forward pass on the GPU: device weights, prefill chunks,
+ * and the decode token as one CUDA graph (see model_cuda.h for the contract).
+ *
+ * One decode token, on the cache's stream, for the engine's n_seqs sequences:
+ *   prep     pos[s] = seq_len[s] - 1, the page that token fills (or -1)
+ *   embed    x = E[tok]
+ *   layer l  xb = rms(x) ; qkv = Wqkv xb ; rope(q, k) ; K/V -> cache page slot ;
+ *            summary of a page that filled ; step (qprep, score, mass, top-k, attend, or
+ *            dense attend) -> att ; x += Wo att ; xb = rms(x) ; gu = Wgu xb ;
+ *            xb = silu(g) * u ; x += Wdown xb
+ *   head     xb = rms(x) ; logits = Wout xb ; tok = sample(logits)
+ * Nothing in it depends on the host after capture: lengths, block tables, positions and
+ * the input token are read from device memory, and the sampled token is the next
+ * input. Residual adds are the products' beta = 1.
+ */
+#include "model_ops.cuh"
+
+#include <cublas_v2.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+extern "C" {
+#include "cache.h"
+}
+
+#define CUBLAS_WS_BYTES ((size_t)32 << 20)
+#define MAX_ENGINE_SEQS 8
+
+#define CB_TRY(call)                                                                               \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            locks_log(LOCKS_LOG_ERROR, "cublas: %s failed: status %d (%s:%d)", #call, (int)s_,      \
+                      __FILE__, __LINE__);                                                         \
+            return LOCKS_ERR_BACKEND;                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* ================================================================================ */
+/* Weights                                                                          */
+/* ================================================================================ */
+
+typedef struct {
+    float *attn_norm, *ffn_norm; /* (dim,) */
+    void *wqkv;                  /* (q_dim + 2 kv_dim, dim) */
+    void *wo;                    /* (dim, q_dim) */
+    void *wgu;                   /* (2 ffn, dim) */
+    void *wdown;                 /* (dim, ffn) */
+} lg_layer;
+
+struct lg_model {
+    lg_shape s;
+    void *base; /* one allocation holding everything */
+    size_t bytes;
+    void *tok_embd, *output; /* (n_vocab, dim); output == tok_embd when tied */
+    float *output_norm;
+    lg_layer *layers;
+};
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* Next tensor of `bytes` in the single allocation at base (NULL: sizes only). */
+static char *take(char *base, size_t *off, size_t bytes) {
+    char *p = base ? base + *off : NULL;
+    *off += align256(bytes);
+    return p;
+}
+
+/* Offsets of every tensor in the single allocation (m may be NULL: sizes only). */
+static size_t layout(const lg_shape *s, lg_model *m) {
+    const size_t D = (size_t)s->dim, Q = (size_t)s->n_heads * s->head_dim, KV = (size_t)s->n_kv_heads * s->head_dim;
+    const size_t F = (size_t)s->ffn_dim, V = (size_t)s->n_vocab;
+    char *b = m ? (char *)m->base : NULL;
+    size_t off = 0;
+    char *p = take(b, &off, V * D * 2);
+    if (m) m->tok_embd = p;
+    p = s->tied ? p : take(b, &off, V * D * 2);
+    if (m) m->output = p;
+    p = take(b, &off, D * 4);
+    if (m) m->output_norm = (float *)p;
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        char *an = take(b, &off, D * 4), *fn = take(b, &off, D * 4);
+        char *qkv = take(b, &off, (Q + 2 * KV) * D * 2), *wo = take(b, &off, D * Q * 2);
+        char *gu = take(b, &off, 2 * F * D * 2), *dn = take(b, &off, D * F * 2);
+        if (!m) continue;
+        lg_layer *L = &m->layers[l];
+        L->attn_norm = (float *)an;
+        L->ffn_norm = (float *)fn;
+        L->wqkv = qkv;
+        L->wo = wo;
+        L->wgu = gu;
+        L->wdown = dn;
+    }
+    return off;
+}
+
+extern "C" locks_status lg_device_memory(int32_t device, size_t *free_bytes, size_t *total_bytes) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1 || device < 0 || device >= n) {
+        locks_log(LOCKS_LOG_ERROR, "cuda: no CUDA device %d (%d found)", device, n);
+        return LOCKS_ERR_BACKEND;
+    }
+    CU_TRY(cudaSetDevice(device));
+    CU_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+    return LOCKS_OK;
+}
+
+extern "C" size_t lg_model_bytes(const lg_shape *s) { return layout(s, NULL); }
+
+extern "C" void lg_model_free(lg_model *m) {
+    if (!m) return;
+    if (m->base) cudaFree(m->base);
+    m->base = NULL;
+    locks_free(m->layers);
+    locks_free(m);
+}
+
+extern "C" lg_model *lg_model_alloc(const lg_shape *s, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    lg_model *m = NULL;
+    size_t free_b = 0, total_b = 0;
+    int n_dev = 0;
+    if (!s || s->n_vocab < 1 || s->dim < 1 || s->n_layers < 1 || s->n_heads < 1 || s->n_kv_heads < 1 ||
+        s->n_heads % s->n_kv_heads != 0 || s->ffn_dim < 1 || s->n_rot < 2 || s->n_rot > s->head_dim ||
+        (s->wtype != LOCKS_DTYPE_F16 && s->wtype != LOCKS_DTYPE_BF16)) {
+        st = LOCKS_ERR_INVALID_ARG;
+        goto fail;
+    }
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1 || s->device < 0 || s->device >= n_dev) {
+        locks_log(LOCKS_LOG_ERROR, "cuda: no CUDA device %d (%d found)", s->device, n_dev);
+        st = LOCKS_ERR_BACKEND;
+        goto fail;
+    }
+    if (cudaSetDevice(s->device) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        st = LOCKS_ERR_BACKEND;
+        goto fail;
+    }
+    m = (lg_model *)locks_alloc(1, sizeof *m);
+    if (!m) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    m->s = *s;
+    m->bytes = layout(s, NULL);
+    if (m->bytes > free_b) {
+        locks_log(LOCKS_LOG_ERROR, "cuda: the weights need %.2f GiB (16-bit), the device has %.2f GiB free of %.2f",
+                  m->bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    m->layers = (lg_layer *)locks_alloc((size_t)s->n_layers, sizeof *m->layers);
+    if (!m->layers) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    if (cudaMalloc(&m->base, m->bytes) != cudaSuccess) {
+        m->base = NULL;
+        locks_log(LOCKS_LOG_ERROR, "cuda: cudaMalloc of %zu bytes for the weights failed", m->bytes);
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    layout(s, m);
+    if (err) *err = LOCKS_OK;
+    return m;
+fail:
+    lg_model_free(m);
+    if (err) *err = st;
+    return NULL;
+}
+
+extern "C" lg_shape lg_model_shape(const lg_model *m) { return m->s; }
+
+/* Device pointer and row width (elements) of a tensor. */
+static void *tensor_ptr(lg_model *m, lg_tensor t, int32_t layer, int32_t *rows, int32_t *cols, int *is_f32) {
+    const lg_shape *s = &m->s;
+    const int32_t D = s->dim, Q = s->n_heads * s->head_dim, KV = s->n_kv_heads * s->head_dim, F = s->ffn_dim;
+    *is_f32 = 0;
+    if (t == LG_TOK_EMBD || t == LG_OUTPUT) {
+        *rows = s->n_vocab;
+        *cols = D;
+        return t == LG_TOK_EMBD ? m->tok_embd : (s->tied ? NULL : m->output);
+    }
+    if (t == LG_OUTPUT_NORM) {
+        *rows = 1;
+        *cols = D;
+        *is_f32 = 1;
+        return m->output_norm;
+    }
+    if (layer < 0 || layer >= s->n_layers) return NULL;
+    lg_layer *L = &m->layers[layer];
+    switch (t) {
+    case LG_ATTN_NORM: *rows = 1, *cols = D, *is_f32 = 1; return L->attn_norm;
+    case LG_FFN_NORM: *rows = 1, *cols = D, *is_f32 = 1; return L->ffn_norm;
+    case LG_WQKV: *rows = Q + 2 * KV, *cols = D; return L->wqkv;
+    case LG_WO: *rows = D, *cols = Q; return L->wo;
+    case LG_WGATE_UP: *rows = 2 * F, *cols = D; return L->wgu;
+    case LG_WDOWN: *rows = D, *cols = F; return L->wdown;
+    default: return NULL;
+    }
+}
+
+extern "C" locks_status lg_model_upload(lg_model *m, lg_tensor t, int32_t layer, int32_t row0, int32_t n_rows,
+                                        const void *src) {
+    int32_t rows, cols;
+    int f32;
+    if (!m || !src) return LOCKS_ERR_INVALID_ARG;
+    char *p = (char *)tensor_ptr(m, t, layer, &rows, &cols, &f32);
+    if (!p || row0 < 0 || n_rows < 0 || row0 + n_rows > rows) return LOCKS_ERR_INVALID_ARG;
+    const size_t es = f32 ? 4 : 2;
+    CU_TRY(cudaMemcpy(p + (size_t)row0 * cols * es, src, (size_t)n_rows * cols * es, cudaMemcpyHostToDevice));
+    return LOCKS_OK;
+}
+
+extern "C" locks_status lg_model_fill_random(lg_model *m, uint64_t seed) {
+    if (!m) return LOCKS_ERR_INVALID_ARG;
+    const lg_tensor mats[] = {LG_WQKV, LG_WO, LG_WGATE_UP, LG_WDOWN};
+    const lg_tensor norms[] = {LG_ATTN_NORM, LG_FFN_NORM};
+    int32_t rows, cols;
+    int f32;
+    uint64_t k = seed;
+    for (int32_t l = -1; l < m->s.n_layers; l++) {
+        if (l < 0) {
+            for (int w = 0; w < 2; w++) {
+                void *p = tensor_ptr(m, w ? LG_OUTPUT : LG_TOK_EMBD, 0, &rows, &cols, &f32);
+                if (p) LOCKS_TRY(lg_fill16_launch(p, (size_t)rows * cols, m->s.wtype, ++k, 1.f / sqrtf((float)cols), 0));
+            }
+            float *on = (float *)tensor_ptr(m, LG_OUTPUT_NORM, 0, &rows, &cols, &f32);
+            LOCKS_TRY(lg_fill_f32_launch(on, (size_t)cols, 1.f, 0));
+            continue;
+        }
+        for (int w = 0; w < 4; w++) {
+            void *p = tensor_ptr(m, mats[w], l, &rows, &cols, &f32);
+            LOCKS_TRY(lg_fill16_launch(p, (size_t)rows * cols, m->s.wtype, ++k, 1.f / sqrtf((float)cols), 0));
+        }
+        for (int w = 0; w < 2; w++) {
+            float *p = (float *)tensor_ptr(m, norms[w], l, &rows, &cols, &f32);
+            LOCKS_TRY(lg_fill_f32_launch(p, (size_t)cols, 1.f, 0));
+        }
+    }
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+
+/* ================================================================================ */
+/* Engine                                                                           */
+/* ================================================================================ */
+
+struct lg_ctx {
+    lg_model *m;
+    locks_cache *cache;
+    locks_cuda_cache *cc;
+    cudaStream_t st; /* the cache's stream */
+    cublasHandle_t blas;
+    void *blas_ws;
+    int32_t n_seqs, max_chunk, rows; /* rows = max(max_chunk, n_seqs) */
+    int32_t q_dim, kv_dim, qkv_dim, widest;
+    float *x;       /* (rows, dim) residual stream */
+    void *xb;       /* (rows, widest) 16-bit input of the next product */
+    float *qkv;     /* (rows, qkv_dim) */
+    float *q;       /* (rows, q_dim) contiguous queries */
+    float *kbuf, *vbuf; /* (rows, kv_dim) prefill K / V for locks_cache_write */
+    float *att;     /* (rows, q_dim) */
+    float *gu;      /* (rows, 2 ffn) */
+    float *logits;  /* (n_seqs, n_vocab) */
+    int32_t *tok;   /* (n_seqs,) decode input tokens */
+    int32_t *ptok;  /* (max_chunk,) prefill tokens */
+    int32_t *pos;   /* (rows,) positions */
+    int32_t *build; /* (n_seqs,) pages to summarise */
+    float *inv_freq; /* (n_rot / 2,) */
+    lg_sample_params *samp;
+    uint64_t *counter;
+    int32_t *h_pos; /* host staging (max_chunk,) */
+    locks_step_params step;
+    int32_t max_ctx;
+    int step_set;
+    cudaGraphExec_t graph[8]; /* per parts mask */
+    cudaEvent_t ev0, ev1;
+};
+
+extern "C" void lg_ctx_free(lg_ctx *e) {
+    if (!e) return;
+    if (e->st) cudaStreamSynchronize(e->st);
+    for (int i = 0; i < 8; i++)
+        if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
+    if (e->blas) cublasDestroy(e->blas);
+    void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits,
+                    e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) cudaFree(bufs[i]);
+    if (e->ev0) cudaEventDestroy(e->ev0);
+    if (e->ev1) cudaEventDestroy(e->ev1);
+    locks_free(e->h_pos);
+    locks_free(e);
+}
+
+extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, int32_t max_chunk, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    lg_ctx *e = NULL;
+    if (!m || !cache || !cache->cuda || n_seqs < 1 || n_seqs > MAX_ENGINE_SEQS || n_seqs > cache->p.max_seqs ||
+        max_chunk < 1) {
+        st = LOCKS_ERR_INVALID_ARG;
+        goto fail;
+    }
+    {
+        const lg_shape *s = &m->s;
+        const locks_cache_params *cp = &cache->p;
+        if (cp->n_layers != s->n_layers || cp->n_kv_heads != s->n_kv_heads || cp->head_dim != s->head_dim) {
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: the cache's shape (%d layers, %d KV heads of %d) is not the model's",
+                      cp->n_layers, cp->n_kv_heads, cp->head_dim);
+            st = LOCKS_ERR_INVALID_ARG;
+            goto fail;
+        }
+        if (s->n_heads / s->n_kv_heads > LOCKS_CUDA_MAX_GROUP) {
+            st = LOCKS_ERR_UNSUPPORTED;
+            goto fail;
+        }
+        e = (lg_ctx *)locks_alloc(1, sizeof *e);
+        if (!e) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+        e->m = m;
+        e->cache = cache;
+        e->cc = cache->cuda;
+        e->st = e->cc->stream;
+        e->n_seqs = n_seqs;
+        e->max_chunk = max_chunk;
+        e->rows = max_chunk > n_seqs ? max_chunk : n_seqs;
+        e->q_dim = s->n_heads * s->head_dim;
+        e->kv_dim = s->n_kv_heads * s->head_dim;
+        e->qkv_dim = e->q_dim + 2 * e->kv_dim;
+        e->widest = s->dim > e->q_dim ? s->dim : e->q_dim;
+        if (s->ffn_dim > e->widest) e->widest = s->ffn_dim;
+        const size_t R = (size_t)e->rows;
+#define DA(ptr, bytes)                                                                             \
+    do {                                                                                           \
+        if (cudaMalloc((void **)&(ptr), (bytes)) != cudaSuccess) {                                 \
+            (ptr) = NULL;                                                                          \
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: cudaMalloc of %zu bytes failed", (size_t)(bytes)); \
+            st = LOCKS_ERR_OOM;                                                                    \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+        DA(e->x, R * s->dim * 4);
+        DA(e->xb, R * e->widest * 2);
+        DA(e->qkv, R * e->qkv_dim * 4);
+        DA(e->q, R * e->q_dim * 4);
+        DA(e->kbuf, R * e->kv_dim * 4);
+        DA(e->vbuf, R * e->kv_dim * 4);
+        DA(e->att, R * e->q_dim * 4);
+        DA(e->gu, R * 2 * s->ffn_dim * 4);
+        DA(e->logits, (size_t)n_seqs * s->n_vocab * 4);
+        DA(e->tok, (size_t)n_seqs * 4);
+        DA(e->ptok, (size_t)max_chunk * 4);
+        DA(e->pos, R * 4);
+        DA(e->build, (size_t)n_seqs * 4);
+        DA(e->inv_freq, (size_t)(s->n_rot / 2) * 4);
+        DA(e->samp, sizeof(lg_sample_params));
+        DA(e->counter, 8);
+        DA(e->blas_ws, CUBLAS_WS_BYTES);
+#undef DA
+        e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
+        if (!e->h_pos) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+        float f[LOCKS_MAX_HEAD_DIM / 2];
+        for (int32_t i = 0; i < s->n_rot / 2; i++) f[i] = (float)pow((double)s->rope_theta, -2.0 * i / s->n_rot);
+        lg_sample_params greedy = {0.f, 0, 1.f, 0};
+        const uint64_t zero = 0;
+        if (cudaMemcpy(e->inv_freq, f, (size_t)(s->n_rot / 2) * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(e->samp, &greedy, sizeof greedy, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(e->counter, &zero, 8, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemset(e->tok, 0, (size_t)n_seqs * 4) != cudaSuccess ||
+            cudaEventCreate(&e->ev0) != cudaSuccess || cudaEventCreate(&e->ev1) != cudaSuccess) {
+            st = LOCKS_ERR_BACKEND;
+            goto fail;
+        }
+        if (cublasCreate(&e->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(e->blas, e->st) != CUBLAS_STATUS_SUCCESS ||
+            cublasSetWorkspace(e->blas, e->blas_ws, CUBLAS_WS_BYTES) != CUBLAS_STATUS_SUCCESS) {
+            locks_log(LOCKS_LOG_ERROR, "cublas: cannot create a handle");
+            st = LOCKS_ERR_BACKEND;
+            goto fail;
+        }
+        if ((st = locks_cuda_ws_reserve(e->cc, n_seqs, s->n_heads)) != LOCKS_OK) goto fail;
+        /* one summary launch with no page (-1) now, so the kernel's shared-memory limit is
+         * raised before any graph capture */
+        if (cudaMemset(e->build, 0xff, (size_t)n_seqs * 4) != cudaSuccess) {
+            st = LOCKS_ERR_BACKEND;
+            goto fail;
+        }
+        if ((st = locks_cuda_summary_build(e->cc, 0, e->build, n_seqs)) != LOCKS_OK) goto fail;
+        e->step = locks_step_default_params();
+        e->max_ctx = cache->p.n_pages * LOCKS_PAGE;
+    }
+    if (err) *err = LOCKS_OK;
+    return e;
+fail:
+    lg_ctx_free(e);
+    if (err) *err = st;
+    return NULL;
+}
+
+/* y (n, rows) = x16 (n, cols) . W^T  + beta * y: column-major y^T = W^T' x^T with W row-major. */
+static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, int32_t n, float *y, float beta) {
+    const cudaDataType_t t = e->m->s.wtype == LOCKS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float alpha = 1.f;
+    CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w, t, cols, e->xb, t, cols, &beta, y,
+                        CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return LOCKS_OK;
+}
+
+/* The FFN half of a layer and the Wo product, shared by prefill and decode. att -> x. */
+static locks_status layer_tail(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
+    const lg_shape *s = &e->m->s;
+    if (parts & LG_PART_REST) LOCKS_TRY(lg_cast_launch(e->att, (size_t)n * e->q_dim, s->wtype, e->xb, e->st));
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wo, s->dim, e->q_dim, n, e->x, 1.f));
+    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, L->ffn_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wgu, 2 * s->ffn_dim, s->dim, n, e->gu, 0.f));
+    if (parts & LG_PART_REST) LOCKS_TRY(lg_swiglu_launch(e->gu, n, s->ffn_dim, s->wtype, e->xb, e->st));
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wdown, s->dim, s->ffn_dim, n, e->x, 1.f));
+    return LOCKS_OK;
+}
+
+/* xb = rms(x) ; qkv = Wqkv xb ; rope on q and k at e->pos; q copied contiguous. */
+static locks_status layer_head(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
+    const lg_shape *s = &e->m->s;
+    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, L->attn_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wqkv, e->qkv_dim, s->dim, n, e->qkv, 0.f));
+    if (parts & LG_PART_REST) {
+        LOCKS_TRY(lg_rope_launch(e->qkv, n, e->qkv_dim, s->n_heads, s->head_dim, s->n_rot, e->inv_freq, e->pos, e->st));
+        LOCKS_TRY(lg_rope_launch(e->qkv + e->q_dim, n, e->qkv_dim, s->n_kv_heads, s->head_dim, s->n_rot, e->inv_freq,
+                                 e->pos, e->st));
+        CU_TRY(cudaMemcpy2DAsync(e->q, (size_t)e->q_dim * 4, e->qkv, (size_t)e->qkv_dim * 4, (size_t)e->q_dim * 4,
+                                 (size_t)n, cudaMemcpyDeviceToDevice, e->st));
+    }
+    return LOCKS_OK;
+}
+
+/* ---- prefill ------------------------------------------------------------------------------ */
+
+extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos, float *logits) {
+    if (!e || !tokens || n < 1 || n > e->max_chunk || seq < 0 || seq >= e->n_seqs || pos < 0) return LOCKS_ERR_INVALID_ARG;
+    const lg_shape *s = &e->m->s;
+    const int32_t len = locks_cache_seq_len(e->cache, seq);
+    if (len < pos + n) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= s->n_vocab) return LOCKS_ERR_INVALID_ARG;
+        e->h_pos[i] = pos + i;
+    }
+    CU_TRY(cudaMemcpyAsync(e->ptok, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaMemcpyAsync(e->pos, e->h_pos, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st)); /* h_pos is pageable host memory */
+    const float scale = 1.f / sqrtf((float)s->head_dim);
+    LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->x, e->st));
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        const lg_layer *L = &e->m->layers[l];
+        LOCKS_TRY(layer_head(e, L, n, LG_PART_ALL));
+        CU_TRY(cudaMemcpy2DAsync(e->kbuf, (size_t)e->kv_dim * 4, e->qkv + e->q_dim, (size_t)e->qkv_dim * 4,
+                                 (size_t)e->kv_dim * 4, (size_t)n, cudaMemcpyDeviceToDevice, e->st));
+        CU_TRY(cudaMemcpy2DAsync(e->vbuf, (size_t)e->kv_dim * 4, e->qkv + e->q_dim + e->kv_dim, (size_t)e->qkv_dim * 4,
+                                 (size_t)e->kv_dim * 4, (size_t)n, cudaMemcpyDeviceToDevice, e->st));
+        /* the public write: non-finite check, store, summaries of the pages it fills */
+        LOCKS_TRY(locks_cache_write(e->cache, seq, l, pos, n, e->kbuf, e->vbuf));
+        LOCKS_TRY(lg_prefill_attend_launch(e->cc, l, seq, pos, n, e->q, s->n_heads, scale, e->att, e->st));
+        LOCKS_TRY(layer_tail(e, L, n, LG_PART_ALL));
+    }
+    /* logits of the last token into row seq */
+    float *xl = e->x + (size_t)(n - 1) * s->dim;
+    LOCKS_TRY(lg_rmsnorm_launch(xl, e->m->output_norm, 1, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    LOCKS_TRY(gemm(e, e->m->output, s->n_vocab, s->dim, 1, e->logits + (size_t)seq * s->n_vocab, 0.f));
+    if (logits)
+        CU_TRY(cudaMemcpyAsync(logits, e->logits + (size_t)seq * s->n_vocab, (size_t)s->n_vocab * 4,
+                               cudaMemcpyDeviceToHost, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st));
+    return LOCKS_OK;
+}
+
+/* ---- decode --------------------------------------------------------------------------------- */
+
+static void drop_graphs(lg_ctx *e) {
+    for (int i = 0; i < 8; i++)
+        if (e->graph[i]) {
+            cudaGraphExecDestroy(e->graph[i]);
+            e->graph[i] = NULL;
+        }
+}
+
+extern "C" locks_status lg_set_step(lg_ctx *e, const locks_step_params *p, int32_t max_ctx) {
+    if (!e || !p || p->budget <= 0 || p->n_sink < 0 || p->n_recent < 0 || max_ctx < 1 ||
+        max_ctx > e->cache->p.n_pages * LOCKS_PAGE)
+        return LOCKS_ERR_INVALID_ARG;
+    if (p->selector != LOCKS_SEL_FULL && p->selector != LOCKS_SEL_LOCKS) {
+        locks_log(LOCKS_LOG_ERROR, "cuda engine: selector %s runs on the CPU only (full and locks on the GPU)",
+                  locks_selector_name(p->selector));
+        return LOCKS_ERR_UNSUPPORTED;
+    }
+    if (!e->step_set || memcmp(p, &e->step, sizeof *p) != 0 || max_ctx != e->max_ctx) drop_graphs(e);
+    e->step = *p;
+    e->max_ctx = max_ctx;
+    e->step_set = 1;
+    return LOCKS_OK;
+}
+
+extern "C" locks_status lg_set_sampler(lg_ctx *e, const lg_sample_params *p) {
+    if (!e || !p) return LOCKS_ERR_INVALID_ARG;
+    CU_TRY(cudaMemcpyAsync(e->samp, p, sizeof *p, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st));
+    return LOCKS_OK;
+}
+
+extern "C" locks_status lg_set_tokens(lg_ctx *e, const int32_t *tokens) {
+    if (!e || !tokens) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < e->n_seqs; i++)
+        if (tokens[i] < 0 || tokens[i] >= e->m->s.n_vocab) return LOCKS_ERR_INVALID_ARG;
+    CU_TRY(cudaMemcpyAsync(e->tok, tokens, (size_t)e->n_seqs * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st));
+    return LOCKS_OK;
+}
+
+/* The attention step of one layer on the queries in e->q -> e->att (capturable). */
+static locks_status enqueue_step(lg_ctx *e, int32_t layer) {
+    locks_cuda_cache *c = e->cc;
+    const int32_t hq = e->m->s.n_heads, ns = e->n_seqs;
+    const int32_t max_pages = (e->max_ctx + 15) / 16;
+    const float scale = e->step.scale > 0.f ? e->step.scale : 1.f / sqrtf((float)e->m->s.head_dim);
+    LOCKS_TRY(locks_cuda_qprep_launch(c, e->q, ns, hq, scale, e->st));
+    if (e->step.selector == LOCKS_SEL_FULL)
+        return locks_cuda_attend_launch(c, layer, ns, hq, NULL, NULL, 0, 1, max_pages, e->att, NULL, e->st);
+    int32_t max_list = e->step.budget / 16 + 2;
+    if (max_list > max_pages) max_list = max_pages;
+    const int32_t nblk = locks_cuda_score_blocks(c, ns, max_pages);
+    LOCKS_TRY(locks_cuda_score_launch(c, layer, ns, hq, scale, nblk, e->st));
+    CU_TRY(cudaMemsetAsync(c->ws.hist, 0, (size_t)ns * c->p.n_kv_heads * LOCKS_CUDA_HIST_STRIDE * 4, e->st));
+    LOCKS_TRY(locks_cuda_mass_launch(c, ns, hq, &e->step, nblk, 1, e->st));
+    if (locks_cuda_topk_mb_pays(c, max_pages))
+        LOCKS_TRY(locks_cuda_topk_mb_launch(c, ns, &e->step, max_pages, e->st));
+    else
+        LOCKS_TRY(locks_cuda_topk_launch(c, ns, &e->step, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
+                                         c->ws.max_pages, 1, e->st));
+    return locks_cuda_attend_launch(c, layer, ns, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0, max_list, e->att,
+                                    NULL, e->st);
+}
+
+/* Every kernel of one decode token (the graph's body). */
+static locks_status enqueue_decode(lg_ctx *e, int parts) {
+    const lg_shape *s = &e->m->s;
+    const int32_t ns = e->n_seqs;
+    locks_cuda_cache *c = e->cc;
+    if (parts & (LG_PART_REST | LG_PART_ATTN)) {
+        LOCKS_TRY(lg_decode_prep_launch(c->seq_len, c->block_table, c->p.n_pages, ns, e->pos, e->build, e->st));
+    }
+    if (parts & LG_PART_REST) LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->st));
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        const lg_layer *L = &e->m->layers[l];
+        LOCKS_TRY(layer_head(e, L, ns, parts));
+        if (parts & LG_PART_ATTN) {
+            LOCKS_TRY(lg_kv_append_launch(c, l, e->qkv, e->qkv_dim, e->q_dim, e->pos, ns, e->st));
+            LOCKS_TRY(locks_cuda_summary_build(c, l, e->build, ns)); /* skips the -1 entries */
+            LOCKS_TRY(enqueue_step(e, l));
+        }
+        LOCKS_TRY(layer_tail(e, L, ns, parts));
+    }
+    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, e->m->output_norm, ns, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, e->m->output, s->n_vocab, s->dim, ns, e->logits, 0.f));
+    if (parts & LG_PART_REST) LOCKS_TRY(lg_sample_launch(e->logits, ns, s->n_vocab, e->samp, e->counter, e->tok, e->st));
+    return LOCKS_OK;
+}
+
+/* The host's checks before a token: lengths within max_ctx, forced pages within budget. */
+static locks_status check_lengths(lg_ctx *e) {
+    const locks_step_params *p = &e->step;
+    for (int32_t s = 0; s < e->n_seqs; s++) {
+        const int32_t len = locks_cache_seq_len(e->cache, s);
+        if (len < 1 || len > e->max_ctx) {
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: sequence %d has %d tokens, the decode graph takes 1..%d", s, len,
+                      e->max_ctx);
+            return LOCKS_ERR_INVALID_ARG;
+        }
+        if (p->selector == LOCKS_SEL_FULL || p->budget >= len) continue;
+        const int32_t n_full = len / 16, part = len % 16;
+        const int32_t sink = n_full < p->n_sink ? n_full : p->n_sink;
+        int32_t rs = n_full - p->n_recent;
+        if (rs < sink) rs = sink;
+        if (16 * (sink + n_full - rs) + part > p->budget) return LOCKS_ERR_BUDGET;
+    }
+    return LOCKS_OK;
+}
+
+static locks_status own_slots(lg_ctx *e) {
+    locks_cuda_cache *c = e->cc;
+    if (c->slots_owner == (const void *)e) return LOCKS_OK;
+    int32_t ids[MAX_ENGINE_SEQS];
+    for (int32_t i = 0; i < e->n_seqs; i++) ids[i] = i;
+    CU_TRY(cudaStreamSynchronize(e->st));
+    CU_TRY(cudaMemcpy(c->ws.seq_slots, ids, (size_t)e->n_seqs * 4, cudaMemcpyHostToDevice));
+    c->slots_owner = e;
+    return LOCKS_OK;
+}
+
+static locks_status capture(lg_ctx *e, int parts) {
+    cudaGraph_t g = NULL;
+    CU_TRY(cudaStreamBeginCapture(e->st, cudaStreamCaptureModeThreadLocal));
+    locks_status st = enqueue_decode(e, parts);
+    cudaError_t ce = cudaStreamEndCapture(e->st, &g);
+    if (st != LOCKS_OK) {
+        if (g) cudaGraphDestroy(g);
+        return st;
+    }
+    CU_TRY(ce);
+    cudaError_t ie = cudaGraphInstantiate(&e->graph[parts], g, 0);
+    cudaGraphDestroy(g);
+    CU_TRY(ie);
+    return LOCKS_OK;
+}
+
+extern "C" locks_status lg_decode(lg_ctx *e, int use_graph, int32_t *next, float *logits) {
+    if (!e) return LOCKS_ERR_INVALID_ARG;
+    LOCKS_TRY(check_lengths(e));
+    LOCKS_TRY(own_slots(e));
+    if (use_graph) {
+        if (!e->graph[LG_PART_ALL]) LOCKS_TRY(capture(e, LG_PART_ALL));
+        CU_TRY(cudaGraphLaunch(e->graph[LG_PART_ALL], e->st));
+    } else {
+        LOCKS_TRY(enqueue_decode(e, LG_PART_ALL));
+    }
+    const lg_shape *s = &e->m->s;
+    /* the device wrote slot len - 1 of every layer of every sequence: mark it in the host's
+     * written-slot masks, so summary reads and later locks_cache_write calls (prefill) see
+     * the page's true fill */
+    for (int32_t q = 0; q < e->n_seqs; q++) {
+        const locks_seq *sq = locks_cache_seq(e->cache, q);
+        const int32_t pos = sq->len - 1;
+        for (int32_t l = 0; l < s->n_layers; l++)
+            e->cache->fill[(size_t)l * e->cache->p.n_pages + sq->table[pos / LOCKS_PAGE]] |=
+                (uint16_t)(1u << (pos % LOCKS_PAGE));
+    }
+    if (next) CU_TRY(cudaMemcpyAsync(next, e->tok, (size_t)e->n_seqs * 4, cudaMemcpyDeviceToHost, e->st));
+    if (logits)
+        CU_TRY(cudaMemcpyAsync(logits, e->logits, (size_t)e->n_seqs * s->n_vocab * 4, cudaMemcpyDeviceToHost, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st));
+    return LOCKS_OK;
+}
+
+extern "C" locks_status lg_sample_prefill(lg_ctx *e, int32_t seq, int32_t *tok) {
+    if (!e || !tok || seq < 0 || seq >= e->n_seqs) return LOCKS_ERR_INVALID_ARG;
+    const int32_t V = e->m->s.n_vocab;
+    LOCKS_TRY(lg_sample_launch(e->logits + (size_t)seq * V, 1, V, e->samp, e->counter, e->tok + seq, e->st));
+    CU_TRY(cudaMemcpyAsync(tok, e->tok + seq, 4, cudaMemcpyDeviceToHost, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st));
+    return LOCKS_OK;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+extern "C" locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double *median_ms) {
+    if (!e || parts < 1 || parts > 7 || trials < 1 || trials > 64 || !median_ms) return LOCKS_ERR_INVALID_ARG;
+    LOCKS_TRY(check_lengths(e));
+    LOCKS_TRY(own_slots(e));
+    if (!e->graph[parts]) LOCKS_TRY(capture(e, parts));
+    double t[64];
+    CU_TRY(cudaGraphLaunch(e->graph[parts], e->st)); /* warm-up */
+    CU_TRY(cudaStreamSynchronize(e->st));
+    for (int i = 0; i < trials; i++) {
+        CU_TRY(cudaEventRecord(e->ev0, e->st));
+        CU_TRY(cudaGraphLaunch(e->graph[parts], e->st));
+        CU_TRY(cudaEventRecord(e->ev1, e->st));
+        CU_TRY(cudaEventSynchronize(e->ev1));
+        float ms = 0.f;
+        CU_TRY(cudaEventElapsedTime(&ms, e->ev0, e->ev1));
+        t[i] = (double)ms;
+    }
+    qsort(t, (size_t)trials, sizeof t[0], cmp_d);
+    *median_ms = t[trials / 2];
+    return LOCKS_OK;
+}
+
+/* ================================================================================ */
+/* Single ops for the tests                                                         */
+/* ================================================================================ */
+
+extern "C" locks_status lg_op_rmsnorm(const float *d_x, const float *d_w, int32_t n, int32_t dim, float eps,
+                                      locks_dtype out_type, void *d_out) {
+    LOCKS_TRY(lg_rmsnorm_launch(d_x, d_w, n, dim, eps, out_type, d_out, 0));
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_rope(float *d_x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim,
+                                   int32_t n_rot, const float *d_inv_freq, const int32_t *d_pos) {
+    LOCKS_TRY(lg_rope_launch(d_x, n, row_stride, n_heads, head_dim, n_rot, d_inv_freq, d_pos, 0));
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_swiglu(const float *d_gu, int32_t n, int32_t ffn, locks_dtype out_type, void *d_out) {
+    LOCKS_TRY(lg_swiglu_launch(d_gu, n, ffn, out_type, d_out, 0));
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_embed(const void *d_e, locks_dtype etype, const int32_t *d_tok, int32_t n, int32_t dim,
+                                    float *d_x) {
+    LOCKS_TRY(lg_embed_launch(d_e, etype, d_tok, n, dim, d_x, 0));
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                             const float *d_q, int32_t n_q_heads, float scale, float *d_out) {
+    if (!c || !c->cuda || layer < 0 || layer >= c->p.n_layers || seq < 0 || seq >= c->p.max_seqs || pos < 0 || n < 1 ||
+        locks_cache_seq_len(c, seq) < pos + n || n_q_heads % c->p.n_kv_heads != 0)
+        return LOCKS_ERR_INVALID_ARG;
+    if (scale <= 0.f) scale = 1.f / sqrtf((float)c->p.head_dim);
+    LOCKS_TRY(lg_prefill_attend_launch(c->cuda, layer, seq, pos, n, d_q, n_q_heads, scale, d_out, c->cuda->stream));
+    CU_TRY(cudaStreamSynchronize(c->cuda->stream));
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,
+                                     uint64_t *d_counter, int32_t *d_tok) {
+    lg_sample_params *dp = NULL;
+    CU_TRY(cudaMalloc((void **)&dp, sizeof *dp));
+    locks_status st = LOCKS_OK;
+    if (cudaMemcpy(dp, p, sizeof *p, cudaMemcpyHostToDevice) != cudaSuccess) st = LOCKS_ERR_BACKEND;
+    if (st == LOCKS_OK) st = lg_sample_launch(d_logits, n_rows, n_vocab, dp, d_counter, d_tok, 0);
+    if (st == LOCKS_OK && cudaDeviceSynchronize() != cudaSuccess) st = LOCKS_ERR_BACKEND;
+    cudaFree(dp);
+    return st;
+}

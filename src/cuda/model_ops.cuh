@@ -1,0 +1,35 @@
+/*
+ * model_ops.cuh — launch wrappers of the forward pass's kernels (model_ops.cu,
+ * prefill.cu), shared by the engine (model_engine.cu). All asynchronous on st.
+ */
+#ifndef LOCKS_MODEL_OPS_CUH
+#define LOCKS_MODEL_OPS_CUH
+
+#include "common.cuh"
+
+extern "C" {
+#include "model_cuda.h"
+}
+
+locks_status lg_embed_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t n, int32_t dim, float *x,
+                             cudaStream_t st);
+locks_status lg_rmsnorm_launch(const float *x, const float *w, int32_t n, int32_t dim, float eps, locks_dtype type,
+                               void *out, cudaStream_t st);
+locks_status lg_rope_launch(float *x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim, int32_t n_rot,
+                            const float *inv_freq, const int32_t *pos, cudaStream_t st);
+locks_status lg_swiglu_launch(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, cudaStream_t st);
+locks_status lg_decode_prep_launch(const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool, int32_t n_seqs,
+                                   int32_t *pos, int32_t *build, cudaStream_t st);
+locks_status lg_kv_append_launch(locks_cuda_cache *c, int32_t layer, const float *qkv, int32_t row_stride, int32_t k_off,
+                                 const int32_t *pos, int32_t n_seqs, cudaStream_t st);
+locks_status lg_sample_launch(const float *logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *d_p,
+                              uint64_t *d_counter, int32_t *d_tok, cudaStream_t st);
+locks_status lg_fill16_launch(void *dst, size_t n, locks_dtype type, uint64_t seed, float a, cudaStream_t st);
+locks_status lg_fill_f32_launch(float *dst, size_t n, float v, cudaStream_t st);
+locks_status lg_cast_launch(const float *x, size_t n, locks_dtype type, void *out, cudaStream_t st);
+/* Causal prefill attention (prefill.cu): queries q [n][hq][d] fp32 of tokens
+ * [pos, pos + n) of slot seq against keys [0, pos + n) of the layer -> out [n][hq][d]. */
+locks_status lg_prefill_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                      const float *q, int32_t hq, float scale, float *out, cudaStream_t st);
+
+#endif

@@ -1,0 +1,251 @@
+/*
+ * engine_cuda.c — llama.c's context on the GPU (see engine_cuda.h): loads the weights of
+ * a locks_model into a device model (dequantizing block types row by row on the host),
+ * creates the CUDA cache and the device engine, and runs prefill chunks and decode
+ * tokens through them.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_cuda.h"
+#include "llama_internal.h"
+#include "util.h"
+
+#ifndef LOCKS_HAVE_CUDA
+
+engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, locks_cache **cache, locks_status *err) {
+    (void)m, (void)p, (void)cache;
+    locks_log(LOCKS_LOG_ERROR, "model: the CUDA backend is not built in (configure with -DLOCKS_CUDA=ON)");
+    if (err) *err = LOCKS_ERR_UNSUPPORTED;
+    return NULL;
+}
+void engine_cuda_free(engine_cuda *g) { (void)g; }
+locks_status engine_cuda_forward(engine_cuda *g, const int32_t *tokens, int32_t n, int32_t pos, int decode,
+                                 float *logits, const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats) {
+    (void)g, (void)tokens, (void)n, (void)pos, (void)decode, (void)logits, (void)step, (void)n_ctx, (void)stats;
+    return LOCKS_ERR_UNSUPPORTED;
+}
+locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p) {
+    (void)g, (void)p;
+    return LOCKS_ERR_UNSUPPORTED;
+}
+locks_status engine_cuda_sample_prefill(engine_cuda *g, int32_t *tok) {
+    (void)g, (void)tok;
+    return LOCKS_ERR_UNSUPPORTED;
+}
+int32_t engine_cuda_next(const engine_cuda *g) {
+    (void)g;
+    return -1;
+}
+
+#else
+#include "cuda/locks_cuda.h"
+#include "cuda/model_cuda.h"
+
+struct engine_cuda {
+    lg_model *dm;
+    lg_ctx *e;
+    int use_graph;
+    int32_t next;     /* token the last decode sampled */
+    int32_t head_dim, n_kv_heads, rank;
+};
+
+void engine_cuda_free(engine_cuda *g) {
+    if (!g) return;
+    lg_ctx_free(g->e);
+    lg_model_free(g->dm);
+    locks_free(g);
+}
+
+/* Rows [row0, row0 + w->rows) of tensor t from a GGUF weight, converted to the device type. */
+static locks_status upload_weight(lg_model *dm, lg_tensor t, int32_t layer, int32_t row0, const matmul_weight *w,
+                                  locks_dtype type, float *f32, uint16_t *h16, int32_t batch) {
+    for (int32_t r0 = 0; r0 < w->rows; r0 += batch) {
+        const int32_t nr = w->rows - r0 < batch ? w->rows - r0 : batch;
+        for (int32_t r = 0; r < nr; r++) {
+            matmul_row_f32(w, r0 + r, f32);
+            uint16_t *o = h16 + (size_t)r * w->cols;
+            for (int32_t i = 0; i < w->cols; i++)
+                o[i] = type == LOCKS_DTYPE_BF16 ? locks_f32_to_bf16(f32[i]) : locks_f32_to_f16(f32[i]);
+        }
+        locks_status st = lg_model_upload(dm, t, layer, row0 + r0, nr, h16);
+        if (st != LOCKS_OK) return st;
+    }
+    return LOCKS_OK;
+}
+
+static int is_bf16(const matmul_weight *w) { return w->type == GGML_TYPE_BF16; }
+
+engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, locks_cache **cache, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    engine_cuda *g = NULL;
+    float *f32 = NULL;
+    uint16_t *h16 = NULL;
+    *cache = NULL;
+    const locks_model_info in = locks_model_get_info(m);
+    if (p->step.selector != LOCKS_SEL_FULL && p->step.selector != LOCKS_SEL_LOCKS) {
+        locks_log(LOCKS_LOG_ERROR, "model: selector %s runs on the CPU backend only (the GPU runs full and locks)",
+                  locks_selector_name(p->step.selector));
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    if (p->rank > LOCKS_CUDA_MAX_RANK || p->summary_prec != LOCKS_SUMMARY_Q) {
+        locks_log(LOCKS_LOG_ERROR, "model: the GPU keeps quantized summaries of rank <= %d (asked: rank %d)",
+                  LOCKS_CUDA_MAX_RANK, p->rank);
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    if (p->on_query || p->on_step) {
+        locks_log(LOCKS_LOG_ERROR, "model: on_query / on_step callbacks need the CPU backend");
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    lg_shape sh = {0};
+    sh.n_vocab = in.n_vocab;
+    sh.dim = in.dim;
+    sh.n_layers = in.n_layers;
+    sh.n_heads = in.n_heads;
+    sh.n_kv_heads = in.n_kv_heads;
+    sh.head_dim = in.head_dim;
+    sh.ffn_dim = in.ffn_dim;
+    sh.n_rot = llama_model_n_rot(m);
+    sh.rope_theta = in.rope_theta;
+    sh.norm_eps = in.norm_eps;
+    sh.tied = llama_model_tied(m);
+    sh.device = 0;
+    sh.wtype = is_bf16(llama_model_weight(m, 0, LLAMA_W_Q)) || is_bf16(llama_model_weight(m, 0, LLAMA_W_TOK_EMBD))
+                   ? LOCKS_DTYPE_BF16
+                   : LOCKS_DTYPE_F16;
+
+    /* does it fit: weights + K/V pool + summaries (+ ~1 GiB for activations and workspace) */
+    const int32_t n_pages = (p->n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE;
+    const size_t w_bytes = lg_model_bytes(&sh);
+    const size_t kv_bytes = (size_t)in.n_layers * n_pages * in.n_kv_heads *
+                            ((size_t)LOCKS_PAGE * in.head_dim * 2 * 2 + locks_cuda_summary_stored_bytes(in.head_dim));
+    size_t free_b = 0, total_b = 0;
+    if ((st = lg_device_memory(0, &free_b, &total_b)) != LOCKS_OK) goto fail;
+    if (w_bytes + kv_bytes + ((size_t)1 << 30) > free_b) {
+        locks_log(LOCKS_LOG_ERROR,
+                  "model: does not fit on the GPU: weights %.2f GiB + KV cache of %d tokens %.2f GiB + ~1 GiB work "
+                  "space > %.2f GiB free (of %.2f)",
+                  w_bytes / 1073741824.0, p->n_ctx, kv_bytes / 1073741824.0, free_b / 1073741824.0,
+                  total_b / 1073741824.0);
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    g = locks_alloc(1, sizeof *g);
+    if (!g) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    g->use_graph = p->cuda_graph;
+    g->rank = p->rank;
+    g->next = -1;
+    g->dm = lg_model_alloc(&sh, &st);
+    if (!g->dm) goto fail;
+
+    /* ---- weights ---- */
+    const int32_t batch = 64, widest = in.dim > in.ffn_dim ? in.dim : in.ffn_dim;
+    f32 = locks_alloc((size_t)widest, sizeof(float));
+    h16 = locks_alloc((size_t)batch * (size_t)(widest > in.n_heads * in.head_dim ? widest : in.n_heads * in.head_dim),
+                      sizeof(uint16_t));
+    if (!f32 || !h16) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    const int32_t q_dim = in.n_heads * in.head_dim, kv_dim = in.n_kv_heads * in.head_dim;
+    if ((st = upload_weight(g->dm, LG_TOK_EMBD, 0, 0, llama_model_weight(m, 0, LLAMA_W_TOK_EMBD), sh.wtype, f32, h16,
+                            batch)))
+        goto fail;
+    if (!sh.tied && (st = upload_weight(g->dm, LG_OUTPUT, 0, 0, llama_model_weight(m, 0, LLAMA_W_OUTPUT), sh.wtype, f32,
+                                        h16, batch)))
+        goto fail;
+    if ((st = lg_model_upload(g->dm, LG_OUTPUT_NORM, 0, 0, 1, llama_model_norm(m, 0, 2)))) goto fail;
+    for (int32_t l = 0; l < in.n_layers; l++) {
+        struct {
+            lg_tensor t;
+            int32_t row0;
+            llama_weight_kind k;
+        } parts[] = {{LG_WQKV, 0, LLAMA_W_Q},        {LG_WQKV, q_dim, LLAMA_W_K},        {LG_WQKV, q_dim + kv_dim, LLAMA_W_V},
+                     {LG_WO, 0, LLAMA_W_O},          {LG_WGATE_UP, 0, LLAMA_W_GATE},     {LG_WGATE_UP, in.ffn_dim, LLAMA_W_UP},
+                     {LG_WDOWN, 0, LLAMA_W_DOWN}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+            if ((st = upload_weight(g->dm, parts[i].t, l, parts[i].row0, llama_model_weight(m, l, parts[i].k), sh.wtype,
+                                    f32, h16, batch)))
+                goto fail;
+        if ((st = lg_model_upload(g->dm, LG_ATTN_NORM, l, 0, 1, llama_model_norm(m, l, 0))) ||
+            (st = lg_model_upload(g->dm, LG_FFN_NORM, l, 0, 1, llama_model_norm(m, l, 1))))
+            goto fail;
+    }
+
+    /* ---- cache and engine ---- */
+    locks_cache_params cp = locks_cache_default_params();
+    cp.n_layers = in.n_layers;
+    cp.n_kv_heads = in.n_kv_heads;
+    cp.head_dim = in.head_dim;
+    cp.n_pages = n_pages;
+    cp.max_seqs = 1;
+    cp.rank = p->rank;
+    cp.summary_prec = LOCKS_SUMMARY_Q;
+    cp.kv_dtype = LOCKS_DTYPE_F16;
+    cp.backend = LOCKS_BACKEND_CUDA;
+    *cache = locks_cache_init(cp, &st);
+    if (!*cache) goto fail;
+    const int32_t chunk = p->n_batch > ENGINE_CUDA_MIN_CHUNK ? p->n_batch : ENGINE_CUDA_MIN_CHUNK;
+    g->e = lg_ctx_init(g->dm, *cache, 1, chunk, &st);
+    if (!g->e) goto fail;
+    if ((st = lg_set_step(g->e, &p->step, n_pages * LOCKS_PAGE))) goto fail;
+    locks_free(f32);
+    locks_free(h16);
+    if (err) *err = LOCKS_OK;
+    return g;
+fail:
+    locks_free(f32);
+    locks_free(h16);
+    engine_cuda_free(g);
+    locks_cache_free(*cache);
+    *cache = NULL;
+    if (err) *err = st;
+    return NULL;
+}
+
+/* Attended tokens of one decode step of a sequence of len tokens (the selection rule). */
+static int64_t attended(int32_t len, const locks_step_params *p) {
+    if (p->selector == LOCKS_SEL_FULL || p->budget >= len) return len;
+    const int32_t n_full = len / LOCKS_PAGE, part = len % LOCKS_PAGE;
+    const int32_t sink = n_full < p->n_sink ? n_full : p->n_sink;
+    int32_t rs = n_full - p->n_recent;
+    if (rs < sink) rs = sink;
+    const int32_t forced = LOCKS_PAGE * (sink + n_full - rs) + part;
+    const int32_t k = (p->budget - forced) / LOCKS_PAGE;
+    if (k >= rs - sink) return len;
+    return (int64_t)forced + (int64_t)LOCKS_PAGE * k;
+}
+
+locks_status engine_cuda_forward(engine_cuda *g, const int32_t *tokens, int32_t n, int32_t pos, int decode,
+                                 float *logits, const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats) {
+    if (!decode) return lg_prefill(g->e, 0, tokens, n, pos, logits);
+    lg_shape sh = lg_model_shape(g->dm);
+    locks_status st = lg_set_step(g->e, step, ((n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE) * LOCKS_PAGE);
+    if (st == LOCKS_OK) st = lg_set_tokens(g->e, tokens);
+    if (st == LOCKS_OK) st = lg_decode(g->e, g->use_graph, &g->next, logits);
+    if (st != LOCKS_OK) return st;
+    const int32_t len = pos + 1;
+    const uint64_t tok_bytes = (uint64_t)sh.head_dim * 2 * 2 * (uint64_t)sh.n_kv_heads * (uint64_t)sh.n_layers;
+    if (step->selector == LOCKS_SEL_LOCKS)
+        stats->bytes_meta += (uint64_t)(len / LOCKS_PAGE) * locks_summary_bytes(sh.head_dim, g->rank, LOCKS_SUMMARY_Q) *
+                             (uint64_t)sh.n_kv_heads * (uint64_t)sh.n_layers;
+    stats->bytes_kv += (uint64_t)attended(len, step) * tok_bytes;
+    stats->bytes_dense += (uint64_t)len * tok_bytes;
+    return LOCKS_OK;
+}
+
+locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p) {
+    lg_sample_params d = {p.temp, p.top_k, p.top_p, p.seed};
+    return lg_set_sampler(g->e, &d);
+}
+locks_status engine_cuda_sample_prefill(engine_cuda *g, int32_t *tok) { return lg_sample_prefill(g->e, 0, tok); }
+int32_t engine_cuda_next(const engine_cuda *g) { return g->next; }
+
+#endif

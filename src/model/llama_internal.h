@@ -1,0 +1,26 @@
+/*
+ * llama_internal.h — what llama.c lends the CUDA engine (engine_cuda.c): read access to a
+ * loaded model's weights, checked at load against the hyper-parameters.
+ */
+#ifndef LOCKS_LLAMA_INTERNAL_H
+#define LOCKS_LLAMA_INTERNAL_H
+
+#include "locks_model.h"
+#include "matmul.h"
+
+typedef enum {
+    LLAMA_W_TOK_EMBD = 0, /* (n_vocab, dim) */
+    LLAMA_W_OUTPUT,       /* (n_vocab, dim); == the embeddings when tied */
+    LLAMA_W_Q, LLAMA_W_K, LLAMA_W_V, LLAMA_W_O,
+    LLAMA_W_GATE, LLAMA_W_UP, LLAMA_W_DOWN,
+} llama_weight_kind;
+
+/* The weight (layer ignored for the embeddings and the output). */
+const matmul_weight *llama_model_weight(const locks_model *m, int32_t layer, llama_weight_kind k);
+/* Norm weights (dim,) fp32: which 0 = attention, 1 = FFN (of layer), 2 = output. */
+const float *llama_model_norm(const locks_model *m, int32_t layer, int which);
+/* Rotated dims per head; 1 if the output matrix is the token embedding. */
+int32_t llama_model_n_rot(const locks_model *m);
+int llama_model_tied(const locks_model *m);
+
+#endif

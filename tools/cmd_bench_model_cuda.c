@@ -1,0 +1,343 @@
+/*
+ * cmd_bench_model_cuda.c — `locks bench --backend cuda --model llama3-8b|glm4-9b`: the
+ * whole model's decode token on the GPU, dense and LOCKS, and the time to first token of
+ * a real prefill.
+ *
+ * Method: random bf16 weights of the real shapes made on the device (src/cuda/
+ * model_engine.cu); per (batch, context) a CUDA cache whose sequences hold context - 1
+ * tokens of random bf16 K/V in every layer (decode time does not depend on the values;
+ * random keys make the masses near-uniform, the top-k's worst case) with every full
+ * page summarised, plus the decode token's slot. A token is one replay of the captured
+ * graph (all layers, K/V write, summary of a page that fills, the step, the FFN, logits,
+ * sampling); times are medians of --trials replays timed with CUDA events, the sequences
+ * keeping their length. The split: graphs of the products alone (weights) and of the
+ * attention alone (K/V write, summary, step); the rest is the difference (norms, RoPE,
+ * SwiGLU, casts, embedding, sampling, launch gaps).
+ * Bytes per token: every weight matrix read once (the embedding table: one row per
+ * sequence, not counted) + per sequence and layer, K/V of the attended tokens (d x 2 x 2
+ * per token and KV head) + for LOCKS the summaries of the full pages. Byte limit = bytes /
+ * 4.49 TB/s (H200 HBM3e; METHOD.md).
+ * TTFT: a prefill of random token ids through the same engine (chunks of 2048: cuBLAS
+ * products, causal prefill attention over the paged cache), wall time to the last
+ * token's logits.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmds.h"
+#include "locks.h"
+
+#ifndef LOCKS_HAVE_CUDA
+int cmd_bench_model_cuda(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "locks bench --backend cuda --model: this build has no CUDA backend\n");
+    return 2;
+}
+#else
+#include "args.h"
+#include "cache.h"
+#include "cuda/locks_cuda.h"
+#include "cuda/model_cuda.h"
+#include "util.h"
+
+#define MAXL 16
+#define HBM_TBS 4.49
+
+typedef struct {
+    const char *name;
+    lg_shape s;
+} mshape;
+
+static const mshape mshapes[] = {
+    {"llama3-8b", {128256, 4096, 32, 32, 8, 128, 14336, 128, 500000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0}},
+    {"glm4-9b", {151552, 4096, 40, 32, 2, 128, 13696, 128, 10000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0}},
+};
+
+typedef struct {
+    const mshape *m;
+    int32_t ctx[MAXL], batch[MAXL], ttft[MAXL];
+    int n_ctx, n_batch, n_ttft;
+    int32_t budget, trials;
+    const char *csv;
+} mopts;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b [--context 32k,128k,...] [--batch 1,8]\n"
+               "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--csv FILE]\n");
+}
+
+static int parse(int argc, char **argv, mopts *o) {
+    memset(o, 0, sizeof *o);
+    o->m = NULL;
+    const int32_t ctx[] = {32768, 131072, 262144, 524288, 1048576};
+    memcpy(o->ctx, ctx, sizeof ctx);
+    o->n_ctx = 5;
+    o->batch[0] = 1;
+    o->batch[1] = 8;
+    o->n_batch = 2;
+    o->ttft[0] = 32768;
+    o->ttft[1] = 131072;
+    o->n_ttft = 2;
+    o->budget = 2048;
+    o->trials = 10;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--backend") && v) {
+            i++;
+        } else if (!strcmp(a, "--model") && v) {
+            for (size_t k = 0; k < sizeof mshapes / sizeof mshapes[0]; k++)
+                if (!strcmp(v, mshapes[k].name)) o->m = &mshapes[k];
+            if (!o->m) {
+                fprintf(stderr, "locks bench: unknown --model %s (llama3-8b, glm4-9b)\n", v);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--context") && v) {
+            if ((o->n_ctx = args_parse_ints(v, o->ctx, MAXL, 32, INT32_MAX / 2)) < 1) return 2;
+            i++;
+        } else if (!strcmp(a, "--batch") && v) {
+            if ((o->n_batch = args_parse_ints(v, o->batch, MAXL, 1, 8)) < 1) return 2;
+            i++;
+        } else if (!strcmp(a, "--ttft") && v) {
+            if (!strcmp(v, "0")) o->n_ttft = 0;
+            else if ((o->n_ttft = args_parse_ints(v, o->ttft, MAXL, 16, INT32_MAX / 2)) < 1) return 2;
+            i++;
+        } else if (!strcmp(a, "--budget") && v) {
+            if (!args_parse_int(v, 16, INT32_MAX, &o->budget)) return 2;
+            i++;
+        } else if (!strcmp(a, "--trials") && v) {
+            if (!args_parse_int(v, 3, 64, &o->trials)) return 2;
+            i++;
+        } else if (!strcmp(a, "--csv") && v) {
+            o->csv = v;
+            i++;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!o->m) {
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+#define TRY(call)                                                                                      \
+    do {                                                                                               \
+        locks_status st_ = (call);                                                                     \
+        if (st_ != LOCKS_OK) {                                                                         \
+            fprintf(stderr, "locks bench: %s:%d: %s -> %s\n", __FILE__, __LINE__, #call,               \
+                    locks_status_str(st_));                                                            \
+            rc = 1;                                                                                    \
+            goto done;                                                                                 \
+        }                                                                                              \
+    } while (0)
+
+static double gib(double b) { return b / 1073741824.0; }
+
+/* Weight bytes a token reads: every matrix once, the embedding table not (one row). */
+static double weight_bytes(const lg_shape *s) {
+    const double D = s->dim, Q = (double)s->n_heads * s->head_dim, KV = (double)s->n_kv_heads * s->head_dim;
+    const double F = s->ffn_dim;
+    return 2.0 * ((double)s->n_layers * ((Q + 2 * KV) * D + D * Q + 3 * F * D) + (double)s->n_vocab * D);
+}
+
+/* Tokens one decode step attends (the selection rule, as step.cu). */
+static double attended(int32_t len, int32_t budget, int locks) {
+    if (!locks || budget >= len) return len;
+    const int32_t n_full = len / 16, part = len % 16, sink = n_full < 1 ? n_full : 1;
+    int32_t rs = n_full - 1;
+    if (rs < sink) rs = sink;
+    const int32_t forced = 16 * (sink + n_full - rs) + part, k = (budget - forced) / 16;
+    if (k >= rs - sink) return len;
+    return forced + 16.0 * k;
+}
+
+static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE *csv) {
+    int rc = 0;
+    const lg_shape *s = &o->m->s;
+    locks_cache *c = NULL;
+    lg_ctx *e = NULL;
+    int32_t *d_pages = NULL, *all = NULL;
+    locks_cache_params cp = locks_cache_default_params();
+    cp.backend = LOCKS_BACKEND_CUDA;
+    cp.kv_dtype = LOCKS_DTYPE_BF16;
+    cp.n_layers = s->n_layers;
+    cp.n_kv_heads = s->n_kv_heads;
+    cp.head_dim = s->head_dim;
+    cp.max_seqs = B;
+    const int32_t pages_per_seq = N / 16 + 2;
+    cp.n_pages = B * pages_per_seq;
+    const double kv_b = (double)cp.n_layers * cp.n_pages * s->n_kv_heads *
+                        (16.0 * s->head_dim * 4 + (double)locks_cuda_summary_stored_bytes(s->head_dim));
+    size_t fr = 0, tot = 0;
+    TRY(lg_device_memory(0, &fr, &tot));
+    if (kv_b + 3.0 * 1073741824.0 > (double)fr) {
+        printf("%s batch %d context %d: skipped, the KV cache needs %.1f GiB, %.1f GiB free beside the weights\n",
+               o->m->name, B, N, gib(kv_b), gib((double)fr));
+        return 0;
+    }
+    locks_status st;
+    c = locks_cache_init(cp, &st);
+    if (!c) {
+        fprintf(stderr, "locks bench: cache of %d pages: %s\n", cp.n_pages, locks_status_str(st));
+        return 1;
+    }
+    for (int32_t b = 0; b < B; b++) {
+        int32_t id;
+        TRY(locks_cache_seq_add(c, &id));
+        TRY(locks_cache_append(c, id, N - 1));
+    }
+    double t0 = locks_now_ms();
+    all = malloc(sizeof(int32_t) * (size_t)cp.n_pages);
+    if (!all) goto done;
+    for (int32_t i = 0; i < cp.n_pages; i++) all[i] = i;
+    d_pages = locks_cuda_malloc(sizeof(int32_t) * (size_t)cp.n_pages);
+    if (!d_pages) goto done;
+    TRY(locks_cuda_memcpy_h2d(d_pages, all, sizeof(int32_t) * (size_t)cp.n_pages));
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        TRY(locks_cuda_fill_random(c->cuda, l, 0x5eed + (uint64_t)l, 2.0f));
+        TRY(locks_cuda_summary_build(c->cuda, l, d_pages, cp.n_pages));
+    }
+    TRY(locks_cuda_sync(c->cuda));
+    const double fill_ms = locks_now_ms() - t0;
+    for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 1)); /* the decode token's slot */
+    e = lg_ctx_init(m, c, B, 16, &st);
+    if (!e) {
+        fprintf(stderr, "locks bench: engine: %s\n", locks_status_str(st));
+        rc = 1;
+        goto done;
+    }
+    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    TRY(lg_set_tokens(e, toks));
+    const lg_sample_params greedy = {0.f, 0, 1.f, 1};
+    TRY(lg_set_sampler(e, &greedy));
+    const double wb = weight_bytes(s);
+    for (int sel = 0; sel < 2; sel++) {
+        locks_step_params p = locks_step_default_params();
+        p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
+        p.budget = sel ? o->budget : N + 16;
+        TRY(lg_set_step(e, &p, pages_per_seq * 16));
+        double all_ms, gemm_ms, attn_ms;
+        TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &all_ms));
+        TRY(lg_time_decode(e, LG_PART_GEMM, o->trials, &gemm_ms));
+        TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &attn_ms));
+        const double att = attended(N, p.budget, sel);
+        const double per_tok_head = (double)s->head_dim * 2 * 2;
+        double kvb = (double)B * s->n_layers * s->n_kv_heads * att * per_tok_head;
+        if (sel) kvb += (double)B * s->n_layers * s->n_kv_heads * (N / 16) * (double)locks_summary_bytes(s->head_dim, 8, LOCKS_SUMMARY_Q);
+        const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
+        printf("%-9s batch %d ctx %7d %-5s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
+               "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
+               o->m->name, B, N, sel ? "locks" : "dense", all_ms, B * 1e3 / all_ms, gemm_ms, attn_ms,
+               all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (all_ms * 1e-3) / 1e12, limit_ms,
+               100.0 * limit_ms / all_ms);
+        if (csv)
+            fprintf(csv, "decode,%s,%d,%d,%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f\n", o->m->name, B, N,
+                    sel ? "locks" : "dense", p.budget, all_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms, bytes,
+                    limit_ms);
+        fflush(stdout);
+    }
+    printf("  (KV fill + summaries of %d pages x %d layers: %.1f s)\n", cp.n_pages, s->n_layers, fill_ms / 1e3);
+done:
+    lg_ctx_free(e);
+    locks_cuda_free_ptr((void **)&d_pages);
+    free(all);
+    locks_cache_free(c);
+    return rc;
+}
+
+static int bench_ttft(const mopts *o, lg_model *m, int32_t T, FILE *csv) {
+    int rc = 0;
+    const lg_shape *s = &o->m->s;
+    const int32_t chunk = 2048;
+    locks_cache *c = NULL;
+    lg_ctx *e = NULL;
+    int32_t *toks = NULL;
+    locks_cache_params cp = locks_cache_default_params();
+    cp.backend = LOCKS_BACKEND_CUDA;
+    cp.kv_dtype = LOCKS_DTYPE_BF16;
+    cp.n_layers = s->n_layers;
+    cp.n_kv_heads = s->n_kv_heads;
+    cp.head_dim = s->head_dim;
+    cp.max_seqs = 1;
+    cp.n_pages = T / 16 + 1;
+    locks_status st;
+    c = locks_cache_init(cp, &st);
+    if (!c) {
+        fprintf(stderr, "locks bench: ttft cache: %s\n", locks_status_str(st));
+        return 1;
+    }
+    int32_t id;
+    TRY(locks_cache_seq_add(c, &id));
+    TRY(locks_cache_append(c, id, T));
+    e = lg_ctx_init(m, c, 1, chunk, &st);
+    if (!e) {
+        rc = 1;
+        goto done;
+    }
+    toks = malloc(sizeof(int32_t) * (size_t)T);
+    if (!toks) goto done;
+    uint64_t x = 0x1234567;
+    for (int32_t i = 0; i < T; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((x >> 33) % (uint64_t)s->n_vocab);
+    }
+    const double t0 = locks_now_ms();
+    for (int32_t p = 0; p < T; p += chunk) {
+        const int32_t n = T - p < chunk ? T - p : chunk;
+        TRY(lg_prefill(e, 0, toks + p, n, p, NULL));
+    }
+    const double ms = locks_now_ms() - t0;
+    printf("%-9s TTFT %7d tokens: %.2f s (%.0f tok/s), chunks of %d\n", o->m->name, T, ms / 1e3, T / (ms / 1e3), chunk);
+    if (csv) fprintf(csv, "ttft,%s,1,%d,prefill,0,%.3f,0,0,0,0,0\n", o->m->name, T, ms);
+    fflush(stdout);
+done:
+    free(toks);
+    lg_ctx_free(e);
+    locks_cache_free(c);
+    return rc;
+}
+
+int cmd_bench_model_cuda(int argc, char **argv) {
+    mopts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : 2;
+    locks_status st;
+    size_t fr = 0, tot = 0;
+    if (lg_device_memory(0, &fr, &tot) != LOCKS_OK) {
+        fprintf(stderr, "locks bench: no CUDA device\n");
+        return 1;
+    }
+    lg_shape s = o.m->s;
+    printf("%s: %d layers, dim %d, FFN %d, %d/%d heads of %d, vocab %d; bf16 weights %.2f GiB (random, on the device); "
+           "device %.1f GiB free of %.1f\n",
+           o.m->name, s.n_layers, s.dim, s.ffn_dim, s.n_heads, s.n_kv_heads, s.head_dim, s.n_vocab,
+           gib((double)lg_model_bytes(&s)), gib((double)fr), gib((double)tot));
+    lg_model *m = lg_model_alloc(&s, &st);
+    if (!m) {
+        fprintf(stderr, "locks bench: weights: %s\n", locks_status_str(st));
+        return 1;
+    }
+    FILE *csv = NULL;
+    if (o.csv) {
+        csv = fopen(o.csv, "w");
+        if (csv) fprintf(csv, "kind,model,batch,context,selector,budget,ms,weights_ms,attn_ms,rest_ms,bytes,limit_ms\n");
+    }
+    rc = 0;
+    if (lg_model_fill_random(m, 0xbeef) != LOCKS_OK) rc = 1;
+    for (int bi = 0; bi < o.n_batch && !rc; bi++)
+        for (int ci = 0; ci < o.n_ctx && !rc; ci++) rc = bench_decode(&o, m, o.batch[bi], o.ctx[ci], csv);
+    for (int ti = 0; ti < o.n_ttft && !rc; ti++) rc = bench_ttft(&o, m, o.ttft[ti], csv);
+    if (csv) fclose(csv);
+    lg_model_free(m);
+    return rc;
+}
+#endif
