@@ -818,7 +818,7 @@ static locks_status generate_gpu(locks_ctx *c, const int32_t *prompt, int32_t n_
         if (stop || is_eog(c->m, tok) || produced == n_predict) break;
         if (c->n_tokens >= c->p.n_ctx) break; /* context full: stop, not an error */
         double t0 = locks_now_ms(), c0 = cpu_ms();
-        st = run_tokens(c, &tok, 1, 1, NULL);
+        st = run_tokens(c, &tok, 1, FWD_DECODE, NULL, 0);
         if (st != LOCKS_OK) break;
         c->stats.n_decode += 1;
         c->stats.decode_ms += locks_now_ms() - t0;
