@@ -106,6 +106,8 @@ typedef enum {
     LOCKS_ERR_IO,           /* file open/read/write failed */
     LOCKS_ERR_FORMAT,       /* malformed file (dump, GGUF, ...) */
     LOCKS_ERR_BACKEND,      /* the CUDA runtime reported an error */
+    LOCKS_ERR_NO_META,      /* the cache keeps no metadata for this selector
+                             * (locks_cache_params.selectors) */
     LOCKS_STATUS_COUNT
 } locks_status;
 
@@ -139,12 +141,45 @@ typedef enum {
     LOCKS_SEL_COUNT
 } locks_selector;
 
+/* Sets of selectors (locks_cache_params.selectors): LOCKS_SEL_BIT(LOCKS_SEL_QUEST) |
+ * LOCKS_SEL_BIT(LOCKS_SEL_ROCKET), or LOCKS_SEL_ALL. */
+#define LOCKS_SEL_BIT(s) (1u << (unsigned)(s))
+#define LOCKS_SEL_ALL ((1u << (unsigned)LOCKS_SEL_COUNT) - 1u)
+
 /* "full", "oracle", "locks", ...; NULL for an out-of-range value. */
 const char *locks_selector_name(locks_selector s);
 /* Parses a selector name; returns LOCKS_ERR_INVALID_ARG for an unknown name. */
 locks_status locks_selector_parse(const char *name, locks_selector *out);
 
 typedef enum { LOCKS_BACKEND_CPU = 0, LOCKS_BACKEND_CUDA } locks_backend;
+
+/* ------------------------------------------------------------------------------ */
+/* Thread pool                                                                      */
+/* ------------------------------------------------------------------------------ */
+
+/* A small pthreads pool that runs "n tasks of one function" jobs: n_threads workers
+ * in total, the calling thread included (1 runs everything inline, no threads are
+ * created). locks_pool_run hands out task indices 0..n_tasks-1 dynamically and returns
+ * when every task has finished; each task also receives the index of the thread
+ * running it (0 = caller, 1..n_threads-1 = workers), for per-thread scratch without
+ * locks. A job wakes only the workers it can use (min(n_tasks, n_threads) - 1). One job
+ * at a time per pool: jobs from several threads are serialised (a pool shared by several
+ * caches, see locks_cache_params.pool, parallelises one call at a time) and a task must
+ * not call locks_pool_run on the same pool. Every cache runs its work on one
+ * (locks_cache_pool); an engine can run its own work (matmuls) on the same. */
+typedef struct locks_pool locks_pool;
+typedef void (*locks_pool_fn)(void *arg, int32_t task, int32_t thread);
+
+/* n_threads >= 1. Returns NULL if a thread or an allocation failed. */
+locks_pool *locks_pool_init(int32_t n_threads);
+/* A pool is reference-counted: retain adds an owner (returns p), free drops one and the
+ * last one stops the threads (NULL is fine for both). The engine's contexts and their
+ * clones share one pool this way. */
+locks_pool *locks_pool_retain(locks_pool *p);
+void locks_pool_free(locks_pool *p);
+int32_t locks_pool_threads(const locks_pool *p);
+/* Runs fn(arg, t, thread) for t in [0, n_tasks); returns when all are done. */
+void locks_pool_run(locks_pool *p, int32_t n_tasks, locks_pool_fn fn, void *arg);
 
 /* ------------------------------------------------------------------------------ */
 /* Summaries of one page (stand-alone, for tools and tests)                         */
@@ -173,16 +208,6 @@ locks_status locks_summary_build_f32(int32_t head_dim, int32_t rank, const float
 
 typedef struct locks_cache locks_cache;
 
-/* Worker threads, shareable by several caches (and an engine's contexts): a cache
- * created with params.pool = p uses p's threads instead of starting its own. A job
- * wakes only the threads it can use; jobs from several threads are serialised (a shared
- * pool parallelises one call at a time). n_threads counts the calling thread (1: no
- * threads). NULL on failure. locks_pool_free drops the caller's reference: a cache
- * holds its own, so the caller may free the pool right after creating its caches. */
-typedef struct locks_pool locks_pool;
-locks_pool *locks_pool_init(int32_t n_threads);
-void locks_pool_free(locks_pool *p);
-
 typedef struct {
     int32_t n_layers;   /* >= 1 */
     int32_t n_kv_heads; /* Hkv >= 1 */
@@ -194,9 +219,21 @@ typedef struct {
     locks_dtype kv_dtype;            /* LOCKS_DTYPE_F16 (BF16 on CUDA) */
     locks_backend backend;           /* default CPU; CUDA: see "CUDA backend" below */
     int32_t n_threads;               /* CPU worker threads (default: 1); ignored with pool */
-    locks_pool *pool;                /* NULL (default): the cache starts its own pool of
-                                      * n_threads; else the cache shares this one (CPU) */
     int32_t device;                  /* CUDA device ordinal */
+    /* The selectors this cache serves (LOCKS_SEL_BIT set, default
+     * LOCKS_SEL_BIT(LOCKS_SEL_LOCKS)): the cache keeps only their page metadata. FULL,
+     * ORACLE and LOCKS need none beyond what every cache holds (the K/V pages and the
+     * LOCKS summaries), so 0 serves those three; QUEST adds fp16 key min/max per page
+     * (4 d bytes per page and KV head), ROCKET that min/max and the SnapKV votes (5
+     * bytes), SHADOW and SHADOW_LM the landmarks and projections (2 d + 4 r + 4 bytes)
+     * and a basis per sequence slot, layer and KV head (4 r d bytes). Asking a step or
+     * score for a selector the cache does not serve gives LOCKS_ERR_NO_META. A CUDA
+     * cache keeps none (its step serves FULL and LOCKS). Bits past LOCKS_SEL_ALL give
+     * LOCKS_ERR_INVALID_ARG. */
+    uint32_t selectors;
+    /* CPU: the thread pool to run on, shared and not owned (it must outlive the
+     * cache); NULL (default): the cache starts its own of n_threads. */
+    locks_pool *pool;
 } locks_cache_params;
 
 locks_cache_params locks_cache_default_params(void);
@@ -206,6 +243,11 @@ locks_cache_params locks_cache_default_params(void);
 locks_cache *locks_cache_init(locks_cache_params params, locks_status *err);
 void locks_cache_free(locks_cache *c);
 locks_cache_params locks_cache_get_params(const locks_cache *c);
+/* 1 if the cache holds the metadata selector s reads (see locks_cache_params.selectors),
+ * else 0 (also for an out-of-range s or a NULL cache). */
+int locks_cache_serves(const locks_cache *c, locks_selector s);
+/* The thread pool the cache's CPU work runs on (its own or params.pool); NULL on CUDA. */
+locks_pool *locks_cache_pool(const locks_cache *c);
 
 /* Sequences. seq_add writes a new id to *seq_id (LOCKS_ERR_INVALID_ARG if all slots are
  * taken). seq_remove frees the sequence's pages.

@@ -2,8 +2,9 @@
  * backend_cuda.c — the public API's CUDA backend glue (a cache created with
  * LOCKS_BACKEND_CUDA). The host keeps the sequence bookkeeping exactly as the CPU
  * backend does (free list, block tables, written-slot masks); the pages, summaries
- * and every step's work live on the device (src/cuda/). Core's functions call in here
- * only when c->cuda is set; in a build without CUDA this file is empty.
+ * and every step's work live on the device (src/cuda/). backend.c calls in here only
+ * when c->cuda is set; this file calls down into cache.c and src/cuda/ only. In a
+ * build without CUDA it holds the graph API's UNSUPPORTED answers.
  */
 #include "cache.h"
 #include "decode.h"
@@ -15,18 +16,17 @@
 
 enum { P = LOCKS_PAGE };
 
-locks_cache *locks_cache_init_cuda(locks_cache_params params, locks_status *err) {
+locks_status locks_cache_init_cuda(locks_cache *c) {
     locks_status st;
-    locks_cache *c = locks_cache_init_host(&params, &st);
-    if (!c) goto fail;
-    c->cuda = locks_cuda_cache_init(&params, &st);
-    if (!c->cuda) goto fail;
-    if (err) *err = LOCKS_OK;
-    return c;
-fail:
-    locks_cache_free(c);
-    if (err) *err = st;
-    return NULL;
+    c->cuda = locks_cuda_cache_init(&c->p, &st);
+    return c->cuda ? LOCKS_OK : st;
+}
+
+void locks_cache_free_cuda(locks_cache *c) { locks_cuda_cache_free(&c->cuda); }
+
+locks_status locks_cuda_backend_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page,
+                                            float *mu, float *basis, float *coef) {
+    return locks_cuda_summary_get(c->cuda, layer, kv_head, page, mu, basis, coef);
 }
 
 locks_status locks_cuda_backend_sync(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {

@@ -31,6 +31,7 @@
 
 #include "cp.h"
 #include "decode.h"
+#include "plan.h"
 #include "selector.h"
 #include "util.h"
 #include "vmath.h"
@@ -228,9 +229,8 @@ static int cp_selector_ok(locks_selector s) {
     return s == LOCKS_SEL_FULL || s == LOCKS_SEL_ORACLE || s == LOCKS_SEL_LOCKS || s == LOCKS_SEL_QUEST;
 }
 
-static int is_forced(int32_t j, int32_t n_full, const locks_step_params *p) {
-    return j < p->n_sink || j >= n_full - p->n_recent;
-}
+/* Full page j is forced under the step's plan. */
+static int is_forced(int32_t j, const locks_plan *pl) { return j < pl->sink || j >= pl->rs; }
 
 /* Local checks; LOCKS_OK or the status this rank reports in the header. */
 static locks_status cp_check(const locks_cp_shard *sh, int32_t layer, const float *q, int32_t hq,
@@ -245,6 +245,7 @@ static locks_status cp_check(const locks_cp_shard *sh, int32_t layer, const floa
     if (hq / H > 64) return LOCKS_ERR_UNSUPPORTED;
     if (!locks_selector_available(p->selector) || !locks_scale_ok(p->scale)) return LOCKS_ERR_INVALID_ARG;
     if (!cp_selector_ok(p->selector)) return LOCKS_ERR_UNSUPPORTED;
+    if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
     if (sh->seq_id >= 0) {
         const locks_seq *s = locks_cache_seq(c, sh->seq_id);
         if (!s) return LOCKS_ERR_NO_SEQ;
@@ -331,12 +332,9 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
      * header shows that every rank passed its checks with the same global length). */
     const int32_t len_g = shard->global_len > 0 ? shard->global_len : 0;
     const int32_t n_full_g = len_g / P, partial_g = len_g % P, n_pages_g = (len_g + P - 1) / P;
-    const int dense = p->selector == LOCKS_SEL_FULL || p->budget >= len_g;
-    int32_t forced_g = 0;
-    for (int32_t j = 0; j < n_full_g; j++) forced_g += is_forced(j, n_full_g, p);
-    int32_t k = dense ? 0 : (p->budget - partial_g - forced_g * P) / P;
-    if (k > n_full_g - forced_g) k = n_full_g - forced_g;
-    if (k < 0) k = 0;
+    const locks_plan plan = locks_plan_make(len_g, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
+    const int dense = plan.dense;
+    const int32_t k = dense || plan.k < 0 ? 0 : plan.k;
     const int32_t n_local = s ? s->n_pages : 0, n_full_l = s ? s->len / P : 0;
 
     /* All scratch in one allocation made before the first collective, so that after it
@@ -456,7 +454,7 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
             int32_t n_cand = 0;
             for (int32_t i = 0; i < n_full_l && st == LOCKS_OK; i++) {
                 const int32_t j = shard->page0 + i;
-                if (!is_forced(j, n_full_g, p)) keys[n_cand++] = locks_rank_key(m[i], j);
+                if (!is_forced(j, &plan)) keys[n_cand++] = locks_rank_key(m[i], j);
             }
             const int32_t kl = n_cand < k ? n_cand : k;
             if (kl > 0 && kl < n_cand) locks_top_k(keys, n_cand, kl);
@@ -475,7 +473,7 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
             for (int32_t i = 0; i < n_local; i++) pl[n++] = i;
         } else {
             memset(gflag, 0, (size_t)n_pages_g);
-            for (int32_t j = 0; j < n_full_g; j++) gflag[j] = (uint8_t)is_forced(j, n_full_g, p);
+            for (int32_t j = 0; j < n_full_g; j++) gflag[j] = (uint8_t)is_forced(j, &plan);
             if (partial_g) gflag[n_full_g] = 1;
             if (k > 0) {
                 for (int32_t r = 0; r < R; r++)

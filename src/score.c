@@ -121,6 +121,7 @@ locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const fl
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) return locks_cuda_score(c->cuda, layer, seq_id, q, n_q_heads, p, mass); /* device arrays */
 #endif
+    if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
     if (!locks_all_finite(q, (size_t)n_q_heads * c->d)) return LOCKS_ERR_NONFINITE;
     const int32_t n_full = s->len / P;
     float *scores = locks_cache_scratch(c, 0, (size_t)n_q_heads * (size_t)(n_full + 1) * sizeof(float));

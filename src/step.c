@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "plan.h"
 #include "selector.h"
 #include "util.h"
 #include "vmath.h"
@@ -59,6 +60,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
     if (c->cuda) /* q, out: device memory */
         return locks_cuda_decode_step(c->cuda, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
 #endif
+    if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
     if (!locks_all_finite(q, (size_t)n_seqs * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
 
     /* scratch 0: work items, scores, masses and the selection (copied to the caller's
@@ -88,7 +90,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         w[i].n_pages = ibuf + (size_t)n_seqs * H * mp + (size_t)i * H;
         w[i].max_pages = mp;
         w[i].out = out + (size_t)i * n_q_heads * d;
-        w[i].dense = p->selector == LOCKS_SEL_FULL || p->budget >= s->len;
+        w[i].dense = locks_plan_make(s->len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL).dense;
     }
     const float scale = locks_step_scale(c, p->scale);
     double t0 = locks_now_ms();

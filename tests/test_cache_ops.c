@@ -29,6 +29,7 @@ enum { P = LOCKS_PAGE, H = 2, G = 3, HQ = H * G, D = 64, L = 2 };
 
 static locks_cache *new_cache(int32_t n_pages, int32_t threads) {
     locks_cache_params cp = locks_cache_default_params();
+    cp.selectors = LOCKS_SEL_ALL; /* shadow reuse and faults in every selector's metadata */
     cp.n_layers = L;
     cp.n_kv_heads = H;
     cp.head_dim = D;
@@ -249,6 +250,7 @@ static void test_faults(void) {
         for (int64_t n = 1; n <= n_alloc; n++) {
             locks_cache_params pp = locks_cache_default_params();
             pp.n_layers = L, pp.n_kv_heads = H, pp.head_dim = D, pp.n_pages = 24, pp.max_seqs = 3;
+            pp.selectors = LOCKS_SEL_ALL;
             pp.n_threads = threads;
             locks_status st = LOCKS_OK;
             locks_fault_arm(n);
@@ -446,7 +448,7 @@ static void test_pool(void) {
     for (int i = 0; i < 2; i++) SETUP(pthread_create(&th[i], NULL, pool_user_main, &u[i]) == 0);
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
     test_cond(u[0].ok && u[1].ok, "two threads sharing a pool: every task once");
-    /* a cache on a shared pool (the caller's reference dropped at once) == its own pool */
+    /* a cache on a shared pool == a cache with its own pool */
     enum { LEN = 120 };
     const size_t row = (size_t)H * D;
     float *k = malloc(sizeof(float) * L * LEN * row), *v = malloc(sizeof(float) * L * LEN * row);
@@ -460,7 +462,9 @@ static void test_pool(void) {
     locks_status st;
     locks_cache *a = locks_cache_init(cp, &st), *b = new_cache(16, 4);
     CHECK(st);
-    locks_pool_free(pool); /* a holds its own reference */
+    /* a reference held elsewhere (as a context's clone holds one): the caller's may go */
+    locks_pool_retain(pool);
+    locks_pool_free(pool);
     int32_t sa = new_seq(a, LEN, k, v, LEN), sb = new_seq(b, LEN, k, v, LEN);
     locks_step_params p = locks_step_default_params();
     p.budget = 3 * P + LEN % P;
@@ -469,6 +473,7 @@ static void test_pool(void) {
     test_cond(!memcmp(o1, o2, sizeof o1), "a cache on a shared pool == one with its own pool");
     locks_cache_free(a);
     locks_cache_free(b);
+    locks_pool_free(pool); /* the cache borrowed it; the last reference goes here */
     free(k);
     free(v);
 }

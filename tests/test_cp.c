@@ -32,6 +32,7 @@ typedef struct {
 
 static locks_cache *new_cache(const seq_data *x, int32_t n_tok, int32_t threads) {
     locks_cache_params cp = locks_cache_default_params();
+    cp.selectors = LOCKS_SEL_ALL; /* the tests step every selector: keep all their metadata */
     cp.n_kv_heads = x->H;
     cp.head_dim = x->d;
     cp.n_pages = n_tok / P + 2;

@@ -23,6 +23,7 @@
 
 extern "C" {
 #include "locks_cuda.h"
+#include "plan.h" /* locks_plan_make: host and device */
 #include "util.h"
 }
 

@@ -29,8 +29,6 @@
 #include "gguf.h"
 #include "locks_model.h"
 #include "matmul.h"
-#include "cache.h"
-#include "pool.h"
 #include "tokenizer_gguf.h"
 #include "util.h"
 
@@ -311,6 +309,7 @@ locks_ctx_params locks_ctx_default_params(void) {
         .rank = 8,
         .summary_prec = LOCKS_SUMMARY_Q,
         .step = locks_step_default_params(),
+        .selectors = 0,
         .f32_act = 0,
         .progress = NULL,
         .progress_user = NULL,
@@ -354,9 +353,14 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     cp.max_seqs = 1;
     cp.rank = p.rank;
     cp.summary_prec = p.summary_prec;
+    cp.n_threads = p.n_threads;
+    if ((int)p.step.selector >= 0 && p.step.selector < LOCKS_SEL_COUNT)
+        cp.selectors = p.selectors | LOCKS_SEL_BIT(p.step.selector);
+    c->p.selectors = cp.selectors; /* what the cache serves; a clone keeps it */
     /* one set of worker threads for the context, its cache and its clones: the matmuls
      * and the cache's jobs run on it, so a worker still spinning after one job picks up
-     * the next, and a clone adds no threads */
+     * the next, and a clone adds no threads (the context holds a reference; the cache
+     * borrows it and is freed first) */
     c->pool = pool ? locks_pool_retain(pool) : locks_pool_init(p.n_threads);
     if (!c->pool) {
         st = LOCKS_ERR_OOM;
@@ -456,6 +460,7 @@ int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq; }
 
 locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
     if (!step_ok(&step)) return LOCKS_ERR_INVALID_ARG;
+    if (!locks_cache_serves(c->cache, step.selector)) return LOCKS_ERR_NO_META;
     c->p.step = step;
     return LOCKS_OK;
 }
