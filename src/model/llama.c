@@ -29,6 +29,7 @@
 #include "gguf.h"
 #include "locks_model.h"
 #include "matmul.h"
+#include "quant.h"
 #include "cache.h"
 #include "pool.h"
 #include "tokenizer_gguf.h"
@@ -88,6 +89,12 @@ static locks_status load_weight(const gguf *g, const char *name, int32_t rows, i
         return LOCKS_ERR_FORMAT;
     }
     if (matmul_wants_q8(t->type) && cols % GGML_QBLOCK != 0) return LOCKS_ERR_FORMAT;
+    size_t bad = 0, n_blocks = (size_t)rows * (size_t)cols / (size_t)(quant_is_ext(t->type) ? quant_block_elems(t->type) : GGML_QBLOCK);
+    if (matmul_wants_q8(t->type) && quant_check_scales(t->type, t->data, n_blocks, &bad) != LOCKS_OK) {
+        locks_log(LOCKS_LOG_ERROR, "model: tensor %s (%s): block %zu has a non-finite scale", name,
+                  ggml_type_name(t->type), bad);
+        return LOCKS_ERR_FORMAT;
+    }
     w->data = t->data;
     w->type = t->type;
     w->rows = rows;
