@@ -7,7 +7,7 @@
 
 #include <unistd.h>
 
-#include "dump.h"
+#include "eval/dump.h"
 #include "util.h"
 
 static double urand(void) { return tu_uniform(); }

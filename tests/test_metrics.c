@@ -4,7 +4,7 @@
  */
 #include "test_util.h"
 
-#include "metrics.h"
+#include "eval/metrics.h"
 #include "util.h"
 
 #include <math.h>

@@ -7,8 +7,8 @@
  */
 #include "test_util.h"
 
-#include "metrics.h"
-#include "synth.h"
+#include "eval/metrics.h"
+#include "eval/synth.h"
 #include "util.h"
 
 #include <math.h>

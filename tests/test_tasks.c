@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tasks.h"
+#include "eval/tasks.h"
 
 static int failures = 0, checks = 0;
 #define CHECK(cond, ...)                                                                     \

@@ -1,10 +1,10 @@
 /*
  * cmd_bench.c — `locks bench`: per-step time, bytes and fidelity of dense vs sparse
- * decode on the synthetic workload (src/synth.h), side by side in one run.
+ * decode on the synthetic workload (src/eval/synth.h), side by side in one run.
  *
  * For every (shape, context) the cache (one layer, batch sequences) is filled once;
  * then for every budget, each decode step draws fresh queries, computes the float64
- * reference attention (src/metrics.h) and runs every selector through
+ * reference attention (src/eval/metrics.h) and runs every selector through
  * locks_decode_step on the same queries, interleaved so that machine load hits all
  * selectors alike. The dense baseline is the `full` selector through the same call
  * (always measured, printed when asked for). Times are host wall time of the whole
@@ -23,8 +23,8 @@
 #include "args.h"
 #include "cmds.h"
 #include "locks.h"
-#include "metrics.h"
-#include "synth.h"
+#include "eval/metrics.h"
+#include "eval/synth.h"
 #include "util.h"
 
 #define MAX_LIST 16
@@ -72,7 +72,7 @@ static void usage(FILE *f) {
             "\n"
             "Decode-step time, bytes read and fidelity of the dense path and the sparse\n"
             "selectors on a synthetic workload with page-local low-rank keys, attention\n"
-            "sinks and needle pages (one layer; see src/synth.h). Lists are comma-separated;\n"
+            "sinks and needle pages (one layer; see src/eval/synth.h). Lists are comma-separated;\n"
             "sizes take a k suffix (x1024).\n"
             "\n"
             "  --shape S[,S]      llama3-8b (32q/8kv, d=128), smollm2 (9q/3kv, d=64),\n"

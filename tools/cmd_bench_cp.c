@@ -1,6 +1,6 @@
 /*
  * cmd_bench_cp.c — `locks bench --ranks N`: the context-parallel decode step (src/cp.c)
- * on the synthetic workload (src/synth.h) at the Llama-3.1-8B layer shape (32 q / 8 KV
+ * on the synthetic workload (src/eval/synth.h) at the Llama-3.1-8B layer shape (32 q / 8 KV
  * heads, d = 128), one layer, batch 1.
  *
  * Two ways to run N ranks:
@@ -33,7 +33,7 @@
 #include "args.h"
 #include "cmds.h"
 #include "locks.h"
-#include "synth.h"
+#include "eval/synth.h"
 #include "util.h"
 
 #define MAX_CTX 8

@@ -1,14 +1,14 @@
 /*
  * cmd_eval.c — `locks eval`: replays recorded (or synthetic) decode steps through every
  * selector over a token-budget sweep and scores each selection against the exact
- * attention (the metrics of DESIGN §3, src/metrics.h).
+ * attention (the metrics of DESIGN §3, src/eval/metrics.h).
  *
  * Sources:
- *  --dump FILE    a KV dump (src/dump.h): the prefill keys/values are written into a
+ *  --dump FILE    a KV dump (src/eval/dump.h): the prefill keys/values are written into a
  *                 CPU cache, the shared basis of `shadow` is fitted on them (end of
  *                 prefill), then each decode step appends its token in every layer and
  *                 each layer's query of that step is replayed.
- *  --synthetic    the synthetic workload (src/synth.h): one generator per layer (seed +
+ *  --synthetic    the synthetic workload (src/eval/synth.h): one generator per layer (seed +
  *                 layer), a fixed context, and --steps fresh queries per layer (no
  *                 token is appended between steps). Its needle pages give carrier recall.
  *
@@ -30,11 +30,11 @@
 
 #include "args.h"
 #include "cmds.h"
-#include "dump.h"
+#include "eval/dump.h"
 #include "eval_tasks.h"
 #include "locks.h"
-#include "metrics.h"
-#include "synth.h"
+#include "eval/metrics.h"
+#include "eval/synth.h"
 #include "util.h"
 
 #define EVAL_MAX_BUDGETS 32
@@ -53,7 +53,7 @@ static void eval_usage(FILE *f) {
             "\n"
             "source:\n"
             "  --dump FILE           KV dump written by `locks run --dump-kv FILE`\n"
-            "  --synthetic           synthetic workload (src/synth.h) with:\n"
+            "  --synthetic           synthetic workload (src/eval/synth.h) with:\n"
             "    --context N         tokens (default 4096)\n"
             "    --steps N           queries per layer (default 8)\n"
             "    --layers N          layers, one generator each (default 4)\n"

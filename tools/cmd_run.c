@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "cmds.h"
-#include "dump.h"
+#include "eval/dump.h"
 #include "locks_model.h"
 #include "runutil.h"
 

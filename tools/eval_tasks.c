@@ -3,14 +3,14 @@
  * by every selector and budget from one dense prefill.
  *
  * For each sample (task, context length, sample index):
- *   1. generate the prompt (src/model/tasks.c), sized with the model's own tokenizer and
+ *   1. generate the prompt (src/eval/tasks.c), sized with the model's own tokenizer and
  *      wrapped in the model's chat template;
  *   2. prefill all but its last token with dense attention (once);
  *   3. for each (selector, budget): decode the last prompt token and then the greedy
  *      answer through that selector, so every answer token comes from a sparse step;
  *      score the answer as RULER does (each expected answer contained, case-insensitive);
  *      at each measured decode step and layer compare the selection with the float64
- *      reference attention (src/metrics.h): mass coverage of the selection and of the
+ *      reference attention (src/eval/metrics.h): mass coverage of the selection and of the
  *      oracle's at the same budget, and carrier recall (pages holding an answer needle);
  *   4. truncate the sequence back to the prefill (locks_ctx_truncate), so the next
  *      configuration starts from exactly the same KV cache.
@@ -34,8 +34,8 @@
 
 #include "locks.h"
 #include "locks_model.h"
-#include "metrics.h"
-#include "model/tasks.h"
+#include "eval/metrics.h"
+#include "eval/tasks.h"
 #include "util.h"
 
 #define MAX_LIST 32

@@ -8,7 +8,7 @@
  * until it fits (BPE rarely merges across a space-word boundary, so this converges in a
  * step or two). Everything random comes from one splitmix64 stream seeded by p->seed.
  */
-#include "model/tasks.h"
+#include "tasks.h"
 
 #include <ctype.h>
 #include <math.h>
