@@ -257,6 +257,17 @@ typedef struct {
 locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *types,
                                       int32_t n_tokens, const char *const *merges,
                                       int32_t n_merges, const char *pre, locks_status *err);
+/* A SentencePiece-style BPE tokenizer (GGUF tokenizer.ggml.model = "llama": Gemma,
+ * Llama 2, Mistral): tokens[n_tokens] in SentencePiece's spelling (U+2581 for a space,
+ * "<0xAB>" BYTE tokens), types as above, scores[n_tokens] (finite). Encoding cuts text at
+ * special tokens as above, then merges each span from its UTF-8 characters: the adjacent
+ * pair whose concatenation is a token with the highest score first (leftmost on ties),
+ * as sentencepiece's BPE and llama.cpp do; a character that ends up in no token falls
+ * back to its bytes' <0xAB> tokens. No space prefix is added and spaces are not
+ * collapsed (Gemma's add_space_prefix = false). Errors as locks_tokenizer_init
+ * (LOCKS_ERR_INVALID_ARG also for NULL or non-finite scores). */
+locks_tokenizer *locks_tokenizer_init_spm(const char *const *tokens, const int32_t *types,
+                                          const float *scores, int32_t n_tokens, locks_status *err);
 void locks_tokenizer_free(locks_tokenizer *t);
 
 int32_t locks_tokenizer_n_vocab(const locks_tokenizer *t);
@@ -269,7 +280,7 @@ locks_token_type locks_tokenizer_type(const locks_tokenizer *t, int32_t id);
  * tokens first, then the lowest id), or -1. E.g. locks_tokenizer_find(t, "<|im_end|>", 10). */
 int32_t locks_tokenizer_find(const locks_tokenizer *t, const char *text, size_t len);
 /* True for ids that end a generation: eos, and the CONTROL tokens <|im_end|>,
- * <|endoftext|>, <|eot_id|>, <|end|> where the vocabulary has them. */
+ * <|endoftext|>, <|eot_id|>, <|end|>, <end_of_turn> where the vocabulary has them. */
 bool locks_tokenizer_is_eog(const locks_tokenizer *t, int32_t id);
 
 /* Encodes text[0, len) (any bytes; no BOS is added). Writes up to cap ids to ids and the
