@@ -10,10 +10,15 @@
  *                  attention) and decode (one token, attention by the chosen selector).
  *   locks_sampler  greedy / temperature / top-k / top-p sampling with its own RNG.
  *
- * Supported models: GGUF `general.architecture = llama` (Llama 2/3, SmolLM, TinyLlama,
- * ...) with F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors, head_dim 64/128/256, GQA, tied or
- * separate output embeddings. RoPE follows llama.cpp's GGUF convention: the converter
- * permutes Q/K so that rotation acts on adjacent pairs (x[2i], x[2i+1]).
+ * Supported models: GGUF `general.architecture` = llama (Llama 2/3, SmolLM, TinyLlama,
+ * ...), qwen2 (Qwen2 / Qwen2.5: Q/K/V biases, NeoX RoPE), qwen3 (QK-norm, NeoX RoPE) and
+ * gemma3 (Gemma 3: QK-norm, post-branch norms, GeGLU, scaled embeddings, five of six
+ * layers local with a sliding window attended exactly; the selector and budget act in the
+ * global layers only), with F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K tensors,
+ * head_dim 64/128/256, GQA, tied or separate output embeddings; tokenizers: byte-level
+ * BPE (tokenizer.ggml.model gpt2) or SentencePiece BPE (llama). For llama, RoPE follows
+ * llama.cpp's GGUF convention: the converter permutes Q/K so that rotation acts on
+ * adjacent pairs (x[2i], x[2i+1]).
  *
  * Threading: a context is used by one thread at a time; its cache's pool of n_threads
  * workers (caller included) runs both the matmuls and the attention.
@@ -51,6 +56,10 @@ typedef struct {
     int32_t bos_id, eos_id; /* -1 if the file has none */
     int32_t add_bos;        /* tokenizer.ggml.add_bos_token */
     char name[128];         /* general.name (truncated), "" if absent */
+    char arch[16];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma3" */
+    int32_t swa_window;     /* sliding window of the local layers in tokens; 0: none */
+    int32_t swa_period;     /* layer l is local iff swa_window > 0 and (l + 1) % swa_period != 0 */
+    float rope_theta_swa;   /* RoPE base of the local layers */
 } locks_model_info;
 
 /* Maps and checks a GGUF file. Returns NULL and sets *err: LOCKS_ERR_IO, LOCKS_ERR_FORMAT

@@ -43,6 +43,15 @@ CASES = [
 
 def main():
     r = GGUFReader(sys.argv[1])
+    if len(sys.argv) > 3 and sys.argv[2] == "--encode":  # ids of one text, comma-separated
+        sp, encode, toks = build(r)
+        print(",".join(map(str, encode(sys.argv[3]))))
+        return
+    sp, encode, toks = build(r)
+    emit(encode, toks)
+
+
+def build(r):
     toks = r.fields["tokenizer.ggml.tokens"].contents()
     scores = r.fields["tokenizer.ggml.scores"].contents()
     types = r.fields["tokenizer.ggml.token_type"].contents()
@@ -85,6 +94,11 @@ def main():
             i += len(hit)
             span = i
         return ids + sp.encode(text[span:])
+
+    return sp, encode, toks
+
+
+def emit(encode, toks):
 
     rng = random.Random(14)
     alphabet = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
