@@ -349,6 +349,15 @@ typedef struct {
 locks_status locks_chatml_format(const locks_chat_msg *msgs, int32_t n_msgs, bool add_assistant,
                                  char *out, size_t cap, size_t *n_out);
 
+/* Gemma's chat template: "<bos>", then for each message "<start_of_turn>{role}\n{content}
+ * <end_of_turn>\n" with role "assistant" written "model" and the content trimmed of
+ * surrounding white space; a leading "system" message has no turn of its own, its text
+ * and "\n\n" open the first turn. Then, if add_assistant, "<start_of_turn>model\n".
+ * Output and errors as locks_chatml_format; encode with parse_special = true and no
+ * extra BOS. */
+locks_status locks_gemma_chat_format(const locks_chat_msg *msgs, int32_t n_msgs, bool add_assistant,
+                                     char *out, size_t cap, size_t *n_out);
+
 /* ================================================================================ */
 /* end Tokenizer                                                                     */
 /* ================================================================================ */

@@ -1065,3 +1065,45 @@ locks_status locks_chatml_format(const locks_chat_msg *msgs, int32_t n_msgs, boo
     out[o.n] = '\0';
     return LOCKS_OK;
 }
+
+/* Appends s[0, n) with leading and trailing white space removed (Jinja's trim). */
+static void text_put_trim(text_sink *o, const char *s) {
+    size_t n = strlen(s), b = 0;
+    while (b < n && (s[b] == ' ' || s[b] == '\t' || s[b] == '\n' || s[b] == '\r')) b++;
+    while (n > b && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r')) n--;
+    for (size_t i = b; i < n; i++) {
+        if (o->n + 1 < o->cap) o->out[o->n] = s[i];
+        o->n++;
+    }
+}
+
+locks_status locks_gemma_chat_format(const locks_chat_msg *msgs, int32_t n_msgs, bool add_assistant,
+                                     char *out, size_t cap, size_t *n_out) {
+    if (!n_out || n_msgs < 0 || (!msgs && n_msgs > 0) || (!out && cap > 0)) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n_msgs; i++)
+        if (!msgs[i].role || !msgs[i].content) return LOCKS_ERR_INVALID_ARG;
+    text_sink o = {out, cap, 0};
+    text_put(&o, "<bos>");
+    int32_t first = 0;
+    const char *system = NULL;
+    if (n_msgs > 0 && strcmp(msgs[0].role, "system") == 0) {
+        system = msgs[0].content;
+        first = 1;
+    }
+    for (int32_t i = first; i < n_msgs; i++) {
+        text_put(&o, "<start_of_turn>");
+        text_put(&o, strcmp(msgs[i].role, "assistant") == 0 ? "model" : msgs[i].role);
+        text_put(&o, "\n");
+        if (i == first && system) { /* Gemma has no system turn: it opens the first one */
+            text_put_trim(&o, system);
+            text_put(&o, "\n\n");
+        }
+        text_put_trim(&o, msgs[i].content);
+        text_put(&o, "<end_of_turn>\n");
+    }
+    if (add_assistant) text_put(&o, "<start_of_turn>model\n");
+    *n_out = o.n;
+    if (o.n + 1 > cap) return LOCKS_ERR_INVALID_ARG;
+    out[o.n] = '\0';
+    return LOCKS_OK;
+}
