@@ -106,6 +106,8 @@ typedef enum {
     LOCKS_ERR_IO,           /* file open/read/write failed */
     LOCKS_ERR_FORMAT,       /* malformed file (dump, GGUF, ...) */
     LOCKS_ERR_BACKEND,      /* the CUDA runtime reported an error */
+    LOCKS_ERR_NO_META,      /* the cache keeps no metadata for this selector
+                             * (locks_cache_params.selectors) */
     LOCKS_STATUS_COUNT
 } locks_status;
 
@@ -139,12 +141,40 @@ typedef enum {
     LOCKS_SEL_COUNT
 } locks_selector;
 
+/* Sets of selectors (locks_cache_params.selectors): LOCKS_SEL_BIT(LOCKS_SEL_QUEST) |
+ * LOCKS_SEL_BIT(LOCKS_SEL_ROCKET), or LOCKS_SEL_ALL. */
+#define LOCKS_SEL_BIT(s) (1u << (unsigned)(s))
+#define LOCKS_SEL_ALL ((1u << (unsigned)LOCKS_SEL_COUNT) - 1u)
+
 /* "full", "oracle", "locks", ...; NULL for an out-of-range value. */
 const char *locks_selector_name(locks_selector s);
 /* Parses a selector name; returns LOCKS_ERR_INVALID_ARG for an unknown name. */
 locks_status locks_selector_parse(const char *name, locks_selector *out);
 
 typedef enum { LOCKS_BACKEND_CPU = 0, LOCKS_BACKEND_CUDA } locks_backend;
+
+/* ------------------------------------------------------------------------------ */
+/* Thread pool                                                                      */
+/* ------------------------------------------------------------------------------ */
+
+/* A small pthreads pool that runs "n tasks of one function" jobs: n_threads workers
+ * in total, the calling thread included (1 runs everything inline, no threads are
+ * created). locks_pool_run hands out task indices 0..n_tasks-1 dynamically and returns
+ * when every task has finished; each task also receives the index of the thread
+ * running it (0 = caller, 1..n_threads-1 = workers), for per-thread scratch without
+ * locks. One job at a time per pool: it is not reentrant (a task must not call
+ * locks_pool_run on the same pool), so a pool shared by several caches (see
+ * locks_cache_params.pool) is used by one thread at a time. Every cache runs its work
+ * on one (locks_cache_pool); an engine can run its own work (matmuls) on the same. */
+typedef struct locks_pool locks_pool;
+typedef void (*locks_pool_fn)(void *arg, int32_t task, int32_t thread);
+
+/* n_threads >= 1. Returns NULL if a thread or an allocation failed. */
+locks_pool *locks_pool_init(int32_t n_threads);
+void locks_pool_free(locks_pool *p);
+int32_t locks_pool_threads(const locks_pool *p);
+/* Runs fn(arg, t, thread) for t in [0, n_tasks); returns when all are done. */
+void locks_pool_run(locks_pool *p, int32_t n_tasks, locks_pool_fn fn, void *arg);
 
 /* ------------------------------------------------------------------------------ */
 /* Summaries of one page (stand-alone, for tools and tests)                         */
@@ -159,7 +189,11 @@ size_t locks_summary_bytes(int32_t head_dim, int32_t rank, locks_summary_prec pr
 locks_status locks_eig_sym(int32_t n, const double *a, double *w, double *u);
 
 /* Unquantized summary of one page: keys k[16][d] (fp32) -> mu[d], basis[r][d]
- * (orthonormal rows; zero rows for null directions), coef[16][r]. */
+ * (orthonormal rows; zero rows for null directions), coef[16][r]. Any head_dim in
+ * 1..LOCKS_MAX_HEAD_DIM and rank in 1..LOCKS_MAX_RANK (else LOCKS_ERR_INVALID_ARG);
+ * rank min(d, 15) reconstructs the page exactly. (The quantized layout needs an even
+ * d: locks_summary_bytes is 0 for LOCKS_SUMMARY_Q at odd d; a CPU cache takes head_dim
+ * multiples of 8, a CUDA cache 64/128/256.) */
 locks_status locks_summary_build_f32(int32_t head_dim, int32_t rank, const float *k,
                                      float *mu, float *basis, float *coef);
 
@@ -181,6 +215,20 @@ typedef struct {
     locks_backend backend;           /* default CPU; CUDA: see "CUDA backend" below */
     int32_t n_threads;               /* CPU worker threads (default: 1) */
     int32_t device;                  /* CUDA device ordinal */
+    /* The selectors this cache serves (LOCKS_SEL_BIT set, default
+     * LOCKS_SEL_BIT(LOCKS_SEL_LOCKS)): the cache keeps only their page metadata. FULL,
+     * ORACLE and LOCKS need none beyond what every cache holds (the K/V pages and the
+     * LOCKS summaries), so 0 serves those three; QUEST adds fp16 key min/max per page
+     * (4 d bytes per page and KV head), ROCKET that min/max and the SnapKV votes (5
+     * bytes), SHADOW and SHADOW_LM the landmarks and projections (2 d + 4 r + 4 bytes)
+     * and a basis per sequence slot, layer and KV head (4 r d bytes). Asking a step or
+     * score for a selector the cache does not serve gives LOCKS_ERR_NO_META. A CUDA
+     * cache keeps none (its step serves FULL and LOCKS). Bits past LOCKS_SEL_ALL give
+     * LOCKS_ERR_INVALID_ARG. */
+    uint32_t selectors;
+    /* CPU: the thread pool to run on, shared and not owned (it must outlive the
+     * cache); NULL (default): the cache starts its own of n_threads. */
+    locks_pool *pool;
 } locks_cache_params;
 
 locks_cache_params locks_cache_default_params(void);
@@ -190,9 +238,17 @@ locks_cache_params locks_cache_default_params(void);
 locks_cache *locks_cache_init(locks_cache_params params, locks_status *err);
 void locks_cache_free(locks_cache *c);
 locks_cache_params locks_cache_get_params(const locks_cache *c);
+/* 1 if the cache holds the metadata selector s reads (see locks_cache_params.selectors),
+ * else 0 (also for an out-of-range s or a NULL cache). */
+int locks_cache_serves(const locks_cache *c, locks_selector s);
+/* The thread pool the cache's CPU work runs on (its own or params.pool); NULL on CUDA. */
+locks_pool *locks_cache_pool(const locks_cache *c);
 
 /* Sequences. seq_add writes a new id to *seq_id (LOCKS_ERR_INVALID_ARG if all slots are
- * taken). seq_remove frees the sequence's pages. */
+ * taken). seq_remove frees the sequence's pages.
+ * seq_remove, seq_truncate and append are all-or-nothing: on any error (on a CUDA
+ * cache also LOCKS_ERR_BACKEND from the device copy of the sequence, which is updated
+ * first) the cache is unchanged. */
 locks_status locks_cache_seq_add(locks_cache *c, int32_t *seq_id);
 locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id);
 /* Number of tokens reserved in the sequence (-1 for an unknown id). */
@@ -218,7 +274,10 @@ locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens
  * k, v: [n][Hkv][d] fp32 (host memory on CPU, device memory on CUDA). Non-finite
  * input gives LOCKS_ERR_NONFINITE and writes nothing. For every page of this layer
  * that the write fills, the summaries are built before returning (multi-threaded when
- * the write spans several pages). */
+ * the write spans several pages). On the CPU a write cannot fail once it stores. On
+ * CUDA a device failure (LOCKS_ERR_BACKEND) before the store changes nothing; one
+ * after the store began leaves those slots undefined and marked unwritten (their pages
+ * are not full, so no selector reads their summaries): write them again. */
 locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
                                int32_t n, const float *k, const float *v);
 
@@ -233,15 +292,19 @@ const uint16_t *locks_cache_v_page(const locks_cache *c, int32_t layer, int32_t 
 locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,
                                      int32_t page, float *mu, float *basis, float *coef);
 
-/* Bytes of summaries stored per (page, KV head). */
+/* Bytes of summaries stored per (page, KV head): on the CPU the bytes the cache's
+ * summary arrays hold, divided by (layers x KV heads x pages) (802 at d = 128, r = 8,
+ * LOCKS_SUMMARY_Q); on CUDA locks_summary_bytes of the cache's shape (the device pads
+ * the rank to 8 slots). */
 size_t locks_cache_summary_bytes(const locks_cache *c);
 
 /* LOCKS_SEL_SHADOW's shared basis (CPU backend): fits, for every layer and KV head, the
  * top-r right singular vectors of the sequence's keys written so far (call it at the
  * end of prefill) and projects its full pages' centroids on them; pages that fill
  * later are projected on this basis when first scored. Without this call the first
- * shadow step fits the basis from the keys present then. A sequence id reused after
- * locks_cache_seq_remove keeps the old basis until it is refitted. */
+ * shadow step fits the basis from the keys present then. locks_cache_seq_remove, and
+ * a truncate below the length it was fitted at, drop the basis (a reused sequence id
+ * is never scored with an earlier prompt's basis). */
 locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id);
 
 /* RocketKV's optional first stage, SnapKV prefill eviction, for LOCKS_SEL_ROCKET only
@@ -272,7 +335,9 @@ typedef struct {
     int32_t budget;          /* tokens attended per (sequence, KV head), > 0 (default 2048) */
     int32_t n_sink;          /* leading full pages always attended (default 1) */
     int32_t n_recent;        /* trailing full pages always attended (default 1) */
-    float scale;             /* softmax scale; 0 -> 1/sqrt(head_dim) (default 0) */
+    float scale;             /* softmax scale; 0 -> 1/sqrt(head_dim) (default 0); a
+                              * negative, NaN or infinite scale is LOCKS_ERR_INVALID_ARG
+                              * on every backend (so for every scale argument below) */
 } locks_step_params;
 
 locks_step_params locks_step_default_params(void);
@@ -299,8 +364,11 @@ typedef struct {
  * q: [n_seqs][n_q_heads][d] fp32, n_q_heads a multiple of Hkv (GQA group G = Hq/Hkv,
  * query head h belongs to KV head h / G). out: [n_seqs][n_q_heads][d] fp32.
  * sel (may be NULL) receives the selection; stats (may be NULL) is overwritten.
- * Errors: LOCKS_ERR_NONFINITE for a NaN/Inf query (out untouched), LOCKS_ERR_BUDGET,
- * LOCKS_ERR_NO_SEQ, LOCKS_ERR_INVALID_ARG for an empty sequence. */
+ * Errors: LOCKS_ERR_NONFINITE for a NaN/Inf query, LOCKS_ERR_BUDGET, LOCKS_ERR_NO_SEQ,
+ * LOCKS_ERR_INVALID_ARG for an empty sequence or a bad scale, LOCKS_ERR_OOM. On the
+ * CPU a failed step writes nothing (out, sel, stats untouched); on CUDA a device
+ * failure during the step may leave out and sel partly written (the cache is
+ * unchanged either way). */
 locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq_ids,
                                int32_t n_seqs, const float *q, int32_t n_q_heads,
                                const locks_step_params *p, float *out, locks_selection *sel,
@@ -354,6 +422,9 @@ locks_status locks_select(const locks_cache *c, int32_t seq_id, const float *mas
 
 /* Exact attention of each query head over its KV head's pages (logical indices,
  * pages[Hkv][max_pages], n_pages[Hkv]); the partial page must be listed to be attended.
+ * A page outside the sequence or n_pages[h] outside 0..max_pages is
+ * LOCKS_ERR_INVALID_ARG with out untouched, on every backend (on CUDA the two small
+ * device arrays are copied to the host to be checked, which synchronises).
  * out: [n_q_heads][d]; lse (may be NULL): [n_q_heads] natural-log sum of exp(scaled logits). */
 locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
                           int32_t n_q_heads, float scale, const int32_t *pages,

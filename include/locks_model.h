@@ -104,6 +104,9 @@ typedef struct {
     int32_t rank;        /* summary rank (default 8) */
     locks_summary_prec summary_prec; /* default LOCKS_SUMMARY_Q */
     locks_step_params step;          /* selector, budget, sink, recent for decode */
+    uint32_t selectors; /* the selectors locks_ctx_set_step may switch to, beyond
+                         * step.selector (LOCKS_SEL_BIT set; default 0): the cache keeps
+                         * their metadata (locks_cache_params.selectors) */
     int32_t f32_act; /* 0 (default): activations meet block-quantized weights as int8
                       * blocks, like llama.cpp; 1: fp32 activations (slower; validation) */
     locks_progress_fn progress;      /* called after each prefill chunk (may be NULL) */
@@ -116,7 +119,9 @@ typedef struct {
 
 locks_ctx_params locks_ctx_default_params(void);
 
-/* Returns NULL and sets *err on invalid parameters or allocation failure. */
+/* Returns NULL and sets *err on invalid parameters (LOCKS_ERR_INVALID_ARG, including a
+ * step the first decode would reject: budget <= 0, negative n_sink / n_recent, an
+ * unknown selector, a negative or non-finite scale) or allocation failure. */
 locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status *err);
 void locks_ctx_free(locks_ctx *c);
 /* A new context with the same parameters holding a copy of src's tokens and KV (the
@@ -134,7 +139,9 @@ locks_status locks_ctx_truncate(locks_ctx *c, int32_t n);
 /* The cache, for inspection (summaries, pages, KV dumps). Owned by the context. */
 locks_cache *locks_ctx_cache(locks_ctx *c);
 int32_t locks_ctx_seq(const locks_ctx *c);
-/* Decode step parameters (selector, budget, ...) used by later decode calls. */
+/* Decode step parameters (selector, budget, ...) used by later decode calls.
+ * LOCKS_ERR_NO_META for a selector the context's cache does not serve (neither
+ * step.selector nor in selectors at init). */
 locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step);
 
 /* Runs n tokens through the model (chunks of n_batch: batched matmuls, causal dense

@@ -564,7 +564,7 @@ locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id,
     const locks_seq *s = locks_cache_seq(c, seq_id);
     if (!s) return LOCKS_ERR_NO_SEQ;
     if (!q || !out || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
-        n_q_heads % c->hkv != 0 || pos < 0 || n < 0 || pos > s->len - n)
+        n_q_heads % c->hkv != 0 || pos < 0 || n < 0 || pos > s->len - n || !locks_scale_ok(scale))
         return LOCKS_ERR_INVALID_ARG;
     if (n == 0) return LOCKS_OK;
     if (c->cuda) return LOCKS_ERR_UNSUPPORTED; /* prefill attention is CPU-only for now */
@@ -590,21 +590,34 @@ locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const f
     if (!s) return LOCKS_ERR_NO_SEQ;
     const int32_t H = c->hkv, d = c->d;
     if (!q || !pages || !n_pages || !out || layer < 0 || layer >= c->p.n_layers ||
-        n_q_heads < H || n_q_heads % H != 0 || max_pages < 1)
+        n_q_heads < H || n_q_heads % H != 0 || max_pages < 1 || !locks_scale_ok(scale))
         return LOCKS_ERR_INVALID_ARG;
+    const size_t n_tab = (size_t)H * max_pages;
+    const int32_t *hp = pages, *hn = n_pages;
 #ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) /* device arrays; out-of-range pages are skipped there, not reported */
-        return locks_cuda_attend(c->cuda, layer, seq_id, q, n_q_heads, scale, pages, n_pages, max_pages, out, lse);
+    int32_t *host = NULL;
+    if (c->cuda) { /* device arrays: the page lists are checked on a host copy */
+        host = locks_cache_scratch(c, 1, (n_tab + (size_t)H) * sizeof(int32_t));
+        if (!host) return LOCKS_ERR_OOM;
+        locks_status st = locks_cuda_memcpy_d2h(host + n_tab, n_pages, (size_t)H * sizeof(int32_t));
+        if (st == LOCKS_OK) st = locks_cuda_memcpy_d2h(host, pages, n_tab * sizeof(int32_t));
+        if (st != LOCKS_OK) return st;
+        hp = host;
+        hn = host + n_tab;
+    }
 #endif
     for (int32_t h = 0; h < H; h++) {
-        if (n_pages[h] < 0 || n_pages[h] > max_pages) return LOCKS_ERR_INVALID_ARG;
-        for (int32_t i = 0; i < n_pages[h]; i++) {
-            int32_t lp = pages[(size_t)h * max_pages + i];
+        if (hn[h] < 0 || hn[h] > max_pages) return LOCKS_ERR_INVALID_ARG;
+        for (int32_t i = 0; i < hn[h]; i++) {
+            int32_t lp = hp[(size_t)h * max_pages + i];
             if (lp < 0 || lp >= s->n_pages) return LOCKS_ERR_INVALID_ARG;
         }
     }
+#ifdef LOCKS_HAVE_CUDA
+    if (c->cuda)
+        return locks_cuda_attend(c->cuda, layer, seq_id, q, n_q_heads, scale, pages, n_pages, max_pages, out, lse);
+#endif
     if (!locks_all_finite(q, (size_t)n_q_heads * d)) return LOCKS_ERR_NONFINITE;
-    size_t n_tab = (size_t)H * max_pages;
     int32_t *copy = locks_cache_scratch(c, 1, (n_tab + (size_t)H) * sizeof(int32_t));
     if (!copy) return LOCKS_ERR_OOM;
     memcpy(copy, pages, n_tab * sizeof(int32_t));

@@ -2,10 +2,12 @@
  * backend_cuda.c — the public API's CUDA backend glue (a cache created with
  * LOCKS_BACKEND_CUDA). The host keeps the sequence bookkeeping exactly as the CPU
  * backend does (free list, block tables, written-slot masks); the pages, summaries
- * and every step's work live on the device (src/cuda/). Core's functions call in here
- * only when c->cuda is set; in a build without CUDA this file is empty.
+ * and every step's work live on the device (src/cuda/). backend.c calls in here only
+ * when c->cuda is set; this file calls down into cache.c and src/cuda/ only. In a
+ * build without CUDA it holds the graph API's UNSUPPORTED answers.
  */
 #include "cache.h"
+#include "decode.h"
 #include "util.h"
 
 #ifdef LOCKS_HAVE_CUDA
@@ -14,23 +16,21 @@
 
 enum { P = LOCKS_PAGE };
 
-locks_cache *locks_cache_init_cuda(locks_cache_params params, locks_status *err) {
+locks_status locks_cache_init_cuda(locks_cache *c) {
     locks_status st;
-    locks_cache *c = locks_cache_init_host(&params, &st);
-    if (!c) goto fail;
-    c->cuda = locks_cuda_cache_init(&params, &st);
-    if (!c->cuda) goto fail;
-    if (err) *err = LOCKS_OK;
-    return c;
-fail:
-    locks_cache_free(c);
-    if (err) *err = st;
-    return NULL;
+    c->cuda = locks_cuda_cache_init(&c->p, &st);
+    return c->cuda ? LOCKS_OK : st;
 }
 
-locks_status locks_cuda_backend_sync(locks_cache *c, int32_t seq_id) {
-    const locks_seq *s = &c->seqs[seq_id];
-    return locks_cuda_seq_sync(c->cuda, seq_id, s->table, s->active ? s->n_pages : 0, s->active ? s->len : 0);
+void locks_cache_free_cuda(locks_cache *c) { locks_cuda_cache_free(&c->cuda); }
+
+locks_status locks_cuda_backend_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page,
+                                            float *mu, float *basis, float *coef) {
+    return locks_cuda_summary_get(c->cuda, layer, kv_head, page, mu, basis, coef);
+}
+
+locks_status locks_cuda_backend_sync(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {
+    return locks_cuda_seq_sync(c->cuda, seq_id, c->seqs[seq_id].table, n_pages, len);
 }
 
 locks_status locks_cuda_backend_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n,
@@ -54,13 +54,19 @@ locks_status locks_cuda_backend_write(locks_cache *c, int32_t seq_id, int32_t la
         if (lp - first < 64) masks[lp - first] = m;
         if ((fill[page] | m) == 0xffffu) pages[n_build++] = page;
     }
-    locks_status st = locks_cuda_cache_write(c->cuda, seq_id, layer, pos, n, d_k, d_v, pages, n_build);
-    if (st == LOCKS_OK) /* mark the slots only once the write happened */
+    int stored = 0;
+    locks_status st = locks_cuda_cache_write(c->cuda, seq_id, layer, pos, n, d_k, d_v, pages, n_build, &stored);
+    /* the slots count as written only once the write and its summary builds succeeded;
+     * a device failure after the store began leaves them half-written, so they (and the
+     * pages holding them) are marked unwritten: no selector reads a summary built from
+     * other keys, and the caller writes them again */
+    if (st == LOCKS_OK || stored)
         for (int32_t lp = first; lp <= last; lp++) {
             const int32_t a = lp == first ? pos % P : 0, b = lp == last ? (pos + n - 1) % P : P - 1;
             uint16_t m = lp - first < 64 ? masks[lp - first]
                                          : (uint16_t)(((1u << (b + 1)) - 1u) & ~((1u << a) - 1u));
-            fill[s->table[lp]] |= m;
+            if (st == LOCKS_OK) fill[s->table[lp]] |= m;
+            else fill[s->table[lp]] &= (uint16_t)~m;
         }
     if (pages != stack_pages) locks_free(pages);
     return st;
@@ -81,6 +87,8 @@ locks_step_graph *locks_step_graph_capture(locks_cache *c, int32_t layer, const 
     locks_status st = LOCKS_ERR_UNSUPPORTED;
     locks_step_graph *sg = NULL;
     if (!c || !c->cuda) goto fail;
+    st = LOCKS_ERR_INVALID_ARG;
+    if (!p || !locks_scale_ok(p->scale)) goto fail;
     st = LOCKS_ERR_NO_SEQ;
     for (int32_t i = 0; seq_ids && i < n_seqs; i++)
         if (!locks_cache_seq(c, seq_ids[i])) goto fail;

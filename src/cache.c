@@ -5,17 +5,17 @@
  * Everything is allocated in locks_cache_init; appends and writes never allocate, so
  * an append that does not fit fails before touching anything (LOCKS_ERR_POOL_FULL) and
  * a write checks its whole input for NaN/Inf before storing a single value.
+ *
+ * The core of the library: it includes nothing above it. The public entry points
+ * that depend on the backend (init, free, append, remove, truncate, write, summary
+ * read-back) live in backend.c and call the host parts here.
  */
 #include "cache.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "selector.h"
-#ifdef LOCKS_HAVE_CUDA
-#include "backend_cuda.h"
-#include "cuda/locks_cuda.h"
-#endif
+#include "pool.h"
 #include "summary.h"
 #include "util.h"
 #include "vmath.h"
@@ -36,6 +36,8 @@ locks_cache_params locks_cache_default_params(void) {
     p.backend = LOCKS_BACKEND_CPU;
     p.n_threads = 1;
     p.device = 0;
+    p.selectors = LOCKS_SEL_BIT(LOCKS_SEL_LOCKS);
+    p.pool = NULL;
     return p;
 }
 
@@ -44,13 +46,12 @@ static locks_status check_shape(const locks_cache_params *p) {
     if (p->n_layers < 1 || p->n_kv_heads < 1 || p->n_pages < 1 || p->max_seqs < 1)
         return LOCKS_ERR_INVALID_ARG;
     if (p->rank < 1 || p->rank > LOCKS_MAX_RANK) return LOCKS_ERR_INVALID_ARG;
+    if (p->selectors & ~(uint32_t)LOCKS_SEL_ALL) return LOCKS_ERR_INVALID_ARG;
     return LOCKS_OK;
 }
 
+/* The CPU backend's checks on top of check_shape. */
 static locks_status check_params(const locks_cache_params *p) {
-    if (p->backend == LOCKS_BACKEND_CUDA) return LOCKS_ERR_UNSUPPORTED;
-    if (p->backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_INVALID_ARG;
-    if (check_shape(p) != LOCKS_OK) return LOCKS_ERR_INVALID_ARG;
     /* 64, 128, 256 are the documented sizes; any multiple of 8 up to 256 works here */
     if (p->head_dim < 8 || p->head_dim > LOCKS_MAX_HEAD_DIM || p->head_dim % 8 != 0)
         return LOCKS_ERR_INVALID_ARG;
@@ -58,7 +59,7 @@ static locks_status check_params(const locks_cache_params *p) {
         return LOCKS_ERR_INVALID_ARG;
     if (p->kv_dtype == LOCKS_DTYPE_F32 || p->kv_dtype == LOCKS_DTYPE_BF16) return LOCKS_ERR_UNSUPPORTED;
     if (p->kv_dtype != LOCKS_DTYPE_F16) return LOCKS_ERR_INVALID_ARG;
-    if (p->n_threads < 1 || p->n_threads > 256) return LOCKS_ERR_INVALID_ARG;
+    if (!p->pool && (p->n_threads < 1 || p->n_threads > 256)) return LOCKS_ERR_INVALID_ARG;
     return LOCKS_OK;
 }
 
@@ -89,63 +90,63 @@ locks_cache *locks_cache_init_host(const locks_cache_params *params, locks_statu
     *err = LOCKS_OK;
     return c;
 fail:
-    locks_cache_free(c);
+    locks_cache_release(c);
     *err = st;
     return NULL;
 }
 
-locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
-#ifdef LOCKS_HAVE_CUDA
-    if (params.backend == LOCKS_BACKEND_CUDA) return locks_cache_init_cuda(params, err);
-#endif
-    locks_status st = check_params(&params);
-    locks_cache *c = NULL;
-    if (st != LOCKS_OK) goto fail;
-    c = locks_cache_init_host(&params, &st);
-    if (!c) goto fail;
-    st = LOCKS_ERR_OOM;
-    const size_t L = (size_t)params.n_layers, NP = (size_t)params.n_pages;
+/* A summary array of n elements of size bytes, counted into c->sum_bytes. */
+static void *sum_alloc(locks_cache *c, size_t n, size_t size) {
+    void *p = locks_alloc_huge(n, size);
+    if (p) c->sum_bytes += n * size;
+    return p;
+}
+
+/* The CPU backend's storage (see cache.h). */
+locks_status locks_cache_init_cpu(locks_cache *c) {
+    const locks_cache_params *params = &c->p;
+    locks_status st = check_params(params);
+    if (st != LOCKS_OK) return st;
+    const size_t L = (size_t)params->n_layers, NP = (size_t)params->n_pages;
     const size_t H = (size_t)c->hkv, d = (size_t)c->d, r = (size_t)c->r;
     const size_t kv_elems = L * NP * H * c->block;
     c->k = locks_alloc_huge(kv_elems, sizeof(uint16_t));
     c->v = locks_alloc_huge(kv_elems, sizeof(uint16_t));
-    if (!c->k || !c->v) goto fail;
+    if (!c->k || !c->v) return LOCKS_ERR_OOM;
     const size_t LHN = L * H * NP;
-    if (params.summary_prec == LOCKS_SUMMARY_F32) {
-        c->s_mu = locks_alloc_huge(LHN * d, sizeof(float));
-        c->s_basis = locks_alloc_huge(LHN * r * d, sizeof(float));
-        c->s_coef = locks_alloc_huge(LHN * P * r, sizeof(float));
-        if (!c->s_mu || !c->s_basis || !c->s_coef) goto fail;
+    /* every summary array goes through sum_alloc, which adds its bytes to c->sum_bytes:
+     * locks_cache_summary_bytes reports what the pool holds, not a formula */
+#define SUM_ALLOC(ptr, n, size) ((ptr) = sum_alloc(c, (n), (size)))
+    if (params->summary_prec == LOCKS_SUMMARY_F32) {
+        SUM_ALLOC(c->s_mu, LHN * d, sizeof(float));
+        SUM_ALLOC(c->s_basis, LHN * r * d, sizeof(float));
+        SUM_ALLOC(c->s_coef, LHN * P * r, sizeof(float));
+        if (!c->s_mu || !c->s_basis || !c->s_coef) return LOCKS_ERR_OOM;
     } else {
-        c->s_mu_q = locks_alloc_huge(LHN * d, 1);
-        c->s_mu_s = locks_alloc(LHN, sizeof(uint16_t));
-        c->s_v_q = locks_alloc_huge(LHN * r * d / 2, 1);
-        c->s_v_s = locks_alloc(LHN * r, sizeof(uint16_t));
-        c->s_c_q = locks_alloc_huge(LHN * P * r, 1);
-        c->s_c_s = locks_alloc(LHN * r, sizeof(uint16_t));
-        if (!c->s_mu_q || !c->s_mu_s || !c->s_v_q || !c->s_v_s || !c->s_c_q || !c->s_c_s) goto fail;
+        SUM_ALLOC(c->s_mu_q, LHN * d, 1);
+        SUM_ALLOC(c->s_mu_s, LHN, sizeof(uint16_t));
+        SUM_ALLOC(c->s_v_q, LHN * r * d / 2, 1);
+        SUM_ALLOC(c->s_v_s, LHN * r, sizeof(uint16_t));
+        SUM_ALLOC(c->s_c_q, LHN * P * r, 1);
+        SUM_ALLOC(c->s_c_s, LHN * r, sizeof(uint16_t));
+        if (!c->s_mu_q || !c->s_mu_s || !c->s_v_q || !c->s_v_s || !c->s_c_q || !c->s_c_s)
+            return LOCKS_ERR_OOM;
     }
-    c->pool = locks_pool_init(params.n_threads);
-    if (!c->pool) goto fail;
-    st = locks_selector_cache_init(c);
-    if (st != LOCKS_OK) goto fail;
-    if (err) *err = LOCKS_OK;
-    return c;
-fail:
-    if (st != LOCKS_ERR_OOM && st != LOCKS_OK)
-        locks_log(LOCKS_LOG_ERROR, "locks_cache_init: %s", locks_status_str(st));
-    locks_cache_free(c);
-    if (err) *err = st;
-    return NULL;
+#undef SUM_ALLOC
+    if (params->pool) {
+        c->pool = params->pool;
+    } else {
+        c->pool = locks_pool_init(params->n_threads);
+        if (!c->pool) return LOCKS_ERR_OOM;
+        c->own_pool = 1;
+    }
+    return LOCKS_OK;
 }
 
-void locks_cache_free(locks_cache *c) {
+void locks_cache_release(locks_cache *c) {
     if (!c) return;
-#ifdef LOCKS_HAVE_CUDA
-    locks_cuda_cache_free(&c->cuda);
-#endif
-    locks_selector_cache_free(c);
-    locks_pool_free(c->pool);
+    for (int32_t i = 0; i < LOCKS_META_SLOTS; i++) locks_free(c->meta[i].p);
+    if (c->own_pool) locks_pool_free(c->pool);
     if (c->seqs)
         for (int32_t s = 0; s < c->p.max_seqs; s++) locks_free(c->seqs[s].table);
     locks_free(c->seqs);
@@ -165,6 +166,17 @@ void locks_cache_free(locks_cache *c) {
     for (int32_t i = 0; i < 4; i++) locks_free(c->scratch[i].p);
     locks_free(c);
 }
+
+locks_status locks_cache_meta_add(locks_cache *c, int32_t slot, size_t bytes,
+                                  locks_page_fill_hook on_fill, locks_seq_hook on_truncate) {
+    if (slot < 0 || slot >= LOCKS_META_SLOTS || c->meta[slot].p) return LOCKS_ERR_INVALID_ARG;
+    void *p = locks_alloc(bytes, 1);
+    if (!p) return LOCKS_ERR_OOM;
+    c->meta[slot] = (locks_meta_block){p, bytes, on_fill, on_truncate};
+    return LOCKS_OK;
+}
+
+void *locks_cache_meta(const locks_cache *c, int32_t slot) { return c->meta[slot].p; }
 
 locks_cache_params locks_cache_get_params(const locks_cache *c) { return c->p; }
 
@@ -241,25 +253,26 @@ locks_status locks_cache_seq_add(locks_cache *c, int32_t *seq_id) {
     return LOCKS_ERR_INVALID_ARG;
 }
 
-locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
-    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+/* Runs the metadata blocks' truncate hooks (len = 0: the sequence is being removed). */
+static void seq_hooks(locks_cache *c, int32_t seq_id, int32_t len) {
+    for (int32_t i = 0; i < LOCKS_META_SLOTS; i++)
+        if (c->meta[i].p && c->meta[i].on_truncate) c->meta[i].on_truncate(c, seq_id, len);
+}
+
+void locks_cache_host_remove(locks_cache *c, int32_t seq_id) {
     locks_seq *s = &c->seqs[seq_id];
     /* push back in reverse so the next sequence gets them in the same order */
     for (int32_t i = s->n_pages - 1; i >= 0; i--) c->free_list[c->n_free++] = s->table[i];
+    seq_hooks(c, seq_id, 0);
     s->active = 0;
     s->len = 0;
     s->n_pages = 0;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_sync(c, seq_id);
-#endif
-    return LOCKS_OK;
 }
 
-locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
-    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
     locks_seq *s = &c->seqs[seq_id];
-    if (len < 0 || len > s->len) return LOCKS_ERR_INVALID_ARG;
     int32_t keep = (len + P - 1) / P;
+    seq_hooks(c, seq_id, len);
     /* push back in reverse, as seq_remove does */
     for (int32_t i = s->n_pages - 1; i >= keep; i--) c->free_list[c->n_free++] = s->table[i];
     s->n_pages = keep;
@@ -272,7 +285,6 @@ locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t le
         int32_t page = s->table[keep - 1];
         for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] &= mask;
     }
-    return LOCKS_OK;
 }
 
 int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
@@ -289,24 +301,29 @@ const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int
 
 int32_t locks_cache_free_pages(const locks_cache *c) { return c ? c->n_free : 0; }
 
-locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+locks_status locks_cache_host_append_stage(locks_cache *c, int32_t seq_id, int32_t n_tokens,
+                                           int32_t *n_pages, int32_t *len) {
     if (n_tokens < 0) return LOCKS_ERR_INVALID_ARG;
     locks_seq *s = &c->seqs[seq_id];
     int64_t new_len = (int64_t)s->len + n_tokens;
     int64_t need = (new_len + P - 1) / P - s->n_pages;
     if (new_len > (int64_t)c->p.n_pages * P || need > c->n_free) return LOCKS_ERR_POOL_FULL;
-    for (int64_t i = 0; i < need; i++) {
+    /* the new pages go into the table past n_pages (slots no one reads) before anything
+     * is committed: the top of the free stack, in pop order */
+    for (int64_t i = 0; i < need; i++) s->table[s->n_pages + i] = c->free_list[c->n_free - 1 - i];
+    *n_pages = s->n_pages + (int32_t)need;
+    *len = (int32_t)new_len;
+    return LOCKS_OK;
+}
+
+void locks_cache_host_append_commit(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {
+    locks_seq *s = &c->seqs[seq_id];
+    while (s->n_pages < n_pages) {
         int32_t page = c->free_list[--c->n_free];
         for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] = 0;
-        s->table[s->n_pages++] = page;
+        s->n_pages++;
     }
-    s->len = (int32_t)new_len;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_sync(c, seq_id);
-#endif
-    return LOCKS_OK;
+    s->len = len;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -334,7 +351,8 @@ static void build_page_head(locks_cache *c, int32_t layer, int32_t page, int32_t
                             a.c_q + pg * P * r, a.c_s + pg * r};
         locks_summary_quantize(d, r, mu, basis, coef, q);
     }
-    locks_selector_page_filled(c, layer, page, h, k);
+    for (int32_t i = 0; i < LOCKS_META_SLOTS; i++)
+        if (c->meta[i].p && c->meta[i].on_fill) c->meta[i].on_fill(c, layer, page, h, k);
 }
 
 typedef struct {
@@ -349,18 +367,9 @@ static void build_task(void *arg, int32_t t, int32_t thread) {
     build_page_head(j->c, j->layer, j->pages[t / j->c->hkv], t % j->c->hkv);
 }
 
-locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
-                               int32_t n, const float *k, const float *v) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return LOCKS_ERR_NO_SEQ;
-    if (layer < 0 || layer >= c->p.n_layers || pos < 0 || n < 0 || pos > s->len - n)
-        return LOCKS_ERR_INVALID_ARG;
-    if (n == 0) return LOCKS_OK;
-    if (!k || !v) return LOCKS_ERR_INVALID_ARG;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_write(c, seq_id, layer, pos, n, k, v);
-#endif
+locks_status locks_cache_write_cpu(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
+                                   int32_t n, const float *k, const float *v) {
+    const locks_seq *s = &c->seqs[seq_id];
     const int32_t d = c->d, H = c->hkv;
     const size_t row = (size_t)H * d;
     if (!locks_all_finite(k, (size_t)n * row) || !locks_all_finite(v, (size_t)n * row)) return LOCKS_ERR_NONFINITE;
@@ -401,15 +410,8 @@ const uint16_t *locks_cache_v_page(const locks_cache *c, int32_t layer, int32_t 
     return locks_cache_vblock(c, layer, page, 0);
 }
 
-locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,
-                                     int32_t page, float *mu, float *basis, float *coef) {
-    if (!c || !mu || !basis || !coef || layer < 0 || layer >= c->p.n_layers || kv_head < 0 ||
-        kv_head >= c->hkv || page < 0 || page >= c->p.n_pages)
-        return LOCKS_ERR_INVALID_ARG;
-    if (c->fill[(size_t)layer * c->p.n_pages + page] != 0xffffu) return LOCKS_ERR_INVALID_ARG;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_summary_get(c->cuda, layer, kv_head, page, mu, basis, coef);
-#endif
+locks_status locks_cache_summary_get_cpu(const locks_cache *c, int32_t layer, int32_t kv_head,
+                                         int32_t page, float *mu, float *basis, float *coef) {
     const int32_t d = c->d, r = c->r;
     const size_t pg = (size_t)page;
     locks_sum_arrays a = locks_cache_summaries(c, layer, kv_head);
@@ -425,6 +427,11 @@ locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_
     return LOCKS_OK;
 }
 
+locks_pool *locks_cache_pool(const locks_cache *c) { return c ? c->pool : NULL; }
+
 size_t locks_cache_summary_bytes(const locks_cache *c) {
-    return c ? locks_summary_bytes(c->d, c->r, c->p.summary_prec) : 0;
+    if (!c) return 0;
+    if (c->cuda) return locks_summary_bytes(c->d, c->r, c->p.summary_prec); /* the host holds none */
+    const size_t n = (size_t)c->p.n_layers * (size_t)c->hkv * (size_t)c->p.n_pages;
+    return c->sum_bytes / n;
 }

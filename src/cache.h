@@ -16,6 +16,13 @@
  *    ceil(len / 16) == n_pages_seq.
  *  - One thread uses a cache at a time (the step scratch and the pool are per cache);
  *    the library parallelises inside each call.
+ *
+ * Layering: this file is the core every other module stands on; it calls nothing
+ * above it. The selectors' per-page metadata lives in blocks the cache holds for them
+ * (locks_cache_meta_add: selector.c says how many bytes each needs and registers the
+ * hooks a page fill or a freed sequence slot runs); the backend that owns a cache's
+ * storage is picked in one place, backend.c, which calls down into this file and into
+ * backend_cuda.c.
  */
 #ifndef LOCKS_CACHE_H
 #define LOCKS_CACHE_H
@@ -23,7 +30,6 @@
 #include <stdint.h>
 
 #include "locks.h"
-#include "pool.h"
 
 typedef struct {
     int32_t active;
@@ -52,6 +58,26 @@ typedef struct {
     size_t bytes;
 } locks_scratch;
 
+/* Runs after the LOCKS summary of (layer, physical page, KV head) is built, with the
+ * page's keys as stored (fp16 rounded, as fp32 [P][d]); calls for different pages or
+ * heads run concurrently on the pool threads, so each writes only its own slot. */
+typedef void (*locks_page_fill_hook)(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
+                                     const float *k);
+/* Runs when sequence seq_id shrinks to len tokens (locks_cache_seq_truncate) or is
+ * removed (len = 0, before the slot can be reused), while its table is still intact:
+ * per-sequence state derived from tokens past len is dropped. */
+typedef void (*locks_seq_hook)(locks_cache *c, int32_t seq_id, int32_t len);
+
+/* One block of selector metadata held by the cache (selector.h names the slots). */
+typedef struct {
+    void *p;      /* zero-filled, 64-byte aligned; NULL: this cache keeps none */
+    size_t bytes;
+    locks_page_fill_hook on_fill; /* may be NULL */
+    locks_seq_hook on_truncate;   /* may be NULL */
+} locks_meta_block;
+
+#define LOCKS_META_SLOTS 4
+
 struct locks_cache {
     locks_cache_params p;
     int32_t d, hkv, r;
@@ -63,14 +89,18 @@ struct locks_cache {
     int8_t *s_mu_q, *s_c_q;
     uint16_t *s_mu_s, *s_v_s, *s_c_s;
     uint8_t *s_v_q;
+    size_t sum_bytes;   /* bytes of the summary arrays above, as allocated */
     int32_t *free_list; /* stack of free physical pages */
     int32_t n_free;
     locks_seq *seqs;    /* [max_seqs] */
     locks_pool *pool;
-    void *sel_meta[LOCKS_SEL_COUNT]; /* per-selector page metadata (selector.h) */
+    int own_pool;                    /* 1: started by this cache (else p.pool, shared) */
+    locks_meta_block meta[LOCKS_META_SLOTS]; /* selector metadata (selector.h) */
     locks_scratch scratch[4];        /* step scratch (step.c) */
     struct locks_cuda_cache *cuda;   /* CUDA backend state (backend_cuda.c); NULL on CPU */
 };
+
+/* ---- construction (called by backend.c) ---- */
 
 /* The part of a cache every backend shares: checks the pool's shape and the rank
  * (LOCKS_ERR_INVALID_ARG), then allocates the cache with its parameters and sizes set,
@@ -79,6 +109,40 @@ struct locks_cache {
  * the CUDA state) and frees with locks_cache_free. Returns NULL and sets *err on
  * failure; err must not be NULL. */
 locks_cache *locks_cache_init_host(const locks_cache_params *params, locks_status *err);
+/* The CPU backend's storage: parameter checks, fp16 K/V pages, the summaries of the
+ * cache's precision and the thread pool (p.pool, or one of n_threads). */
+locks_status locks_cache_init_cpu(locks_cache *c);
+/* Frees everything this file allocated (the backend's own state is freed first by
+ * locks_cache_free in backend.c). */
+void locks_cache_release(locks_cache *c);
+/* Allocates metadata slot `slot` (bytes, zero-filled) and registers its hooks:
+ * LOCKS_ERR_OOM, or LOCKS_ERR_INVALID_ARG for a slot out of range or already taken. */
+locks_status locks_cache_meta_add(locks_cache *c, int32_t slot, size_t bytes,
+                                  locks_page_fill_hook on_fill, locks_seq_hook on_truncate);
+/* Slot's block, NULL if this cache keeps none. */
+void *locks_cache_meta(const locks_cache *c, int32_t slot);
+
+/* ---- host bookkeeping (backend.c syncs the device between stage and commit) ---- */
+
+/* locks_cache_append / seq_remove / seq_truncate on the host's free list, block table
+ * and written-slot masks; seq_id must be a live sequence (checked by the caller).
+ * Changes are all-or-nothing: the caller mirrors the new table and length to the device
+ * first and commits on the host only once that succeeded.
+ * append_stage: checks the request (LOCKS_ERR_INVALID_ARG, LOCKS_ERR_POOL_FULL) and
+ * writes the pages it would take into the table past the sequence's pages (slots no one
+ * reads), giving the new page count and length; append_commit takes them. */
+locks_status locks_cache_host_append_stage(locks_cache *c, int32_t seq_id, int32_t n_tokens,
+                                           int32_t *n_pages, int32_t *len);
+void locks_cache_host_append_commit(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len);
+void locks_cache_host_remove(locks_cache *c, int32_t seq_id);
+/* len must be within 0 .. the sequence's length (checked by the caller). */
+void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len);
+/* locks_cache_write and locks_cache_summary_get of the CPU backend (arguments checked
+ * by backend.c). */
+locks_status locks_cache_write_cpu(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
+                                   int32_t n, const float *k, const float *v);
+locks_status locks_cache_summary_get_cpu(const locks_cache *c, int32_t layer, int32_t kv_head,
+                                         int32_t page, float *mu, float *basis, float *coef);
 
 locks_sum_arrays locks_cache_summaries(const locks_cache *c, int32_t layer, int32_t kv_head);
 /* The fp16 K (or V) block of (layer, physical page, KV head): [P][d]. */

@@ -31,6 +31,7 @@
 
 #include "cp.h"
 #include "decode.h"
+#include "plan.h"
 #include "selector.h"
 #include "util.h"
 #include "vmath.h"
@@ -192,6 +193,7 @@ typedef struct {
     int32_t status, page0, n_pages, len;
     /* what must agree on every rank (the collectives' sizes and the result depend on it) */
     int32_t global_len, n_q_heads, selector, budget, n_sink, n_recent;
+    int32_t n_kv_heads, head_dim; /* the shards' shape: it sizes gathers #2 and #3 */
     uint32_t scale_bits, q_hash;
 } cp_header;
 
@@ -227,9 +229,8 @@ static int cp_selector_ok(locks_selector s) {
     return s == LOCKS_SEL_FULL || s == LOCKS_SEL_ORACLE || s == LOCKS_SEL_LOCKS || s == LOCKS_SEL_QUEST;
 }
 
-static int is_forced(int32_t j, int32_t n_full, const locks_step_params *p) {
-    return j < p->n_sink || j >= n_full - p->n_recent;
-}
+/* Full page j is forced under the step's plan. */
+static int is_forced(int32_t j, const locks_plan *pl) { return j < pl->sink || j >= pl->rs; }
 
 /* Local checks; LOCKS_OK or the status this rank reports in the header. */
 static locks_status cp_check(const locks_cp_shard *sh, int32_t layer, const float *q, int32_t hq,
@@ -242,8 +243,9 @@ static locks_status cp_check(const locks_cp_shard *sh, int32_t layer, const floa
     const int32_t H = c->hkv;
     if (layer < 0 || layer >= c->p.n_layers || hq < H || hq % H != 0) return LOCKS_ERR_INVALID_ARG;
     if (hq / H > 64) return LOCKS_ERR_UNSUPPORTED;
-    if (!locks_selector_available(p->selector)) return LOCKS_ERR_INVALID_ARG;
+    if (!locks_selector_available(p->selector) || !locks_scale_ok(p->scale)) return LOCKS_ERR_INVALID_ARG;
     if (!cp_selector_ok(p->selector)) return LOCKS_ERR_UNSUPPORTED;
+    if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
     if (sh->seq_id >= 0) {
         const locks_seq *s = locks_cache_seq(c, sh->seq_id);
         if (!s) return LOCKS_ERR_NO_SEQ;
@@ -276,7 +278,8 @@ static locks_status cp_check_tiling(const uint8_t *recv, size_t hdr_bytes, int32
         memcpy(&h, recv + (size_t)r * hdr_bytes, sizeof h);
         if (h.global_len != h0.global_len || h.n_q_heads != h0.n_q_heads || h.selector != h0.selector ||
             h.budget != h0.budget || h.n_sink != h0.n_sink || h.n_recent != h0.n_recent ||
-            h.scale_bits != h0.scale_bits || h.q_hash != h0.q_hash)
+            h.n_kv_heads != h0.n_kv_heads || h.head_dim != h0.head_dim || h.scale_bits != h0.scale_bits ||
+            h.q_hash != h0.q_hash)
             return LOCKS_ERR_INVALID_ARG;
     }
     const int32_t n_pages = (global_len + P - 1) / P;
@@ -329,12 +332,9 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
      * header shows that every rank passed its checks with the same global length). */
     const int32_t len_g = shard->global_len > 0 ? shard->global_len : 0;
     const int32_t n_full_g = len_g / P, partial_g = len_g % P, n_pages_g = (len_g + P - 1) / P;
-    const int dense = p->selector == LOCKS_SEL_FULL || p->budget >= len_g;
-    int32_t forced_g = 0;
-    for (int32_t j = 0; j < n_full_g; j++) forced_g += is_forced(j, n_full_g, p);
-    int32_t k = dense ? 0 : (p->budget - partial_g - forced_g * P) / P;
-    if (k > n_full_g - forced_g) k = n_full_g - forced_g;
-    if (k < 0) k = 0;
+    const locks_plan plan = locks_plan_make(len_g, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
+    const int dense = plan.dense;
+    const int32_t k = dense || plan.k < 0 ? 0 : plan.k;
     const int32_t n_local = s ? s->n_pages : 0, n_full_l = s ? s->len / P : 0;
 
     /* All scratch in one allocation made before the first collective, so that after it
@@ -406,6 +406,8 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
     me.budget = p->budget;
     me.n_sink = p->n_sink;
     me.n_recent = p->n_recent;
+    me.n_kv_heads = H;
+    me.head_dim = d;
     memcpy(&me.scale_bits, &p->scale, 4);
     me.q_hash = q && st == LOCKS_OK ? q_hash(q, (size_t)hq * d) : 0;
     memcpy(hdr, &me, sizeof me);
@@ -452,7 +454,7 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
             int32_t n_cand = 0;
             for (int32_t i = 0; i < n_full_l && st == LOCKS_OK; i++) {
                 const int32_t j = shard->page0 + i;
-                if (!is_forced(j, n_full_g, p)) keys[n_cand++] = locks_rank_key(m[i], j);
+                if (!is_forced(j, &plan)) keys[n_cand++] = locks_rank_key(m[i], j);
             }
             const int32_t kl = n_cand < k ? n_cand : k;
             if (kl > 0 && kl < n_cand) locks_top_k(keys, n_cand, kl);
@@ -471,7 +473,7 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
             for (int32_t i = 0; i < n_local; i++) pl[n++] = i;
         } else {
             memset(gflag, 0, (size_t)n_pages_g);
-            for (int32_t j = 0; j < n_full_g; j++) gflag[j] = (uint8_t)is_forced(j, n_full_g, p);
+            for (int32_t j = 0; j < n_full_g; j++) gflag[j] = (uint8_t)is_forced(j, &plan);
             if (partial_g) gflag[n_full_g] = 1;
             if (k > 0) {
                 for (int32_t r = 0; r < R; r++)

@@ -30,6 +30,9 @@ typedef struct {
 
 /* Effective softmax scale of the params (0 -> 1/sqrt(d)). */
 float locks_step_scale(const locks_cache *c, float scale);
+/* 1 if scale is a valid softmax scale argument: 0 (the default) or finite and > 0.
+ * Every entry point that takes a scale checks it before dispatching to a backend. */
+int locks_scale_ok(float scale);
 
 /* score.c: selector scores of every (sequence, KV head), then (with_mass) the group
  * masses; w[i].scores and w[i].mass must be set. */

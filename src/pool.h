@@ -1,27 +1,10 @@
 /*
- * pool.h — a small pthreads pool that runs "n tasks of one function" jobs.
- *
- * The pool has n_threads workers in total, the calling thread included (n_threads = 1
- * runs everything inline, no threads are created). locks_pool_run hands out task
- * indices 0..n_tasks-1 dynamically (an atomic counter) and returns when every task has
- * finished, so the caller may read results right after. Each task also receives the
- * index of the thread running it (0 = caller, 1..n_threads-1 = workers), so callers
- * can keep per-thread scratch without locks. One job at a time per pool: the pool is
- * not reentrant (a task must not call locks_pool_run on the same pool).
+ * pool.h — the thread pool (src/pool.c). Its API is public (locks.h, "Thread pool"):
+ * this header only names it for the library's own files.
  */
 #ifndef LOCKS_POOL_H
 #define LOCKS_POOL_H
 
-#include <stdint.h>
-
-typedef struct locks_pool locks_pool;
-typedef void (*locks_pool_fn)(void *arg, int32_t task, int32_t thread);
-
-/* n_threads >= 1. Returns NULL if a thread or an allocation failed. */
-locks_pool *locks_pool_init(int32_t n_threads);
-void locks_pool_free(locks_pool *p);
-int32_t locks_pool_threads(const locks_pool *p);
-/* Runs fn(arg, t, thread) for t in [0, n_tasks); returns when all are done. */
-void locks_pool_run(locks_pool *p, int32_t n_tasks, locks_pool_fn fn, void *arg);
+#include "locks.h"
 
 #endif

@@ -21,6 +21,8 @@ float locks_step_scale(const locks_cache *c, float scale) {
     return scale > 0.0f ? scale : 1.0f / sqrtf((float)c->d);
 }
 
+int locks_scale_ok(float scale) { return scale == 0.0f || (isfinite(scale) && scale > 0.0f); }
+
 typedef struct {
     locks_cache *c;
     int32_t layer, hq, G;
@@ -113,12 +115,13 @@ locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const fl
     const locks_seq *s = locks_cache_seq(c, seq_id);
     if (!s) return LOCKS_ERR_NO_SEQ;
     if (!q || !p || !mass || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
-        n_q_heads % c->hkv != 0 || !locks_selector_available(p->selector))
+        n_q_heads % c->hkv != 0 || !locks_selector_available(p->selector) || !locks_scale_ok(p->scale))
         return LOCKS_ERR_INVALID_ARG;
     if (n_q_heads / c->hkv > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) return locks_cuda_score(c->cuda, layer, seq_id, q, n_q_heads, p, mass); /* device arrays */
 #endif
+    if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
     if (!locks_all_finite(q, (size_t)n_q_heads * c->d)) return LOCKS_ERR_NONFINITE;
     const int32_t n_full = s->len / P;
     float *scores = locks_cache_scratch(c, 0, (size_t)n_q_heads * (size_t)(n_full + 1) * sizeof(float));

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "plan.h"
 #include "util.h"
 #ifdef LOCKS_HAVE_CUDA
 #include "cuda/locks_cuda.h"
@@ -50,38 +51,28 @@ void locks_top_k(uint64_t *key, int32_t n, int32_t k) {
 locks_status locks_select_check(const locks_seq *s, const locks_step_params *p) {
     if (p->n_sink < 0 || p->n_recent < 0) return LOCKS_ERR_INVALID_ARG;
     if (p->budget <= 0) return LOCKS_ERR_BUDGET;
-    if (p->selector == LOCKS_SEL_FULL || p->budget >= s->len) return LOCKS_OK;
-    const int32_t n_full = s->len / P;
-    int32_t forced = 0;
-    for (int32_t j = 0; j < n_full; j++)
-        if (j < p->n_sink || j >= n_full - p->n_recent) forced++;
-    if ((int64_t)forced * P + s->len % P > p->budget) return LOCKS_ERR_BUDGET;
-    return LOCKS_OK;
+    const locks_plan pl = locks_plan_make(s->len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
+    return !pl.dense && pl.k < 0 ? LOCKS_ERR_BUDGET : LOCKS_OK;
 }
 
 /* Selection of one (sequence, KV head). key/flag: scratch of n_full entries. */
 static void select_one(const locks_seq *s, const float *mass, const locks_step_params *p,
                        int32_t *pages, int32_t *n_out, uint64_t *key, uint8_t *flag) {
-    const int32_t n_full = s->len / P, partial = s->len % P;
+    const locks_plan pl = locks_plan_make(s->len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
+    const int32_t n_full = pl.n_full, k = pl.k, n_cand = pl.n_cand;
     int32_t n = 0;
-    if (p->selector == LOCKS_SEL_FULL || p->budget >= s->len) {
+    if (pl.dense) {
         for (int32_t j = 0; j < s->n_pages; j++) pages[n++] = j;
         *n_out = n;
         return;
     }
-    int32_t forced = 0, n_cand = 0;
-    for (int32_t j = 0; j < n_full; j++) {
-        flag[j] = (uint8_t)(j < p->n_sink || j >= n_full - p->n_recent);
-        if (flag[j]) forced++;
-        else key[n_cand++] = locks_rank_key(mass[j], j);
-    }
-    int32_t k = (p->budget - partial - forced * P) / P;
-    if (k > n_cand) k = n_cand;
+    for (int32_t j = 0; j < n_full; j++) flag[j] = (uint8_t)(j < pl.sink || j >= pl.rs);
+    for (int32_t j = pl.sink; j < pl.rs; j++) key[j - pl.sink] = locks_rank_key(mass[j], j);
     if (k > 0 && k < n_cand) locks_top_k(key, n_cand, k);
     for (int32_t i = 0; i < k; i++) flag[~(uint32_t)key[i]] = 1;
     for (int32_t j = 0; j < n_full; j++)
         if (flag[j]) pages[n++] = j;
-    if (partial) pages[n++] = n_full;
+    if (pl.part) pages[n++] = n_full;
     *n_out = n;
 }
 

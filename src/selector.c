@@ -4,6 +4,8 @@
  */
 #include "selector.h"
 
+#include <stdint.h>
+
 #include "summary.h"
 
 locks_group_rule locks_selector_group_rule(locks_selector s) {
@@ -60,26 +62,51 @@ locks_status locks_selector_prepare(locks_selector s, locks_cache *c, int32_t la
     }
 }
 
-/* Metadata of every selector is kept for every cache (any selector may be asked for at
- * any step): quest/rocket min/max (1/8 of the K bytes), shadow landmarks (1/16) and
- * projections. */
-locks_status locks_selector_cache_init(locks_cache *c) {
-    locks_status st = locks_sel_minmax_init(c);
-    if (st == LOCKS_OK) st = locks_sel_rocket_init(c);
-    if (st == LOCKS_OK) st = locks_sel_shadow_init(c);
-    if (st != LOCKS_OK) locks_selector_cache_free(c);
+/* The slots selector s reads, as a bitmask of 1 << LOCKS_META_*. */
+static uint32_t meta_needed(locks_selector s) {
+    switch (s) {
+    case LOCKS_SEL_QUEST: return 1u << LOCKS_META_MINMAX;
+    case LOCKS_SEL_ROCKET: return (1u << LOCKS_META_MINMAX) | (1u << LOCKS_META_SNAPKV);
+    case LOCKS_SEL_SHADOW:
+    case LOCKS_SEL_SHADOW_LM: return 1u << LOCKS_META_SHADOW;
+    default: return 0; /* full, oracle, locks: the pages and summaries every cache holds */
+    }
+}
+
+int locks_selector_served(const locks_cache *c, locks_selector s) {
+    const uint32_t need = meta_needed(s);
+    for (int32_t slot = 0; slot < LOCKS_META_SLOTS; slot++)
+        if ((need >> slot & 1u) && !locks_cache_meta(c, slot)) return 0;
+    return 1;
+}
+
+size_t locks_meta_take(size_t *end, size_t n, size_t sz) {
+    const size_t at = *end;
+    if (at == SIZE_MAX || (sz && n > (SIZE_MAX - 64 - at) / sz)) {
+        *end = SIZE_MAX;
+        return 0;
+    }
+    *end = at + ((n * sz + 63) & ~(size_t)63);
+    return at;
+}
+
+locks_status locks_selector_cache_attach(locks_cache *c, uint32_t set) {
+    uint32_t slots = 0;
+    for (int32_t s = 0; s < LOCKS_SEL_COUNT; s++)
+        if (set & LOCKS_SEL_BIT(s)) slots |= meta_needed((locks_selector)s);
+    locks_status st = LOCKS_OK;
+    if (slots >> LOCKS_META_MINMAX & 1u)
+        st = locks_cache_meta_add(c, LOCKS_META_MINMAX, locks_sel_minmax_bytes(c),
+                                  locks_sel_minmax_page_filled, NULL);
+    if (st == LOCKS_OK && (slots >> LOCKS_META_SNAPKV & 1u)) {
+        st = locks_cache_meta_add(c, LOCKS_META_SNAPKV, locks_sel_rocket_bytes(c),
+                                  locks_sel_rocket_page_filled, NULL);
+        if (st == LOCKS_OK) locks_sel_rocket_start(c);
+    }
+    if (st == LOCKS_OK && (slots >> LOCKS_META_SHADOW & 1u)) {
+        st = locks_cache_meta_add(c, LOCKS_META_SHADOW, locks_sel_shadow_bytes(c),
+                                  locks_sel_shadow_page_filled, locks_sel_shadow_seq_truncated);
+        if (st == LOCKS_OK) locks_sel_shadow_start(c);
+    }
     return st;
-}
-
-void locks_selector_cache_free(locks_cache *c) {
-    locks_sel_minmax_free(c);
-    locks_sel_rocket_free(c);
-    locks_sel_shadow_free(c);
-}
-
-void locks_selector_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
-                                const float *k) {
-    locks_sel_minmax_page_filled(c, layer, page, kv_head, k);
-    locks_sel_rocket_page_filled(c, layer, page, kv_head);
-    locks_sel_shadow_page_filled(c, layer, page, kv_head, k);
 }

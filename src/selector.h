@@ -16,22 +16,26 @@
  *     rocket) or the max (LOCKS_GROUP_MAX: ShadowKV's landmark rule). The result is
  *     what locks_score returns and locks_select ranks.
  *
- * Per-page metadata: locks_selector_page_filled is called once per (layer, physical
- * page, KV head) whenever a write fills (or rewrites a full) page, with the page's
- * keys as stored (fp16 rounded, converted to fp32), after the LOCKS summary of that
- * page is built. Calls for different (layer, page, head) run concurrently on the pool
- * threads; each must write only that slot. Selectors keep their per-cache state in
- * c->sel_meta[selector], allocated by locks_selector_cache_init (at cache init, sizes
- * from c->p) and released by locks_selector_cache_free. For example Quest would store
- * fp16 key min/max per (layer, head, page, channel) there.
+ * Per-page metadata: a selector that needs more than the LOCKS summaries keeps it in
+ * one of the cache's metadata slots (cache.h's locks_meta_block; the slots are named
+ * below). locks_selector_cache_attach, at cache init, asks the cache for the slots
+ * that the selectors of the cache's set need, each sized by its selector file
+ * (locks_sel_<x>_bytes; arrays are carved from the block by locks_meta_take), and
+ * registers the slot's hooks: a page-fill hook, run once per (layer, physical page, KV
+ * head) whenever a write fills (or rewrites a full) page, with the page's keys as
+ * stored (fp16 rounded, converted to fp32), after the LOCKS summary of that page is
+ * built (calls for different (layer, page, head) run concurrently on the pool threads;
+ * each must write only that slot); and optionally a hook run when a sequence slot is
+ * freed. The cache frees the blocks. A cache made without a selector keeps none of
+ * its bytes; asking for it gives LOCKS_ERR_NO_META (locks_selector_served).
  *
  * One-time work that needs the whole sequence (ShadowKV's shared basis from the
  * prefill keys) goes in locks_selector_prepare, called single-threaded once per
  * (layer, sequence) before the parallel scoring of a step or locks_score call.
  *
  * To add a selector: write src/selectors/<name>.c with its score function (and its
- * hooks if it keeps metadata), declare them below, add a case to each switch in
- * selector.c.
+ * metadata size and hooks if it keeps any), declare them below, add a case to each
+ * switch in selector.c.
  */
 #ifndef LOCKS_SELECTOR_H
 #define LOCKS_SELECTOR_H
@@ -72,11 +76,21 @@ void locks_selector_score(locks_selector s, const locks_sel_ctx *x, int32_t j0, 
                           float *scores, int32_t ld);
 locks_status locks_selector_prepare(locks_selector s, locks_cache *c, int32_t layer,
                                     int32_t seq_id);
-locks_status locks_selector_cache_init(locks_cache *c);
-void locks_selector_cache_free(locks_cache *c);
-/* k: the page's keys of this KV head, [P][d] fp32 (as stored). */
-void locks_selector_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
-                                const float *k);
+
+/* ---- metadata held by the cache (cache.h's slots) ---- */
+enum {
+    LOCKS_META_MINMAX = 0, /* quest.c: fp16 key min/max per page; Quest, RocketKV */
+    LOCKS_META_SNAPKV,     /* rocket.c: SnapKV votes and evictions per page; RocketKV */
+    LOCKS_META_SHADOW,     /* shadow.c: landmarks, projections, bases; both ShadowKV rules */
+};
+/* Adds to a new cache the metadata slots the selectors in `set` (LOCKS_SEL_BIT) need,
+ * with their hooks (LOCKS_ERR_OOM; the cache frees what was added). */
+locks_status locks_selector_cache_attach(locks_cache *c, uint32_t set);
+/* 1 if c holds every slot selector s reads. */
+int locks_selector_served(const locks_cache *c, locks_selector s);
+/* Byte offset, in a metadata block being laid out, of an array of n elements of sz
+ * bytes (64-byte aligned); advances *end past it (SIZE_MAX once a size overflows). */
+size_t locks_meta_take(size_t *end, size_t n, size_t sz);
 
 /* ---- the selectors (src/selectors/<name>.c) ---- */
 void locks_sel_oracle_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
@@ -84,8 +98,7 @@ void locks_sel_oracle_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, floa
 void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                            int32_t ld);
 /* quest.c: fp16 key min/max per (layer, KV head, page), shared with rocket.c. */
-locks_status locks_sel_minmax_init(locks_cache *c);
-void locks_sel_minmax_free(locks_cache *c);
+size_t locks_sel_minmax_bytes(const locks_cache *c);
 void locks_sel_minmax_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                   const float *k);
 void locks_sel_quest_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
@@ -93,15 +106,17 @@ void locks_sel_quest_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float
 void locks_sel_rocket_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                             int32_t ld);
 /* rocket.c: SnapKV votes and evictions per (layer, KV head, page). */
-locks_status locks_sel_rocket_init(locks_cache *c);
-void locks_sel_rocket_free(locks_cache *c);
-void locks_sel_rocket_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head);
+size_t locks_sel_rocket_bytes(const locks_cache *c);
+void locks_sel_rocket_start(locks_cache *c); /* fills the new block's initial votes */
+void locks_sel_rocket_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
+                                  const float *k);
 /* shadow.c: landmarks per page, shared basis per (sequence, layer, KV head). */
-locks_status locks_sel_shadow_init(locks_cache *c);
-void locks_sel_shadow_free(locks_cache *c);
+size_t locks_sel_shadow_bytes(const locks_cache *c);
+void locks_sel_shadow_start(locks_cache *c); /* sets the new block's first generation */
 void locks_sel_shadow_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                   const float *k);
 locks_status locks_sel_shadow_prepare(locks_cache *c, int32_t layer, int32_t seq_id);
+void locks_sel_shadow_seq_truncated(locks_cache *c, int32_t seq_id, int32_t len);
 void locks_sel_shadow_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                             int32_t ld);
 void locks_sel_shadow_lm_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,

@@ -21,6 +21,7 @@ static const char *const status_names[LOCKS_STATUS_COUNT] = {
     [LOCKS_ERR_IO] = "I/O error",
     [LOCKS_ERR_FORMAT] = "malformed file",
     [LOCKS_ERR_BACKEND] = "CUDA runtime error",
+    [LOCKS_ERR_NO_META] = "the cache keeps no metadata for this selector (locks_cache_params.selectors)",
 };
 
 const char *locks_status_str(locks_status s) {

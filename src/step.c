@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "plan.h"
 #include "selector.h"
 #include "util.h"
 #include "vmath.h"
@@ -39,7 +40,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
     if (!c || !seq_ids || n_seqs < 1 || !q || !p || !out) return LOCKS_ERR_INVALID_ARG;
     const int32_t H = c->hkv, d = c->d;
     if (layer < 0 || layer >= c->p.n_layers || n_q_heads < H || n_q_heads % H != 0 ||
-        !locks_selector_available(p->selector))
+        !locks_selector_available(p->selector) || !locks_scale_ok(p->scale))
         return LOCKS_ERR_INVALID_ARG;
     if (n_q_heads / H > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
     int32_t max_pages = 0;
@@ -59,11 +60,13 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
     if (c->cuda) /* q, out: device memory */
         return locks_cuda_decode_step(c->cuda, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
 #endif
+    if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
     if (!locks_all_finite(q, (size_t)n_seqs * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
 
-    /* scratch 0: work items, scores, masses, and the selection if the caller has none */
-    const int32_t mp = sel ? sel->max_pages : max_pages;
-    size_t n_sel = sel ? 0 : (size_t)n_seqs * H * ((size_t)mp + 1);
+    /* scratch 0: work items, scores, masses and the selection (copied to the caller's
+     * sel only once attention succeeded: a failed step writes nothing) */
+    const int32_t mp = max_pages;
+    size_t n_sel = (size_t)n_seqs * H * ((size_t)mp + 1);
     size_t bytes = (size_t)n_seqs * sizeof(locks_seq_work) + (n_scores + n_mass) * sizeof(float) +
                    n_sel * sizeof(int32_t) + 64;
     uint8_t *buf = locks_cache_scratch(c, 0, bytes);
@@ -83,16 +86,11 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         w[i].mass = mass;
         scores += (size_t)n_q_heads * n_full;
         mass += (size_t)H * n_full;
-        if (sel) {
-            w[i].pages = sel->pages + (size_t)i * H * mp;
-            w[i].n_pages = sel->n_pages + (size_t)i * H;
-        } else {
-            w[i].pages = ibuf + (size_t)i * H * mp;
-            w[i].n_pages = ibuf + (size_t)n_seqs * H * mp + (size_t)i * H;
-        }
+        w[i].pages = ibuf + (size_t)i * H * mp;
+        w[i].n_pages = ibuf + (size_t)n_seqs * H * mp + (size_t)i * H;
         w[i].max_pages = mp;
         w[i].out = out + (size_t)i * n_q_heads * d;
-        w[i].dense = p->selector == LOCKS_SEL_FULL || p->budget >= s->len;
+        w[i].dense = locks_plan_make(s->len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL).dense;
     }
     const float scale = locks_step_scale(c, p->scale);
     double t0 = locks_now_ms();
@@ -105,6 +103,13 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
     st = locks_attend_run(c, layer, w, n_seqs, n_q_heads, scale);
     if (st != LOCKS_OK) return st;
     double t3 = locks_now_ms();
+    for (int32_t i = 0; sel && i < n_seqs; i++)
+        for (int32_t h = 0; h < H; h++) {
+            const int32_t n = w[i].n_pages[h];
+            sel->n_pages[(size_t)i * H + h] = n;
+            memcpy(sel->pages + ((size_t)i * H + h) * (size_t)sel->max_pages, w[i].pages + (size_t)h * mp,
+                   sizeof(int32_t) * (size_t)n);
+        }
     if (stats) {
         memset(stats, 0, sizeof *stats);
         const uint64_t meta = locks_selector_meta_bytes(p->selector, c);

@@ -14,6 +14,7 @@
 
 size_t locks_summary_bytes(int32_t head_dim, int32_t rank, locks_summary_prec prec) {
     if (head_dim <= 0 || rank < 1 || rank > LOCKS_MAX_RANK) return 0;
+    if (prec != LOCKS_SUMMARY_F32 && head_dim % 2 != 0) return 0; /* int4 basis rows pack pairs */
     size_t d = (size_t)head_dim, r = (size_t)rank;
     if (prec == LOCKS_SUMMARY_F32) return 4 * (d + r * d + LOCKS_PAGE * r);
     return d + 2 + r * d / 2 + 2 * r + LOCKS_PAGE * r + 2 * r;
@@ -139,7 +140,7 @@ locks_status locks_summary_build_f32(int32_t head_dim, int32_t rank, const float
                                      float *mu, float *basis, float *coef) {
     enum { P = LOCKS_PAGE };
     const int32_t d = head_dim, r = rank;
-    if (d < 2 || d > LOCKS_MAX_HEAD_DIM || r < 1 || r > LOCKS_MAX_RANK || !k || !mu || !basis ||
+    if (d < 1 || d > LOCKS_MAX_HEAD_DIM || r < 1 || r > LOCKS_MAX_RANK || !k || !mu || !basis ||
         !coef)
         return LOCKS_ERR_INVALID_ARG;
     double m[LOCKS_MAX_HEAD_DIM];
@@ -157,12 +158,14 @@ locks_status locks_summary_build_f32(int32_t head_dim, int32_t rank, const float
         for (int32_t j = i; j < P; j++) {
             const double *xi = X + i * d, *xj = X + j * d;
             double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-            for (int32_t c = 0; c < d; c += 4) { /* d is a multiple of 8 */
+            int32_t c = 0;
+            for (; c + 4 <= d; c += 4) {
                 s0 += xi[c] * xj[c];
                 s1 += xi[c + 1] * xj[c + 1];
                 s2 += xi[c + 2] * xj[c + 2];
                 s3 += xi[c + 3] * xj[c + 3];
             }
+            for (; c < d; c++) s0 += xi[c] * xj[c]; /* any head_dim: the last d % 4 */
             G[i * P + j] = G[j * P + i] = (s0 + s1) + (s2 + s3);
         }
     locks_status st = locks_eig_sym(P, G, w, U);

@@ -11,9 +11,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <stdatomic.h>
 #include <time.h>
 
+/* ---- test-only fault injection (util.h) ---- */
+static atomic_llong fault_at;    /* the counted operation that fails; 0: off */
+static atomic_llong fault_count; /* operations counted since the last arm */
+static atomic_int fault_armed;   /* 1 while counting */
+
+void locks_fault_arm(int64_t n) {
+    atomic_store(&fault_count, 0);
+    atomic_store(&fault_at, n > 0 ? (long long)n : 0);
+    atomic_store(&fault_armed, 1);
+}
+
+void locks_fault_disarm(void) { atomic_store(&fault_armed, 0); }
+
+int locks_fault_hit(void) {
+    if (!atomic_load_explicit(&fault_armed, memory_order_relaxed)) return 0;
+    long long k = atomic_fetch_add(&fault_count, 1) + 1;
+    return k == atomic_load(&fault_at);
+}
+
+int64_t locks_fault_count(void) { return (int64_t)atomic_load(&fault_count); }
+
 void *locks_alloc(size_t n, size_t size) {
+    if (locks_fault_hit()) return NULL;
     if (size != 0 && n > SIZE_MAX / size) return NULL;
     size_t bytes = n * size;
     if (bytes == 0) bytes = 1;
@@ -31,6 +54,7 @@ void *locks_alloc_huge(size_t n, size_t size) {
     if (size != 0 && n > SIZE_MAX / size) return NULL;
     size_t bytes = n * size;
     if (bytes < huge) return locks_alloc(n, size);
+    if (locks_fault_hit()) return NULL;
     size_t rounded = (bytes + huge - 1) & ~(huge - 1);
     if (rounded < bytes) return NULL;
     void *p = aligned_alloc(huge, rounded);

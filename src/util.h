@@ -36,4 +36,17 @@ float locks_bf16_to_f32(uint16_t h);
 /* Monotonic wall clock in milliseconds. */
 double locks_now_ms(void);
 
+/* Test-only fault injection. locks_fault_arm(n) makes the n-th fallible operation from
+ * now on fail (n >= 1; n = 0 only counts; locks_fault_disarm() stops counting): every locks_alloc / locks_alloc_huge and every CUDA
+ * runtime call of the backend (CU_TRY, cudaMalloc) counts one. The failed operation is
+ * not performed: an allocation returns NULL, a CUDA call reports an error without
+ * being made. locks_fault_hit() is what those operations call: it counts one and says
+ * whether this one must fail. locks_fault_count() says how many were counted since the
+ * last locks_fault_arm (so a test can find out how many a call makes, then fail each
+ * one in turn). Off (one relaxed atomic load) unless a test arms it. */
+void locks_fault_arm(int64_t n);
+void locks_fault_disarm(void);
+int locks_fault_hit(void);
+int64_t locks_fault_count(void);
+
 #endif

@@ -2,8 +2,10 @@
  * test_bench_smoke.c — runs the real `locks bench` binary (built next to this test) at
  * a tiny size with --json, parses every line as a JSON object and checks the keys the
  * contract promises, that `full` is exact (coverage 1, output error 0), that the oracle
- * scores ratio 1, that LOCKS stays within (0, 1], and that bad options fail with exit
- * code 2. Performance targets live in bench/RESULTS.md, not here.
+ * scores ratio 1, that LOCKS gets a coverage ratio >= 0.98 and an output error within 5%
+ * of the oracle's (what it achieves, with margin), that the summary bytes the cache
+ * holds per page match the formula (802 at d = 128, r = 8), and that bad options fail
+ * with exit code 2. Performance targets live in bench/RESULTS.md, not here.
  */
 #include "test_util.h"
 
@@ -128,6 +130,10 @@ static void check_run(const char *args, int expect_d128) {
     int rc = run(args, objs, 8, &n, &bad);
     test_cond(rc == 0, "`locks %s` exit code %d", args, rc);
     test_cond(n == 3 && bad == 0, "`locks %s`: %d JSON objects, %d unparsable lines (want 3, 0)", args, n, bad);
+    double oracle_err = (double)NAN; /* LOCKS is held to the oracle's error below */
+    for (int i = 0; i < n; i++)
+        if (jfind(&objs[i], "selector") >= 0 && !strcmp(objs[i].str[jfind(&objs[i], "selector")], "oracle"))
+            oracle_err = jnum(&objs[i], "output_rel_err");
     for (int i = 0; i < n; i++) {
         const jobj *o = &objs[i];
         for (size_t k = 0; k < sizeof required / sizeof required[0]; k++)
@@ -150,8 +156,14 @@ static void check_run(const char *args, int expect_d128) {
         } else if (!strcmp(sel, "oracle")) {
             test_cond(fabs(ratio - 1.0) < 1e-9 && fabs(cov - ocov) < 1e-9, "oracle: ratio %.12g", ratio);
         } else if (!strcmp(sel, "locks")) {
-            test_cond(ratio > 0.5 && ratio <= 1.0 + 1e-12, "locks: ratio %.12g", ratio);
-            test_cond(err > 0 && err < 10, "locks: output_rel_err %g", err);
+            /* What the method achieves on these workloads (seeds 1..11 at both shapes,
+             * 2026-12-01): coverage ratio >= 0.998, output error within 0.3% of the
+             * oracle's (0.44-0.79: the budget covers 56-72% of the mass). Bounds with
+             * margin: ratio >= 0.98, error within 5% of the oracle's + 0.01. */
+            test_cond(ratio >= 0.98 && ratio <= 1.0 + 1e-12, "locks: coverage ratio %.12g (want >= 0.98)", ratio);
+            test_cond(cov >= 0.5 && cov <= ocov + 1e-9, "locks: coverage %.6g (oracle %.6g)", cov, ocov);
+            test_cond(err > 0 && err < 1.0 && fabs(err - oracle_err) <= 0.05 * oracle_err + 0.01,
+                      "locks: output_rel_err %g vs the oracle's %g (want within 5%% + 0.01)", err, oracle_err);
             test_cond(jnum(o, "bytes_step") < jnum(o, "bytes_dense"), "locks reads as much as dense");
         } else {
             test_cond(0, "unexpected selector '%s'", sel);

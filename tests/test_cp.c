@@ -32,6 +32,7 @@ typedef struct {
 
 static locks_cache *new_cache(const seq_data *x, int32_t n_tok, int32_t threads) {
     locks_cache_params cp = locks_cache_default_params();
+    cp.selectors = LOCKS_SEL_ALL; /* the tests step every selector: keep all their metadata */
     cp.n_kv_heads = x->H;
     cp.head_dim = x->d;
     cp.n_pages = n_tok / P + 2;
@@ -366,6 +367,48 @@ static void check_errors(const seq_data *x) {
         free(q2);
     }
     world_free(&w);
+    /* shards of another shape on one rank (KV heads, then head_dim; the same number of
+     * query heads and the same query values, so only the shape differs): every rank
+     * reports INVALID_ARG from the header round instead of running collectives of
+     * different sizes */
+    for (int32_t c = 0; c < 2; c++) {
+        const int32_t H2 = c == 0 ? 2 * x->H : x->H, G2 = c == 0 ? x->G / 2 : x->G, d2 = c == 0 ? x->d : 2 * x->d;
+        seq_data y = make_data(H2, G2, d2, x->len);
+        for (int32_t bad = 0; bad < 2; bad++) { /* the odd shard on rank 0, then on rank 1 */
+            world_init(&w, x, 2, NULL, NULL);
+            int32_t t0, n;
+            locks_cp_partition(x->len, 2, bad, &t0, &n);
+            locks_cache_free(w.cache[bad]);
+            w.cache[bad] = new_cache(&y, n, 1);
+            w.job[bad].shard.cache = w.cache[bad];
+            w.job[bad].shard.seq_id = load(w.cache[bad], &y, t0, n);
+            const int32_t max_pages = (x->len + P - 1) / P;
+            free(w.out[bad]);
+            free(w.pages[bad]);
+            free(w.n_pages[bad]);
+            w.out[bad] = malloc(sizeof(float) * (size_t)H2 * G2 * d2);
+            w.pages[bad] = malloc(sizeof(int32_t) * (size_t)H2 * max_pages);
+            w.n_pages[bad] = malloc(sizeof(int32_t) * (size_t)H2);
+            w.job[bad].out = w.out[bad];
+            w.job[bad].sel = (locks_selection){w.pages[bad], w.n_pages[bad], max_pages};
+            float *qw = malloc(sizeof(float) * (size_t)H2 * G2 * d2);
+            for (int32_t i = 0; i < H2 * G2 * d2; i++) qw[i] = q[i % (x->H * x->G * x->d)];
+            for (int32_t r = 0; r < 2; r++) {
+                w.job[r].q = r == bad ? qw : q;
+                w.job[r].p = p;
+            }
+            for (int32_t r = 0; r < 2; r++) pthread_create(&th[r], NULL, rank_main, &w.job[r]);
+            for (int32_t r = 0; r < 2; r++) pthread_join(th[r], NULL);
+            for (int32_t r = 0; r < 2; r++)
+                test_cond(w.job[r].st == LOCKS_ERR_INVALID_ARG, "rank %d with %s %d vs %d: rank %d -> %s", bad,
+                          c == 0 ? "KV heads" : "head_dim", c == 0 ? H2 : d2, c == 0 ? x->H : x->d, r,
+                          locks_status_str(w.job[r].st));
+            free(qw);
+            world_free(&w);
+        }
+        free(y.k);
+        free(y.v);
+    }
     free(q);
     free(qbad);
 }

@@ -119,6 +119,25 @@ int main(void) {
     float *lg = malloc(sizeof(float) * (size_t)nv);
     float *lg2 = malloc(sizeof(float) * (size_t)nv);
 
+    /* ---- 0. an invalid step is refused at init, not at the first decode ---- */
+    {
+        const char *what[5] = {"budget 0", "n_sink -1", "n_recent -1", "selector out of range", "NaN scale"};
+        for (int i = 0; i < 5; i++) {
+            locks_ctx_params p = locks_ctx_default_params();
+            p.n_ctx = 64;
+            if (i == 0) p.step.budget = 0;
+            if (i == 1) p.step.n_sink = -1;
+            if (i == 2) p.step.n_recent = -1;
+            if (i == 3) p.step.selector = LOCKS_SEL_COUNT;
+            if (i == 4) p.step.scale = NAN;
+            locks_status e = LOCKS_OK;
+            locks_ctx *bad = locks_ctx_init(m, p, &e);
+            test_cond(bad == NULL && e == LOCKS_ERR_INVALID_ARG, "locks_ctx_init with %s -> INVALID_ARG (got %s)",
+                      what[i], locks_status_str(e));
+            locks_ctx_free(bad);
+        }
+    }
+
     /* ---- 1. logits against the float64 numpy reference ---- */
     for (int f32 = 1; f32 >= 0; f32--) {
         locks_ctx *c = new_ctx(m, 64, LOCKS_SEL_FULL, 1 << 20, f32);

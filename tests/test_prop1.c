@@ -94,6 +94,7 @@ static void run_case(int d, int r, int G, int n_full) {
         }
 
     locks_cache_params cp = locks_cache_default_params();
+    cp.selectors = LOCKS_SEL_ALL; /* every selector is compared: keep all their metadata */
     cp.n_layers = 1;
     cp.n_kv_heads = 1;
     cp.head_dim = d;

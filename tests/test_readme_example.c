@@ -3,7 +3,9 @@
  * The code between the README markers below must match README.md's block byte for
  * byte (checked here: ctest runs in the source directory). The test runs it on fresh
  * random K/V: with budget >= context it must equal float64 dense attention over the
- * fp16-rounded K/V; with a small budget it must be finite and differ from dense.
+ * fp16-rounded K/V; with a small budget it must equal float64 attention over the pages
+ * the step selected (the same step run again with a selection table), that selection
+ * must fit the budget and hold the forced pages, and the output must differ from dense.
  */
 #include "test_util.h"
 
@@ -134,13 +136,64 @@ int main(void) {
 
     st = example(k, v, N, q, 512, out2);
     test_cond(st == 0, "example (budget 512): %s", locks_status_str((locks_status)st));
-    double diff = 0;
-    int finite = 1;
-    for (int i = 0; i < HQ * D; i++) {
-        finite &= isfinite(out2[i]) != 0;
-        diff = fmax(diff, fabs((double)out2[i] - ref.o_full[i]));
+    /* the same step again, this time asking for the selection (same cache, same data:
+     * the same pages), then float64 attention over exactly those pages */
+    locks_cache_params cp = locks_cache_default_params();
+    cp.n_layers = 1, cp.n_kv_heads = H, cp.head_dim = D, cp.n_pages = 4096 / LOCKS_PAGE, cp.n_threads = 2;
+    locks_cache *c = locks_cache_init(cp, NULL);
+    int32_t seq, max_pages = (N + LOCKS_PAGE - 1) / LOCKS_PAGE;
+    int32_t *pages = malloc(sizeof(int32_t) * (size_t)H * max_pages), np[8];
+    float *out3 = malloc((size_t)HQ * D * 4);
+    CHECK(locks_cache_seq_add(c, &seq));
+    CHECK(locks_cache_append(c, seq, N));
+    CHECK(locks_cache_write(c, seq, 0, 0, N, k, v));
+    locks_step_params sp = locks_step_default_params();
+    sp.budget = 512;
+    locks_selection sel = {pages, np, max_pages};
+    CHECK(locks_decode_step(c, 0, &seq, 1, q, HQ, &sp, out3, &sel, NULL));
+    locks_cache_free(c);
+    test_cond(!memcmp(out2, out3, sizeof(float) * HQ * D), "the example's output == the step with a selection");
+    double *K = malloc(sizeof(double) * (size_t)N * D), *V = malloc(sizeof(double) * (size_t)N * D);
+    double qd[128], od[128], worst_sel = 0.0, diff = 0.0;
+    int budget_ok = 1, forced_ok = 1;
+    for (int h = 0; h < H; h++) {
+        int32_t nt = 0;
+        for (int i = 0; i < np[h]; i++) {
+            const int32_t lp = pages[h * max_pages + i];
+            for (int32_t t = lp * LOCKS_PAGE; t < (lp + 1) * LOCKS_PAGE && t < N; t++, nt++)
+                for (int c2 = 0; c2 < D; c2++) {
+                    K[(size_t)nt * D + c2] = (double)k[((size_t)t * H + h) * D + c2];
+                    V[(size_t)nt * D + c2] = (double)v[((size_t)t * H + h) * D + c2];
+                }
+        }
+        budget_ok &= nt <= 512 && nt > 0;
+        /* sink page 0, the last full page and the partial page are always there */
+        int has0 = 0, has_recent = 0, has_tail = N % LOCKS_PAGE == 0;
+        for (int i = 0; i < np[h]; i++) {
+            const int32_t lp = pages[h * max_pages + i];
+            has0 |= lp == 0;
+            has_recent |= lp == N / LOCKS_PAGE - 1;
+            has_tail |= lp == N / LOCKS_PAGE;
+        }
+        forced_ok &= has0 && has_recent && has_tail;
+        for (int g = 0; g < HQ / H; g++) {
+            const int qh = h * (HQ / H) + g;
+            for (int c2 = 0; c2 < D; c2++) qd[c2] = (double)q[qh * D + c2];
+            tu_ref_attention(qd, K, V, nt, D, 1.0 / sqrt((double)D), od);
+            double dd = 0, nn = 0;
+            for (int c2 = 0; c2 < D; c2++) {
+                dd += ((double)out2[qh * D + c2] - od[c2]) * ((double)out2[qh * D + c2] - od[c2]);
+                nn += od[c2] * od[c2];
+                diff = fmax(diff, fabs((double)out2[qh * D + c2] - ref.o_full[qh * D + c2]));
+            }
+            worst_sel = fmax(worst_sel, sqrt(dd / nn));
+        }
     }
-    test_cond(finite && diff > 1e-4, "budget 512: finite %d, max diff to dense %g", finite, diff);
+    test_cond(budget_ok && forced_ok, "budget 512: the selection fits the budget (%d) and holds the forced pages (%d)",
+              budget_ok, forced_ok);
+    test_cond(worst_sel < 1e-5, "budget 512: rel err vs float64 attention over the selected pages %g", worst_sel);
+    test_cond(diff > 1e-4, "budget 512: the sparse output differs from dense (max diff %g)", diff);
+    free(K), free(V), free(pages), free(out3);
     locks_attn_ref_free(&ref);
     free(k), free(v), free(q), free(out), free(out2);
     return test_report("test_readme_example");

@@ -295,6 +295,7 @@ static fixture make_fixture(void) {
     f.r = tu_int(2, 10);
     f.len = tu_int(20, 40) * P + tu_int(0, P - 1);
     locks_cache_params cp = locks_cache_default_params();
+    cp.selectors = LOCKS_SEL_ALL; /* every selector is compared: keep all their metadata */
     cp.n_layers = f.L;
     cp.n_kv_heads = f.H;
     cp.head_dim = f.d;

@@ -573,6 +573,7 @@ static int run_context(const bench_opts *o, const bench_shape *sh, int32_t ctx) 
     if (!b.seq || !b.synth || !b.src || !b.host_k || !b.host_v) goto done;
 
     locks_cache_params cp = locks_cache_default_params();
+    cp.selectors = LOCKS_SEL_ALL; /* every selector is compared: keep all their metadata */
     cp.n_layers = 1;
     cp.n_kv_heads = sh->hkv;
     cp.head_dim = sh->d;

@@ -178,6 +178,7 @@ static void *rank_main(void *arg) {
     const int32_t P = LOCKS_PAGE;
     locks_cp_partition(r->context, o->ranks, r->rank, &r->tok0, &r->n_tok);
     locks_cache_params cp = locks_cache_default_params();
+    cp.selectors = LOCKS_SEL_ALL; /* every selector is compared: keep all their metadata */
     cp.n_layers = 1;
     cp.n_kv_heads = o->hkv;
     cp.head_dim = o->d;

@@ -278,6 +278,7 @@ int cmd_demo(int argc, char **argv) {
     cp.progress = ru_progress;
     cp.step.selector = LOCKS_SEL_FULL;
     cp.step.budget = cp.n_ctx;
+    cp.selectors = LOCKS_SEL_BIT(sparse.selector); /* switched to after the full answer */
     locks_status st;
     full = locks_ctx_init(m, cp, &st);
     logits = malloc(sizeof(float) * (size_t)in.n_vocab);

@@ -357,6 +357,7 @@ static int run_replay(eval_state *e) {
     const int32_t max_pages = (max_tok + LOCKS_PAGE - 1) / LOCKS_PAGE;
 
     locks_cache_params cp = locks_cache_default_params();
+    cp.selectors = LOCKS_SEL_ALL; /* every selector is compared: keep all their metadata */
     cp.n_layers = e->L;
     cp.n_kv_heads = e->Hkv;
     cp.head_dim = e->d;

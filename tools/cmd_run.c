@@ -276,6 +276,11 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (n_prompt + n_predict > n_ctx) n_predict = n_ctx - n_prompt;
+    if (in.n_ctx_train > 0 && n_ctx > in.n_ctx_train) /* as llama.cpp does: allowed, but say so */
+        fprintf(stderr,
+                "locks run: warning: the context (%d tokens) is longer than the model was trained on (%d); "
+                "quality past %d tokens is not what the model was trained for\n",
+                n_ctx, in.n_ctx_train, in.n_ctx_train);
 
     locks_ctx_params cp = locks_ctx_default_params();
     cp.n_ctx = n_ctx;

@@ -903,6 +903,7 @@ int eval_tasks_main(int argc, char **argv) {
     cp.n_threads = o.threads;
     cp.rank = o.rank;
     cp.summary_prec = o.prec;
+    cp.selectors = LOCKS_SEL_ALL; /* every selector is replayed on the same cache */
     cp.progress = on_prefill;
     cp.on_step = on_step;
     cp.on_step_user = &R;

@@ -133,7 +133,7 @@ extern "C" void locks_cuda_cache_free(locks_cuda_cache **pc) {
 
 #define DALLOC(ptr, bytes)                                                                 \
     do {                                                                                   \
-        if (cudaMalloc((void **)&(ptr), (bytes)) != cudaSuccess) {                         \
+        if (locks_fault_hit() || cudaMalloc((void **)&(ptr), (bytes)) != cudaSuccess) {    \
             locks_log(LOCKS_LOG_ERROR, "cuda: cudaMalloc of %zu bytes failed", (size_t)(bytes)); \
             st = LOCKS_ERR_OOM;                                                            \
             goto fail;                                                                     \
@@ -232,7 +232,8 @@ extern "C" locks_status locks_cuda_seq_sync(locks_cuda_cache *c, int32_t seq, co
 
 extern "C" locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq, int32_t layer, int32_t pos,
                                                int32_t n, const float *d_k, const float *d_v,
-                                               const int32_t *build_pages, int32_t n_build) {
+                                               const int32_t *build_pages, int32_t n_build, int *stored) {
+    if (stored) *stored = 0;
     if (!c || seq < 0 || seq >= c->p.max_seqs || layer < 0 || layer >= c->p.n_layers || pos < 0 || n < 0 ||
         (n > 0 && (!d_k || !d_v)) || n_build < 0 || n_build > c->p.n_pages || (n_build > 0 && !build_pages))
         return LOCKS_ERR_INVALID_ARG;
@@ -245,12 +246,17 @@ extern "C" locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq,
     LOCKS_TRY(nonfinite_launch(d_k, elems, c->ws.status, c->stream));
     LOCKS_TRY(nonfinite_launch(d_v, elems, c->ws.status, c->stream));
     CU_TRY(cudaMemcpyAsync(&flag, c->ws.status, 4, cudaMemcpyDeviceToHost, c->stream));
+    /* the pages to build go up before the first store, so everything that can fail
+     * without a device fault happens while the cache is still untouched */
+    if (n_build > 0)
+        CU_TRY(cudaMemcpyAsync(c->page_list, build_pages, (size_t)n_build * 4, cudaMemcpyHostToDevice, c->stream));
     CU_TRY(cudaStreamSynchronize(c->stream));
     if (flag) return LOCKS_ERR_NONFINITE;
 
     const int32_t *bt = c->block_table + (size_t)seq * c->p.n_pages;
     const unsigned blocks = (unsigned)((elems + WRITE_THREADS - 1) / WRITE_THREADS);
     uint16_t *kp = c->k + (size_t)layer * c->kv_layer_elems, *vp = c->v + (size_t)layer * c->kv_layer_elems;
+    if (stored) *stored = 1; /* from here on a failure leaves the slots half-written */
     if (c->p.kv_dtype == LOCKS_DTYPE_BF16)
         write_kernel<__nv_bfloat16><<<blocks, WRITE_THREADS, 0, c->stream>>>(d_k, d_v, pos, n, c->p.n_kv_heads,
                                                                           c->p.head_dim, bt, kp, vp);
@@ -258,11 +264,7 @@ extern "C" locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq,
         write_kernel<__half><<<blocks, WRITE_THREADS, 0, c->stream>>>(d_k, d_v, pos, n, c->p.n_kv_heads,
                                                                    c->p.head_dim, bt, kp, vp);
     CU_LAUNCH_CHECK(write_kernel);
-
-    if (n_build > 0) {
-        CU_TRY(cudaMemcpyAsync(c->page_list, build_pages, (size_t)n_build * 4, cudaMemcpyHostToDevice, c->stream));
-        LOCKS_TRY(locks_cuda_summary_build(c, layer, c->page_list, n_build));
-    }
+    if (n_build > 0) LOCKS_TRY(locks_cuda_summary_build(c, layer, c->page_list, n_build));
     CU_TRY(cudaStreamSynchronize(c->stream));
     return LOCKS_OK;
 }

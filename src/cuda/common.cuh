@@ -23,13 +23,14 @@
 
 extern "C" {
 #include "locks_cuda.h"
+#include "plan.h" /* locks_plan_make: host and device */
 #include "util.h"
 }
 
 /* Logs a failed runtime call and returns LOCKS_ERR_BACKEND from the enclosing function. */
 #define CU_TRY(call)                                                                       \
     do {                                                                                   \
-        cudaError_t e_ = (call);                                                           \
+        cudaError_t e_ = locks_fault_hit() ? cudaErrorUnknown : (call); /* util.h */       \
         if (e_ != cudaSuccess) {                                                           \
             locks_log(LOCKS_LOG_ERROR, "cuda: %s failed: %s (%s:%d)", #call,               \
                       cudaGetErrorString(e_), __FILE__, __LINE__);                         \

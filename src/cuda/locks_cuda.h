@@ -56,10 +56,12 @@ locks_status locks_cuda_seq_sync(locks_cuda_cache *c, int32_t seq, const int32_t
  * non-finite input first (LOCKS_ERR_NONFINITE, nothing written), then converts and
  * stores, then builds the summaries of the n_build physical pages build_pages (host
  * array: the pages this write made or kept full; the caller tracks filled slots).
- * Synchronous. */
+ * Synchronous. *stored (may be NULL) says whether the store began: 0 on every failure
+ * that left the device cache untouched, 1 once the K/V store was launched (a failure
+ * then leaves those slots and the summaries of build_pages undefined). */
 locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq, int32_t layer, int32_t pos,
                                     int32_t n, const float *d_k, const float *d_v,
-                                    const int32_t *build_pages, int32_t n_build);
+                                    const int32_t *build_pages, int32_t n_build, int *stored);
 
 /* Builds the summaries of n physical pages d_pages[n] of one layer, all KV heads,
  * from the stored keys (asynchronous on the cache's stream). */

@@ -29,8 +29,8 @@ mass_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
     __shared__ uint32_t sh[MASS_BINS];
     const int32_t seg = blockIdx.y;
     const int32_t slot = seq_slots[seg / hkv];
-    const int32_t n_full = seq_len[slot] / 16;
-    const int32_t sink = min(n_sink, n_full), rs = max(n_full - n_recent, sink);
+    const locks_plan pl = locks_plan_make(seq_len[slot], 0, n_sink, n_recent, 0);
+    const int32_t n_full = pl.n_full, sink = pl.sink, rs = pl.rs;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int h = warp; h < G; h += MASS_THREADS / 32) {
         float2 r = make_float2(-INFINITY, 0.f);

@@ -99,22 +99,13 @@ static locks_status check_heads(const locks_cuda_cache *c, int32_t hq) {
 
 /* Tokens one sequence attends under p (host mirror of the selection rule). */
 static int64_t attended_tokens(int32_t len, const locks_step_params *p, int32_t *n_list) {
-    const int32_t n_full = len / 16, part = len % 16, n_tot = n_full + (part > 0);
-    if (p->budget >= len || p->selector == LOCKS_SEL_FULL) {
-        *n_list = n_tot;
+    const locks_plan pl = locks_plan_make(len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
+    if (pl.every) {
+        *n_list = pl.n_tot;
         return len;
     }
-    const int32_t sink = n_full < p->n_sink ? n_full : p->n_sink;
-    int32_t rs = n_full - p->n_recent;
-    if (rs < sink) rs = sink;
-    const int32_t forced = 16 * (sink + n_full - rs) + part;
-    const int32_t k = (p->budget - forced) / 16, n_cand = rs - sink;
-    if (k >= n_cand) {
-        *n_list = n_tot;
-        return len;
-    }
-    *n_list = sink + k + (n_full - rs) + (part > 0);
-    return (int64_t)forced + 16 * (int64_t)k;
+    *n_list = pl.sink + pl.k + (pl.n_full - pl.rs) + (pl.part > 0);
+    return (int64_t)pl.forced + 16 * (int64_t)pl.k;
 }
 
 static locks_status check_seqs(const locks_cuda_cache *c, const int32_t *seq_ids, int32_t n_seqs,
@@ -130,12 +121,8 @@ static locks_status check_seqs(const locks_cuda_cache *c, const int32_t *seq_ids
         const int32_t np = (len + 15) / 16;
         if (np > *max_pages) *max_pages = np;
         if (p) {
-            const int32_t n_full = len / 16, part = len % 16;
-            const int32_t sink = n_full < p->n_sink ? n_full : p->n_sink;
-            int32_t rs = n_full - p->n_recent;
-            if (rs < sink) rs = sink;
-            const int32_t forced = 16 * (sink + n_full - rs) + part;
-            if (p->selector != LOCKS_SEL_FULL && p->budget < len && forced > p->budget) return LOCKS_ERR_BUDGET;
+            const locks_plan pl = locks_plan_make(len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
+            if (!pl.dense && pl.k < 0) return LOCKS_ERR_BUDGET;
             int32_t nl;
             attended_tokens(len, p, &nl);
             if (nl > *max_list) *max_list = nl;

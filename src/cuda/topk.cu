@@ -56,17 +56,13 @@ topk_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ s
     __shared__ uint32_t s_bin, s_above;
     const int32_t seg = blockIdx.x;
     const int32_t slot = seq_slots[seg / hkv];
-    const int32_t len = seq_len[slot];
-    const int32_t n_full = len / 16, part = len % 16;
-    const int32_t n_tot = n_full + (part > 0);
+    const locks_plan pl = locks_plan_make(seq_len[slot], budget, n_sink, n_recent, 0);
+    const int32_t n_tot = pl.n_tot;
     int32_t *o = out + (size_t)seg * out_stride;
     const int tid = threadIdx.x;
 
-    const int32_t sink = min(n_sink, n_full), rs = max(n_full - n_recent, sink);
-    const int32_t forced_tok = 16 * (sink + n_full - rs) + part;
-    const int32_t n_cand = rs - sink;
-    int32_t k = budget >= forced_tok ? (budget - forced_tok) / 16 : -1;
-    if (budget >= len || k >= n_cand) { /* everything: dense */
+    const int32_t sink = pl.sink, rs = pl.rs, n_cand = pl.n_cand, k = pl.k;
+    if (pl.every) { /* everything: dense */
         for (int32_t j = tid; j < n_tot; j += TOPK_THREADS) o[j] = j;
         if (tid == 0) out_n[seg] = n_tot;
         return;

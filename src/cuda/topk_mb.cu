@@ -26,25 +26,6 @@
 #define TKF_MAX_PAGES (96 * 1024 * 8) /* bitmap of 96 KiB of shared memory */
 #define TK_MB_MIN_PAGES 24576          /* below this the one-block kernel is faster */
 
-typedef struct {
-    int32_t n_full, part, n_tot, sink, rs, n_cand, k;
-    int mode; /* 0: every page, 1: budget error, 2: select k of the candidates */
-} tk_plan;
-
-static __device__ __forceinline__ tk_plan make_plan(int32_t len, int32_t budget, int32_t n_sink, int32_t n_recent) {
-    tk_plan p;
-    p.n_full = len / 16;
-    p.part = len % 16;
-    p.n_tot = p.n_full + (p.part > 0);
-    p.sink = min(n_sink, p.n_full);
-    p.rs = max(p.n_full - n_recent, p.sink);
-    p.n_cand = p.rs - p.sink;
-    const int32_t forced = 16 * (p.sink + p.n_full - p.rs) + p.part;
-    p.k = budget >= forced ? (budget - forced) / 16 : -1;
-    p.mode = (budget >= len || p.k >= p.n_cand) ? 0 : (p.k < 0 ? 1 : 2);
-    return p;
-}
-
 /* Exclusive scan over the block (any multiple of 32 threads up to 1024). */
 static __device__ uint32_t block_scan_u32(uint32_t v, uint32_t *ws, uint32_t *total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -120,8 +101,8 @@ topk_collect_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__rest
     __shared__ uint32_t ws[32];
     __shared__ uint32_t s_bin, s_above;
     const int32_t seg = blockIdx.y;
-    const tk_plan pl = make_plan(seq_len[seq_slots[seg / hkv]], budget, n_sink, n_recent);
-    if (pl.mode != 2 || pl.k == 0) return;
+    const locks_plan pl = locks_plan_make(seq_len[seq_slots[seg / hkv]], budget, n_sink, n_recent, 0);
+    if (pl.every || pl.k <= 0) return; /* nothing to rank, or over budget */
     uint32_t *gh = hist + (size_t)seg * LOCKS_CUDA_HIST_STRIDE;
     for (int i = threadIdx.x; i < TK_BINS; i += TKC_THREADS) h[i] = gh[i];
     __syncthreads();
@@ -184,15 +165,15 @@ topk_final_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restri
     __shared__ uint32_t ws[32];
     __shared__ uint32_t s_bin, s_above;
     const int32_t seg = blockIdx.x;
-    const tk_plan pl = make_plan(seq_len[seq_slots[seg / hkv]], budget, n_sink, n_recent);
+    const locks_plan pl = locks_plan_make(seq_len[seq_slots[seg / hkv]], budget, n_sink, n_recent, 0);
     int32_t *o = out + (size_t)seg * out_stride;
     const int tid = threadIdx.x;
-    if (pl.mode == 0) {
+    if (pl.every) {
         for (int32_t j = tid; j < pl.n_tot; j += TKF_THREADS) o[j] = j;
         if (tid == 0) out_n[seg] = pl.n_tot;
         return;
     }
-    if (pl.mode == 1) {
+    if (pl.k < 0) { /* forced pages over the budget */
         if (tid == 0) out_n[seg] = -1;
         return;
     }
@@ -326,7 +307,7 @@ hist0_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ 
              const float *__restrict__ mass, int32_t stride, int32_t n_sink, int32_t n_recent, uint32_t *hist) {
     __shared__ uint32_t h[TK_BINS];
     const int32_t seg = blockIdx.y;
-    const tk_plan pl = make_plan(seq_len[seq_slots[seg / hkv]], 0, n_sink, n_recent);
+    const locks_plan pl = locks_plan_make(seq_len[seq_slots[seg / hkv]], 0, n_sink, n_recent, 0);
     for (int i = threadIdx.x; i < TK_BINS; i += HIST0_THREADS) h[i] = 0;
     __syncthreads();
     const float *m = mass + (size_t)seg * stride;

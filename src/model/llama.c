@@ -41,8 +41,6 @@
 #include "matmul.h"
 #include "quant.h"
 #include "swa.h"
-#include "cache.h"
-#include "pool.h"
 #include "tokenizer_gguf.h"
 #include "util.h"
 
@@ -430,6 +428,7 @@ locks_ctx_params locks_ctx_default_params(void) {
         .rank = 8,
         .summary_prec = LOCKS_SUMMARY_Q,
         .step = locks_step_default_params(),
+        .selectors = 0,
         .f32_act = 0,
         .progress = NULL,
         .progress_user = NULL,
@@ -439,11 +438,18 @@ locks_ctx_params locks_ctx_default_params(void) {
     return p;
 }
 
+/* The decode step's parameters, checked where they are given (init, set_step) rather
+ * than at the first decode. */
+static int step_ok(const locks_step_params *s) {
+    return s->budget > 0 && s->n_sink >= 0 && s->n_recent >= 0 && (int)s->selector >= 0 &&
+           s->selector < LOCKS_SEL_COUNT && (s->scale == 0.0f || (isfinite(s->scale) && s->scale > 0.0f));
+}
+
 locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status *err) {
     locks_status st = LOCKS_OK;
     locks_ctx *c = NULL;
     if (!m || p.n_ctx <= 0 || p.n_threads <= 0 || p.n_threads > 256 || p.n_batch <= 0 ||
-        p.n_batch > 4096) {
+        p.n_batch > 4096 || !step_ok(&p.step)) {
         st = LOCKS_ERR_INVALID_ARG;
         goto fail;
     }
@@ -466,13 +472,16 @@ locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status
     cp.rank = p.rank;
     cp.summary_prec = p.summary_prec;
     cp.n_threads = p.n_threads;
+    if ((int)p.step.selector >= 0 && p.step.selector < LOCKS_SEL_COUNT)
+        cp.selectors = p.selectors | LOCKS_SEL_BIT(p.step.selector);
+    c->p.selectors = cp.selectors; /* what the cache serves; a clone keeps it */
     c->cache = locks_cache_init(cp, &st);
     if (!c->cache) goto fail;
     if ((st = locks_cache_seq_add(c->cache, &c->seq)) != LOCKS_OK) goto fail;
     /* the matmuls run on the cache's own pool: one set of worker threads for the whole
      * forward pass, so a worker still spinning after the cache's last job picks up the
      * next product (the pool is not reentrant; the context uses it from one thread) */
-    c->pool = c->cache->pool;
+    c->pool = locks_cache_pool(c->cache);
 
     size_t B = (size_t)p.n_batch;
     int32_t q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
@@ -571,9 +580,8 @@ locks_cache *locks_ctx_cache(locks_ctx *c) { return c->cache; }
 int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq; }
 
 locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
-    if (step.budget <= 0 || step.n_sink < 0 || step.n_recent < 0 || (int)step.selector < 0 ||
-        step.selector >= LOCKS_SEL_COUNT)
-        return LOCKS_ERR_INVALID_ARG;
+    if (!step_ok(&step)) return LOCKS_ERR_INVALID_ARG;
+    if (!locks_cache_serves(c->cache, step.selector)) return LOCKS_ERR_NO_META;
     c->p.step = step;
     return LOCKS_OK;
 }

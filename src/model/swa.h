@@ -10,7 +10,6 @@
 #include <stdint.h>
 
 #include "locks.h"
-#include "pool.h"
 
 /* out[t][Hq * d] for the n tokens at positions pos .. pos + n - 1 of sequence seq, whose
  * K/V (and all earlier ones in the window) are already in the cache's layer. q[t][Hq * d]

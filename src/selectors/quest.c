@@ -22,31 +22,27 @@
 #include "selector.h"
 #include "util.h"
 
-/* ---- per-cache metadata: fp16 key min/max per (layer, KV head, physical page) ------ */
+/* ---- per-cache metadata: fp16 key min/max per (layer, KV head, physical page) ------
+ * The cache's LOCKS_META_MINMAX block: kmin[L][Hkv][n_pages][d], then kmax alike. */
 
-locks_status locks_sel_minmax_init(locks_cache *c) {
-    locks_minmax_meta *m = locks_alloc(1, sizeof *m);
-    if (!m) return LOCKS_ERR_OOM;
-    size_t n = (size_t)c->p.n_layers * (size_t)c->hkv * (size_t)c->p.n_pages * (size_t)c->d;
-    m->kmin = locks_alloc(n, sizeof *m->kmin);
-    m->kmax = locks_alloc(n, sizeof *m->kmax);
-    if (!m->kmin || !m->kmax) {
-        locks_free(m->kmin);
-        locks_free(m->kmax);
-        locks_free(m);
-        return LOCKS_ERR_OOM;
-    }
-    c->sel_meta[LOCKS_SEL_QUEST] = m;
-    return LOCKS_OK;
+static size_t minmax_layout(const locks_cache *c, size_t *kmin, size_t *kmax) {
+    const size_t n = (size_t)c->p.n_layers * (size_t)c->hkv * (size_t)c->p.n_pages * (size_t)c->d;
+    size_t end = 0;
+    *kmin = locks_meta_take(&end, n, sizeof(uint16_t));
+    *kmax = locks_meta_take(&end, n, sizeof(uint16_t));
+    return end;
 }
 
-void locks_sel_minmax_free(locks_cache *c) {
-    locks_minmax_meta *m = c->sel_meta[LOCKS_SEL_QUEST];
-    if (!m) return;
-    locks_free(m->kmin);
-    locks_free(m->kmax);
-    locks_free(m);
-    c->sel_meta[LOCKS_SEL_QUEST] = NULL;
+size_t locks_sel_minmax_bytes(const locks_cache *c) {
+    size_t a, b;
+    return minmax_layout(c, &a, &b);
+}
+
+locks_minmax_meta locks_sel_minmax(const locks_cache *c) {
+    size_t a, b;
+    minmax_layout(c, &a, &b);
+    uint8_t *base = locks_cache_meta(c, LOCKS_META_MINMAX);
+    return (locks_minmax_meta){(uint16_t *)(void *)(base + a), (uint16_t *)(void *)(base + b)};
 }
 
 size_t locks_minmax_offset(const locks_cache *c, int32_t layer, int32_t kv_head) {
@@ -55,17 +51,17 @@ size_t locks_minmax_offset(const locks_cache *c, int32_t layer, int32_t kv_head)
 
 void locks_sel_minmax_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                   const float *k) {
-    locks_minmax_meta *m = c->sel_meta[LOCKS_SEL_QUEST];
+    const locks_minmax_meta m = locks_sel_minmax(c);
     size_t off = locks_minmax_offset(c, layer, kv_head) + (size_t)page * (size_t)c->d;
-    locks_minmax_build(c->d, k, m->kmin + off, m->kmax + off);
+    locks_minmax_build(c->d, k, m.kmin + off, m.kmax + off);
 }
 
 void locks_sel_quest_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                            int32_t ld) {
     const locks_cache *c = x->c;
-    const locks_minmax_meta *m = c->sel_meta[LOCKS_SEL_QUEST];
+    const locks_minmax_meta m = locks_sel_minmax(c);
     size_t off = locks_minmax_offset(c, x->layer, x->kv_head);
-    locks_quest_score(c->d, x->group, j1 - j0, x->table + j0, m->kmin + off, m->kmax + off, x->q,
+    locks_quest_score(c->d, x->group, j1 - j0, x->table + j0, m.kmin + off, m.kmax + off, x->q,
                       x->scale, scores + j0, ld);
 }
 

@@ -80,10 +80,13 @@ void locks_landmark_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
 
 #include "cache.h"
 
-/* quest.c's metadata, shared by rocket: c->sel_meta[LOCKS_SEL_QUEST]. */
+/* quest.c's metadata, shared by rocket: the cache's LOCKS_META_MINMAX block. */
 typedef struct {
     uint16_t *kmin, *kmax; /* [L][Hkv][n_pages][d] fp16 */
 } locks_minmax_meta;
+
+/* The arrays of c's min/max block (c must hold it: locks_selector_served). */
+locks_minmax_meta locks_sel_minmax(const locks_cache *c);
 
 /* Element offset of (layer, KV head)'s [n_pages][d] min/max arrays. */
 size_t locks_minmax_offset(const locks_cache *c, int32_t layer, int32_t kv_head);

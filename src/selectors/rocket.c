@@ -78,7 +78,7 @@ void locks_rocket_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
     }
 }
 
-/* ---- SnapKV state: c->sel_meta[LOCKS_SEL_ROCKET] --------------------------------------
+/* ---- SnapKV state: the cache's LOCKS_META_SNAPKV block ---------------------------------
  * votes[l][h][p]: the page's pooled SnapKV vote, +INF for pages that must stay (pages
  * overlapping the observation window, pages filled after the observation, pages never
  * observed); evicted[l][h][p]: 1 if locks_cache_snapkv_keep dropped it. */
@@ -94,35 +94,42 @@ static size_t snap_index(const locks_cache *c, int32_t layer, int32_t kv_head, i
     return ((size_t)layer * (size_t)c->hkv + (size_t)kv_head) * (size_t)c->p.n_pages + (size_t)page;
 }
 
-locks_status locks_sel_rocket_init(locks_cache *c) {
-    const size_t n = (size_t)c->p.n_layers * (size_t)c->hkv * (size_t)c->p.n_pages;
-    snap_meta *m = locks_alloc(1, sizeof *m);
-    if (!m) return LOCKS_ERR_OOM;
-    m->votes = locks_alloc(n, sizeof *m->votes);
-    m->evicted = locks_alloc(n, sizeof *m->evicted);
-    c->sel_meta[LOCKS_SEL_ROCKET] = m;
-    if (!m->votes || !m->evicted) {
-        locks_sel_rocket_free(c);
-        return LOCKS_ERR_OOM;
-    }
-    for (size_t i = 0; i < n; i++) m->votes[i] = INFINITY;
-    return LOCKS_OK;
+static size_t snap_records(const locks_cache *c) {
+    return (size_t)c->p.n_layers * (size_t)c->hkv * (size_t)c->p.n_pages;
 }
 
-void locks_sel_rocket_free(locks_cache *c) {
-    snap_meta *m = c->sel_meta[LOCKS_SEL_ROCKET];
-    if (!m) return;
-    locks_free(m->votes);
-    locks_free(m->evicted);
-    locks_free(m);
-    c->sel_meta[LOCKS_SEL_ROCKET] = NULL;
+static size_t snap_layout(const locks_cache *c, size_t *votes, size_t *evicted) {
+    size_t end = 0;
+    *votes = locks_meta_take(&end, snap_records(c), sizeof(float));
+    *evicted = locks_meta_take(&end, snap_records(c), sizeof(uint8_t));
+    return end;
 }
 
-void locks_sel_rocket_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head) {
-    snap_meta *m = c->sel_meta[LOCKS_SEL_ROCKET];
+size_t locks_sel_rocket_bytes(const locks_cache *c) {
+    size_t a, b;
+    return snap_layout(c, &a, &b);
+}
+
+/* The arrays of c's SnapKV block (c must hold it). */
+static snap_meta snap_view(const locks_cache *c) {
+    size_t a, b;
+    snap_layout(c, &a, &b);
+    uint8_t *base = locks_cache_meta(c, LOCKS_META_SNAPKV);
+    return (snap_meta){(float *)(void *)(base + a), base + b};
+}
+
+void locks_sel_rocket_start(locks_cache *c) {
+    const snap_meta m = snap_view(c);
+    for (size_t i = 0, n = snap_records(c); i < n; i++) m.votes[i] = INFINITY;
+}
+
+void locks_sel_rocket_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
+                                  const float *k) {
+    (void)k;
+    const snap_meta m = snap_view(c);
     size_t i = snap_index(c, layer, kv_head, page);
-    m->votes[i] = INFINITY;
-    m->evicted[i] = 0;
+    m.votes[i] = INFINITY;
+    m.evicted[i] = 0;
 }
 
 /* Reads quest.c's min/max; n_ch = the cache's rank r (DESIGN §2: "channels I = top-r").
@@ -130,13 +137,13 @@ void locks_sel_rocket_page_filled(locks_cache *c, int32_t layer, int32_t page, i
 void locks_sel_rocket_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                             int32_t ld) {
     const locks_cache *c = x->c;
-    const locks_minmax_meta *m = c->sel_meta[LOCKS_SEL_QUEST];
-    const snap_meta *sm = c->sel_meta[LOCKS_SEL_ROCKET];
+    const locks_minmax_meta m = locks_sel_minmax(c);
+    const snap_meta sm = snap_view(c);
     size_t off = locks_minmax_offset(c, x->layer, x->kv_head);
-    locks_rocket_score(c->d, x->group, j1 - j0, x->table + j0, m->kmin + off, m->kmax + off, x->q,
+    locks_rocket_score(c->d, x->group, j1 - j0, x->table + j0, m.kmin + off, m.kmax + off, x->q,
                        x->scale, c->r, scores + j0, ld, NULL);
     for (int32_t j = j0; j < j1; j++) {
-        if (!sm->evicted[snap_index(c, x->layer, x->kv_head, x->table[j])]) continue;
+        if (!sm.evicted[snap_index(c, x->layer, x->kv_head, x->table[j])]) continue;
         for (int32_t g = 0; g < x->group; g++) scores[(size_t)g * (size_t)ld + (size_t)j] = SNAP_EVICTED;
     }
 }
@@ -148,6 +155,7 @@ locks_status locks_cache_snapkv_observe(locks_cache *c, int32_t seq_id, int32_t 
         n_q_heads % c->hkv != 0)
         return LOCKS_ERR_INVALID_ARG;
     if (c->p.backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_UNSUPPORTED;
+    if (!locks_cache_meta(c, LOCKS_META_SNAPKV)) return LOCKS_ERR_NO_META;
     const locks_seq *sq = locks_cache_seq(c, seq_id);
     if (!sq) return LOCKS_ERR_NO_SEQ;
     if (n_obs < 1 || n_obs > sq->len) return LOCKS_ERR_INVALID_ARG;
@@ -155,7 +163,7 @@ locks_status locks_cache_snapkv_observe(locks_cache *c, int32_t seq_id, int32_t 
     for (size_t i = 0; i < (size_t)n_q_heads * (size_t)d * (size_t)n_obs; i++)
         if (!isfinite(q_obs[i])) return LOCKS_ERR_NONFINITE;
     if (scale <= 0.0f) scale = 1.0f / sqrtf((float)d);
-    snap_meta *m = c->sel_meta[LOCKS_SEL_ROCKET];
+    const snap_meta m = snap_view(c);
     double *vote = locks_alloc((size_t)w0 + 1, sizeof *vote);
     double *pooled = locks_alloc((size_t)w0 + 1, sizeof *pooled);
     double *lg = locks_alloc((size_t)len, sizeof *lg);
@@ -196,14 +204,14 @@ locks_status locks_cache_snapkv_observe(locks_cache *c, int32_t seq_id, int32_t 
         const int32_t n_full = len / LOCKS_PAGE;
         for (int32_t j = 0; j < n_full; j++) {
             size_t idx = snap_index(c, layer, h, sq->table[j]);
-            m->evicted[idx] = 0;
+            m.evicted[idx] = 0;
             if ((j + 1) * LOCKS_PAGE > w0) {
-                m->votes[idx] = INFINITY; /* overlaps the window */
+                m.votes[idx] = INFINITY; /* overlaps the window */
                 continue;
             }
             double acc = 0.0;
             for (int32_t t = j * LOCKS_PAGE; t < (j + 1) * LOCKS_PAGE; t++) acc += pooled[t];
-            m->votes[idx] = (float)acc;
+            m.votes[idx] = (float)acc;
         }
     }
     locks_free(vote), locks_free(pooled), locks_free(lg), locks_free(kf);
@@ -224,18 +232,21 @@ static int snap_cmp(const void *a, const void *b) { /* more votes first, then lo
 locks_status locks_cache_snapkv_keep(locks_cache *c, int32_t seq_id, int32_t layer,
                                      int32_t keep_tokens) {
     if (!c || layer < 0 || layer >= c->p.n_layers) return LOCKS_ERR_INVALID_ARG;
+    /* a CUDA cache has no selector metadata on the host, as in observe */
+    if (c->p.backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_UNSUPPORTED;
     const locks_seq *sq = locks_cache_seq(c, seq_id);
     if (!sq) return LOCKS_ERR_NO_SEQ;
-    snap_meta *m = c->sel_meta[LOCKS_SEL_ROCKET];
+    if (!locks_cache_meta(c, LOCKS_META_SNAPKV)) return LOCKS_ERR_NO_META;
+    const snap_meta m = snap_view(c);
     const int32_t n_full = sq->len / LOCKS_PAGE;
     const int32_t keep = keep_tokens <= 0 ? n_full : keep_tokens / LOCKS_PAGE;
     snap_rank *r = locks_alloc((size_t)n_full + 1, sizeof *r);
     if (!r) return LOCKS_ERR_OOM;
     for (int32_t h = 0; h < c->hkv; h++) {
-        for (int32_t j = 0; j < n_full; j++) r[j] = (snap_rank){m->votes[snap_index(c, layer, h, sq->table[j])], j};
+        for (int32_t j = 0; j < n_full; j++) r[j] = (snap_rank){m.votes[snap_index(c, layer, h, sq->table[j])], j};
         qsort(r, (size_t)n_full, sizeof *r, snap_cmp);
         for (int32_t i = 0; i < n_full; i++)
-            m->evicted[snap_index(c, layer, h, sq->table[r[i].j])] = (uint8_t)(i >= keep);
+            m.evicted[snap_index(c, layer, h, sq->table[r[i].j])] = (uint8_t)(i >= keep);
     }
     locks_free(r);
     return LOCKS_OK;

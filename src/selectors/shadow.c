@@ -204,9 +204,10 @@ void locks_landmark_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
  * projected centroid proj[l][h][p][r] is valid for the fit whose generation is in
  * proj_gen[l][h][p] (0: none; the fill hook resets it), so pages that fill after the
  * fit (generated tokens) are projected on the prefill basis the first time they are
- * scored. A sequence slot reused after locks_cache_seq_remove keeps the old basis
- * until it is refitted (or until it is shorter than at the fit): call
- * locks_cache_shadow_fit after each prefill. */
+ * scored. A fit is dropped when its sequence is removed or truncated below the length
+ * it was fitted at (the block's truncate hook), so a reused slot (the engine's
+ * locks_ctx_reset) is never scored with the previous prompt's basis; the next fit is
+ * locks_cache_shadow_fit's (call it after each prefill) or the first shadow step's. */
 typedef struct {
     uint16_t *lm;       /* [L][Hkv][n_pages][d] fp16 page means */
     float *proj;        /* [L][Hkv][n_pages][r] */
@@ -214,41 +215,46 @@ typedef struct {
     float *basis;       /* [max_seqs][L][Hkv][r][d] */
     uint32_t *fit_gen;  /* [max_seqs][L], 0 = not fitted */
     int32_t *fit_len;   /* [max_seqs][L], sequence length at the fit */
-    uint32_t next_gen;
+    uint32_t *next_gen; /* [1]: the next fit's generation, never 0 */
 } shadow_meta;
 
-locks_status locks_sel_shadow_init(locks_cache *c) {
+/* The cache's LOCKS_META_SHADOW block holds next_gen[1], then the arrays above. */
+static size_t shadow_layout(const locks_cache *c, size_t off[7]) {
     const size_t L = (size_t)c->p.n_layers, H = (size_t)c->hkv, NP = (size_t)c->p.n_pages;
     const size_t d = (size_t)c->d, r = (size_t)c->r, S = (size_t)c->p.max_seqs;
-    shadow_meta *m = locks_alloc(1, sizeof *m);
-    if (!m) return LOCKS_ERR_OOM;
-    m->lm = locks_alloc(L * H * NP * d, sizeof *m->lm);
-    m->proj = locks_alloc(L * H * NP * r, sizeof *m->proj);
-    m->proj_gen = locks_alloc(L * H * NP, sizeof *m->proj_gen);
-    m->basis = locks_alloc(S * L * H * r * d, sizeof *m->basis);
-    m->fit_gen = locks_alloc(S * L, sizeof *m->fit_gen);
-    m->fit_len = locks_alloc(S * L, sizeof *m->fit_len);
-    m->next_gen = 1;
-    c->sel_meta[LOCKS_SEL_SHADOW] = m;
-    if (!m->lm || !m->proj || !m->proj_gen || !m->basis || !m->fit_gen || !m->fit_len) {
-        locks_sel_shadow_free(c);
-        return LOCKS_ERR_OOM;
-    }
-    return LOCKS_OK;
+    size_t end = 0;
+    off[0] = locks_meta_take(&end, 1, sizeof(uint32_t));
+    off[1] = locks_meta_take(&end, L * H * NP * d, sizeof(uint16_t));
+    off[2] = locks_meta_take(&end, L * H * NP * r, sizeof(float));
+    off[3] = locks_meta_take(&end, L * H * NP, sizeof(uint32_t));
+    off[4] = locks_meta_take(&end, S * L * H * r * d, sizeof(float));
+    off[5] = locks_meta_take(&end, S * L, sizeof(uint32_t));
+    off[6] = locks_meta_take(&end, S * L, sizeof(int32_t));
+    return end;
 }
 
-void locks_sel_shadow_free(locks_cache *c) {
-    shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
-    if (!m) return;
-    locks_free(m->lm);
-    locks_free(m->proj);
-    locks_free(m->proj_gen);
-    locks_free(m->basis);
-    locks_free(m->fit_gen);
-    locks_free(m->fit_len);
-    locks_free(m);
-    c->sel_meta[LOCKS_SEL_SHADOW] = NULL;
+size_t locks_sel_shadow_bytes(const locks_cache *c) {
+    size_t off[7];
+    return shadow_layout(c, off);
 }
+
+/* The arrays of c's shadow block (c must hold it: locks_selector_served). */
+static shadow_meta shadow_view(const locks_cache *c) {
+    size_t off[7];
+    shadow_layout(c, off);
+    uint8_t *base = locks_cache_meta(c, LOCKS_META_SHADOW);
+    shadow_meta m;
+    m.next_gen = (uint32_t *)(void *)(base + off[0]);
+    m.lm = (uint16_t *)(void *)(base + off[1]);
+    m.proj = (float *)(void *)(base + off[2]);
+    m.proj_gen = (uint32_t *)(void *)(base + off[3]);
+    m.basis = (float *)(void *)(base + off[4]);
+    m.fit_gen = (uint32_t *)(void *)(base + off[5]);
+    m.fit_len = (int32_t *)(void *)(base + off[6]);
+    return m;
+}
+
+void locks_sel_shadow_start(locks_cache *c) { *shadow_view(c).next_gen = 1; }
 
 static size_t page_index(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page) {
     return ((size_t)layer * (size_t)c->hkv + (size_t)kv_head) * (size_t)c->p.n_pages + (size_t)page;
@@ -256,7 +262,7 @@ static size_t page_index(const locks_cache *c, int32_t layer, int32_t kv_head, i
 
 void locks_sel_shadow_page_filled(locks_cache *c, int32_t layer, int32_t page, int32_t kv_head,
                                   const float *k) {
-    shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    const shadow_meta mv = shadow_view(c), *m = &mv;
     size_t i = page_index(c, layer, kv_head, page);
     float mean[LOCKS_MAX_HEAD_DIM];
     locks_page_mean(c->d, k, mean);
@@ -264,8 +270,21 @@ void locks_sel_shadow_page_filled(locks_cache *c, int32_t layer, int32_t page, i
     m->proj_gen[i] = 0;
 }
 
+void locks_sel_shadow_seq_truncated(locks_cache *c, int32_t seq_id, int32_t len) {
+    const shadow_meta mv = shadow_view(c), *m = &mv;
+    for (int32_t l = 0; l < c->p.n_layers; l++) {
+        size_t sl = (size_t)seq_id * (size_t)c->p.n_layers + (size_t)l;
+        if (m->fit_gen[sl] != 0 && (len == 0 || len < m->fit_len[sl])) {
+            m->fit_gen[sl] = 0;
+            m->fit_len[sl] = 0;
+            memset(m->basis + sl * (size_t)c->hkv * (size_t)c->r * (size_t)c->d, 0,
+                   (size_t)c->hkv * (size_t)c->r * (size_t)c->d * sizeof *m->basis);
+        }
+    }
+}
+
 /* Fits the basis of (seq, layer) from every token written so far, all KV heads. */
-static locks_status shadow_fit_layer(locks_cache *c, shadow_meta *m, int32_t seq_id,
+static locks_status shadow_fit_layer(locks_cache *c, const shadow_meta *m, int32_t seq_id,
                                      int32_t layer) {
     const locks_seq *sq = locks_cache_seq(c, seq_id);
     if (!sq) return LOCKS_ERR_NO_SEQ;
@@ -293,15 +312,15 @@ static locks_status shadow_fit_layer(locks_cache *c, shadow_meta *m, int32_t seq
     locks_free(gram);
     if (st != LOCKS_OK) return st;
     size_t sl = (size_t)seq_id * (size_t)c->p.n_layers + (size_t)layer;
-    m->fit_gen[sl] = m->next_gen++;
-    if (m->next_gen == 0) m->next_gen = 1;
+    m->fit_gen[sl] = (*m->next_gen)++;
+    if (*m->next_gen == 0) *m->next_gen = 1;
     m->fit_len[sl] = sq->len;
     return LOCKS_OK;
 }
 
 /* Makes (seq, layer) ready to score: fitted basis, every full page projected on it. */
 locks_status locks_sel_shadow_prepare(locks_cache *c, int32_t layer, int32_t seq_id) {
-    shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    const shadow_meta mv = shadow_view(c), *m = &mv;
     const locks_seq *sq = locks_cache_seq(c, seq_id);
     if (!sq) return LOCKS_ERR_NO_SEQ;
     size_t sl = (size_t)seq_id * (size_t)c->p.n_layers + (size_t)layer;
@@ -332,8 +351,8 @@ locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id) {
     if (!c) return LOCKS_ERR_INVALID_ARG;
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
     if (c->p.backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_UNSUPPORTED;
-    shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
-    if (!m) return LOCKS_ERR_UNSUPPORTED;
+    if (!locks_cache_meta(c, LOCKS_META_SHADOW)) return LOCKS_ERR_NO_META;
+    const shadow_meta mv = shadow_view(c), *m = &mv;
     for (int32_t l = 0; l < c->p.n_layers; l++) {
         locks_status st = shadow_fit_layer(c, m, seq_id, l);
         if (st == LOCKS_OK) st = locks_sel_shadow_prepare(c, l, seq_id);
@@ -345,7 +364,7 @@ locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id) {
 void locks_sel_shadow_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                             int32_t ld) {
     const locks_cache *c = x->c;
-    const shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    const shadow_meta mv = shadow_view(c), *m = &mv;
     size_t sl = (size_t)x->seq_id * (size_t)c->p.n_layers + (size_t)x->layer;
     const float *basis = m->basis + (sl * (size_t)c->hkv + (size_t)x->kv_head) * (size_t)c->r * (size_t)c->d;
     const float *proj = m->proj + page_index(c, x->layer, x->kv_head, 0) * (size_t)c->r;
@@ -356,7 +375,7 @@ void locks_sel_shadow_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, floa
 void locks_sel_shadow_lm_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
                                int32_t ld) {
     const locks_cache *c = x->c;
-    const shadow_meta *m = c->sel_meta[LOCKS_SEL_SHADOW];
+    const shadow_meta mv = shadow_view(c), *m = &mv;
     const uint16_t *lm = m->lm + page_index(c, x->layer, x->kv_head, 0) * (size_t)c->d;
     locks_landmark_score(c->d, x->group, j1 - j0, x->table + j0, lm, x->q, x->scale, scores + j0, ld);
 }
