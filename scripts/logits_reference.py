@@ -146,6 +146,14 @@ def main():
         print("max |logit diff| %.4g, mean %.4g (logits span %.1f .. %.1f)" % (d.max(), d.mean(), logits.min(), logits.max()))
         print("relative L2 error per position: median %.3g, max %.3g" % (np.median(rel), rel.max()))
         print("top-1 agreement %d / %d" % (top1.sum(), len(top1)))
+
+        def log_softmax(z):
+            z = z - z.max(1, keepdims=True)
+            return z - np.log(np.exp(z).sum(1, keepdims=True))
+
+        lr, lo = log_softmax(logits), log_softmax(ours)
+        kl = (np.exp(lr) * (lr - lo)).sum(1)
+        print("KL(reference || engine) per position: median %.3g, max %.3g" % (np.median(kl), kl.max()))
     if a.npy:
         np.save(a.npy, logits.astype(np.float32))
     if a.header:

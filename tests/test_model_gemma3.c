@@ -173,6 +173,7 @@ static void test_logits(const char *path) {
     cp.step.selector = LOCKS_SEL_FULL;
     cp.on_step = count_step;
     cp.on_step_user = &in;
+    cp.selectors = LOCKS_SEL_ALL; /* the loop below switches through every selector */
     locks_ctx *c = locks_ctx_init(m, cp, &st);
     SETUP(c);
     float *lg = malloc(sizeof(float) * (size_t)in.n_vocab), *lg2 = malloc(sizeof(float) * (size_t)in.n_vocab);
