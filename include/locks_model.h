@@ -10,10 +10,15 @@
  *                  attention) and decode (one token, attention by the chosen selector).
  *   locks_sampler  greedy / temperature / top-k / top-p sampling with its own RNG.
  *
- * Supported models: GGUF `general.architecture = llama` (Llama 2/3, SmolLM, TinyLlama,
- * ...) with F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors, head_dim 64/128/256, GQA, tied or
- * separate output embeddings. RoPE follows llama.cpp's GGUF convention: the converter
- * permutes Q/K so that rotation acts on adjacent pairs (x[2i], x[2i+1]).
+ * Supported models: GGUF `general.architecture` = llama (Llama 2/3, SmolLM, TinyLlama,
+ * ...), qwen2 (Qwen2 / Qwen2.5: Q/K/V biases, NeoX RoPE), qwen3 (QK-norm, NeoX RoPE) and
+ * gemma3 (Gemma 3: QK-norm, post-branch norms, GeGLU, scaled embeddings, five of six
+ * layers local with a sliding window attended exactly; the selector and budget act in the
+ * global layers only), with F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K tensors,
+ * head_dim 64/128/256, GQA, tied or separate output embeddings; tokenizers: byte-level
+ * BPE (tokenizer.ggml.model gpt2) or SentencePiece BPE (llama). For llama, RoPE follows
+ * llama.cpp's GGUF convention: the converter permutes Q/K so that rotation acts on
+ * adjacent pairs (x[2i], x[2i+1]).
  *
  * Threading: a context is used by one thread at a time; its cache's pool of n_threads
  * workers (caller included) runs both the matmuls and the attention.
@@ -51,6 +56,10 @@ typedef struct {
     int32_t bos_id, eos_id; /* -1 if the file has none */
     int32_t add_bos;        /* tokenizer.ggml.add_bos_token */
     char name[128];         /* general.name (truncated), "" if absent */
+    char arch[16];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma3" */
+    int32_t swa_window;     /* sliding window of the local layers in tokens; 0: none */
+    int32_t swa_period;     /* layer l is local iff swa_window > 0 and (l + 1) % swa_period != 0 */
+    float rope_theta_swa;   /* RoPE base of the local layers */
 } locks_model_info;
 
 /* Maps and checks a GGUF file. Returns NULL and sets *err: LOCKS_ERR_IO, LOCKS_ERR_FORMAT
@@ -339,6 +348,17 @@ typedef struct {
 locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *types,
                                       int32_t n_tokens, const char *const *merges,
                                       int32_t n_merges, const char *pre, locks_status *err);
+/* A SentencePiece-style BPE tokenizer (GGUF tokenizer.ggml.model = "llama": Gemma,
+ * Llama 2, Mistral): tokens[n_tokens] in SentencePiece's spelling (U+2581 for a space,
+ * "<0xAB>" BYTE tokens), types as above, scores[n_tokens] (finite). Encoding cuts text at
+ * special tokens as above, then merges each span from its UTF-8 characters: the adjacent
+ * pair whose concatenation is a token with the highest score first (leftmost on ties),
+ * as sentencepiece's BPE and llama.cpp do; a character that ends up in no token falls
+ * back to its bytes' <0xAB> tokens. No space prefix is added and spaces are not
+ * collapsed (Gemma's add_space_prefix = false). Errors as locks_tokenizer_init
+ * (LOCKS_ERR_INVALID_ARG also for NULL or non-finite scores). */
+locks_tokenizer *locks_tokenizer_init_spm(const char *const *tokens, const int32_t *types,
+                                          const float *scores, int32_t n_tokens, locks_status *err);
 void locks_tokenizer_free(locks_tokenizer *t);
 
 int32_t locks_tokenizer_n_vocab(const locks_tokenizer *t);
@@ -351,7 +371,7 @@ locks_token_type locks_tokenizer_type(const locks_tokenizer *t, int32_t id);
  * tokens first, then the lowest id), or -1. E.g. locks_tokenizer_find(t, "<|im_end|>", 10). */
 int32_t locks_tokenizer_find(const locks_tokenizer *t, const char *text, size_t len);
 /* True for ids that end a generation: eos, and the CONTROL tokens <|im_end|>,
- * <|endoftext|>, <|eot_id|>, <|end|> where the vocabulary has them. */
+ * <|endoftext|>, <|eot_id|>, <|end|>, <end_of_turn> where the vocabulary has them. */
 bool locks_tokenizer_is_eog(const locks_tokenizer *t, int32_t id);
 
 /* Encodes text[0, len) (any bytes; no BOS is added). Writes up to cap ids to ids and the
@@ -410,6 +430,15 @@ typedef struct {
  * role/content is NULL. Encode the result with parse_special = true. */
 locks_status locks_chatml_format(const locks_chat_msg *msgs, int32_t n_msgs, bool add_assistant,
                                  char *out, size_t cap, size_t *n_out);
+
+/* Gemma's chat template: "<bos>", then for each message "<start_of_turn>{role}\n{content}
+ * <end_of_turn>\n" with role "assistant" written "model" and the content trimmed of
+ * surrounding white space; a leading "system" message has no turn of its own, its text
+ * and "\n\n" open the first turn. Then, if add_assistant, "<start_of_turn>model\n".
+ * Output and errors as locks_chatml_format; encode with parse_special = true and no
+ * extra BOS. */
+locks_status locks_gemma_chat_format(const locks_chat_msg *msgs, int32_t n_msgs, bool add_assistant,
+                                     char *out, size_t cap, size_t *n_out);
 
 /* ================================================================================ */
 /* end Tokenizer                                                                     */

@@ -448,7 +448,7 @@ static void test_pool(void) {
     for (int i = 0; i < 2; i++) SETUP(pthread_create(&th[i], NULL, pool_user_main, &u[i]) == 0);
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
     test_cond(u[0].ok && u[1].ok, "two threads sharing a pool: every task once");
-    /* a cache on a shared pool == a cache with its own pool */
+    /* a cache on a shared pool (the caller's reference dropped at once) == its own pool */
     enum { LEN = 120 };
     const size_t row = (size_t)H * D;
     float *k = malloc(sizeof(float) * L * LEN * row), *v = malloc(sizeof(float) * L * LEN * row);
@@ -462,9 +462,7 @@ static void test_pool(void) {
     locks_status st;
     locks_cache *a = locks_cache_init(cp, &st), *b = new_cache(16, 4);
     CHECK(st);
-    /* a reference held elsewhere (as a context's clone holds one): the caller's may go */
-    locks_pool_retain(pool);
-    locks_pool_free(pool);
+    locks_pool_free(pool); /* a holds its own reference */
     int32_t sa = new_seq(a, LEN, k, v, LEN), sb = new_seq(b, LEN, k, v, LEN);
     locks_step_params p = locks_step_default_params();
     p.budget = 3 * P + LEN % P;
@@ -473,7 +471,6 @@ static void test_pool(void) {
     test_cond(!memcmp(o1, o2, sizeof o1), "a cache on a shared pool == one with its own pool");
     locks_cache_free(a);
     locks_cache_free(b);
-    locks_pool_free(pool); /* the cache borrowed it; the last reference goes here */
     free(k);
     free(v);
 }

@@ -375,7 +375,8 @@ static void test_bad(const buf *good, const layout *lay) {
     expect_bad(good, lay->off_tensor0_ne0, 1, 0, LOCKS_ERR_FORMAT, "ne0 = 0");
     expect_bad(good, lay->off_tensor0_ne0, 1, UINT64_C(1) << 39, LOCKS_ERR_FORMAT, "ne0 = 2^39 (past the end)");
     expect_bad(good, lay->off_tensor0_ne0, 1, UINT64_MAX, LOCKS_ERR_FORMAT, "ne0 = 2^64 - 1");
-    expect_bad(good, lay->off_tensor0_type, 0, 14, LOCKS_ERR_UNSUPPORTED, "Q6_K tensor");
+    expect_bad(good, lay->off_tensor0_type, 0, 16, LOCKS_ERR_UNSUPPORTED, "IQ2_XXS tensor");
+    expect_bad(good, lay->off_tensor0_type, 0, 14, LOCKS_ERR_FORMAT, "Q6_K tensor of a partial 256 block");
     expect_bad(good, lay->off_tensor0_type, 0, 1000, LOCKS_ERR_UNSUPPORTED, "type 1000");
     { /* a Q8_0 tensor of 95 columns: not whole blocks */
         buf b = {malloc(good->n), good->n, good->n};

@@ -28,4 +28,20 @@ static inline int tu_find_model(char *path, size_t cap) {
     return ok && path[0];
 }
 
+/* Gemma 3 270M's path: $LOCKS_GEMMA3_MODEL, else what `scripts/fetch-model.sh
+ * gemma3-270m` prints (fetched on first use). Returns 0 if there is none. */
+static inline int tu_find_gemma3(char *path, size_t cap) {
+    const char *env = getenv("LOCKS_GEMMA3_MODEL");
+    if (env && *env) {
+        snprintf(path, cap, "%s", env);
+        return 1;
+    }
+    FILE *p = popen("scripts/fetch-model.sh gemma3-270m", "r");
+    if (!p) return 0;
+    int ok = fgets(path, (int)cap, p) != NULL;
+    if (pclose(p) != 0) ok = 0;
+    if (ok) path[strcspn(path, "\r\n")] = '\0';
+    return ok && path[0];
+}
+
 #endif

@@ -31,7 +31,8 @@ static void usage(FILE *f) {
             "  --top-p X        top-p sampling, 1 = off (default 0.95)\n"
             "  -s SEED          sampler seed (default: from the clock)\n"
             "  -t N             threads (default 2)\n"
-            "  --chat           wrap the prompt as one ChatML user turn (default system prompt)\n"
+            "  --chat           wrap the prompt as one user turn: Gemma's template for a vocabulary\n"
+            "                   with <start_of_turn>, else ChatML (SmolLM2's system prompt)\n"
             "  --selector NAME  full|oracle|locks|quest|shadow|rocket (default locks)\n"
             "  --budget N       tokens attended per KV head in decode (default 2048)\n"
             "  --sink N         leading pages always attended (default 1)\n"
@@ -344,7 +345,15 @@ int cmd_run(int argc, char **argv) {
     if (!m) goto done;
     locks_model_info in = locks_model_get_info(m);
 
-    if (chat) {
+    if (chat && locks_tokenizer_find(locks_model_tokenizer(m), "<start_of_turn>", 15) >= 0) {
+        /* Gemma's template (it opens with <bos> itself) */
+        locks_chat_msg msgs[1] = {{"user", prompt}};
+        size_t need = 0;
+        locks_gemma_chat_format(msgs, 1, true, NULL, 0, &need);
+        chat_text = malloc(need + 1);
+        if (!chat_text || locks_gemma_chat_format(msgs, 1, true, chat_text, need + 1, &need) != LOCKS_OK) goto done;
+        prompt = chat_text;
+    } else if (chat) {
         locks_chat_msg msgs[2] = {{"system", LOCKS_SMOLLM2_SYSTEM_PROMPT}, {"user", prompt}};
         size_t need = 0;
         locks_chatml_format(msgs, 2, true, NULL, 0, &need);

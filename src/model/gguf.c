@@ -147,7 +147,9 @@ const char *ggml_type_name(uint32_t type) {
 
 static int type_supported(uint32_t t) {
     return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 ||
-           t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1;
+           t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 ||
+           t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K ||
+           t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
 }
 
 /* Bytes per block and elements per block of a supported type. */
@@ -158,6 +160,11 @@ static void type_block(ggml_type t, size_t *bytes, int64_t *elems) {
     case GGML_TYPE_Q8_0: *bytes = 34; *elems = GGML_QBLOCK; return;
     case GGML_TYPE_Q4_0: *bytes = 18; *elems = GGML_QBLOCK; return;
     case GGML_TYPE_Q4_1: *bytes = 20; *elems = GGML_QBLOCK; return;
+    case GGML_TYPE_Q5_0: *bytes = 22; *elems = GGML_QBLOCK; return;
+    case GGML_TYPE_Q5_1: *bytes = 24; *elems = GGML_QBLOCK; return;
+    case GGML_TYPE_Q4_K: *bytes = 144; *elems = GGML_QK_K; return;
+    case GGML_TYPE_Q5_K: *bytes = 176; *elems = GGML_QK_K; return;
+    case GGML_TYPE_Q6_K: *bytes = 210; *elems = GGML_QK_K; return;
     }
     *bytes = 0;
     *elems = 1;
@@ -279,7 +286,7 @@ static locks_status parse(gguf *g) {
         if (!type_supported(type)) {
             locks_free(offs);
             FAIL(LOCKS_ERR_UNSUPPORTED,
-                 "tensor '%.*s' has type %s (%u): this reader supports F32, F16, BF16, Q8_0, Q4_0, Q4_1",
+                 "tensor '%.*s' has type %s (%u): this reader supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K",
                  LOG_LEN(t->name_len), t->name, ggml_type_name(type), type);
         }
         t->type = (ggml_type)type;

@@ -28,6 +28,8 @@
  *      Q4_0 (2)  32-element blocks: fp16 d, uint8 qs[16]        x = d * (n - 8) 18 B
  *      Q4_1 (3)  32-element blocks: fp16 d, fp16 m, uint8 qs[16] x = d * n + m  20 B
  *      (Q4 nibbles: qs[j] & 15 is element j, qs[j] >> 4 is element j + 16.)
+ *      Q5_0 (6), Q5_1 (7): 32-element blocks of 22 / 24 B; Q4_K (12), Q5_K (13), Q6_K (14):
+ *      256-element blocks of 144 / 176 / 210 B (layouts in quant.h).
  *  Any other tensor type makes gguf_open fail with LOCKS_ERR_UNSUPPORTED and a log line
  *  naming the tensor and its type.
  *
@@ -70,11 +72,17 @@ typedef enum {
     GGML_TYPE_F16 = 1,
     GGML_TYPE_Q4_0 = 2,
     GGML_TYPE_Q4_1 = 3,
+    GGML_TYPE_Q5_0 = 6,
+    GGML_TYPE_Q5_1 = 7,
     GGML_TYPE_Q8_0 = 8,
+    GGML_TYPE_Q4_K = 12,
+    GGML_TYPE_Q5_K = 13,
+    GGML_TYPE_Q6_K = 14,
     GGML_TYPE_BF16 = 30,
 } ggml_type;
 
-#define GGML_QBLOCK 32 /* elements per Q8_0 / Q4_0 / Q4_1 block */
+#define GGML_QBLOCK 32 /* elements per Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 block */
+#define GGML_QK_K 256 /* elements per K-quant block */
 
 /* One tensor as the file describes it; data points into the mapping. */
 typedef struct {

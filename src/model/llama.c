@@ -1,6 +1,7 @@
 /*
  * llama.c — the Llama-family forward pass over GGUF weights, attending through the
- * LOCKS cache.
+ * LOCKS cache. One forward serves the architectures of the ARCHS table (llama, qwen2,
+ * qwen3, gemma3); their differences are switches in it, spelled out below.
  *
  * One transformer block, for a batch of T tokens at positions pos .. pos + T - 1
  * (T = 1 is a decode step, T > 1 a prefill chunk):
@@ -8,7 +9,16 @@
  *     h   = x + Wo . attn(rope(Wq . rms(x)), rope(Wk . rms(x)), Wv . rms(x))
  *     out = h + Wdown . (silu(Wgate . rms(h)) * (Wup . rms(h)))
  *
- * with rms(x) = x / sqrt(mean(x^2) + eps) * w. K (after RoPE) and V go into the cache;
+ * with rms(x) = x / sqrt(mean(x^2) + eps) * w. Variants (arch_desc): Q/K/V biases
+ * (Qwen2); rms of each head of q and k before RoPE (QK-norm: Qwen3, Gemma 3); RoPE on
+ * (x[i], x[i + n_rot/2]) (NeoX: Qwen, Gemma) instead of adjacent pairs; Gemma 3 also
+ * scales the embeddings by sqrt(dim), norms each branch's output before the residual
+ * add (h = x + rms(Wo . attn), out = h + rms(Wdown . ...)), gates with GELU (tanh) instead
+ * of SiLU, and makes five of every six layers local: they attend only the last
+ * sliding_window tokens, exactly (swa.c), with their own RoPE base, whatever the
+ * selector; the selector and its budget act in the global layers only.
+ *
+ * K (after RoPE) and V go into the cache;
  * a prefill chunk attends causally and densely (locks_prefill_attend), a decode step
  * through locks_decode_step with the context's selector and budget. The logits are the
  * final rms-normed state times the output matrix (the token embeddings when tied).
@@ -31,6 +41,8 @@
 #include "llama_internal.h"
 #include "locks_model.h"
 #include "matmul.h"
+#include "quant.h"
+#include "swa.h"
 #include "tokenizer_gguf.h"
 #include "util.h"
 
@@ -38,9 +50,37 @@
 /* Model                                                                            */
 /* ================================================================================ */
 
+/* What sets the supported architectures apart; general.architecture picks the row, and
+ * its name prefixes the hyper-parameter keys ("gemma3.embedding_length"). */
+typedef struct {
+    const char *name;
+    int rope_neox;  /* RoPE on (x[i], x[i + n_rot/2]) instead of (x[2i], x[2i+1]) */
+    int qkv_bias;   /* attn_{q,k,v}.bias added after the products */
+    int qk_norm;    /* attn_{q,k}_norm: rms of each head of q and k, before RoPE */
+    int post_norms; /* post_attention_norm, post_ffw_norm on each branch's output */
+    int geglu;      /* gate GELU(tanh) (else SiLU) */
+    int emb_scale;  /* embeddings times sqrt(dim) */
+    int swa;        /* local layers: <arch>.attention.sliding_window, every 6th global */
+} arch_desc;
+
+static const arch_desc ARCHS[] = {
+    /* name      neox bias qkn post geglu emb swa */
+    {"llama",    0,   0,   0,  0,   0,    0,  0},
+    {"qwen2",    1,   1,   0,  0,   0,    0,  0},
+    {"qwen3",    1,   0,   1,  0,   0,    0,  0},
+    {"gemma3",   1,   0,   1,  1,   1,    1,  1},
+};
+#define GEMMA3_SWA_PERIOD 6   /* layers 5, 11, 17, ... are global (llama.cpp's pattern) */
+#define GEMMA3_ROPE_BASE_SWA 10000.0f /* local layers' RoPE base unless the file says */
+
 typedef struct {
     float *attn_norm;     /* (dim,) */
     float *ffn_norm;      /* (dim,) */
+    float *q_norm, *k_norm;                /* (head_dim,) QK-norm, or NULL */
+    float *post_attn_norm, *post_ffn_norm; /* (dim,) Gemma 3, or NULL */
+    float *bq;            /* (n_heads * head_dim,) Qwen2 biases, or NULL */
+    float *bk, *bv;       /* (n_kv_heads * head_dim,) */
+    int local;            /* sliding-window layer */
     matmul_weight wq;     /* (n_heads * head_dim, dim) */
     matmul_weight wk;     /* (n_kv_heads * head_dim, dim) */
     matmul_weight wv;     /* (n_kv_heads * head_dim, dim) */
@@ -52,6 +92,7 @@ typedef struct {
 
 struct locks_model {
     gguf *g;
+    const arch_desc *arch;
     locks_model_info info;
     int32_t n_rot;          /* rotated dims per head (rope.dimension_count) */
     matmul_weight tok_embd; /* (n_vocab, dim) */
@@ -62,9 +103,9 @@ struct locks_model {
 };
 
 /* Hyper-parameter "<arch>.<name>" as int32; required unless dflt >= 0 is given. */
-static locks_status meta_i32(const gguf *g, const char *name, int32_t dflt, int32_t *out) {
+static locks_status meta_i32(const gguf *g, const char *arch, const char *name, int32_t dflt, int32_t *out) {
     char key[128];
-    snprintf(key, sizeof key, "llama.%s", name);
+    snprintf(key, sizeof key, "%s.%s", arch, name);
     locks_status st = gguf_get_i32(g, key, out);
     if (st == LOCKS_ERR_INVALID_ARG && dflt >= 0) {
         *out = dflt;
@@ -88,6 +129,12 @@ static locks_status load_weight(const gguf *g, const char *name, int32_t rows, i
         return LOCKS_ERR_FORMAT;
     }
     if (matmul_wants_q8(t->type) && cols % GGML_QBLOCK != 0) return LOCKS_ERR_FORMAT;
+    size_t bad = 0, n_blocks = (size_t)rows * (size_t)cols / (size_t)(quant_is_ext(t->type) ? quant_block_elems(t->type) : GGML_QBLOCK);
+    if (matmul_wants_q8(t->type) && quant_check_scales(t->type, t->data, n_blocks, &bad) != LOCKS_OK) {
+        locks_log(LOCKS_LOG_ERROR, "model: tensor %s (%s): block %zu has a non-finite scale", name,
+                  ggml_type_name(t->type), bad);
+        return LOCKS_ERR_FORMAT;
+    }
     w->data = t->data;
     w->type = t->type;
     w->rows = rows;
@@ -142,20 +189,25 @@ locks_model *locks_model_load(const char *path, locks_status *err) {
         st = LOCKS_ERR_FORMAT;
         goto fail;
     }
-    if (arch_len != 5 || memcmp(arch, "llama", 5) != 0) {
-        locks_log(LOCKS_LOG_ERROR, "model: architecture '%.*s' is not supported (llama only)", (int)arch_len, arch);
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        if (strlen(ARCHS[i].name) == arch_len && memcmp(arch, ARCHS[i].name, arch_len) == 0) m->arch = &ARCHS[i];
+    if (!m->arch) {
+        locks_log(LOCKS_LOG_ERROR, "model: general.architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3)",
+                  (int)arch_len, arch);
         st = LOCKS_ERR_UNSUPPORTED;
         goto fail;
     }
+    const char *an = m->arch->name;
+    char key[128];
 
     /* ---- hyper-parameters ---- */
     locks_model_info *in = &m->info;
-    if ((st = meta_i32(g, "embedding_length", -1, &in->dim)) ||
-        (st = meta_i32(g, "block_count", -1, &in->n_layers)) ||
-        (st = meta_i32(g, "attention.head_count", -1, &in->n_heads)) ||
-        (st = meta_i32(g, "attention.head_count_kv", in->n_heads, &in->n_kv_heads)) ||
-        (st = meta_i32(g, "feed_forward_length", -1, &in->ffn_dim)) ||
-        (st = meta_i32(g, "context_length", 2048, &in->n_ctx_train)))
+    if ((st = meta_i32(g, an, "embedding_length", -1, &in->dim)) ||
+        (st = meta_i32(g, an, "block_count", -1, &in->n_layers)) ||
+        (st = meta_i32(g, an, "attention.head_count", -1, &in->n_heads)) ||
+        (st = meta_i32(g, an, "attention.head_count_kv", in->n_heads, &in->n_kv_heads)) ||
+        (st = meta_i32(g, an, "feed_forward_length", -1, &in->ffn_dim)) ||
+        (st = meta_i32(g, an, "context_length", 2048, &in->n_ctx_train)))
         goto fail;
     if (in->dim <= 0 || in->n_layers <= 0 || in->n_layers > 1024 || in->n_heads <= 0 ||
         in->n_kv_heads <= 0 || in->n_heads % in->n_kv_heads != 0 || in->dim % in->n_heads != 0 ||
@@ -166,25 +218,64 @@ locks_model *locks_model_load(const char *path, locks_status *err) {
         goto fail;
     }
     in->head_dim = in->dim / in->n_heads;
+    int32_t kl = 0, vl = 0; /* Gemma 3 / Qwen3: heads wider than dim / n_heads */
+    if ((st = meta_i32(g, an, "attention.key_length", in->head_dim, &kl)) ||
+        (st = meta_i32(g, an, "attention.value_length", kl, &vl)))
+        goto fail;
+    if (kl != vl) {
+        locks_log(LOCKS_LOG_ERROR, "model: %s.attention.key_length %d != value_length %d", an, kl, vl);
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    in->head_dim = kl;
     if (in->head_dim != 64 && in->head_dim != 128 && in->head_dim != 256) {
         locks_log(LOCKS_LOG_ERROR, "model: head_dim %d is not supported by the cache (64, 128, 256)", in->head_dim);
         st = LOCKS_ERR_UNSUPPORTED;
         goto fail;
     }
-    if ((st = meta_i32(g, "rope.dimension_count", in->head_dim, &m->n_rot))) goto fail;
+    if ((st = meta_i32(g, an, "rope.dimension_count", in->head_dim, &m->n_rot))) goto fail;
     if (m->n_rot <= 0 || m->n_rot > in->head_dim || m->n_rot % 2 != 0) {
         st = LOCKS_ERR_FORMAT;
         goto fail;
     }
     in->rope_theta = 10000.0f;
     in->norm_eps = 1e-5f;
-    if (gguf_get_f32(g, "llama.rope.freq_base", &in->rope_theta) == LOCKS_ERR_FORMAT ||
-        gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &in->norm_eps) == LOCKS_ERR_FORMAT ||
-        !(in->rope_theta > 0.0f) || !(in->norm_eps >= 0.0f)) {
-        locks_log(LOCKS_LOG_ERROR, "model: bad rope.freq_base or layer_norm_rms_epsilon");
+    locks_status s1, s2;
+    snprintf(key, sizeof key, "%s.rope.freq_base", an);
+    s1 = gguf_get_f32(g, key, &in->rope_theta);
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", an);
+    s2 = gguf_get_f32(g, key, &in->norm_eps);
+    if (s1 == LOCKS_ERR_FORMAT || s2 == LOCKS_ERR_FORMAT || !(in->rope_theta > 0.0f) || !(in->norm_eps >= 0.0f)) {
+        locks_log(LOCKS_LOG_ERROR, "model: bad %s.rope.freq_base or layer_norm_rms_epsilon", an);
         st = LOCKS_ERR_FORMAT;
         goto fail;
     }
+    in->rope_theta_swa = in->rope_theta;
+    if (m->arch->swa) {
+        if ((st = meta_i32(g, an, "attention.sliding_window", -1, &in->swa_window))) goto fail;
+        if (in->swa_window <= 0) {
+            locks_log(LOCKS_LOG_ERROR, "model: %s.attention.sliding_window = %d", an, in->swa_window);
+            st = LOCKS_ERR_FORMAT;
+            goto fail;
+        }
+        in->swa_period = GEMMA3_SWA_PERIOD;
+        in->rope_theta_swa = GEMMA3_ROPE_BASE_SWA;
+        snprintf(key, sizeof key, "%s.rope.freq_base_swa", an);
+        if (gguf_get_f32(g, key, &in->rope_theta_swa) == LOCKS_ERR_FORMAT || !(in->rope_theta_swa > 0.0f)) {
+            locks_log(LOCKS_LOG_ERROR, "model: bad %s", key);
+            st = LOCKS_ERR_FORMAT;
+            goto fail;
+        }
+    }
+    snprintf(key, sizeof key, "%s.rope.scaling.type", an);
+    const char *rs;
+    size_t rs_len;
+    if (gguf_get_str(g, key, &rs, &rs_len) == LOCKS_OK && !(rs_len == 4 && memcmp(rs, "none", 4) == 0)) {
+        locks_log(LOCKS_LOG_ERROR, "model: %s '%.*s' is not supported", key, (int)rs_len, rs);
+        st = LOCKS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    snprintf(in->arch, sizeof in->arch, "%s", an);
     in->bos_id = in->eos_id = -1;
     uint32_t u;
     if (gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &u) == LOCKS_OK && u <= INT32_MAX) in->bos_id = (int32_t)u;
@@ -238,6 +329,24 @@ locks_model *locks_model_load(const char *path, locks_status *err) {
         if ((st = load_norm(g, nm, dim, &L->attn_norm))) goto fail;
         snprintf(nm, sizeof nm, "blk.%d.ffn_norm.weight", (int)l);
         if ((st = load_norm(g, nm, dim, &L->ffn_norm))) goto fail;
+#define V(field, suffix, n)                                               \
+    snprintf(nm, sizeof nm, "blk.%d." suffix, (int)l);                    \
+    if ((st = load_norm(g, nm, n, &L->field)) != LOCKS_OK) goto fail
+        if (m->arch->qk_norm) {
+            V(q_norm, "attn_q_norm.weight", in->head_dim);
+            V(k_norm, "attn_k_norm.weight", in->head_dim);
+        }
+        if (m->arch->post_norms) {
+            V(post_attn_norm, "post_attention_norm.weight", dim);
+            V(post_ffn_norm, "post_ffw_norm.weight", dim);
+        }
+        if (m->arch->qkv_bias) {
+            V(bq, "attn_q.bias", q_dim);
+            V(bk, "attn_k.bias", kv_dim);
+            V(bv, "attn_v.bias", kv_dim);
+        }
+#undef V
+        L->local = in->swa_window > 0 && (l + 1) % in->swa_period != 0;
     }
 
     if ((st = load_tokenizer(g, &m->tok)) != LOCKS_OK) goto fail;
@@ -253,8 +362,16 @@ void locks_model_free(locks_model *m) {
     if (!m) return;
     if (m->layers) {
         for (int32_t l = 0; l < m->info.n_layers; l++) {
-            locks_free(m->layers[l].attn_norm);
-            locks_free(m->layers[l].ffn_norm);
+            llama_layer *L = &m->layers[l];
+            locks_free(L->attn_norm);
+            locks_free(L->ffn_norm);
+            locks_free(L->q_norm);
+            locks_free(L->k_norm);
+            locks_free(L->post_attn_norm);
+            locks_free(L->post_ffn_norm);
+            locks_free(L->bq);
+            locks_free(L->bk);
+            locks_free(L->bv);
         }
         locks_free(m->layers);
     }
@@ -324,6 +441,8 @@ struct locks_ctx {
     float *proj;    /* (B, dim) output of Wo / Wdown */
     matmul_q8 *xq;  /* (B, max(dim, q_dim, ffn_dim) / 32) quantized activations */
     float *inv_freq; /* (n_rot / 2,) RoPE frequencies theta^(-2i / n_rot) */
+    float *inv_freq_swa; /* (n_rot / 2,) the same with the local layers' base */
+    float *swa_scratch;  /* (n_threads, swa_scratch_floats) local attention, or NULL */
     locks_selection sel; /* the decode step's pages, kept only for p.on_step */
     int32_t sparse_layer; /* -1: decode steps use p.step at every layer; else at this one
                            * only, dense (`full`) at the others (locks_ctx_set_sparse_layer) */
@@ -424,8 +543,19 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     c->hb2 = locks_alloc(B * (size_t)in->ffn_dim, sizeof(float));
     c->xq = locks_alloc(B * (size_t)(widest / GGML_QBLOCK + 1), sizeof(matmul_q8));
     c->inv_freq = locks_alloc((size_t)m->n_rot / 2, sizeof(float));
+    c->inv_freq_swa = locks_alloc((size_t)m->n_rot / 2, sizeof(float));
+    if (in->swa_window > 0) {
+        int32_t nthr = locks_pool_threads(c->pool);
+        c->swa_scratch = locks_alloc((size_t)(nthr > 0 ? nthr : 1) *
+                                         swa_scratch_floats(in->n_heads, in->n_kv_heads, in->head_dim, in->swa_window),
+                                     sizeof(float));
+        if (!c->swa_scratch) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+    }
     if (!c->x || !c->xb || !c->proj || !c->q || !c->att || !c->k || !c->v || !c->hb || !c->hb2 ||
-        !c->xq || !c->inv_freq) {
+        !c->xq || !c->inv_freq || !c->inv_freq_swa) {
         st = LOCKS_ERR_OOM;
         goto fail;
     }
@@ -438,8 +568,10 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
             goto fail;
         }
     }
-    for (int32_t i = 0; i < m->n_rot / 2; i++)
+    for (int32_t i = 0; i < m->n_rot / 2; i++) {
         c->inv_freq[i] = (float)pow((double)in->rope_theta, -2.0 * i / m->n_rot);
+        c->inv_freq_swa[i] = (float)pow((double)in->rope_theta_swa, -2.0 * i / m->n_rot);
+    }
     if (err) *err = LOCKS_OK;
     return c;
 fail:
@@ -468,6 +600,8 @@ void locks_ctx_free(locks_ctx *c) {
     locks_free(c->hb2);
     locks_free(c->xq);
     locks_free(c->inv_freq);
+    locks_free(c->inv_freq_swa);
+    locks_free(c->swa_scratch);
     locks_free(c->sel.pages);
     locks_free(c->sel.n_pages);
     locks_free(c);
@@ -598,22 +732,35 @@ static void rmsnorm(float *out, const float *x, const float *w, int32_t n, int32
     }
 }
 
-/* Rotates adjacent pairs (v[2i], v[2i+1]) of the first n_rot dims of each head by
- * angle pos * inv_freq[i] (llama.cpp's "normal" RoPE, which GGUF llama models use). */
+/* Rotates pairs of the first n_rot dims of each head by angle pos * inv_freq[i]: adjacent
+ * pairs (v[2i], v[2i+1]) (llama.cpp's "normal" RoPE, which GGUF llama models use), or
+ * with neox the pairs (v[i], v[i + n_rot/2]) (Qwen, Gemma). */
 static void rope(float *v, int32_t n, int32_t n_heads, int32_t head_dim, int32_t n_rot,
-                 const float *inv_freq, int32_t pos0) {
+                 const float *inv_freq, int32_t pos0, int neox) {
+    int32_t stride = neox ? 1 : 2, other = neox ? n_rot / 2 : 1;
     for (int32_t t = 0; t < n; t++) {
         for (int32_t i = 0; i < n_rot / 2; i++) {
             double a = (double)(pos0 + t) * (double)inv_freq[i];
             float cs = (float)cos(a), sn = (float)sin(a);
             for (int32_t h = 0; h < n_heads; h++) {
-                float *p = v + ((size_t)t * n_heads + h) * head_dim + 2 * i;
-                float x0 = p[0], x1 = p[1];
+                float *p = v + ((size_t)t * n_heads + h) * head_dim + stride * i;
+                float x0 = p[0], x1 = p[other];
                 p[0] = x0 * cs - x1 * sn;
-                p[1] = x0 * sn + x1 * cs;
+                p[other] = x0 * sn + x1 * cs;
             }
         }
     }
+}
+
+/* GELU, tanh approximation (Gemma's gelu_pytorch_tanh). */
+static inline float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/* v[i] += b[i % len] for n rows of len */
+static void add_bias(float *v, const float *b, int32_t n, int32_t len) {
+    for (int32_t t = 0; t < n; t++)
+        for (int32_t i = 0; i < len; i++) v[(size_t)t * len + i] += b[i];
 }
 
 /* Activations x (n, cols) for the next products: quantized once to int8 blocks (used by
@@ -657,8 +804,13 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
         return engine_cuda_forward(c->gpu, tokens, n, pos, decode, logits, &c->p.step, c->p.n_ctx, &c->stats);
     }
 
-    /* x = token embeddings */
+    /* x = token embeddings (Gemma: times sqrt(dim)) */
     for (int32_t t = 0; t < n; t++) matmul_row_f32(&m->tok_embd, tokens[t], c->x + (size_t)t * dim);
+    if (m->arch->emb_scale) {
+        float es = sqrtf((float)dim);
+        for (size_t i = 0; i < (size_t)n * dim; i++) c->x[i] *= es;
+    }
+    int32_t kv_dim = hkv * hd;
 
     for (int32_t l = 0; l < in->n_layers; l++) {
         const llama_layer *L = &m->layers[l];
@@ -669,10 +821,36 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
         linear(c, &L->wq, &a, c->q); /* (n, Hq * d) */
         linear(c, &L->wk, &a, c->k); /* (n, Hkv * d) */
         linear(c, &L->wv, &a, c->v); /* (n, Hkv * d) */
-        rope(c->q, n, hq, hd, m->n_rot, c->inv_freq, pos);
-        rope(c->k, n, hkv, hd, m->n_rot, c->inv_freq, pos);
+        if (L->bq) {
+            add_bias(c->q, L->bq, n, q_dim);
+            add_bias(c->k, L->bk, n, kv_dim);
+            add_bias(c->v, L->bv, n, kv_dim);
+        }
+        if (L->q_norm) { /* every head of q and k on its own: (n * H, d) vectors */
+            rmsnorm(c->q, c->q, L->q_norm, n * hq, hd, in->norm_eps);
+            rmsnorm(c->k, c->k, L->k_norm, n * hkv, hd, in->norm_eps);
+        }
+        const float *inv_freq = L->local ? c->inv_freq_swa : c->inv_freq;
+        rope(c->q, n, hq, hd, m->n_rot, inv_freq, pos, m->arch->rope_neox);
+        rope(c->k, n, hkv, hd, m->n_rot, inv_freq, pos, m->arch->rope_neox);
         if ((st = locks_cache_write(c->cache, c->seq, l, pos, n, c->k, c->v)) != LOCKS_OK) return st;
-        if (decode) {
+        if (L->local) {
+            /* sliding window: every key of the window, exactly, whatever the selector */
+            if (c->p.on_query)
+                for (int32_t t = 0; t < n; t++)
+                    c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
+            double t0 = locks_now_ms();
+            st = swa_attend(c->pool, c->cache, l, c->seq, pos, n, c->q, hq, scale, in->swa_window, c->swa_scratch,
+                            c->att);
+            if (st != LOCKS_OK) return st;
+            if (decode) { /* dense and sparse decoding both read the window */
+                int32_t nk = pos + 1 < in->swa_window ? pos + 1 : in->swa_window;
+                uint64_t b = (uint64_t)nk * (uint64_t)kv_dim * 2u * sizeof(uint16_t);
+                c->stats.bytes_kv += b;
+                c->stats.bytes_dense += b;
+                c->stats.attn_ms += locks_now_ms() - t0;
+            }
+        } else if (decode) {
             if (c->p.on_query) c->p.on_query(l, pos, c->q, c->p.on_query_user);
             locks_step_stats ss;
             double t0 = locks_now_ms();
@@ -702,19 +880,25 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
         }
         a = prepare(c, c->att, n, q_dim);
         linear(c, &L->wo, &a, c->proj); /* (n, dim) */
+        if (L->post_attn_norm) rmsnorm(c->proj, c->proj, L->post_attn_norm, n, dim, in->norm_eps);
         for (size_t i = 0; i < (size_t)n * dim; i++) c->x[i] += c->proj[i];
 
-        /* ---- SwiGLU feed-forward ---- */
+        /* ---- SwiGLU / GeGLU feed-forward ---- */
         rmsnorm(c->xb, c->x, L->ffn_norm, n, dim, in->norm_eps);
         a = prepare(c, c->xb, n, dim);
         linear(c, &L->w_gate, &a, c->hb); /* (n, ffn) */
         linear(c, &L->w_up, &a, c->hb2);  /* (n, ffn) */
-        for (size_t i = 0; i < (size_t)n * ffn; i++) {
-            float g = c->hb[i];
-            c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
+        if (m->arch->geglu) {
+            for (size_t i = 0; i < (size_t)n * ffn; i++) c->hb[i] = gelu_tanh(c->hb[i]) * c->hb2[i];
+        } else {
+            for (size_t i = 0; i < (size_t)n * ffn; i++) {
+                float g = c->hb[i];
+                c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
+            }
         }
         a = prepare(c, c->hb, n, ffn);
         linear(c, &L->w_down, &a, c->proj); /* (n, dim) */
+        if (L->post_ffn_norm) rmsnorm(c->proj, c->proj, L->post_ffn_norm, n, dim, in->norm_eps);
         for (size_t i = 0; i < (size_t)n * dim; i++) c->x[i] += c->proj[i];
     }
 

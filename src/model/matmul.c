@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "quant.h"
 #include "util.h"
 #include "vmath.h"
 
@@ -50,7 +51,7 @@ static inline float f16_at(const uint8_t *p) {
 /* ================================================================================ */
 
 int matmul_wants_q8(ggml_type type) {
-    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1;
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || quant_is_ext(type);
 }
 
 #ifdef MATMUL_X86
@@ -412,6 +413,7 @@ static inline float dot_row(const matmul_weight *w, const uint8_t *row, const ma
     case GGML_TYPE_F32: return dot_f32(row, a->x + (size_t)t * w->cols, w->cols);
     case GGML_TYPE_F16: return dot_f16(row, a->x + (size_t)t * w->cols, w->cols);
     case GGML_TYPE_BF16: return dot_bf16(row, a->x + (size_t)t * w->cols, w->cols);
+    default: break; /* Q5_x / K-quants go through quant.c */
     }
     return 0.0f;
 }
@@ -444,6 +446,10 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
     const matmul_job *j = arg;
     int32_t r0 = task * MATMUL_ROWS_PER_TASK;
     int32_t r1 = r0 + MATMUL_ROWS_PER_TASK < j->w->rows ? r0 + MATMUL_ROWS_PER_TASK : j->w->rows;
+    if (quant_is_ext(j->w->type)) { /* Q5_x and K-quants: quant.c, SIMD inside */
+        quant_rows(j->w, j->a, j->y, j->ldy, r0, r1);
+        return;
+    }
 #ifdef MATMUL_X86
     /* AVX2 covers the block types (int8 and exact mode) and F32; F16/BF16 stay portable */
     if (locks_have_avx2() && (matmul_wants_q8(j->w->type) || j->w->type == GGML_TYPE_F32)) {
@@ -474,6 +480,12 @@ void matmul_row_f32(const matmul_weight *w, int32_t r, float *out) {
     matmul_init_tables();
     const uint8_t *p = w->data + (size_t)r * w->row_bytes;
     int32_t nb = w->cols / GGML_QBLOCK;
+    if (quant_is_ext(w->type)) {
+        int32_t be = quant_block_elems(w->type);
+        size_t bb = quant_block_bytes(w->type);
+        for (int32_t b = 0; b < w->cols / be; b++) quant_dequant_block(w->type, p + (size_t)b * bb, out + (size_t)b * be);
+        return;
+    }
     switch (w->type) {
     case GGML_TYPE_Q8_0:
         for (int32_t b = 0; b < nb; b++, p += 34) {
@@ -510,5 +522,6 @@ void matmul_row_f32(const matmul_weight *w, int32_t r, float *out) {
             out[j] = locks_bf16_to_f32(h);
         }
         return;
+    default: return; /* the ext types returned above */
     }
 }

@@ -22,6 +22,7 @@
 #include "unicode_tables.h"
 #include "util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,7 @@ typedef struct {
 } pair_slot;
 #define PAIR_EMPTY UINT64_MAX
 
-#define MAX_EOG 5
+#define MAX_EOG 6
 
 struct locks_tokenizer {
     int32_t n_vocab;
@@ -59,6 +60,9 @@ struct locks_tokenizer {
     int32_t n_special;
     uint8_t special_first[32]; /* bitmap of the first bytes of special texts */
     pre_kind pre;
+    float *score; /* (n_vocab,) SentencePiece scores; NULL for byte-level BPE */
+    strmap by_text; /* SentencePiece: raw bytes -> id of the tokens merges may form
+                     * (NORMAL, UNKNOWN, UNUSED; not special, not BYTE) */
     locks_token_ids ids;
     int32_t eog[MAX_EOG];
     int32_t n_eog;
@@ -304,7 +308,7 @@ static int pre_parse(const char *pre, pre_kind *out) {
 }
 
 static void find_eog(locks_tokenizer *t) {
-    static const char *const names[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>"};
+    static const char *const names[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"};
     t->n_eog = 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         int32_t id = locks_tokenizer_find(t, names[i], strlen(names[i]));
@@ -312,9 +316,10 @@ static void find_eog(locks_tokenizer *t) {
     }
 }
 
-locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *types,
-                                      int32_t n_tokens, const char *const *merges,
-                                      int32_t n_merges, const char *pre, locks_status *err) {
+/* Byte-level BPE (scores == NULL) or SentencePiece (scores, no merges). */
+static locks_tokenizer *tok_init(const char *const *tokens, const int32_t *types, const float *scores,
+                                 int32_t n_tokens, const char *const *merges, int32_t n_merges,
+                                 const char *pre, locks_status *err) {
     locks_status st = LOCKS_ERR_INVALID_ARG;
     locks_tokenizer *t = NULL;
     char *enc = NULL; /* GGUF texts, for resolving merges */
@@ -350,6 +355,11 @@ locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *
     enc = locks_alloc(total + 1, 1);
     enc_off = locks_alloc((size_t)n_tokens + 1, sizeof *enc_off);
     if (!t->type || !t->off || !t->raw || !enc || !enc_off) goto fail;
+    if (scores) {
+        t->score = locks_alloc((size_t)n_tokens, sizeof *t->score);
+        if (!t->score) goto fail;
+        memcpy(t->score, scores, (size_t)n_tokens * sizeof *t->score);
+    }
 
     /* Raw bytes of every token. */
     uint32_t byte_to_cp[256];
@@ -373,6 +383,15 @@ locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *
             if (n > 0) n_special++;
         } else if (ty == LOCKS_TOKEN_BYTE && parse_byte_token(tokens[i], &byte)) {
             t->raw[pos++] = (char)byte;
+        } else if (scores) { /* SentencePiece: U+2581 (E2 96 81) stands for a space */
+            for (size_t k = 0; k < n;) {
+                if (k + 3 <= n && s[k] == 0xE2 && s[k + 1] == 0x96 && s[k + 2] == 0x81) {
+                    t->raw[pos++] = ' ';
+                    k += 3;
+                } else {
+                    t->raw[pos++] = (char)s[k++];
+                }
+            }
         } else {
             for (size_t k = 0; k < n;) {
                 uint32_t cp;
@@ -390,12 +409,14 @@ locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *
     t->off[n_tokens] = pos;
     enc_off[n_tokens] = epos;
 
-    /* Raw-bytes map: special tokens first, so they win lookups by text. */
+    /* Raw-bytes map: special tokens first, so they win lookups by text, then the
+     * others, BYTE tokens last (a text token "a" wins over <0x61>). */
     if (strmap_init(&t->by_raw, n_tokens, t->raw, t->off) != LOCKS_OK) goto fail;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
         for (int32_t i = 0; i < n_tokens; i++) {
             int sp = t->type[i] == LOCKS_TOKEN_CONTROL || t->type[i] == LOCKS_TOKEN_USER_DEFINED;
-            if (sp == (pass == 0)) strmap_put(&t->by_raw, i);
+            int cls = sp ? 0 : t->type[i] == LOCKS_TOKEN_BYTE ? 2 : 1;
+            if (cls == pass) strmap_put(&t->by_raw, i);
         }
     }
 
@@ -411,6 +432,13 @@ locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *
         }
     }
     if (sort_specials(t) != LOCKS_OK) goto fail;
+    if (scores) {
+        if (strmap_init(&t->by_text, n_tokens, t->raw, t->off) != LOCKS_OK) goto fail;
+        for (int32_t i = 0; i < n_tokens; i++)
+            if (t->type[i] != LOCKS_TOKEN_CONTROL && t->type[i] != LOCKS_TOKEN_USER_DEFINED &&
+                t->type[i] != LOCKS_TOKEN_BYTE)
+                strmap_put(&t->by_text, i);
+    }
 
     /* Byte tokens: GPT-2's single-character tokens, else "<0xAB>" BYTE tokens. */
     if (strmap_init(&by_enc, n_tokens, enc, enc_off) != LOCKS_OK) goto fail;
@@ -418,7 +446,7 @@ locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *
     for (int b = 0; b < 256; b++) {
         char buf[4];
         size_t l = utf8_put(byte_to_cp[b], buf);
-        t->byte_id[b] = strmap_get(&by_enc, buf, l);
+        t->byte_id[b] = scores ? -1 : strmap_get(&by_enc, buf, l); /* SentencePiece: BYTE tokens only */
     }
     for (int32_t i = 0; i < n_tokens; i++) {
         int byte;
@@ -480,6 +508,26 @@ fail:
     return NULL;
 }
 
+locks_tokenizer *locks_tokenizer_init(const char *const *tokens, const int32_t *types,
+                                      int32_t n_tokens, const char *const *merges,
+                                      int32_t n_merges, const char *pre, locks_status *err) {
+    return tok_init(tokens, types, NULL, n_tokens, merges, n_merges, pre, err);
+}
+
+locks_tokenizer *locks_tokenizer_init_spm(const char *const *tokens, const int32_t *types,
+                                          const float *scores, int32_t n_tokens, locks_status *err) {
+    if (!scores) {
+        if (err) *err = LOCKS_ERR_INVALID_ARG;
+        return NULL;
+    }
+    for (int32_t i = 0; i < n_tokens; i++)
+        if (!isfinite(scores[i])) {
+            if (err) *err = LOCKS_ERR_INVALID_ARG;
+            return NULL;
+        }
+    return tok_init(tokens, types, scores, n_tokens, NULL, 0, NULL, err);
+}
+
 void locks_tokenizer_free(locks_tokenizer *t) {
     if (!t) return;
     locks_free(t->type);
@@ -488,6 +536,8 @@ void locks_tokenizer_free(locks_tokenizer *t) {
     locks_free(t->by_raw.slot);
     locks_free(t->pairs);
     locks_free(t->special);
+    locks_free(t->score);
+    locks_free(t->by_text.slot);
     locks_free(t);
 }
 
@@ -647,6 +697,135 @@ static locks_status bpe_piece(const locks_tokenizer *t, const uint8_t *s, size_t
     return LOCKS_OK;
 }
 
+
+/* ------------------------------------------------------------------------------ */
+/* SentencePiece BPE                                                                */
+/* ------------------------------------------------------------------------------ */
+
+/* SentencePiece-style BPE of one span s[0, n) (no pre-tokenizer): the symbols start as
+ * the UTF-8 characters; the adjacent pair whose concatenation is a token with the highest
+ * score is merged first (leftmost on ties), until no pair is a token. A final symbol
+ * that is no token (a character outside the vocabulary) falls back to its bytes'
+ * <0xAB> tokens; a byte without one is dropped. In the work arrays, sym[k] is the byte
+ * offset of symbol k and prev/next link the live symbols; heap entries carry the
+ * score (negated, as a rank: the heap pops the smallest) and the two lengths, which
+ * tell a stale entry from a live one. */
+typedef struct {
+    float neg_score;
+    int32_t pos, len_l, len_r, id;
+} spm_cand;
+
+static int spm_less(const spm_cand *a, const spm_cand *b) {
+    return a->neg_score < b->neg_score || (a->neg_score == b->neg_score && a->pos < b->pos);
+}
+
+static int32_t spm_len(const bpe_work *w, int32_t k, size_t n) {
+    return (w->next[k] >= 0 ? w->sym[w->next[k]] : (int32_t)n) - w->sym[k];
+}
+
+static void spm_push(const locks_tokenizer *t, bpe_work *w, spm_cand *heap, const uint8_t *s, size_t n, int32_t k) {
+    int32_t r = w->next[k];
+    if (k < 0 || r < 0) return;
+    int32_t ll = spm_len(w, k, n), lr = spm_len(w, r, n);
+    int32_t id = strmap_get(&t->by_text, (const char *)s + w->sym[k], (size_t)(ll + lr));
+    if (id < 0) return;
+    spm_cand c = {-t->score[id], k, ll, lr, id};
+    int32_t i = w->n_heap++;
+    while (i > 0) {
+        int32_t p = (i - 1) / 2;
+        if (!spm_less(&c, &heap[p])) break;
+        heap[i] = heap[p];
+        i = p;
+    }
+    heap[i] = c;
+}
+
+static spm_cand spm_pop(bpe_work *w, spm_cand *heap) {
+    spm_cand top = heap[0], last = heap[--w->n_heap];
+    int32_t i = 0, n = w->n_heap;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && spm_less(&heap[c + 1], &heap[c])) c++;
+        if (!spm_less(&heap[c], &last)) break;
+        heap[i] = heap[c];
+        i = c;
+    }
+    if (n > 0) heap[i] = last;
+    return top;
+}
+
+static locks_status spm_merge(const locks_tokenizer *t, const uint8_t *s, size_t n, bpe_work *w, id_sink *out);
+
+/* SentencePiece escapes spaces as U+2581 before merging, so a U+2581 in the text is a
+ * space too (sentencepiece and llama.cpp give it the same ids): the span is copied with
+ * each U+2581 (E2 96 81) turned into ' ', the spelling of the token texts here. */
+static locks_status spm_piece(const locks_tokenizer *t, const uint8_t *s, size_t n, bpe_work *w, id_sink *out) {
+    if (n == 0) return LOCKS_OK;
+    int has = 0;
+    for (size_t k = 0; k + 2 < n && !has; k++) has = s[k] == 0xE2 && s[k + 1] == 0x96 && s[k + 2] == 0x81;
+    if (!has) return spm_merge(t, s, n, w, out);
+    uint8_t *c = locks_alloc(n, 1);
+    if (!c) return LOCKS_ERR_OOM;
+    size_t m = 0;
+    for (size_t k = 0; k < n;) {
+        if (k + 2 < n && s[k] == 0xE2 && s[k + 1] == 0x96 && s[k + 2] == 0x81) {
+            c[m++] = ' ';
+            k += 3;
+        } else {
+            c[m++] = s[k++];
+        }
+    }
+    locks_status st = spm_merge(t, c, m, w, out);
+    locks_free(c);
+    return st;
+}
+
+static locks_status spm_merge(const locks_tokenizer *t, const uint8_t *s, size_t n, bpe_work *w, id_sink *out) {
+    if (n == 0) return LOCKS_OK;
+    /* merge_cand and spm_cand are both five 4-byte fields: the heap array serves both */
+    _Static_assert(sizeof(spm_cand) == sizeof(merge_cand), "spm_cand must fit the BPE heap");
+    locks_status st = work_reserve(w, n);
+    if (st != LOCKS_OK) return st;
+    spm_cand *heap = (spm_cand *)(void *)w->heap;
+    int32_t m = 0;
+    for (size_t k = 0; k < n; m++) {
+        uint32_t cp;
+        size_t l = utf8_next(s, n, k, &cp);
+        w->sym[m] = (int32_t)k;
+        w->prev[m] = m - 1;
+        w->next[m] = m + 1;
+        k += l;
+    }
+    w->next[m - 1] = -1;
+    w->n_heap = 0;
+    for (int32_t k = 0; k + 1 < m; k++) spm_push(t, w, heap, s, n, k);
+    while (w->n_heap > 0) {
+        spm_cand c = spm_pop(w, heap);
+        int32_t r = w->next[c.pos];
+        if (w->sym[c.pos] < 0 || r < 0 || spm_len(w, c.pos, n) != c.len_l || spm_len(w, r, n) != c.len_r)
+            continue; /* stale: one side was merged since */
+        w->sym[r] = -1;
+        w->next[c.pos] = w->next[r];
+        if (w->next[r] >= 0) w->prev[w->next[r]] = c.pos;
+        spm_push(t, w, heap, s, n, w->prev[c.pos]);
+        spm_push(t, w, heap, s, n, c.pos);
+    }
+    for (int32_t k = 0; k >= 0; k = w->next[k]) {
+        int32_t len = spm_len(w, k, n);
+        int32_t id = strmap_get(&t->by_text, (const char *)s + w->sym[k], (size_t)len);
+        if (id >= 0) {
+            sink_put(out, id);
+            continue;
+        }
+        for (int32_t b = 0; b < len; b++) {
+            int32_t bid = t->byte_id[s[w->sym[k] + b]];
+            if (bid >= 0) sink_put(out, bid);
+        }
+    }
+    return LOCKS_OK;
+}
+
 /* ------------------------------------------------------------------------------ */
 /* Pre-tokenizer                                                                    */
 /* ------------------------------------------------------------------------------ */
@@ -713,6 +892,7 @@ static locks_status split_gpt2(const locks_tokenizer *t, const uint8_t *s, size_
 /* One span of text with no special tokens in it. */
 static locks_status encode_span(const locks_tokenizer *t, const uint8_t *s, size_t b, size_t e,
                                 bpe_work *w, id_sink *out) {
+    if (t->score) return spm_piece(t, s + b, e - b, w, out);
     if (t->pre == PRE_GPT2) return split_gpt2(t, s, b, e, w, out);
     /* PRE_GPT2_DIGITS: every \p{N} code point is a piece of its own; GPT-2's regex runs
      * on the spans between them. */
@@ -880,6 +1060,48 @@ locks_status locks_chatml_format(const locks_chat_msg *msgs, int32_t n_msgs, boo
         text_put(&o, "<|im_end|>\n");
     }
     if (add_assistant) text_put(&o, "<|im_start|>assistant\n");
+    *n_out = o.n;
+    if (o.n + 1 > cap) return LOCKS_ERR_INVALID_ARG;
+    out[o.n] = '\0';
+    return LOCKS_OK;
+}
+
+/* Appends s[0, n) with leading and trailing white space removed (Jinja's trim). */
+static void text_put_trim(text_sink *o, const char *s) {
+    size_t n = strlen(s), b = 0;
+    while (b < n && (s[b] == ' ' || s[b] == '\t' || s[b] == '\n' || s[b] == '\r')) b++;
+    while (n > b && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r')) n--;
+    for (size_t i = b; i < n; i++) {
+        if (o->n + 1 < o->cap) o->out[o->n] = s[i];
+        o->n++;
+    }
+}
+
+locks_status locks_gemma_chat_format(const locks_chat_msg *msgs, int32_t n_msgs, bool add_assistant,
+                                     char *out, size_t cap, size_t *n_out) {
+    if (!n_out || n_msgs < 0 || (!msgs && n_msgs > 0) || (!out && cap > 0)) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n_msgs; i++)
+        if (!msgs[i].role || !msgs[i].content) return LOCKS_ERR_INVALID_ARG;
+    text_sink o = {out, cap, 0};
+    text_put(&o, "<bos>");
+    int32_t first = 0;
+    const char *system = NULL;
+    if (n_msgs > 0 && strcmp(msgs[0].role, "system") == 0) {
+        system = msgs[0].content;
+        first = 1;
+    }
+    for (int32_t i = first; i < n_msgs; i++) {
+        text_put(&o, "<start_of_turn>");
+        text_put(&o, strcmp(msgs[i].role, "assistant") == 0 ? "model" : msgs[i].role);
+        text_put(&o, "\n");
+        if (i == first && system) { /* Gemma has no system turn: it opens the first one */
+            text_put_trim(&o, system);
+            text_put(&o, "\n\n");
+        }
+        text_put_trim(&o, msgs[i].content);
+        text_put(&o, "<end_of_turn>\n");
+    }
+    if (add_assistant) text_put(&o, "<start_of_turn>model\n");
     *n_out = o.n;
     if (o.n + 1 > cap) return LOCKS_ERR_INVALID_ARG;
     out[o.n] = '\0';

@@ -5,6 +5,7 @@
  */
 #include "tokenizer_gguf.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "util.h"
@@ -37,6 +38,7 @@ locks_tokenizer *locks_tokenizer_from_gguf(const gguf *g, locks_status *err) {
     char **tokens = NULL, **merges = NULL;
     uint32_t *tok_lens = NULL, *merge_lens = NULL;
     int32_t *types = NULL;
+    float *scores = NULL;
     uint64_t n_tok = 0, n_merge = 0;
     char model[32], pre[64];
 
@@ -44,8 +46,15 @@ locks_tokenizer *locks_tokenizer_from_gguf(const gguf *g, locks_status *err) {
         st = LOCKS_ERR_INVALID_ARG;
         goto fail;
     }
-    if (!get_str(g, "tokenizer.ggml.model", model, sizeof model) || strcmp(model, "gpt2") != 0) {
-        locks_log(LOCKS_LOG_ERROR, "tokenizer: tokenizer.ggml.model is not \"gpt2\" (byte-level BPE)");
+    if (!get_str(g, "tokenizer.ggml.model", model, sizeof model)) {
+        locks_log(LOCKS_LOG_ERROR, "tokenizer: tokenizer.ggml.model is missing");
+        st = LOCKS_ERR_FORMAT;
+        goto fail;
+    }
+    int spm = strcmp(model, "llama") == 0;
+    if (!spm && strcmp(model, "gpt2") != 0) {
+        locks_log(LOCKS_LOG_ERROR, "tokenizer: tokenizer.ggml.model '%s' is not supported (\"gpt2\": byte-level BPE, "
+                  "\"llama\": SentencePiece BPE)", model);
         st = LOCKS_ERR_UNSUPPORTED;
         goto fail;
     }
@@ -88,6 +97,33 @@ locks_tokenizer *locks_tokenizer_from_gguf(const gguf *g, locks_status *err) {
         }
     }
 
+    if (spm) { /* SentencePiece: scores, no merges */
+        uint64_t n_scores;
+        if (gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n_scores, &data) != LOCKS_OK || n_scores != n_tok ||
+            !(et == GGUF_VAL_F32 || et == GGUF_VAL_F64)) {
+            locks_log(LOCKS_LOG_ERROR, "tokenizer: tokenizer.ggml.scores is missing or not %llu floats",
+                      (unsigned long long)n_tok);
+            st = LOCKS_ERR_FORMAT;
+            goto fail;
+        }
+        st = LOCKS_ERR_OOM;
+        scores = locks_alloc((size_t)n_tok, sizeof *scores);
+        if (!scores) goto fail;
+        for (uint64_t i = 0; i < n_tok; i++) {
+            scores[i] = gguf_arr_f32(et, data, i);
+            if (!isfinite(scores[i])) {
+                locks_log(LOCKS_LOG_ERROR, "tokenizer: tokenizer.ggml.scores[%llu] is not finite", (unsigned long long)i);
+                st = LOCKS_ERR_FORMAT;
+                goto fail;
+            }
+        }
+        int asp = 0;
+        if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &asp) == LOCKS_OK && asp)
+            locks_log(LOCKS_LOG_WARN, "tokenizer: add_space_prefix is set; this tokenizer adds no prefix");
+        t = locks_tokenizer_init_spm((const char *const *)tokens, types, scores, (int32_t)n_tok, &st);
+        if (!t) goto fail;
+        goto special;
+    }
     st = gguf_get_arr_strs(g, "tokenizer.ggml.merges", &merges, &merge_lens, &n_merge);
     if (st == LOCKS_ERR_INVALID_ARG) { /* no merges: every token stays a byte */
         n_merge = 0;
@@ -101,6 +137,7 @@ locks_tokenizer *locks_tokenizer_from_gguf(const gguf *g, locks_status *err) {
     t = locks_tokenizer_init((const char *const *)tokens, types, (int32_t)n_tok,
                              (const char *const *)merges, (int32_t)n_merge, have_pre ? pre : NULL, &st);
     if (!t) goto fail;
+special:;
     int32_t nv = (int32_t)n_tok;
     locks_token_ids ids = {get_id(g, "tokenizer.ggml.bos_token_id", nv),
                            get_id(g, "tokenizer.ggml.eos_token_id", nv),
@@ -113,6 +150,7 @@ fail:
     gguf_strs_free(tokens, tok_lens);
     gguf_strs_free(merges, merge_lens);
     locks_free(types);
+    locks_free(scores);
     if (err) *err = st;
     return t;
 }

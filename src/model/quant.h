@@ -1,0 +1,65 @@
+/*
+ * quant.h — the 5-bit and K-quant weight types: block layouts, dequantization, scale
+ * checks and their products with int8 activation blocks (matmul.c dispatches here).
+ *
+ * ---------------------------------------------------------------------------------
+ * Block layouts (ggml's; all little-endian, fp16 = IEEE half)
+ * ---------------------------------------------------------------------------------
+ *  Q5_0 (6)  32 elements, 22 B: fp16 d, u32 qh, u8 qs[16]
+ *            q_j = (qs[j % 16] >> 4 * (j / 16) & 15) | (qh >> j & 1) << 4;  x_j = d (q_j - 16)
+ *  Q5_1 (7)  32 elements, 24 B: fp16 d, fp16 m, u32 qh, u8 qs[16];          x_j = d q_j + m
+ *  Q4_K (12) 256 elements (8 sub-blocks of 32), 144 B:
+ *            fp16 d, fp16 dmin, u8 scales[12] (8 six-bit scales sc_s and mins m_s), u8 qs[128]
+ *            sub-block s uses qs[32 (s / 2) + l] >> 4 (s % 2) & 15, l < 32;
+ *            x = d sc_s q - dmin m_s.  Six-bit unpacking, s < 4: sc = scales[s] & 63,
+ *            m = scales[s + 4] & 63; s >= 4: sc = scales[s + 4] & 15 | scales[s - 4] >> 6 << 4,
+ *            m = scales[s + 4] >> 4 | scales[s] >> 6 << 4.
+ *  Q5_K (13) 256 elements, 176 B: fp16 d, fp16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]
+ *            as Q4_K with a fifth bit: q += (qh[l] >> s & 1) << 4.
+ *  Q6_K (14) 256 elements (16 sub-blocks of 16), 210 B: u8 ql[128], u8 qh[64], i8 sc[16],
+ *            fp16 d (last). Element e = 128 h + 32 k + l (h < 2, k < 4, l < 32):
+ *            q = (ql[64 h + 32 (k % 2) + l] >> 4 (k / 2) & 15) | (qh[32 h + l] >> 2 k & 3) << 4;
+ *            x = d sc[8 h + 2 k + l / 16] (q - 32).
+ *
+ * ---------------------------------------------------------------------------------
+ * Products with int8 activations
+ * ---------------------------------------------------------------------------------
+ *  Every type is seen as 32-element sub-blocks, each decoded to 32 small integers q_j, a
+ *  scale per half (s_a for j < 16, s_b for j >= 16; equal except Q6_K) and an offset o:
+ *  w_j = s(j) q_j + o. Against one activation block (d_x, q_x, ds_x = d_x sum q_x):
+ *      w . x ~= d_x (s_a sum_{j<16} q_j q_x,j + s_b sum_{j>=16} q_j q_x,j) + o ds_x
+ *  Q5_0: q in [0, 31], o = -16 d; Q5_1: o = m; Q4_K / Q5_K: s = d sc, o = -dmin m;
+ *  Q6_K: q - 32 in [-32, 31] (signed), o = 0. The AVX2 kernels compute the same integer
+ *  sums (only the fp32 accumulation order differs).
+ */
+#ifndef LOCKS_QUANT_H
+#define LOCKS_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locks.h"
+#include "matmul.h"
+
+/* 1 for the types this module implements (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). */
+int quant_is_ext(ggml_type type);
+/* Elements and bytes of one block of an ext type (K-quants: 256; Q5_x: 32). */
+int32_t quant_block_elems(ggml_type type);
+size_t quant_block_bytes(ggml_type type);
+
+/* Block blk of type dequantized to out[quant_block_elems(type)]. */
+void quant_dequant_block(ggml_type type, const uint8_t *blk, float *out);
+
+/* Checks every block of a tensor (n_blocks consecutive blocks of any block type,
+ * including Q8_0 / Q4_0 / Q4_1) for a non-finite fp16 scale (d, m or dmin). Returns
+ * LOCKS_OK, or LOCKS_ERR_FORMAT with *bad_block set to the first bad block. */
+locks_status quant_check_scales(ggml_type type, const uint8_t *data, size_t n_blocks, size_t *bad_block);
+
+/* y[t][r] for rows [r0, r1) of an ext-type weight and every vector of the batch (int8
+ * activations when a->xq, else fp32 with blocks dequantized on the fly). Picks AVX2 /
+ * AVX-VNNI at run time where the CPU has them, the portable loops otherwise. */
+void quant_rows(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1);
+/* The portable loops alone (the reference the SIMD kernels are tested against). */
+void quant_rows_c(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1);
+
+#endif

@@ -1,0 +1,472 @@
+/*
+ * test_arch.c — the layer variants behind the one forward pass (llama.c's ARCHS), on
+ * tiny GGUF models this test writes: llama, qwen2 (Q/K/V biases, NeoX RoPE), qwen3
+ * (QK-norm, NeoX RoPE, heads wider than dim / n_heads) and gemma3 (QK-norm, post-branch
+ * norms, GeGLU, scaled embeddings, sliding-window local layers with their own RoPE base,
+ * every 6th layer global). No Qwen GGUF small enough ships in a package here, so the
+ * models are random: F32 weights, fresh per run.
+ *
+ * Reference: a float64 forward pass written here from the models' definitions (it
+ * shares no code with the engine), on the same fp32 weights. The engine runs with fp32
+ * activations and keeps K/V in fp16, so logits agree to ~1e-3 of their spread; a
+ * wrong variant (bias, RoPE pairing, norm, window, base) is off by O(1).
+ * Checked: logits of every position (decode path), the prefill path's last logits, and
+ * bad input: unknown architecture, missing tensor, missing tokenizer field, a non-finite
+ * K-quant scale — each refused with the key or tensor named in the log.
+ */
+#include "test_util.h"
+
+#include "locks_model.h"
+#include "util.h"
+
+#include <unistd.h>
+
+/* ================================================================================ */
+/* Tiny GGUF writer                                                                 */
+/* ================================================================================ */
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} buf;
+
+static void put(buf *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = 2 * (b->n + n) + 4096;
+        b->p = realloc(b->p, b->cap);
+        SETUP(b->p);
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
+static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_str(buf *b, const char *s) {
+    put_u64(b, strlen(s));
+    put(b, s, strlen(s));
+}
+static void kv_u32(buf *b, const char *k, uint32_t v) {
+    put_str(b, k);
+    put_u32(b, 4);
+    put_u32(b, v);
+}
+static void kv_f32(buf *b, const char *k, float v) {
+    put_str(b, k);
+    put_u32(b, 6);
+    put(b, &v, 4);
+}
+static void kv_str(buf *b, const char *k, const char *v) {
+    put_str(b, k);
+    put_u32(b, 8);
+    put_str(b, v);
+}
+
+#define MAX_T 128
+typedef struct {
+    char name[64];
+    int64_t ne0, ne1;
+    uint32_t type;
+    const void *data;
+    size_t nbytes;
+} wtensor;
+
+/* ================================================================================ */
+/* Tiny model                                                                       */
+/* ================================================================================ */
+
+enum { DIM = 64, HQ = 2, HKV = 1, HD = 64, FFN = 256, VOCAB = 48, WINDOW = 20 };
+
+typedef struct {
+    const char *arch;
+    int n_layers, bias, qk_norm, post_norms, geglu, emb_scale, swa, neox;
+} variant;
+
+static const variant VARIANTS[] = {
+    {"llama", 2, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2", 2, 1, 0, 0, 0, 0, 0, 1},
+    {"qwen3", 2, 0, 1, 0, 0, 0, 0, 1},
+    {"gemma3", 6, 0, 1, 1, 1, 1, 1, 1},
+};
+
+typedef struct {
+    float *emb, *out_norm;
+    float *attn_norm[6], *ffn_norm[6], *wq[6], *wk[6], *wv[6], *wo[6], *wg[6], *wu[6], *wd[6];
+    float *bq[6], *bk[6], *bv[6], *qn[6], *kn[6], *pan[6], *pfn[6];
+} weights;
+
+static float *rnd(size_t n, double sigma, double mean) {
+    float *x = malloc(n * sizeof(float));
+    SETUP(x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(mean + sigma * tu_normal());
+    return x;
+}
+
+static void make_weights(const variant *v, weights *w) {
+    memset(w, 0, sizeof *w);
+    w->emb = rnd((size_t)VOCAB * DIM, 1.0, 0.0);
+    w->out_norm = rnd(DIM, 0.1, 1.0);
+    for (int l = 0; l < v->n_layers; l++) {
+        w->attn_norm[l] = rnd(DIM, 0.1, 1.0);
+        w->ffn_norm[l] = rnd(DIM, 0.1, 1.0);
+        w->wq[l] = rnd((size_t)HQ * HD * DIM, 0.25, 0.0);
+        w->wk[l] = rnd((size_t)HKV * HD * DIM, 0.25, 0.0);
+        w->wv[l] = rnd((size_t)HKV * HD * DIM, 0.15, 0.0);
+        w->wo[l] = rnd((size_t)DIM * HQ * HD, 0.1, 0.0);
+        w->wg[l] = rnd((size_t)FFN * DIM, 0.15, 0.0);
+        w->wu[l] = rnd((size_t)FFN * DIM, 0.15, 0.0);
+        w->wd[l] = rnd((size_t)DIM * FFN, 0.1, 0.0);
+        if (v->bias) {
+            w->bq[l] = rnd((size_t)HQ * HD, 0.5, 0.0);
+            w->bk[l] = rnd((size_t)HKV * HD, 0.5, 0.0);
+            w->bv[l] = rnd((size_t)HKV * HD, 0.5, 0.0);
+        }
+        if (v->qk_norm) {
+            w->qn[l] = rnd(HD, 0.3, 1.0);
+            w->kn[l] = rnd(HD, 0.3, 1.0);
+        }
+        if (v->post_norms) {
+            w->pan[l] = rnd(DIM, 0.1, 1.0);
+            w->pfn[l] = rnd(DIM, 0.1, 1.0);
+        }
+    }
+}
+
+static void free_weights(weights *w) {
+    float **all = (float **)(void *)w;
+    for (size_t i = 0; i < sizeof *w / sizeof(float *); i++) free(all[i]);
+}
+
+/* What to break in the file. */
+typedef enum { BREAK_NONE, BREAK_ARCH, BREAK_TENSOR, BREAK_TOKENS, BREAK_SCALE } breakage;
+
+/* The GGUF of a variant's weights (F32; with BREAK_SCALE, blk.0.ffn_down as Q4_K with a
+ * NaN dmin in one block). */
+static buf write_model(const variant *v, const weights *w, breakage brk) {
+    wtensor t[MAX_T];
+    int nt = 0;
+    uint8_t *q4k = NULL;
+#define T2(nm, ptr, c0, c1)                                                         \
+    do {                                                                            \
+        snprintf(t[nt].name, sizeof t[nt].name, "%s", nm);                          \
+        t[nt].ne0 = c0;                                                             \
+        t[nt].ne1 = c1;                                                             \
+        t[nt].type = 0;                                                             \
+        t[nt].data = ptr;                                                           \
+        t[nt].nbytes = (size_t)(c0) * (size_t)(c1) * 4;                             \
+        nt++;                                                                       \
+    } while (0)
+    char nm[64];
+    T2("token_embd.weight", w->emb, DIM, VOCAB);
+    T2("output_norm.weight", w->out_norm, DIM, 1);
+    for (int l = 0; l < v->n_layers; l++) {
+#define L2(suffix, ptr, c0, c1)                               \
+    do {                                                      \
+        snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix);      \
+        if (ptr) T2(nm, ptr, c0, c1);                         \
+    } while (0)
+        L2("attn_norm.weight", w->attn_norm[l], DIM, 1);
+        L2("ffn_norm.weight", w->ffn_norm[l], DIM, 1);
+        L2("attn_q.weight", w->wq[l], DIM, HQ * HD);
+        L2("attn_k.weight", w->wk[l], DIM, HKV * HD);
+        L2("attn_v.weight", w->wv[l], DIM, HKV * HD);
+        L2("attn_output.weight", w->wo[l], HQ * HD, DIM);
+        L2("ffn_gate.weight", w->wg[l], DIM, FFN);
+        L2("ffn_up.weight", w->wu[l], DIM, FFN);
+        if (brk == BREAK_SCALE && l == 0) { /* Q4_K: one 256-element block per row */
+            size_t nb = (size_t)DIM * FFN / 256;
+            q4k = malloc(nb * 144);
+            SETUP(q4k);
+            for (size_t i = 0; i < nb * 144; i++) q4k[i] = (uint8_t)tu_next();
+            for (size_t k = 0; k < nb; k++) {
+                uint16_t d = locks_f32_to_f16(0.01f), dmin = locks_f32_to_f16(0.002f);
+                memcpy(q4k + 144 * k, &d, 2);
+                memcpy(q4k + 144 * k + 2, &dmin, 2);
+            }
+            uint16_t nan = 0x7E00; /* dmin of one block */
+            memcpy(q4k + 144 * (nb / 2) + 2, &nan, 2);
+            t[nt] = (wtensor){"blk.0.ffn_down.weight", FFN, DIM, 12, q4k, nb * 144};
+            nt++;
+        } else {
+            L2("ffn_down.weight", w->wd[l], FFN, DIM);
+        }
+        if (!(brk == BREAK_TENSOR && l == 1)) L2("attn_q.bias", w->bq[l], HQ * HD, 1);
+        L2("attn_k.bias", w->bk[l], HKV * HD, 1);
+        L2("attn_v.bias", w->bv[l], HKV * HD, 1);
+        L2("attn_q_norm.weight", w->qn[l], HD, 1);
+        L2("attn_k_norm.weight", w->kn[l], HD, 1);
+        L2("post_attention_norm.weight", w->pan[l], DIM, 1);
+        L2("post_ffw_norm.weight", w->pfn[l], DIM, 1);
+#undef L2
+    }
+#undef T2
+    buf b = {0};
+    put(&b, "GGUF", 4);
+    put_u32(&b, 3);
+    put_u64(&b, (uint64_t)nt);
+    int n_kv = 0;
+    buf kv = {0};
+    char key[96];
+    const char *a = brk == BREAK_ARCH ? "mamba" : v->arch;
+    kv_str(&kv, "general.architecture", a), n_kv++;
+#define K(name, val)                                  \
+    do {                                              \
+        snprintf(key, sizeof key, "%s.%s", a, name);  \
+        kv_u32(&kv, key, val), n_kv++;                \
+    } while (0)
+    K("embedding_length", DIM);
+    K("block_count", (uint32_t)v->n_layers);
+    K("attention.head_count", HQ);
+    K("attention.head_count_kv", HKV);
+    K("attention.key_length", HD);
+    K("attention.value_length", HD);
+    K("feed_forward_length", FFN);
+    K("context_length", 256);
+    if (v->swa) K("attention.sliding_window", WINDOW);
+#undef K
+    snprintf(key, sizeof key, "%s.rope.freq_base", a);
+    kv_f32(&kv, key, v->swa ? 1e6f : 10000.0f), n_kv++;
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+    kv_f32(&kv, key, 1e-6f), n_kv++;
+    kv_str(&kv, "tokenizer.ggml.model", "gpt2"), n_kv++;
+    if (brk != BREAK_TOKENS) {
+        put_str(&kv, "tokenizer.ggml.tokens");
+        put_u32(&kv, 9);
+        put_u32(&kv, 8);
+        put_u64(&kv, VOCAB);
+        for (int i = 0; i < VOCAB; i++) {
+            char s[8];
+            snprintf(s, sizeof s, "%c", 'A' + i);
+            put_str(&kv, s);
+        }
+        n_kv++;
+    }
+    put_u64(&b, (uint64_t)n_kv);
+    put(&b, kv.p, kv.n);
+    free(kv.p);
+    uint64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        put_str(&b, t[i].name);
+        int nd = t[i].ne1 > 1 ? 2 : 1;
+        put_u32(&b, (uint32_t)nd);
+        put_u64(&b, (uint64_t)t[i].ne0);
+        if (nd == 2) put_u64(&b, (uint64_t)t[i].ne1);
+        put_u32(&b, t[i].type);
+        put_u64(&b, off);
+        off += (t[i].nbytes + 31) / 32 * 32;
+    }
+    while (b.n % 32) put(&b, "", 1);
+    for (int i = 0; i < nt; i++) {
+        put(&b, t[i].data, t[i].nbytes);
+        while (b.n % 32) put(&b, "", 1);
+    }
+    free(q4k);
+    return b;
+}
+
+/* ================================================================================ */
+/* float64 reference                                                                */
+/* ================================================================================ */
+
+static void ref_rms(double *x, int n, const float *w, double eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) x[i] = x[i] * r * (double)w[i];
+}
+
+/* y (rows) = W (rows, cols) x */
+static void ref_lin(const float *W, const double *x, int rows, int cols, double *y) {
+    for (int r = 0; r < rows; r++) {
+        double s = 0.0;
+        for (int c = 0; c < cols; c++) s += (double)W[(size_t)r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+
+static void ref_rope(double *v, int pos, double base, int neox) {
+    for (int i = 0; i < HD / 2; i++) {
+        double a = pos * pow(base, -2.0 * i / HD);
+        int i0 = neox ? i : 2 * i, i1 = neox ? i + HD / 2 : 2 * i + 1;
+        double x0 = v[i0], x1 = v[i1];
+        v[i0] = x0 * cos(a) - x1 * sin(a);
+        v[i1] = x0 * sin(a) + x1 * cos(a);
+    }
+}
+
+/* logits[T][VOCAB] of tokens[T]. */
+static void ref_forward(const variant *v, const weights *w, const int32_t *tok, int T, double *logits) {
+    double *x = malloc(sizeof(double) * T * DIM), *K = malloc(sizeof(double) * T * HKV * HD);
+    double *V = malloc(sizeof(double) * T * HKV * HD), *Q = malloc(sizeof(double) * T * HQ * HD);
+    double h[DIM], o[HQ * HD], f1[FFN], f2[FFN], pr[DIM], sc[512];
+    SETUP(x && K && V && Q && T <= 512);
+    const double eps = 1e-6;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < DIM; i++) x[t * DIM + i] = (double)w->emb[(size_t)tok[t] * DIM + i] * (v->emb_scale ? sqrt((double)DIM) : 1.0);
+    for (int l = 0; l < v->n_layers; l++) {
+        int local = v->swa && (l + 1) % 6 != 0;
+        double base = v->swa ? (local ? 10000.0 : 1e6) : 10000.0;
+        for (int t = 0; t < T; t++) {
+            memcpy(h, x + t * DIM, sizeof h);
+            ref_rms(h, DIM, w->attn_norm[l], eps);
+            ref_lin(w->wq[l], h, HQ * HD, DIM, Q + t * HQ * HD);
+            ref_lin(w->wk[l], h, HKV * HD, DIM, K + t * HKV * HD);
+            ref_lin(w->wv[l], h, HKV * HD, DIM, V + t * HKV * HD);
+            for (int i = 0; v->bias && i < HQ * HD; i++) Q[t * HQ * HD + i] += (double)w->bq[l][i];
+            for (int i = 0; v->bias && i < HKV * HD; i++) {
+                K[t * HKV * HD + i] += (double)w->bk[l][i];
+                V[t * HKV * HD + i] += (double)w->bv[l][i];
+            }
+            for (int hh = 0; hh < HQ; hh++) {
+                if (v->qk_norm) ref_rms(Q + (t * HQ + hh) * HD, HD, w->qn[l], eps);
+                ref_rope(Q + (t * HQ + hh) * HD, t, base, v->neox);
+            }
+            for (int hh = 0; hh < HKV; hh++) {
+                if (v->qk_norm) ref_rms(K + (t * HKV + hh) * HD, HD, w->kn[l], eps);
+                ref_rope(K + (t * HKV + hh) * HD, t, base, v->neox);
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            int lo = local && t - WINDOW + 1 > 0 ? t - WINDOW + 1 : 0;
+            for (int hh = 0; hh < HQ; hh++) {
+                const double *q = Q + (t * HQ + hh) * HD;
+                int kh = hh / (HQ / HKV);
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = lo; j <= t; j++) {
+                    double s = 0.0;
+                    for (int d = 0; d < HD; d++) s += q[d] * K[(j * HKV + kh) * HD + d];
+                    sc[j] = s / sqrt((double)HD);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = lo; j <= t; j++) sum += sc[j] = exp(sc[j] - mx);
+                for (int d = 0; d < HD; d++) {
+                    double a = 0.0;
+                    for (int j = lo; j <= t; j++) a += sc[j] * V[(j * HKV + kh) * HD + d];
+                    o[hh * HD + d] = a / sum;
+                }
+            }
+            ref_lin(w->wo[l], o, DIM, HQ * HD, pr);
+            if (v->post_norms) ref_rms(pr, DIM, w->pan[l], eps);
+            for (int i = 0; i < DIM; i++) x[t * DIM + i] += pr[i];
+            memcpy(h, x + t * DIM, sizeof h);
+            ref_rms(h, DIM, w->ffn_norm[l], eps);
+            ref_lin(w->wg[l], h, FFN, DIM, f1);
+            ref_lin(w->wu[l], h, FFN, DIM, f2);
+            for (int i = 0; i < FFN; i++) {
+                double g = f1[i];
+                double act = v->geglu ? 0.5 * g * (1.0 + tanh(0.7978845608028654 /* sqrt(2 / pi) */ * (g + 0.044715 * g * g * g)))
+                                      : g / (1.0 + exp(-g));
+                f1[i] = act * f2[i];
+            }
+            ref_lin(w->wd[l], f1, DIM, FFN, pr);
+            if (v->post_norms) ref_rms(pr, DIM, w->pfn[l], eps);
+            for (int i = 0; i < DIM; i++) x[t * DIM + i] += pr[i];
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        memcpy(h, x + t * DIM, sizeof h);
+        ref_rms(h, DIM, w->out_norm, eps);
+        ref_lin(w->emb, h, VOCAB, DIM, logits + (size_t)t * VOCAB);
+    }
+    free(x);
+    free(K);
+    free(V);
+    free(Q);
+}
+
+/* ================================================================================ */
+/* Tests                                                                            */
+/* ================================================================================ */
+
+static char last_error[512];
+static void capture_log(locks_log_level level, const char *msg, void *user) {
+    (void)user;
+    if (level == LOCKS_LOG_ERROR && !last_error[0]) snprintf(last_error, sizeof last_error, "%s", msg);
+}
+
+static locks_model *load_buf(const buf *b, const char *tag, locks_status *st) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/locks_test_arch_%d_%s.gguf", (int)getpid(), tag);
+    FILE *f = fopen(path, "wb");
+    SETUP(f && fwrite(b->p, 1, b->n, f) == b->n);
+    fclose(f);
+    last_error[0] = '\0';
+    locks_model *m = locks_model_load(path, st);
+    remove(path);
+    return m;
+}
+
+static void test_variant(const variant *v) {
+    weights w;
+    make_weights(v, &w);
+    buf b = write_model(v, &w, BREAK_NONE);
+    locks_status st;
+    locks_model *m = load_buf(&b, v->arch, &st);
+    test_cond(m != NULL, "%s: load: %s (%s)", v->arch, locks_status_str(st), last_error);
+    if (m) {
+        locks_model_info in = locks_model_get_info(m);
+        test_cond(!strcmp(in.arch, v->arch) && in.head_dim == HD && in.n_heads == HQ &&
+                      in.swa_window == (v->swa ? WINDOW : 0), "%s: info", v->arch);
+        enum { T = 50 };
+        int32_t tok[T];
+        for (int t = 0; t < T; t++) tok[t] = tu_int(0, VOCAB - 1);
+        double *ref = malloc(sizeof(double) * T * VOCAB);
+        float *got = malloc(sizeof(float) * T * VOCAB);
+        SETUP(ref && got);
+        ref_forward(v, &w, tok, T, ref);
+        double span = 0.0;
+        for (int i = 0; i < T * VOCAB; i++) span = fmax(span, fabs(ref[i]));
+        locks_ctx_params cp = locks_ctx_default_params();
+        cp.n_ctx = 128;
+        cp.n_batch = 16; /* prefill in chunks that cross the window */
+        cp.f32_act = 1;
+        cp.step.selector = LOCKS_SEL_FULL;
+        locks_ctx *c = locks_ctx_init(m, cp, &st);
+        SETUP(c);
+        /* decode path: every position's logits */
+        for (int t = 0; t < T; t++) CHECK(locks_ctx_decode(c, tok[t], got + (size_t)t * VOCAB));
+        char what[96];
+        snprintf(what, sizeof what, "%s: decode logits, %d positions vs float64", v->arch, T);
+        double e = tu_close(what, got, ref, (size_t)T * VOCAB, 3e-3 * span, 0.0);
+        printf("%-6s decode: max |dlogit| %.2e (logits up to %.2f)\n", v->arch, e, span);
+        /* prefill path (chunks of 16): last position */
+        CHECK(locks_ctx_reset(c));
+        CHECK(locks_ctx_prefill(c, tok, T, got));
+        snprintf(what, sizeof what, "%s: prefill logits vs float64", v->arch);
+        tu_close(what, got, ref + (size_t)(T - 1) * VOCAB, VOCAB, 3e-3 * span, 0.0);
+        locks_ctx_free(c);
+        free(ref);
+        free(got);
+        locks_model_free(m);
+    }
+    free(b.p);
+
+    /* bad input: each refused, the culprit named in the log */
+    struct {
+        breakage brk;
+        locks_status want;
+        const char *named;
+    } bad[] = {
+        {BREAK_ARCH, LOCKS_ERR_UNSUPPORTED, "mamba"},
+        {BREAK_TOKENS, LOCKS_ERR_FORMAT, "tokenizer.ggml.tokens"},
+        {BREAK_SCALE, LOCKS_ERR_FORMAT, "blk.0.ffn_down.weight"},
+        {BREAK_TENSOR, LOCKS_ERR_FORMAT, "blk.1.attn_q.bias"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (bad[i].brk == BREAK_TENSOR && !v->bias) continue;
+        b = write_model(v, &w, bad[i].brk);
+        m = load_buf(&b, v->arch, &st);
+        test_cond(!m && st == bad[i].want && strstr(last_error, bad[i].named),
+                  "%s: broken file refused (%s) naming %s; log: %s", v->arch, locks_status_str(st), bad[i].named,
+                  last_error);
+        locks_model_free(m);
+        free(b.p);
+    }
+    free_weights(&w);
+}
+
+int main(void) {
+    tu_seed("test_arch");
+    locks_set_log(capture_log, NULL);
+    for (size_t i = 0; i < sizeof VARIANTS / sizeof VARIANTS[0]; i++) test_variant(&VARIANTS[i]);
+    return test_report("test_arch");
+}
