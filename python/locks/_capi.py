@@ -42,6 +42,7 @@ class StepParams(Structure):
         ("n_sink", c_int32),
         ("n_recent", c_int32),
         ("scale", c_float),
+        ("mass", c_float),
     ]
 
 
