@@ -531,10 +531,10 @@ static locks_status enqueue_step(lg_ctx *e, int32_t layer) {
         return locks_cuda_attend_launch(c, layer, ns, hq, NULL, NULL, 0, 1, max_pages, e->att, NULL, e->st);
     int32_t max_list = e->step.budget / 16 + 2;
     if (max_list > max_pages) max_list = max_pages;
-    const int32_t nblk = locks_cuda_score_blocks(c, ns, max_pages);
+    const int32_t nblk = locks_cuda_score_blocks(c, ns, hq, max_pages);
+    /* as the step's enqueue_locks (step.cu): the score kernel also zeroes the histograms */
     LOCKS_TRY(locks_cuda_score_launch(c, layer, ns, hq, scale, nblk, e->st));
-    CU_TRY(cudaMemsetAsync(c->ws.hist, 0, (size_t)ns * c->p.n_kv_heads * LOCKS_CUDA_HIST_STRIDE * 4, e->st));
-    LOCKS_TRY(locks_cuda_mass_launch(c, ns, hq, &e->step, nblk, 1, e->st));
+    LOCKS_TRY(locks_cuda_mass_launch(c, ns, hq, &e->step, nblk, max_pages, 1, e->st));
     if (locks_cuda_topk_mb_pays(c, max_pages))
         LOCKS_TRY(locks_cuda_topk_mb_launch(c, ns, &e->step, max_pages, e->st));
     else
