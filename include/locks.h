@@ -164,9 +164,9 @@ typedef enum { LOCKS_BACKEND_CPU = 0, LOCKS_BACKEND_CUDA } locks_backend;
  * created). locks_pool_run hands out task indices 0..n_tasks-1 dynamically and returns
  * when every task has finished; each task also receives the index of the thread
  * running it (0 = caller, 1..n_threads-1 = workers), for per-thread scratch without
- * locks. One job at a time per pool: it is not reentrant (a task must not call
- * locks_pool_run on the same pool), so a pool shared by several caches (see
- * locks_cache_params.pool) is used by one thread at a time. Every cache runs its work
+ * locks. One job at a time per pool: jobs from several threads (caches or contexts
+ * sharing it, see locks_cache_params.pool) are serialised, and a task must not call
+ * locks_pool_run on the same pool (not reentrant). Every cache runs its work
  * on one (locks_cache_pool); an engine can run its own work (matmuls) on the same. */
 typedef struct locks_pool locks_pool;
 typedef void (*locks_pool_fn)(void *arg, int32_t task, int32_t thread);
