@@ -19,7 +19,7 @@
  * Each run starts from one prefilled prefix (truncated back between runs) and passes the
  * prompt's last token as the 1-token prompt, so a run costs only its decode steps.
  */
-#define _POSIX_C_SOURCE 200809L
+#include "test_util.h" /* first: it sets _POSIX_C_SOURCE */
 
 #include <math.h>
 #include <stdio.h>
@@ -29,25 +29,6 @@
 #include "locks.h"
 #include "locks_model.h"
 #include "test_model_util.h"
-
-static int failures = 0, checks = 0;
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        checks++;                                                                            \
-        if (!(cond)) {                                                                       \
-            failures++;                                                                      \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                  \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fputc('\n', stderr);                                                             \
-        }                                                                                    \
-    } while (0)
-#define SETUP(x)                                                                             \
-    do {                                                                                     \
-        if (!(x)) {                                                                          \
-            fprintf(stderr, "%s:%d: setup failed: %s\n", __FILE__, __LINE__, #x);            \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
 
 static char *read_text(const char *path, size_t max) {
     FILE *f = fopen(path, "rb");
@@ -130,21 +111,21 @@ static void test_greedy(const locks_model *m, const char *name, const char *text
             sp.draft.budget = budgets[bi];
             locks_spec_stats ss;
             locks_status st = locks_speculate(c, tok + n - 1, 1, N_PRED, s, &sp, NULL, NULL, got, &n_got, &ss);
-            CHECK(st == LOCKS_OK, "%s K %d budget %d: %s", name, ks[ki], budgets[bi], locks_status_str(st));
+            test_cond(st == LOCKS_OK, "%s K %d budget %d: %s", name, ks[ki], budgets[bi], locks_status_str(st));
             int same = n_got == n_ref && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref);
             int first = 0;
             while (first < n_got && first < n_ref && got[first] == ref[first]) first++;
-            CHECK(same, "%s K %d budget %d: %d tokens vs dense %d, first difference at %d", name, ks[ki], budgets[bi],
+            test_cond(same, "%s K %d budget %d: %d tokens vs dense %d, first difference at %d", name, ks[ki], budgets[bi],
                   n_got, n_ref, first);
-            CHECK(locks_ctx_len(c) == len_ref, "%s K %d budget %d: context %d tokens, dense %d", name, ks[ki],
+            test_cond(locks_ctx_len(c) == len_ref, "%s K %d budget %d: context %d tokens, dense %d", name, ks[ki],
                   budgets[bi], locks_ctx_len(c), len_ref);
-            CHECK(ss.n_accepted <= ss.n_drafted && ss.n_rounds > 0, "%s: stats %d/%d in %d rounds", name, ss.n_accepted,
+            test_cond(ss.n_accepted <= ss.n_drafted && ss.n_rounds > 0, "%s: stats %d/%d in %d rounds", name, ss.n_accepted,
                   ss.n_drafted, ss.n_rounds);
             rejected |= ss.n_accepted < ss.n_drafted;
             printf("%-6s K %d budget %3d: accepted %2d of %2d drafts in %2d rounds\n", name, ks[ki], budgets[bi],
                    ss.n_accepted, ss.n_drafted, ss.n_rounds);
         }
-    CHECK(rejected, "%s: no draft was ever rejected: the greedy comparison tested nothing", name);
+    test_cond(rejected, "%s: no draft was ever rejected: the greedy comparison tested nothing", name);
     locks_sampler_free(s);
     locks_ctx_free(c);
     free(tok);
@@ -251,11 +232,11 @@ static void test_sampling(const locks_model *m, const char *text) {
         tv_draft_max = tvd > tv_draft_max ? tvd : tv_draft_max;
         printf("sampling, generated position %d: chi2 %.1f (dof %d, 0.9999 quantile %.1f); TV dense-spec %.3f,"
                " dense-draft %.3f\n", pos + 1, x, dof, crit, tvs, tvd);
-        CHECK(x < crit, "position %d: speculative frequencies differ from dense (chi2 %.1f > %.1f)", pos + 1, x, crit);
+        test_cond(x < crit, "position %d: speculative frequencies differ from dense (chi2 %.1f > %.1f)", pos + 1, x, crit);
     }
     printf("sampling: accepted %d of %d drafts\n", acc, drafted);
-    CHECK(acc < drafted, "every draft accepted: rejection sampling not exercised");
-    CHECK(tv_draft_max > tv_spec_max, "the draft alone is as close to dense as speculation (TV %.3f vs %.3f):"
+    test_cond(acc < drafted, "every draft accepted: rejection sampling not exercised");
+    test_cond(tv_draft_max > tv_spec_max, "the draft alone is as close to dense as speculation (TV %.3f vs %.3f):"
           " the test cannot tell them apart", tv_draft_max, tv_spec_max);
     locks_ctx_free(c);
     free(tok);
@@ -280,8 +261,8 @@ static void test_errors(const locks_model *m, const char *text) {
     bad[3].draft.mass = 1.5f;
     for (int i = 0; i < 4; i++) {
         locks_status st = locks_speculate(c, tok + n - 1, 1, 8, s, &bad[i], NULL, NULL, out, &n_out, NULL);
-        CHECK(st == LOCKS_ERR_INVALID_ARG, "bad params %d: %s", i, locks_status_str(st));
-        CHECK(locks_ctx_len(c) == n - 1 && n_out == 0, "bad params %d changed the context (%d tokens)", i,
+        test_cond(st == LOCKS_ERR_INVALID_ARG, "bad params %d: %s", i, locks_status_str(st));
+        test_cond(locks_ctx_len(c) == n - 1 && n_out == 0, "bad params %d changed the context (%d tokens)", i,
               locks_ctx_len(c));
     }
     /* a draft budget that holds the forced pages (sink, recent: 32 tokens) and a partial page
@@ -290,8 +271,8 @@ static void test_errors(const locks_model *m, const char *text) {
     locks_spec_params fail = sp;
     fail.draft.budget = 32 + 6;
     locks_status st = locks_speculate(c, tok + n - 1, 1, 8, s, &fail, NULL, NULL, out, &n_out, NULL);
-    CHECK(st == LOCKS_ERR_BUDGET, "failing draft: %s", locks_status_str(st));
-    CHECK(locks_ctx_len(c) == n && n_out == 1, "after the failed round: %d tokens (want %d), %d out", locks_ctx_len(c),
+    test_cond(st == LOCKS_ERR_BUDGET, "failing draft: %s", locks_status_str(st));
+    test_cond(locks_ctx_len(c) == n && n_out == 1, "after the failed round: %d tokens (want %d), %d out", locks_ctx_len(c),
           n, n_out);
     /* the context is as before the draft: dense decoding from it = from a fresh prefill */
     const int32_t V = locks_model_get_info(m).n_vocab;
@@ -302,7 +283,7 @@ static void test_errors(const locks_model *m, const char *text) {
     SETUP(locks_ctx_prefill(fresh, tok, n - 1, NULL) == LOCKS_OK);
     SETUP(locks_ctx_prefill(fresh, tok + n - 1, 1, NULL) == LOCKS_OK);
     SETUP(locks_ctx_decode(fresh, out[0], l2) == LOCKS_OK);
-    CHECK(!memcmp(l1, l2, sizeof(float) * (size_t)V), "logits after the failed round differ from a fresh context's");
+    test_cond(!memcmp(l1, l2, sizeof(float) * (size_t)V), "logits after the failed round differ from a fresh context's");
     free(l1);
     free(l2);
     locks_ctx_free(fresh);
@@ -336,6 +317,5 @@ int main(void) {
     free(prose);
     free(code);
     locks_model_free(m);
-    printf("test_model_speculate: %d of %d checks failed\n", failures, checks);
-    return failures ? 1 : 0;
+    return test_report("test_model_speculate");
 }
