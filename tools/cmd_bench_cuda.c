@@ -128,17 +128,6 @@ static int parse(int argc, char **argv, gopts *o) {
     return 0;
 }
 
-#define TRY(call)                                                                                      \
-    do {                                                                                               \
-        locks_status st_ = (call);                                                                     \
-        if (st_ != LOCKS_OK) {                                                                         \
-            fprintf(stderr, "locks bench: %s:%d: %s -> %s\n", __FILE__, __LINE__, #call,               \
-                    locks_status_str(st_));                                                            \
-            rc = 1;                                                                                    \
-            goto done;                                                                                 \
-        }                                                                                              \
-    } while (0)
-
 typedef struct {
     locks_cache *c;
     int32_t *seqs;

@@ -129,17 +129,6 @@ static int parse(int argc, char **argv, mopts *o) {
     return 0;
 }
 
-#define TRY(call)                                                                                      \
-    do {                                                                                               \
-        locks_status st_ = (call);                                                                     \
-        if (st_ != LOCKS_OK) {                                                                         \
-            fprintf(stderr, "locks bench: %s:%d: %s -> %s\n", __FILE__, __LINE__, #call,               \
-                    locks_status_str(st_));                                                            \
-            rc = 1;                                                                                    \
-            goto done;                                                                                 \
-        }                                                                                              \
-    } while (0)
-
 static double gib(double b) { return b / 1073741824.0; }
 
 /* Weight bytes a token reads: every matrix once, the embedding table not (one row). */

@@ -18,4 +18,17 @@ int fidelity_main(int argc, char **argv);
 /* `locks bench --ranks N` (cmd_bench_cp.c): the context-parallel step; locks.c routes it. */
 int cmd_bench_cp(int argc, char **argv);
 
+/* For the GPU benchmarks: runs a library call; on failure prints where and why, sets the
+ * caller's rc = 1 and jumps to its done: label (needs <stdio.h> and locks.h). */
+#define TRY(call)                                                                                      \
+    do {                                                                                               \
+        locks_status st_ = (call);                                                                     \
+        if (st_ != LOCKS_OK) {                                                                         \
+            fprintf(stderr, "locks bench: %s:%d: %s -> %s\n", __FILE__, __LINE__, #call,               \
+                    locks_status_str(st_));                                                            \
+            rc = 1;                                                                                    \
+            goto done;                                                                                 \
+        }                                                                                              \
+    } while (0)
+
 #endif
