@@ -282,9 +282,13 @@ static void test_attn_prep(int32_t hq, int32_t hkv, int32_t d, int32_t n_rot, lo
 
 /* ---- dense attention right after qprep, programmatic dependent launch on ------------------
  * The attention kernel follows qprep directly and must read the queries qprep wrote, not
- * the previous call's. On main at 834ddee its query loads ran ahead of the grid-dependency
- * wait (LDG.CONSTANT before ACQBULK in the SASS): the engine's dense decode was wrong with
- * PDL on. Two calls in a row with different queries; the second against float64. */
+ * the previous call's. On main at 32b48b4 its query loads ran ahead of the grid-dependency
+ * wait (LDG.CONSTANT before ACQBULK in the SASS), and the engine's dense decode was wrong
+ * with PDL on. This host-launched check passed on the device with that attend.cu too
+ * (launched from the host, qprep is done before the attention's loads issue); what fails
+ * on it is the engine's graph: "engine: decode vs prefill logits" below (473 of 777 logits
+ * off, 2026-12-01). Kept as the float64 check of locks_cuda_attend_dense: two calls in a
+ * row with different queries, the second against the reference. */
 static void test_dense_after_qprep(void) {
     const int32_t hq = 8, hkv = 2, d = 64, ns = 3, G = hq / hkv;
     const int32_t lens[3] = {300, 37, 161};
@@ -333,7 +337,7 @@ static void test_dense_after_qprep(void) {
     float *dqa = dup_to_device(qa, sizeof(float) * qn), *dqb = dup_to_device(qb, sizeof(float) * qn);
     float *dout = locks_cuda_malloc(sizeof(float) * qn);
     int bad_rounds = 0;
-    for (int r = 0; r < 20; r++) {
+    for (int r = 0; r < 4; r++) {
         CHECK(locks_cuda_attend_dense(c->cuda, 0, seqs, ns, dqa, hq, 0.f, dout));
         CHECK(locks_cuda_sync(c->cuda));
         CHECK(locks_cuda_attend_dense(c->cuda, 0, seqs, ns, dqb, hq, 0.f, dout));
@@ -344,7 +348,7 @@ static void test_dense_after_qprep(void) {
         bad_rounds += bad > 0;
     }
     tu_close("dense attend right after qprep (PDL), last round", got, ref, qn, 6e-3, 6e-3);
-    test_cond(bad_rounds == 0, "dense attend right after qprep: %d of 20 rounds off", bad_rounds);
+    test_cond(bad_rounds == 0, "dense attend right after qprep: %d of 4 rounds off", bad_rounds);
     locks_cuda_free_ptr((void **)&dqa);
     locks_cuda_free_ptr((void **)&dqb);
     locks_cuda_free_ptr((void **)&dout);
