@@ -16,7 +16,8 @@
  *
  * Bytes per step, per (sequence, KV head):
  *   dense: K + V of every token             = ctx * d * 2 * 2
- *   LOCKS: summaries of the full pages      = n_full * 802 (d=128, r=8)
+ *   LOCKS: summaries of the full pages      = n_full * 802 (d=128, r=8; as stored:
+ *                                             locks_cuda_summary_stored_bytes_of)
  *          + score/mass/top-k traffic       = n_full * (4 + 8 G + 4 + 12)  (block table,
  *            per-head scores written and read, mass written, mass read by <= 3 passes)
  *          + K + V of the attended tokens   = <= budget * d * 2 * 2
@@ -229,7 +230,8 @@ static int bench_shape(const gopts *o, const gshape *sh, FILE *csv) {
     t.d_out = locks_cuda_malloc(sizeof(float) * (size_t)max_b * sh->hq * d);
     if (!t.d_q || !t.d_out) TRY(LOCKS_ERR_OOM);
     TRY(locks_cuda_memcpy_h2d(t.d_q, hq_buf, sizeof(float) * (size_t)max_b * sh->hq * d));
-    const size_t sum_b = locks_summary_bytes(d, o->rank, o->prec);
+    /* what the device stores and the score kernel reads: rank slots padded to 8 or 16 */
+    const size_t sum_b = locks_cuda_summary_stored_bytes_of(d, o->rank, o->prec);
     if (o->rank != 8 || o->prec != LOCKS_SUMMARY_Q)
         printf("%s: summaries rank %d, %s\n", sh->name, o->rank, o->prec == LOCKS_SUMMARY_F32 ? "fp32" : "quantized");
 

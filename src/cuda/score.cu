@@ -852,6 +852,10 @@ int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32
     int32_t want = c->n_sm * SCORE_BLOCKS_PER_SM / (segs * (nct > 1 ? nct : 1)); /* floor: no partial second wave */
     int32_t batches = (max_pages + SCORE_BATCH - 1) / SCORE_BATCH;
     int32_t most = (batches + SCORE_WARPS - 1) / SCORE_WARPS;
+    if (score_generic(c)) { /* latency-bound, no shared-memory stages: twice the blocks, >= 4 pages a warp */
+        want = 2 * c->n_sm * SCORE_BLOCKS_PER_SM / segs;
+        most = (max_pages + 4 * SCORE_WARPS - 1) / (4 * SCORE_WARPS);
+    }
     if (want > most) want = most;
     if (want < 1) want = 1;
     if (want > c->ws.score_blocks) want = c->ws.score_blocks;
