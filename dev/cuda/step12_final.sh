@@ -4,7 +4,7 @@
 # fp32 at 128K, the full step table (what scripts/gpu-check.sh runs after its build:
 # locks bench --backend cuda, bench/sdpa_baseline.py, bench/gpu_table.py) and the
 # per-kernel device times of one 128K step under ncu (as dev/cuda/step_lab.sh).
-# Output under $OUT; the test and ncu logs packed into logs.tar.gz.
+# Output under $OUT; the test and ncu logs packed into logs.tar.gz. STEP12_NCU=0: no ncu.
 set -uo pipefail
 OUT=${OUT:-/tmp/step12}
 B=${BIN:-bin}
@@ -24,7 +24,7 @@ STEP12_TESTS=0 STEP12_CFGS="15:q 8:f32" OUT=$L bash dev/cuda/step12_run.sh | gre
 grep ctx "$OUT/bench.log" | sed -E "s/ +/ /g" | cut -c1-150
 python3 bench/sdpa_baseline.py --csv "$OUT/sdpa.csv" > "$L/sdpa.log" 2>&1
 python3 bench/gpu_table.py "$OUT/locks_bench.csv" "$OUT/sdpa.csv" | tee "$OUT/table.md"
-if command -v ncu > /dev/null; then
+if [ "${STEP12_NCU:-1}" = 1 ] && command -v ncu > /dev/null; then
   ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum,dram__bytes_read.sum --print-units base --csv \
     "$B/locks" bench --backend cuda --shape glm4-9b,llama3-8b --context 128k --batch 1 --trials 3 --prefill 16k \
     > "$L/ncu.csv" 2> "$L/ncu.err"
