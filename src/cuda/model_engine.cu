@@ -28,6 +28,7 @@ extern "C" {
 
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
 #define MAX_ENGINE_SEQS 8
+#define LG_GEMV_AUTO_N 1
 
 #define CB_TRY(call)                                                                               \
     do {                                                                                           \
@@ -267,8 +268,8 @@ struct lg_ctx {
     float *logits;  /* (n_seqs, n_vocab) */
     float *ss;      /* decode products: partial sums of squares of x's rows (gemv.cu) */
     int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
-    int gemv;       /* decode products: 2 gemv.cu with programmatic dependent launch (default), 1 gemv.cu
-                     * (LOCKS_CUDA_GEMV=1), 0 cuBLAS + the small kernels (LOCKS_CUDA_GEMV=0) */
+    int gemv;       /* decode products: 2 gemv.cu with programmatic dependent launch, 1 gemv.cu
+                     * without, 0 cuBLAS + the small kernels (see lg_ctx_init) */
     int fused;      /* set while enqueuing a decode token that uses them */
     uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
@@ -371,11 +372,15 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
 #undef DA
         {
-            /* the decode products: gemv.cu unless LOCKS_CUDA_GEMV=0 or a width is not a
-             * multiple of 8 (16-byte rows); LOCKS_CUDA_GEMV=1: without PDL */
+            /* the decode products: gemv.cu (with PDL) for up to LG_GEMV_AUTO_N sequences,
+             * beyond that cuBLAS on the tensor cores (gemv.cu runs on the CUDA cores: at 8
+             * sequences it was 4.4x slower, bench/RESULTS.md); LOCKS_CUDA_GEMV=0 never,
+             * 1 / 2 always (without / with PDL) if the widths are multiples of 8 */
             const char *ev = getenv("LOCKS_CUDA_GEMV");
             const int fits = s->dim % 8 == 0 && e->q_dim % 8 == 0 && s->ffn_dim % 8 == 0 && n_seqs <= LG_GEMV_MAX_N;
-            e->gemv = !fits || (ev && ev[0] == '0') ? 0 : (ev && ev[0] == '1') ? 1 : 2;
+            if (!fits || (ev && ev[0] == '0')) e->gemv = 0;
+            else if (ev && (ev[0] == '1' || ev[0] == '2')) e->gemv = ev[0] - '0';
+            else e->gemv = n_seqs <= LG_GEMV_AUTO_N ? 2 : 0;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
         if (!e->h_pos) {
