@@ -19,7 +19,7 @@
  *
  * Layout: a warp owns groups of R consecutive rows of W (2 for n <= 2, else 4); its lanes
  * stream the rows in 16-byte chunks (8 values) through a cp.async ring in shared memory,
- * 4 steps (8 KB per warp) ahead; X's chunk is made once per lane and used for the R rows.
+ * 4 steps (8 KB per warp) ahead. X is made once per block into shared memory (16-bit).
  * Blocks of 4 warps, at most 4 blocks per SM and one wave (lg_gemv_blocks): warps take
  * groups g, g + grid warps, ...
  */
@@ -37,8 +37,19 @@ static __host__ __device__ constexpr int gv_rows_per_warp(int n) { return n <= 2
 /* 16-byte chunks per row and lane in one step: R * U = 4 chunks, 2 KB per warp and stage */
 static __host__ __device__ constexpr int gv_chunks(int n) { return n <= 2 ? 2 : 1; }
 
-/* Persistent grid: at most GV_BLOCKS_PER_SM blocks per SM, one wave. */
-extern "C" int32_t lg_gemv_blocks(int32_t rows, int32_t n) {
+#define GV_RING_BYTES (GV_WARPS * GV_STAGES * 4 * 32 * 16)
+#define GV_SMEM_MAX (227 * 1024)
+
+/* Dynamic shared memory of a block: the ring and X (n rows of cols 16-bit values). */
+static size_t gv_smem(int32_t cols, int32_t n) { return GV_RING_BYTES + (size_t)n * cols * 2; }
+
+extern "C" int lg_gemv_supported(int32_t cols, int32_t n) {
+    return cols >= 8 && cols % 8 == 0 && n >= 1 && n <= LG_GEMV_MAX_N && gv_smem(cols, n) <= GV_SMEM_MAX - 1024;
+}
+
+/* Persistent grid: as many blocks as fit on the SMs at once (at most GV_BLOCKS_PER_SM
+ * each), one wave; fewer if there are fewer row groups. */
+extern "C" int32_t lg_gemv_blocks(int32_t rows, int32_t cols, int32_t n) {
     static int n_sm = 0;
     if (!n_sm) {
         int dev = 0, v = 0;
@@ -47,8 +58,11 @@ extern "C" int32_t lg_gemv_blocks(int32_t rows, int32_t n) {
             v = 132;
         n_sm = v;
     }
+    int32_t per_sm = (int32_t)((GV_SMEM_MAX - 1024) / (gv_smem(cols, n) + 1024)); /* 1 KB per block reserved */
+    if (per_sm > GV_BLOCKS_PER_SM) per_sm = GV_BLOCKS_PER_SM;
+    if (per_sm < 1) per_sm = 1;
     const int32_t groups = (rows + gv_rows_per_warp(n) - 1) / gv_rows_per_warp(n);
-    const int32_t want = (groups + GV_WARPS - 1) / GV_WARPS, cap = GV_BLOCKS_PER_SM * n_sm;
+    const int32_t want = (groups + GV_WARPS - 1) / GV_WARPS, cap = per_sm * n_sm;
     return want < cap ? want : cap;
 }
 
@@ -140,7 +154,9 @@ template <typename T, int N, int MODE>
 static __global__ void __launch_bounds__(GV_THREADS, GV_BLOCKS_PER_SM) gemv_kernel(const gv_args a) {
     constexpr int R = gv_rows_per_warp(N), U = gv_chunks(N), C = U * R;
     constexpr int32_t STEP = 32 * 8 * U;
-    __shared__ uint4 ring[GV_WARPS][GV_STAGES][C][32];
+    extern __shared__ uint4 gv_dyn[];
+    uint4(*ring)[GV_STAGES][C][32] = reinterpret_cast<uint4(*)[GV_STAGES][C][32]>(gv_dyn);
+    uint16_t *xs = reinterpret_cast<uint16_t *>(gv_dyn + GV_WARPS * GV_STAGES * C * 32); /* X: [N][cols] */
     __shared__ float red[GV_WARPS][R * N]; /* N <= R * N <= 32 */
     __shared__ float rs[N];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -191,9 +207,35 @@ static __global__ void __launch_bounds__(GV_THREADS, GV_BLOCKS_PER_SM) gemv_kern
         }
         __syncthreads();
     }
-    float r_t[N];
+    /* X, made once per block (the cols-wide input transform costs as much as a few rows of
+     * the product, so each warp making its own was the bottleneck) */
+    for (int32_t k = threadIdx.x * 8; k < a.cols; k += GV_THREADS * 8) {
+        float nwv[8];
+        if (MODE == LG_GEMV_NORM) {
+            const float4 n0 = __ldg(reinterpret_cast<const float4 *>(a.nw + k)),
+                         n1 = __ldg(reinterpret_cast<const float4 *>(a.nw + k) + 1);
+            nwv[0] = n0.x, nwv[1] = n0.y, nwv[2] = n0.z, nwv[3] = n0.w;
+            nwv[4] = n1.x, nwv[5] = n1.y, nwv[6] = n1.z, nwv[7] = n1.w;
+        }
 #pragma unroll
-    for (int t = 0; t < N; t++) r_t[t] = MODE == LG_GEMV_NORM ? rs[t] : 1.f;
+        for (int t = 0; t < N; t++) {
+            if (MODE == LG_GEMV_X16) {
+                *reinterpret_cast<uint4 *>(xs + (size_t)t * a.cols + k) = __ldg(reinterpret_cast<const uint4 *>(
+                    reinterpret_cast<const uint16_t *>(a.x) + (size_t)t * a.x_ld + k));
+                continue;
+            }
+            float xf[8];
+            load_x8<T, MODE>(a, t, k, MODE == LG_GEMV_NORM ? rs[t] : 1.f, nwv, xf);
+            uint32_t pk[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                T lo = kv_traits<T>::from_f(xf[2 * j]), hi = kv_traits<T>::from_f(xf[2 * j + 1]);
+                pk[j] = (uint32_t)*reinterpret_cast<uint16_t *>(&lo) | ((uint32_t)*reinterpret_cast<uint16_t *>(&hi) << 16);
+            }
+            *reinterpret_cast<uint4 *>(xs + (size_t)t * a.cols + k) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+        }
+    }
+    __syncthreads();
     float acc[R][N];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -212,17 +254,10 @@ static __global__ void __launch_bounds__(GV_THREADS, GV_BLOCKS_PER_SM) gemv_kern
             float wf[R][8];
 #pragma unroll
             for (int r = 0; r < R; r++) unpack8<T>(ring[warp][stage][u * R + r][lane], wf[r]);
-            float nwv[8];
-            if (MODE == LG_GEMV_NORM) {
-                const float4 n0 = __ldg(reinterpret_cast<const float4 *>(a.nw + k)),
-                             n1 = __ldg(reinterpret_cast<const float4 *>(a.nw + k) + 1);
-                nwv[0] = n0.x, nwv[1] = n0.y, nwv[2] = n0.z, nwv[3] = n0.w;
-                nwv[4] = n1.x, nwv[5] = n1.y, nwv[6] = n1.z, nwv[7] = n1.w;
-            }
 #pragma unroll
             for (int t = 0; t < N; t++) {
                 float xf[8];
-                load_x8<T, MODE>(a, t, k, r_t[t], nwv, xf);
+                unpack8<T>(*reinterpret_cast<const uint4 *>(xs + (size_t)t * a.cols + k), xf);
 #pragma unroll
                 for (int r = 0; r < R; r++)
 #pragma unroll
@@ -266,14 +301,49 @@ static __global__ void __launch_bounds__(GV_THREADS, GV_BLOCKS_PER_SM) gemv_kern
 
 template <typename T, int N>
 static locks_status launch_n(int mode, const gv_args &a, int pdl, cudaStream_t st) {
-    const dim3 grid((unsigned)lg_gemv_blocks(a.rows, N)), block(GV_THREADS);
+    const dim3 grid((unsigned)lg_gemv_blocks(a.rows, a.cols, N)), block(GV_THREADS);
+    const size_t smem = gv_smem(a.cols, N);
     switch (mode) {
-    case LG_GEMV_X16: CU_TRY(launch_k(pdl, gemv_kernel<T, N, LG_GEMV_X16>, grid, block, 0, st, a)); break;
-    case LG_GEMV_F32: CU_TRY(launch_k(pdl, gemv_kernel<T, N, LG_GEMV_F32>, grid, block, 0, st, a)); break;
-    case LG_GEMV_NORM: CU_TRY(launch_k(pdl, gemv_kernel<T, N, LG_GEMV_NORM>, grid, block, 0, st, a)); break;
-    case LG_GEMV_SWIGLU: CU_TRY(launch_k(pdl, gemv_kernel<T, N, LG_GEMV_SWIGLU>, grid, block, 0, st, a)); break;
+    case LG_GEMV_X16: CU_TRY(launch_k(pdl, gemv_kernel<T, N, LG_GEMV_X16>, grid, block, smem, st, a)); break;
+    case LG_GEMV_F32: CU_TRY(launch_k(pdl, gemv_kernel<T, N, LG_GEMV_F32>, grid, block, smem, st, a)); break;
+    case LG_GEMV_NORM: CU_TRY(launch_k(pdl, gemv_kernel<T, N, LG_GEMV_NORM>, grid, block, smem, st, a)); break;
+    case LG_GEMV_SWIGLU: CU_TRY(launch_k(pdl, gemv_kernel<T, N, LG_GEMV_SWIGLU>, grid, block, smem, st, a)); break;
     default: return LOCKS_ERR_INVALID_ARG;
     }
+    return LOCKS_OK;
+}
+
+template <typename T, int N> static locks_status prepare_n() {
+    const int m = GV_SMEM_MAX - 1024;
+    CU_TRY(cudaFuncSetAttribute(gemv_kernel<T, N, LG_GEMV_X16>, cudaFuncAttributeMaxDynamicSharedMemorySize, m));
+    CU_TRY(cudaFuncSetAttribute(gemv_kernel<T, N, LG_GEMV_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, m));
+    CU_TRY(cudaFuncSetAttribute(gemv_kernel<T, N, LG_GEMV_NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize, m));
+    CU_TRY(cudaFuncSetAttribute(gemv_kernel<T, N, LG_GEMV_SWIGLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, m));
+    return LOCKS_OK;
+}
+
+template <typename T> static locks_status prepare_t() {
+    LOCKS_TRY((prepare_n<T, 1>()));
+    LOCKS_TRY((prepare_n<T, 2>()));
+    LOCKS_TRY((prepare_n<T, 3>()));
+    LOCKS_TRY((prepare_n<T, 4>()));
+    LOCKS_TRY((prepare_n<T, 5>()));
+    LOCKS_TRY((prepare_n<T, 6>()));
+    LOCKS_TRY((prepare_n<T, 7>()));
+    LOCKS_TRY((prepare_n<T, 8>()));
+    return LOCKS_OK;
+}
+
+/* Raises the kernels' dynamic shared-memory limit (once per process and device, before
+ * any graph capture). */
+extern "C" locks_status lg_gemv_prepare(void) {
+    static int done = -1;
+    int dev = 0;
+    CU_TRY(cudaGetDevice(&dev));
+    if (done == dev) return LOCKS_OK;
+    LOCKS_TRY(prepare_t<__nv_bfloat16>());
+    LOCKS_TRY(prepare_t<__half>());
+    done = dev;
     return LOCKS_OK;
 }
 
@@ -295,6 +365,7 @@ locks_status lg_gemv_launch(int mode, const void *w, locks_dtype wtype, int32_t 
                             const void *x, int32_t x_ld, const float *nw, const float *ss_in, int32_t ss_nblk,
                             float eps, float *y, int32_t y_ld, int beta, float *ss_out, int pdl, cudaStream_t st) {
     if (!w || !x || !y || rows < 1 || cols < 8 || cols % 8 != 0 || x_ld % 8 != 0 || n < 1 || n > LG_GEMV_MAX_N ||
+        gv_smem(cols, n) > GV_SMEM_MAX - 1024 ||
         (mode == LG_GEMV_NORM && (!nw || !ss_in || ss_nblk < 1)) ||
         (wtype != LOCKS_DTYPE_F16 && wtype != LOCKS_DTYPE_BF16))
         return LOCKS_ERR_INVALID_ARG;
@@ -369,7 +440,8 @@ extern "C" locks_status lg_op_gemv(int mode, const void *d_w, locks_dtype wtype,
                                    const void *d_x, const float *d_nw, float eps, float *d_y, int beta, int pdl,
                                    float *ss) {
     if (n < 1 || n > LG_GEMV_MAX_N || rows < 1 || cols < 8) return LOCKS_ERR_INVALID_ARG;
-    const int32_t nblk = lg_gemv_blocks(rows, n);
+    LOCKS_TRY(lg_gemv_prepare());
+    const int32_t nblk = lg_gemv_blocks(rows, cols, n);
     float *d_in = NULL, *d_out = NULL;
     float *h = NULL;
     locks_status st = LOCKS_OK;

@@ -129,9 +129,14 @@ locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double *median_ms)
  * weight nw; SWIGLU silu(g) * u of fp32 rows g|u (2 cols wide). */
 enum { LG_GEMV_X16 = 0, LG_GEMV_F32 = 1, LG_GEMV_NORM = 2, LG_GEMV_SWIGLU = 3 };
 #define LG_GEMV_MAX_N 8
-/* Blocks of one product of `rows` rows for n input rows (= the partial sums of squares it
- * writes per input row). */
-int32_t lg_gemv_blocks(int32_t rows, int32_t n);
+/* Blocks of one product of `rows` rows and `cols` columns for n input rows (= the partial
+ * sums of squares it writes per input row). */
+int32_t lg_gemv_blocks(int32_t rows, int32_t cols, int32_t n);
+/* 1 if the products take inputs of cols columns for n rows (cols a multiple of 8, X of
+ * n x cols 16-bit values fits in a block's shared memory). */
+int lg_gemv_supported(int32_t cols, int32_t n);
+/* Raises the kernels' shared-memory limit; once before any graph capture. */
+locks_status lg_gemv_prepare(void);
 
 /* ---- single ops, for the GPU tests (device arrays, synchronous) --------------------- */
 

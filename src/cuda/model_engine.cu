@@ -368,19 +368,21 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->samp, sizeof(lg_sample_params));
         DA(e->counter, 8);
         DA(e->blas_ws, CUBLAS_WS_BYTES);
-        DA(e->ss, (size_t)lg_gemv_blocks(s->dim, n_seqs) * n_seqs * 4);
+        DA(e->ss, (size_t)lg_gemv_blocks(s->dim, 8, n_seqs) * n_seqs * 4); /* the most blocks */
         DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
 #undef DA
         {
             /* the decode products: gemv.cu (with PDL) for up to LG_GEMV_AUTO_N sequences,
              * beyond that cuBLAS on the tensor cores (gemv.cu runs on the CUDA cores: at 8
              * sequences it was 4.4x slower, bench/RESULTS.md); LOCKS_CUDA_GEMV=0 never,
-             * 1 / 2 always (without / with PDL) if the widths are multiples of 8 */
+             * 1 / 2 always (without / with PDL) if gemv.cu takes the widths */
             const char *ev = getenv("LOCKS_CUDA_GEMV");
-            const int fits = s->dim % 8 == 0 && e->q_dim % 8 == 0 && s->ffn_dim % 8 == 0 && n_seqs <= LG_GEMV_MAX_N;
+            const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
+                             lg_gemv_supported(s->ffn_dim, n_seqs);
             if (!fits || (ev && ev[0] == '0')) e->gemv = 0;
             else if (ev && (ev[0] == '1' || ev[0] == '2')) e->gemv = ev[0] - '0';
             else e->gemv = n_seqs <= LG_GEMV_AUTO_N ? 2 : 0;
+            if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
         if (!e->h_pos) {
@@ -396,7 +398,7 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             cudaMemcpy(e->counter, &zero, 8, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemset(e->tok, 0, (size_t)n_seqs * 4) != cudaSuccess ||
             cudaMemset(e->samp_ws, 0, lg_sample_ws_bytes(n_seqs)) != cudaSuccess ||
-            cudaMemset(e->ss, 0, (size_t)lg_gemv_blocks(s->dim, n_seqs) * n_seqs * 4) != cudaSuccess ||
+            cudaMemset(e->ss, 0, (size_t)lg_gemv_blocks(s->dim, 8, n_seqs) * n_seqs * 4) != cudaSuccess ||
             cudaEventCreate(&e->ev0) != cudaSuccess || cudaEventCreate(&e->ev1) != cudaSuccess) {
             st = LOCKS_ERR_BACKEND;
             goto fail;
@@ -461,7 +463,7 @@ static locks_status residual_product(lg_ctx *e, int mode, const float *src, cons
         if (parts & LG_PART_GEMM)
             LOCKS_TRY(lg_gemv_launch(mode, w, s->wtype, s->dim, cols, n, src, mode == LG_GEMV_SWIGLU ? 2 * cols : cols,
                                      NULL, NULL, 0, 0.f, e->x, s->dim, 1, e->ss, e->gemv == 2, e->st));
-        e->ss_nblk = lg_gemv_blocks(s->dim, n);
+        e->ss_nblk = lg_gemv_blocks(s->dim, cols, n);
         return LOCKS_OK;
     }
     if (parts & LG_PART_REST) {
