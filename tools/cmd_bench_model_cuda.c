@@ -62,14 +62,18 @@ static const mshape mshapes[] = {
 typedef struct {
     const mshape *m;
     int32_t ctx[MAXL], batch[MAXL], ttft[MAXL];
-    int n_ctx, n_batch, n_ttft;
+    int32_t gemv[3];
+    int n_ctx, n_batch, n_ttft, n_gemv;
     int32_t budget, trials;
     const char *csv;
 } mopts;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b [--context 32k,128k,...] [--batch 1,8]\n"
-               "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--csv FILE]\n");
+               "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0] [--csv FILE]\n"
+               "  --gemv LIST: decode products through gemv.cu with programmatic dependent launch (2), without\n"
+               "               (1), or through cuBLAS and the small kernels (0), each measured on the same cache\n"
+               "               (sets LOCKS_CUDA_GEMV); default: as the environment\n");
 }
 
 static int parse(int argc, char **argv, mopts *o) {
@@ -107,6 +111,9 @@ static int parse(int argc, char **argv, mopts *o) {
         } else if (!strcmp(a, "--ttft") && v) {
             if (!strcmp(v, "0")) o->n_ttft = 0;
             else if ((o->n_ttft = args_parse_ints(v, o->ttft, MAXL, 16, INT32_MAX / 2)) < 1) return 2;
+            i++;
+        } else if (!strcmp(a, "--gemv") && v) {
+            if ((o->n_gemv = args_parse_ints(v, o->gemv, 3, 0, 2)) < 1) return 2;
             i++;
         } else if (!strcmp(a, "--budget") && v) {
             if (!args_parse_int(v, 16, INT32_MAX, &o->budget)) return 2;
@@ -202,68 +209,77 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     const double fill_ms = locks_now_ms() - t0;
     /* the decode token's slot: token N - 8, mid-page (15 of 16 tokens build no summary) */
     for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 1));
-    e = lg_ctx_init(m, c, B, 16, &st);
-    if (!e) {
-        fprintf(stderr, "locks bench: engine: %s\n", locks_status_str(st));
-        rc = 1;
-        goto done;
-    }
-    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    TRY(lg_set_tokens(e, toks));
-    const lg_sample_params greedy = {0.f, 0, 1.f, 1};
-    TRY(lg_set_sampler(e, &greedy));
-    const double wb = weight_bytes(s);
-    /* per selector: the parts at a mid-page token; then (all sequences at N tokens) the token
-     * that fills a page, whose summary the graph builds in every layer */
-    double t_all[2], t_gemm[2], t_attn[2], t_prep[2], t_step[2], t_fill[2], t_fill_prep[2];
-    locks_step_params ps[2];
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1)
-            for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 8));
-        for (int sel = 0; sel < 2; sel++) {
-            locks_step_params p = locks_step_default_params();
-            p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
-            p.budget = sel ? o->budget : N + 16;
-            ps[sel] = p;
-            TRY(lg_set_step(e, &p, pages_per_seq * 16));
-            if (pass == 1) {
-                TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &t_fill[sel]));
-                TRY(lg_time_decode(e, LG_PART_PREP, o->trials, &t_fill_prep[sel]));
-                continue;
-            }
-            TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &t_all[sel]));
-            TRY(lg_time_decode(e, LG_PART_GEMM, o->trials, &t_gemm[sel]));
-            TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &t_attn[sel]));
-            TRY(lg_time_decode(e, LG_PART_PREP, o->trials, &t_prep[sel]));
-            TRY(lg_time_decode(e, LG_PART_STEP, o->trials, &t_step[sel]));
+    for (int gi = 0; gi < (o->n_gemv ? o->n_gemv : 1) && !rc; gi++) {
+        static const char *const vals[] = {"0", "1", "2"}, *const gtags[] = {" cublas", " gemv", " gemv+pdl"};
+        static const char *const ctags[] = {"-cublas", "-gemv", "-gemvpdl"};
+        if (o->n_gemv) setenv("LOCKS_CUDA_GEMV", vals[o->gemv[gi]], 1);
+        const char *gtag = o->n_gemv ? gtags[o->gemv[gi]] : "", *ctag = o->n_gemv ? ctags[o->gemv[gi]] : "";
+        e = lg_ctx_init(m, c, B, 16, &st);
+        if (!e) {
+            fprintf(stderr, "locks bench: engine: %s\n", locks_status_str(st));
+            rc = 1;
+            goto done;
         }
-    }
-    for (int sel = 0; sel < 2; sel++) {
-        const locks_step_params p = ps[sel];
-        const double all_ms = t_all[sel], gemm_ms = t_gemm[sel], attn_ms = t_attn[sel];
-        const double avg_ms = (15.0 * all_ms + t_fill[sel]) / 16.0; /* one page of tokens */
-        const double att = attended(N, p.budget, sel);
-        const double per_tok_head = (double)s->head_dim * 2 * 2;
-        double kvb = (double)B * s->n_layers * s->n_kv_heads * att * per_tok_head;
-        if (sel) kvb += (double)B * s->n_layers * s->n_kv_heads * (N / 16) * (double)locks_summary_bytes(s->head_dim, 8, LOCKS_SUMMARY_Q);
-        const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
-        printf("%-9s batch %d ctx %7d %-5s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
-               "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
-               o->m->name, B, N, sel ? "locks" : "dense", avg_ms, B * 1e3 / avg_ms, gemm_ms, attn_ms,
-               all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms,
-               100.0 * limit_ms / avg_ms);
-        printf("  mean of one page of tokens: 15 mid-page tokens %.3f ms (split above) + the page-fill token %.3f ms "
-               "(its prep %.4f ms/layer)\n",
-               all_ms, t_fill[sel], t_fill_prep[sel] / s->n_layers);
-        printf("  attention phases at a mid-page token (graphs of each alone), per layer: prep %.4f ms (RoPE, K/V "
-               "write, summary launch, qprep)  step %.4f ms  (sum %.4f of %.4f together)\n",
-               t_prep[sel] / s->n_layers, t_step[sel] / s->n_layers, (t_prep[sel] + t_step[sel]) / s->n_layers,
-               attn_ms / s->n_layers);
-        if (csv)
-            fprintf(csv, "decode,%s,%d,%d,%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f,%.6f,%.6f\n", o->m->name, B, N,
-                    sel ? "locks" : "dense", p.budget, avg_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms, bytes,
-                    limit_ms, all_ms, t_fill[sel]);
-        fflush(stdout);
+        int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        TRY(lg_set_tokens(e, toks));
+        const lg_sample_params greedy = {0.f, 0, 1.f, 1};
+        TRY(lg_set_sampler(e, &greedy));
+        const double wb = weight_bytes(s);
+        /* per selector: the parts at a mid-page token; then (all sequences at N tokens) the
+         * token that fills a page, whose summary the graph builds in every layer */
+        double t_all[2], t_gemm[2], t_attn[2], t_prep[2], t_step[2], t_fill[2], t_fill_prep[2];
+        locks_step_params ps[2];
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 1)
+                for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 8));
+            for (int sel = 0; sel < 2; sel++) {
+                locks_step_params p = locks_step_default_params();
+                p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
+                p.budget = sel ? o->budget : N + 16;
+                ps[sel] = p;
+                TRY(lg_set_step(e, &p, pages_per_seq * 16));
+                if (pass == 1) {
+                    TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &t_fill[sel]));
+                    TRY(lg_time_decode(e, LG_PART_PREP, o->trials, &t_fill_prep[sel]));
+                    continue;
+                }
+                TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &t_all[sel]));
+                TRY(lg_time_decode(e, LG_PART_GEMM, o->trials, &t_gemm[sel]));
+                TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &t_attn[sel]));
+                TRY(lg_time_decode(e, LG_PART_PREP, o->trials, &t_prep[sel]));
+                TRY(lg_time_decode(e, LG_PART_STEP, o->trials, &t_step[sel]));
+            }
+        }
+        for (int32_t b = 0; b < B; b++) TRY(locks_cache_seq_truncate(c, b, N - 8)); /* for the next engine */
+        for (int sel = 0; sel < 2; sel++) {
+            const locks_step_params p = ps[sel];
+            const double all_ms = t_all[sel], gemm_ms = t_gemm[sel], attn_ms = t_attn[sel];
+            const double avg_ms = (15.0 * all_ms + t_fill[sel]) / 16.0; /* one page of tokens */
+            const double att = attended(N, p.budget, sel);
+            const double per_tok_head = (double)s->head_dim * 2 * 2;
+            double kvb = (double)B * s->n_layers * s->n_kv_heads * att * per_tok_head;
+            if (sel) kvb += (double)B * s->n_layers * s->n_kv_heads * (N / 16) * (double)locks_summary_bytes(s->head_dim, 8, LOCKS_SUMMARY_Q);
+            const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
+            printf("%-9s batch %d ctx %7d %-5s%s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
+                   "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
+                   o->m->name, B, N, sel ? "locks" : "dense", gtag, avg_ms, B * 1e3 / avg_ms, gemm_ms, attn_ms,
+                   all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms,
+                   100.0 * limit_ms / avg_ms);
+            printf("  mean of one page of tokens: 15 mid-page tokens %.3f ms (split above) + the page-fill token %.3f ms "
+                   "(its prep %.4f ms/layer)\n",
+                   all_ms, t_fill[sel], t_fill_prep[sel] / s->n_layers);
+            printf("  attention phases at a mid-page token (graphs of each alone), per layer: prep %.4f ms (RoPE, K/V "
+                   "write, summary launch, qprep)  step %.4f ms  (sum %.4f of %.4f together)\n",
+                   t_prep[sel] / s->n_layers, t_step[sel] / s->n_layers, (t_prep[sel] + t_step[sel]) / s->n_layers,
+                   attn_ms / s->n_layers);
+            if (csv)
+                fprintf(csv, "decode,%s,%d,%d,%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f,%.6f,%.6f\n", o->m->name, B, N,
+                        sel ? "locks" : "dense", ctag, p.budget, avg_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms,
+                        bytes, limit_ms, all_ms, t_fill[sel]);
+            fflush(stdout);
+        }
+        lg_ctx_free(e);
+        e = NULL;
     }
     printf("  (KV fill + summaries of %d pages x %d layers: %.1f s)\n", cp.n_pages, s->n_layers, fill_ms / 1e3);
 done:
