@@ -65,9 +65,11 @@ stage_pack() {
   local tmp; tmp=$(mktemp -d)
   mkdir -p "$tmp/llamacpp"
   cp "$b/bin/llama-bench" "$tmp/llamacpp/"
-  # shared libraries outside the system and CUDA paths (a static build has none of its own)
+  # shared libraries outside the system and CUDA paths (a static build has none of its
+  # own), and OpenMP's runtime (the device image is not promised to have it)
   ldd "$b/bin/llama-bench" | awk '/=>/ {print $3}' | while read -r lib; do
-    case "$lib" in /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;; *) cp -L "$lib" "$tmp/llamacpp/";; esac
+    case "$lib" in */libgomp.so*) cp -L "$lib" "$tmp/llamacpp/";; /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;;
+      *) cp -L "$lib" "$tmp/llamacpp/";; esac
   done
   strip "$tmp/llamacpp/llama-bench" 2>/dev/null || true
   {
@@ -145,6 +147,7 @@ depths_to_contexts() { # 0 -> 32 (our smallest context), else the same number
 
 stage_device() {
   local shape=${1:?device SHAPE DEST} dest=${2:?device SHAPE DEST}
+  dest=$(cd "$dest" && pwd) || die "no folder $2"
   case "$shape" in llama3-8b|glm4-9b) ;; *) die "shape: llama3-8b or glm4-9b";; esac
   local depths=${DEPTHS:-0,32768,131072,262144} reps=${REPS:-3} pp=${PP-32768}
   local contexts=${CONTEXTS:-$(depths_to_contexts "$depths")} batches=${BATCHES:-1} ttft=${TTFT:-32k}
