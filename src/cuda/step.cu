@@ -211,10 +211,17 @@ static locks_status enqueue_locks(locks_cuda_cache *c, int32_t layer, int32_t n_
         LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, p, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
                                          c->ws.max_pages, 1, c->stream));
     if (timed) CU_TRY(cudaEventRecord(c->ev[3], c->stream));
-    LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0, max_list,
-                                       d_out, NULL, c->stream));
+    if (d_out) /* NULL: selection only (a capturable plan's select) */
+        LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0,
+                                           max_list, d_out, NULL, c->stream));
     if (timed) CU_TRY(cudaEventRecord(c->ev[4], c->stream));
     return LOCKS_OK;
+}
+
+extern "C" locks_status locks_cuda_enqueue_step(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq,
+                                                const locks_step_params *p, float scale, int32_t max_pages,
+                                                int32_t max_list, float *d_out) {
+    return enqueue_locks(c, layer, n_seqs, hq, p, scale, max_pages, max_list, d_out, 0);
 }
 
 extern "C" locks_status locks_cuda_decode_step(locks_cuda_cache *c, int32_t layer, const int32_t *seq_ids,
