@@ -3,8 +3,9 @@
  * LOCKS_BACKEND_CUDA). The host keeps the sequence bookkeeping exactly as the CPU
  * backend does (free list, block tables, written-slot masks); the pages, summaries
  * and every step's work live on the device (src/cuda/). backend.c calls in here only
- * when c->cuda is set; this file calls down into cache.c and src/cuda/ only. In a
- * build without CUDA it holds the graph API's UNSUPPORTED answers.
+ * when c->cuda is set; this file calls down into cache.c and src/cuda/ only. It also
+ * holds the public face of the step graphs and of the capturable step plans; in a build
+ * without CUDA, their UNSUPPORTED answers.
  */
 #include <string.h>
 
