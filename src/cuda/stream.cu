@@ -226,13 +226,15 @@ extern "C" locks_status locks_cuda_plan_decode(locks_cuda_plan *pl, int32_t laye
             cudaSuccess ||
         cudaMemsetAsync(w->status, 0, 4, c->stream) != cudaSuccess)
         goto done;
-    if ((st = locks_cuda_qprep_launch(c, d_q, pl->n_seqs, pl->hq, pl->scale, c->stream)) != LOCKS_OK) goto done;
+    if ((st = locks_cuda_qprep_launch(c, d_q, pl->hq * c->p.head_dim, pl->n_seqs, pl->hq, pl->scale, c->stream)) !=
+        LOCKS_OK)
+        goto done;
     plan_check_kernel<<<1, 128, 0, c->stream>>>(w->seq_slots, c->seq_len, pl->n_seqs, pl->p.budget, pl->p.n_sink,
                                                  pl->p.n_recent, w->status, pl->d_status);
     st = cudaGetLastError() == cudaSuccess ? LOCKS_OK : LOCKS_ERR_BACKEND;
     if (st == LOCKS_OK)
-        st = locks_cuda_enqueue_step(c, layer, pl->n_seqs, pl->hq, &pl->p, pl->scale, pl->max_pages, pl->max_list,
-                                     d_out);
+        st = locks_cuda_step_enqueue(c, layer, pl->n_seqs, pl->hq, &pl->p, pl->scale, pl->max_pages, pl->max_list,
+                                     d_out, 0, 0);
 done:
     if (st == LOCKS_ERR_BACKEND) locks_log(LOCKS_LOG_ERROR, "cuda: enqueueing a plan's step failed");
     c->stream = before;
