@@ -23,7 +23,7 @@ cat "$OUT/env.log"
 
 echo "== build"
 if ! { cmake -S . -B "$BUILD" -DLOCKS_CUDA=ON -DLOCKS_CUDA_ARCH=90 -DLOCKS_WERROR=ON -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build "$BUILD" -j "$(nproc)" --target locks_cli test_gpu_ops test_gpu_model_ops test_gpu_truncate test_gpu_fault test_gpu_ext_pages; } > "$OUT/build.log" 2>&1; then
+       cmake --build "$BUILD" -j "$(nproc)" --target locks_cli test_gpu_ops test_gpu_model_ops test_gpu_truncate test_gpu_fault test_gpu_ext_pages test_gpu_plan; } > "$OUT/build.log" 2>&1; then
   grep -E "error|Error" "$OUT/build.log" | head -40
   echo "BUILD FAILED (log: $OUT/build.log)"
   exit 1
@@ -39,7 +39,7 @@ tail -1 "$OUT/test_gpu_ops.log"
 echo "== test_gpu_model_ops (the forward pass's kernels, the decode graph; the real-model check is scripts/gpu-model-check.sh)"
 "$BUILD/test_gpu_model_ops" > "$OUT/test_gpu_model_ops.log" 2>&1 || trc=1
 grep -E "FAIL|checks" "$OUT/test_gpu_model_ops.log" | head -20
-for t in test_gpu_truncate test_gpu_fault test_gpu_ext_pages; do  # issue 10 / 13 GPU tests
+for t in test_gpu_truncate test_gpu_fault test_gpu_ext_pages test_gpu_plan; do  # issue 10 / 13 GPU tests
   "$BUILD/$t" > "$OUT/$t.log" 2>&1 || trc=1
   echo "== $t: $(tail -1 "$OUT/$t.log")"
 done

@@ -20,7 +20,7 @@ rc=0
 if [ "$1" = 1 ]; then
   tar xJf "$2" -C "$B" || exit 1
   { date -u; cat COMMIT 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee "$OUT/env.log"
-  for t in test_gpu_ops test_gpu_truncate test_gpu_fault test_gpu_ext_pages test_gpu_model_ops; do
+  for t in test_gpu_ops test_gpu_truncate test_gpu_fault test_gpu_ext_pages test_gpu_plan test_gpu_model_ops; do
     timeout 150 "$B/$t" > "$OUT/$t.log" 2>&1; r=$?
     echo "== $t exit $r: $(tail -1 "$OUT/$t.log")"
     [ $r = 0 ] || { rc=1; grep -m8 FAIL "$OUT/$t.log"; }

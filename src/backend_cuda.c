@@ -3,9 +3,12 @@
  * LOCKS_BACKEND_CUDA). The host keeps the sequence bookkeeping exactly as the CPU
  * backend does (free list, block tables, written-slot masks); the pages, summaries
  * and every step's work live on the device (src/cuda/). backend.c calls in here only
- * when c->cuda is set; this file calls down into cache.c and src/cuda/ only. In a
- * build without CUDA it holds the graph API's UNSUPPORTED answers.
+ * when c->cuda is set; this file calls down into cache.c and src/cuda/ only. It also
+ * holds the public face of the step graphs and of the capturable step plans; in a build
+ * without CUDA, their UNSUPPORTED answers.
  */
+#include <string.h>
+
 #include "cache.h"
 #include "decode.h"
 #include "util.h"
@@ -139,4 +142,135 @@ locks_status locks_step_graph_replay(locks_step_graph *g) {
     return LOCKS_ERR_UNSUPPORTED;
 }
 void locks_step_graph_free(locks_step_graph *g) { (void)g; }
+#endif
+
+/* ---- capturable step plans (locks.h "Capturable decode step"; the device side is in
+ * src/cuda/stream.cu). The host part keeps the batch and, per layer, whether a device
+ * pages_filled was enqueued, so locks_step_plan_status can bring the host's lengths,
+ * tables and filled marks up to the device's. */
+
+#ifdef LOCKS_HAVE_CUDA
+struct locks_step_plan {
+    locks_cache *c;
+    locks_cuda_plan *g;
+    int32_t n_seqs;
+    int32_t *seq_ids;      /* [n_seqs] */
+    uint8_t *layer_filled; /* [n_layers]: a device pages_filled was enqueued for the layer */
+    int32_t *lens;         /* [n_seqs] scratch for status */
+    int32_t *tables;       /* [n_seqs][n_pages] scratch for status */
+};
+
+locks_step_plan *locks_step_plan_init(locks_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_q_heads,
+                                      const locks_step_params *p, int32_t max_ctx, locks_status *err) {
+    locks_status st = LOCKS_ERR_INVALID_ARG;
+    locks_step_plan *pl = NULL;
+    if (!c || !seq_ids || n_seqs < 1) goto fail;
+    st = LOCKS_ERR_UNSUPPORTED;
+    if (!c->cuda) goto fail;
+    st = LOCKS_ERR_NO_SEQ;
+    for (int32_t i = 0; i < n_seqs; i++)
+        if (!locks_cache_seq(c, seq_ids[i])) goto fail;
+    st = LOCKS_ERR_OOM;
+    pl = locks_alloc(1, sizeof *pl);
+    if (!pl) goto fail;
+    pl->c = c;
+    pl->n_seqs = n_seqs;
+    pl->seq_ids = locks_alloc((size_t)n_seqs, sizeof(int32_t));
+    pl->layer_filled = locks_alloc((size_t)c->p.n_layers, 1);
+    pl->lens = locks_alloc((size_t)n_seqs, sizeof(int32_t));
+    pl->tables = locks_alloc((size_t)n_seqs * (size_t)c->p.n_pages, sizeof(int32_t));
+    if (!pl->seq_ids || !pl->layer_filled || !pl->lens || !pl->tables) goto fail;
+    memcpy(pl->seq_ids, seq_ids, (size_t)n_seqs * sizeof(int32_t));
+    pl->g = locks_cuda_plan_init(c->cuda, seq_ids, n_seqs, n_q_heads, p, max_ctx, &st);
+    if (!pl->g) goto fail;
+    if (err) *err = LOCKS_OK;
+    return pl;
+fail:
+    locks_step_plan_free(pl);
+    if (err) *err = st;
+    return NULL;
+}
+
+void locks_step_plan_free(locks_step_plan *pl) {
+    if (!pl) return;
+    locks_cuda_plan_free(&pl->g);
+    locks_free(pl->seq_ids);
+    locks_free(pl->layer_filled);
+    locks_free(pl->lens);
+    locks_free(pl->tables);
+    locks_free(pl);
+}
+
+locks_status locks_step_plan_set_lens(locks_step_plan *pl, const int32_t *d_lens, const int32_t *d_tables,
+                                      int32_t table_stride, void *stream) {
+    if (!pl) return LOCKS_ERR_INVALID_ARG;
+    if (!pl->c->ext) return LOCKS_ERR_UNSUPPORTED; /* an owned cache's pages come from its free list */
+    return locks_cuda_plan_set_lens(pl->g, d_lens, d_tables, table_stride, stream);
+}
+
+locks_status locks_step_plan_pages_filled(locks_step_plan *pl, int32_t layer, int32_t n_new, void *stream) {
+    if (!pl) return LOCKS_ERR_INVALID_ARG;
+    if (!pl->c->ext) return LOCKS_ERR_UNSUPPORTED;
+    locks_status st = locks_cuda_plan_pages_filled(pl->g, layer, n_new, stream);
+    if (st == LOCKS_OK) pl->layer_filled[layer] = 1;
+    return st;
+}
+
+locks_status locks_step_plan_decode(locks_step_plan *pl, int32_t layer, const float *q, float *out, void *stream) {
+    return pl ? locks_cuda_plan_decode(pl->g, layer, q, out, stream) : LOCKS_ERR_INVALID_ARG;
+}
+
+locks_status locks_step_plan_selection(const locks_step_plan *pl, const int32_t **pages, const int32_t **n_pages,
+                                       int32_t *stride) {
+    return pl ? locks_cuda_plan_selection(pl->g, pages, n_pages, stride) : LOCKS_ERR_INVALID_ARG;
+}
+
+locks_status locks_step_plan_status(locks_step_plan *pl, uint32_t *bits) {
+    if (!pl || !bits) return LOCKS_ERR_INVALID_ARG;
+    locks_cache *c = pl->c;
+    const int32_t np_pool = c->p.n_pages;
+    const locks_status st = locks_cuda_plan_status(pl->g, bits, pl->lens, pl->tables, np_pool);
+    if (st != LOCKS_OK) return st;
+    for (int32_t i = 0; i < pl->n_seqs && c->ext; i++) { /* the device's state, now the host's too */
+        locks_seq *s = &c->seqs[pl->seq_ids[i]];
+        const int32_t *t = pl->tables + (size_t)i * np_pool;
+        s->len = pl->lens[i];
+        s->n_pages = (s->len + P - 1) / P;
+        memcpy(s->table, t, (size_t)s->n_pages * sizeof(int32_t));
+        for (int32_t l = 0; l < c->p.n_layers; l++)
+            if (pl->layer_filled[l])
+                for (int32_t j = 0; j < s->len / P; j++) c->fill[(size_t)l * np_pool + t[j]] = 0xffffu;
+    }
+    return LOCKS_OK;
+}
+#else
+locks_step_plan *locks_step_plan_init(locks_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_q_heads,
+                                      const locks_step_params *p, int32_t max_ctx, locks_status *err) {
+    (void)c, (void)seq_ids, (void)n_seqs, (void)n_q_heads, (void)p, (void)max_ctx;
+    if (err) *err = LOCKS_ERR_UNSUPPORTED;
+    return NULL;
+}
+void locks_step_plan_free(locks_step_plan *pl) { (void)pl; }
+locks_status locks_step_plan_set_lens(locks_step_plan *pl, const int32_t *d_lens, const int32_t *d_tables,
+                                      int32_t table_stride, void *stream) {
+    (void)pl, (void)d_lens, (void)d_tables, (void)table_stride, (void)stream;
+    return LOCKS_ERR_UNSUPPORTED;
+}
+locks_status locks_step_plan_pages_filled(locks_step_plan *pl, int32_t layer, int32_t n_new, void *stream) {
+    (void)pl, (void)layer, (void)n_new, (void)stream;
+    return LOCKS_ERR_UNSUPPORTED;
+}
+locks_status locks_step_plan_decode(locks_step_plan *pl, int32_t layer, const float *q, float *out, void *stream) {
+    (void)pl, (void)layer, (void)q, (void)out, (void)stream;
+    return LOCKS_ERR_UNSUPPORTED;
+}
+locks_status locks_step_plan_selection(const locks_step_plan *pl, const int32_t **pages, const int32_t **n_pages,
+                                       int32_t *stride) {
+    (void)pl, (void)pages, (void)n_pages, (void)stride;
+    return LOCKS_ERR_UNSUPPORTED;
+}
+locks_status locks_step_plan_status(locks_step_plan *pl, uint32_t *bits) {
+    (void)pl, (void)bits;
+    return LOCKS_ERR_UNSUPPORTED;
+}
 #endif

@@ -7,12 +7,12 @@ Python bindings over liblocks (ctypes). :class:`Cache` is the library's paged KV
 other than LOCKS_OK is raised as the :class:`LocksError` subclass of that name.
 """
 from ._capi import LOCKS_PAGE
-from .cache import Cache, PagedCache, StepParams, StepSelection, StepStats, selector_id
+from .cache import Cache, DeviceStatusError, PagedCache, StepParams, StepPlan, StepSelection, StepStats, selector_id
 from .errors import (BackendError, BudgetError, FormatError, InvalidArgError, LocksError, LocksIOError,
                      NoMetaError, NoSeqError, NonFiniteError, OOMError, PoolFullError, UnsupportedError)
 
 __all__ = [
-    "LOCKS_PAGE", "Cache", "PagedCache", "StepParams", "StepSelection", "StepStats", "selector_id",
+    "LOCKS_PAGE", "Cache", "PagedCache", "StepPlan", "DeviceStatusError", "StepParams", "StepSelection", "StepStats", "selector_id",
     "LocksError", "InvalidArgError", "OOMError", "PoolFullError", "NonFiniteError", "BudgetError",
     "NoSeqError", "NoMetaError", "UnsupportedError", "LocksIOError", "FormatError", "BackendError",
 ]

@@ -127,6 +127,50 @@ _decl("locks_step_graph_capture", _P, _P, c_int32, c_int32_p, c_int32, c_void_p,
 _decl("locks_step_graph_replay", ctypes.c_int, _P)
 _decl("locks_step_graph_free", None, _P)
 
+_decl("locks_step_plan_init", _P, _P, c_int32_p, c_int32, c_int32, POINTER(StepParams), c_int32,
+      POINTER(ctypes.c_int))
+_decl("locks_step_plan_free", None, _P)
+_decl("locks_step_plan_set_lens", ctypes.c_int, _P, c_void_p, c_void_p, c_int32, c_void_p)
+_decl("locks_step_plan_pages_filled", ctypes.c_int, _P, c_int32, c_int32, c_void_p)
+_decl("locks_step_plan_decode", ctypes.c_int, _P, c_int32, c_void_p, c_void_p, c_void_p)
+_decl("locks_step_plan_selection", ctypes.c_int, _P, POINTER(c_void_p), POINTER(c_void_p), c_int32_p)
+_decl("locks_step_plan_status", ctypes.c_int, _P, POINTER(ctypes.c_uint32))
+
+# LOCKS_DEV_* bits of a plan's status word (locks.h, "Capturable decode step")
+DEV_BITS = {1: "NONFINITE", 2: "BUDGET", 4: "BAD_LEN", 8: "EMPTY"}
+
+# ---- the structs above against the library's own sizeof / offsetof ----------------------
+_decl("locks_abi_layout", c_size_t, c_char_p, c_char_p)
+_decl("locks_abi_fields", c_size_t, c_char_p)
+
+MIRRORS = {"locks_cache_params": CacheParams, "locks_step_params": StepParams, "locks_selection": Selection,
+           "locks_step_stats": StepStats, "locks_ext_kv": ExtKV}
+
+
+def layout_mismatches(cname: str, cls: type) -> list:
+    """How the ctypes struct ``cls`` differs from the C struct ``cname`` of the loaded
+    library (size, field count, each field's offset); empty when they agree."""
+    bad = []
+    size = lib.locks_abi_layout(cname.encode(), None)
+    if size == ctypes.c_size_t(-1).value:
+        return [f"{cname}: unknown to the library"]
+    if size != ctypes.sizeof(cls):
+        bad.append(f"{cname}: sizeof {size} in C, {ctypes.sizeof(cls)} here")
+    n = lib.locks_abi_fields(cname.encode())
+    if n != len(cls._fields_):
+        bad.append(f"{cname}: {n} fields in C, {len(cls._fields_)} here")
+    for name, _ in cls._fields_:
+        off = lib.locks_abi_layout(cname.encode(), name.encode())
+        if off != getattr(cls, name).offset:
+            bad.append(f"{cname}.{name}: offset {'missing' if off == ctypes.c_size_t(-1).value else off} in C, "
+                       f"{getattr(cls, name).offset} here")
+    return bad
+
+
+_bad = [m for cname, cls in MIRRORS.items() for m in layout_mismatches(cname, cls)]
+if _bad:  # a struct changed in locks.h and not here: every call would pass garbage
+    raise ImportError("locks: python/locks/_capi.py does not match liblocks.so: " + "; ".join(_bad))
+
 HAVE_EXT = hasattr(lib, "locks_cache_init_ext")
 if HAVE_EXT:
     _decl("locks_cache_init_ext", _P, CacheParams, POINTER(ExtKV), POINTER(ctypes.c_int))

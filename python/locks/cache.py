@@ -4,9 +4,10 @@ A CPU cache takes and returns numpy float32 arrays; a CUDA cache takes and retur
 torch CUDA tensors, passed to the library by address (zero-copy when they are already
 float32 and contiguous, else converted once) and worked on in torch's current stream
 (locks_cache_set_stream, no host wait between torch's kernels and the library's). The
-library's CUDA calls still synchronise before they return (a NaN check, the host
-bookkeeping), so they cannot be captured in a torch.cuda.CUDAGraph yet
-(docs/INTEGRATION.md lists what that needs).
+library's ordinary CUDA calls synchronise before they return (a NaN check, the host
+bookkeeping); :meth:`Cache.plan` gives a :class:`StepPlan` whose per-step calls do not
+(no host wait, no allocation, lengths read on the device), so they can run inside
+``torch.cuda.graph`` capture.
 Shapes (d = head_dim, Hkv = n_kv_heads, Hq = query heads, a multiple of Hkv):
 
     write:        k, v [n_tokens, Hkv, d]   (keys after RoPE)
@@ -25,11 +26,12 @@ import numpy as np
 
 from . import _capi
 from ._capi import LOCKS_PAGE, lib
-from .errors import InvalidArgError, check
+from .errors import InvalidArgError, LocksError, check
 
 Array = Any  # numpy.ndarray (CPU cache) or torch.Tensor (CUDA cache)
 
 _DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
+_CUDA_STREAM_LEGACY = 0x1  # cudaStreamLegacy
 _PRECS = {"f32": 0, "q": 1}
 _BACKENDS = {"cpu": 0, "cuda": 1}
 
@@ -149,7 +151,10 @@ class Cache:
     def _stream(self) -> None:
         if self.backend == "cuda":
             torch = _torch()
-            s = torch.cuda.current_stream(self.device).cuda_stream
+            # torch's default stream is CUDA's legacy default stream (handle 0), which
+            # locks_cache_set_stream would read as "the cache's own stream": name it
+            # cudaStreamLegacy (0x1) so the cache's work is ordered after torch's
+            s = torch.cuda.current_stream(self.device).cuda_stream or _CUDA_STREAM_LEGACY
             check(lib.locks_cache_set_stream(self._c, ctypes.c_void_p(s)), "locks_cache_set_stream")
 
     def _in(self, x: Array, shape: Tuple[int, ...], name: str, dtype: str = "f32") -> Array:
@@ -287,6 +292,14 @@ class Cache:
             res += (StepStats(st_c.bytes_meta, st_c.bytes_kv, st_c.bytes_dense,
                               st_c.score_ms, st_c.select_ms, st_c.attend_ms),)
         return res
+
+    def plan(self, seq_ids: Sequence[int], n_q_heads: int, *, budget: int = 2048, n_sink: int = 1,
+             n_recent: int = 1, scale: float = 0.0, max_ctx: Optional[int] = None) -> "StepPlan":
+        """A :class:`StepPlan` for decode steps of the batch ``seq_ids`` (CUDA cache; the
+        LOCKS selector) with sequences of up to ``max_ctx`` tokens (default: the pool).
+        Set-up call: validates, sizes the workspace and synchronises."""
+        return StepPlan(self, seq_ids, n_q_heads, budget=budget, n_sink=n_sink, n_recent=n_recent,
+                        scale=scale, max_ctx=max_ctx)
 
     def score(self, layer: int, seq: int, q: Array, *, selector: str = "locks", budget: int = 2048,
               scale: float = 0.0) -> Array:
@@ -436,3 +449,138 @@ class PagedCache(Cache):
         bt = self._tables[seq]
         pages, n_pages = np.asarray(pages), np.asarray(n_pages)
         return [bt[pages[h, : n_pages[h]]] for h in range(pages.shape[0])]
+
+
+class DeviceStatusError(LocksError):
+    """A plan's device status word had error bits (``bits``; ``names``: "NONFINITE",
+    "BUDGET", "BAD_LEN", "EMPTY", locks.h's LOCKS_DEV_*)."""
+
+    def __init__(self, bits: int) -> None:
+        self.bits = bits
+        self.names = [n for b, n in _capi.DEV_BITS.items() if bits & b]
+        self.status, self.name, self.call = 0, "LOCKS_DEV_" + "|".join(self.names), "locks_step_plan_status"
+        RuntimeError.__init__(self, f"device status {bits:#x}: {', '.join(self.names)}")
+
+
+class StepPlan:
+    """A capturable decode step (locks.h, "Capturable decode step") for a fixed batch of
+    a CUDA cache: :meth:`set_lens` and :meth:`pages_filled` (caller-owned pages,
+    :class:`PagedCache`) and :meth:`decode` only enqueue work on torch's current stream:
+    no host synchronisation, no allocation by the library, nothing read back, so they
+    can be recorded with ``torch.cuda.graph`` and replayed while the sequences grow
+    (lengths and block tables are read from device tensors when the work runs).
+    Errors found on the device collect in a status word: :meth:`check` (outside the
+    step) raises :class:`DeviceStatusError` for them and brings the host's view of the
+    lengths and filled pages up to date. Tensors handed to a captured call must stay
+    alive (and at their address) while the graph is replayed."""
+
+    def __init__(self, cache: Cache, seq_ids: Sequence[int], n_q_heads: int, *, budget: int = 2048,
+                 n_sink: int = 1, n_recent: int = 1, scale: float = 0.0, max_ctx: Optional[int] = None) -> None:
+        if cache.backend != "cuda":
+            check(7, "locks_step_plan_init", "a plan needs a CUDA cache")
+        self.cache, self.seq_ids, self.n_q_heads = cache, list(seq_ids), n_q_heads
+        self.n_seqs = len(self.seq_ids)
+        self.max_ctx = max_ctx or cache.n_pages * LOCKS_PAGE
+        ids = (ctypes.c_int32 * self.n_seqs)(*self.seq_ids)
+        sp = StepParams("locks", budget, n_sink, n_recent, scale).c()
+        err = ctypes.c_int(0)
+        cache._stream()  # the cache's earlier work ordered before torch's stream
+        self._p = lib.locks_step_plan_init(cache._c, ids, self.n_seqs, n_q_heads, ctypes.byref(sp), self.max_ctx,
+                                           ctypes.byref(err))
+        check(err.value, "locks_step_plan_init")
+
+    def close(self) -> None:
+        """Frees the plan (also done when it is collected; before its cache)."""
+        if getattr(self, "_p", None):
+            lib.locks_step_plan_free(self._p)
+            self._p = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _cur(self) -> int:
+        return _torch().cuda.current_stream(self.cache.device).cuda_stream
+
+    def _dev(self, x: Array, name: str, dtype: Any, shape: Optional[Tuple[int, ...]] = None) -> Array:
+        torch = _torch()
+        if not (isinstance(x, torch.Tensor) and x.is_cuda and x.dtype == dtype and x.is_contiguous()):
+            raise TypeError(f"{name}: a contiguous {dtype} CUDA tensor")
+        if shape is not None and tuple(x.shape) != tuple(shape):
+            raise InvalidArgError(1, name, f"shape {tuple(x.shape)}, expected {tuple(shape)}")
+        return x
+
+    def set_lens(self, lens: Array, tables: Optional[Array] = None) -> None:
+        """Capturable. Sequence i's length becomes ``lens[i]`` (int32 CUDA tensor
+        [n_seqs]) and, with ``tables`` (int32 CUDA [n_seqs, stride]), its block table
+        ``tables[i, :ceil(len / 16)]``; read when the work runs."""
+        torch = _torch()
+        lens = self._dev(lens, "lens", torch.int32, (self.n_seqs,))
+        stride = 0
+        if tables is not None:
+            tables = self._dev(tables, "tables", torch.int32)
+            if tables.ndim != 2 or tables.shape[0] != self.n_seqs:
+                raise InvalidArgError(1, "tables", f"shape {tuple(tables.shape)}, expected [{self.n_seqs}, stride]")
+            stride = int(tables.shape[1])
+        check(lib.locks_step_plan_set_lens(self._p, lens.data_ptr(), tables.data_ptr() if tables is not None else None,
+                                           stride, self._cur()), "locks_step_plan_set_lens")
+
+    def pages_filled(self, layer: int, n_new: int = 1) -> None:
+        """Capturable. Builds the summaries of the pages that the last ``n_new`` tokens
+        of every sequence filled in ``layer`` (call it every step, every layer, after the
+        layer's new K/V are in the pages and after :meth:`set_lens`)."""
+        check(lib.locks_step_plan_pages_filled(self._p, layer, n_new, self._cur()), "locks_step_plan_pages_filled")
+
+    def decode(self, layer: int, q: Array, out: Optional[Array] = None) -> Array:
+        """Capturable. The step's sparse attention for one layer: q [n_seqs, Hq, d]
+        float32 CUDA -> out (same shape; a new tensor unless given)."""
+        torch = _torch()
+        shape = (self.n_seqs, self.n_q_heads, self.cache.head_dim)
+        q = self._dev(q, "q", torch.float32, shape)
+        if out is None:
+            out = torch.empty(shape, dtype=torch.float32, device=q.device)
+        out = self._dev(out, "out", torch.float32, shape)
+        check(lib.locks_step_plan_decode(self._p, layer, q.data_ptr(), out.data_ptr(), self._cur()),
+              "locks_step_plan_decode")
+        return out
+
+    def selection_tensors(self) -> Tuple[Array, Array]:
+        """Zero-copy int32 CUDA views of the last decode's selection (the cache's step
+        workspace, overwritten by the next step): pages [n_seqs, Hkv, stride] (logical
+        pages, ascending, the first n_pages[s, h] valid) and n_pages [n_seqs, Hkv].
+        Readable inside a captured step by the caller's own kernels."""
+        torch = _torch()
+        pp, pn, stride = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int32()
+        check(lib.locks_step_plan_selection(self._p, ctypes.byref(pp), ctypes.byref(pn), ctypes.byref(stride)),
+              "locks_step_plan_selection")
+        hkv = self.cache.n_kv_heads
+        dev = torch.device("cuda", self.cache.device)
+        pages = torch.as_tensor(_DeviceArray(pp.value, (self.n_seqs, hkv, stride.value)), device=dev)
+        n_pages = torch.as_tensor(_DeviceArray(pn.value, (self.n_seqs, hkv)), device=dev)
+        return pages, n_pages
+
+    def selection(self) -> StepSelection:
+        """The last decode's selection copied to the host (synchronises: not inside a step)."""
+        pages, n_pages = self.selection_tensors()
+        n = n_pages.cpu().numpy()
+        maxp = max(1, int(n.max()))
+        return StepSelection(pages[:, :, :maxp].cpu().numpy().copy(), n.copy())
+
+    def status(self) -> int:
+        """Host call: waits for the plan's work, returns the LOCKS_DEV_* bits gathered
+        since the last call (cleared) and refreshes the host's lengths and filled pages."""
+        bits = ctypes.c_uint32(0)
+        check(lib.locks_step_plan_status(self._p, ctypes.byref(bits)), "locks_step_plan_status")
+        return bits.value
+
+    def check(self) -> None:
+        """:meth:`status`, raising :class:`DeviceStatusError` if any bit is set."""
+        bits = self.status()
+        if bits:
+            raise DeviceStatusError(bits)
+
+
+class _DeviceArray:
+    """An int32 device array by address, for torch.as_tensor (__cuda_array_interface__)."""
+
+    def __init__(self, ptr: int, shape: Tuple[int, ...]) -> None:
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": "<i4", "version": 2}

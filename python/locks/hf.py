@@ -15,6 +15,14 @@ At a budget >= the context every page is attended: the same attention as SDPA up
 fp32 summation order. The cache follows the model's device: CPU backend (fp16 pages) for
 a CPU model, CUDA backend (bf16 or fp16 pages, as the model) for a CUDA model.
 
+:class:`LocksStaticCache` is the CUDA-graph form (like transformers' ``StaticCache``):
+K/V pages owned by torch (bf16/fp16 tensors, :class:`locks.PagedCache`), the token's
+K/V written with ``index_copy_`` at a device position, and each decode step's library
+work through a :class:`locks.StepPlan` (no host synchronisation): a forward
+``model(token, position_ids=pos, past_key_values=cache)`` of one token can be recorded
+with ``torch.cuda.graph`` and replayed (bench/hf_decode.py, python/tests/test_hf.py).
+The prompt comes first, in one forward (dense attention; it creates the plan).
+
 Limits: the prompt must come in one forward (no chunked prefill into a LocksCache), a
 batch must be unpadded (equal prompt lengths, no left padding), no beam search, and
 ``output_attentions`` is not available for decode steps.
@@ -32,6 +40,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from . import LOCKS_PAGE
 from .cache import Cache as LocksKV
+from .cache import PagedCache, StepPlan
 
 ATTN_NAME = "locks"
 
@@ -151,6 +160,144 @@ class LocksCache(Cache):
             for seq in self.seqs:
                 self.kv.seq_remove(seq)
             self.seqs = [self.kv.seq_add() for _ in range(len(self.seqs))]
+
+
+class LocksStaticLayer(CacheLayerMixin):
+    """One decoder layer's view of a :class:`LocksStaticCache`."""
+
+    is_sliding = False
+    is_compileable = True  # transformers then builds the mask from tensors (no host check)
+
+    def __init__(self, owner: "LocksStaticCache", layer_idx: int) -> None:
+        super().__init__()
+        self.owner, self.layer_idx = owner, layer_idx
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        return self.owner._update(self.layer_idx, key_states, value_states)
+
+    def get_mask_sizes(self, query_length: int) -> Tuple[int, int]:
+        # the prompt's dense attention sees only its own K/V; a decode step ignores the mask
+        return (query_length, 0) if self.owner.plan is None else (self.owner.max_len, 0)
+
+    def get_seq_length(self) -> Any:
+        o = self.owner
+        return o.length if o.length is not None else 0  # a device tensor, as StaticLayer's
+
+    def get_max_length(self) -> int:
+        return self.owner.max_len
+
+    def reset(self) -> None:
+        pass
+
+
+class LocksStaticCache(Cache):
+    """A transformers ``Cache`` for CUDA models whose decode steps can be captured in a
+    CUDA graph: K/V pages are torch tensors ([pages, 16, Hkv, d] per layer, NHD, the
+    model's dtype; sequence i owns pages [i P, (i + 1) P), P = max_cache_len / 16), the
+    LOCKS cache is a :class:`locks.PagedCache` over them, and every per-token operation
+    is a device operation: the K/V write (``index_copy_`` at the device length), the
+    lengths and the summary of a page the token fills (:class:`locks.StepPlan`), the
+    sparse attention. ``budget``, ``n_sink``, ``n_recent``, ``rank`` as in the C API."""
+
+    def __init__(self, model: Any, max_cache_len: int, batch_size: int = 1, budget: int = 2048,
+                 n_sink: int = 1, n_recent: int = 1, rank: int = 8) -> None:
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.n_layers = cfg.num_hidden_layers
+        self.n_q_heads = cfg.num_attention_heads
+        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.pages_per_seq = math.ceil(max_cache_len / LOCKS_PAGE)
+        self.max_len = self.pages_per_seq * LOCKS_PAGE
+        self.n_batch, self.budget, self.n_sink, self.n_recent, self.rank = batch_size, budget, n_sink, n_recent, rank
+        self.kv: Optional[PagedCache] = None
+        self.plan: Optional[StepPlan] = None
+        self.length: Optional[torch.Tensor] = None  # tokens so far (int64 scalar, device)
+        self._fresh: dict = {}
+        mods = _attention_modules(model)
+        self.scaling = float(getattr(mods[0], "scaling", self.head_dim ** -0.5)) if mods else self.head_dim ** -0.5
+        super().__init__(layers=[LocksStaticLayer(self, i) for i in range(self.n_layers)])
+        attach(model, self)
+
+    def _open(self, key_states: torch.Tensor) -> None:
+        dev, dt = key_states.device, key_states.dtype
+        if dev.type != "cuda" or dt not in (torch.bfloat16, torch.float16):
+            raise ValueError("LocksStaticCache: a CUDA model in bf16 or fp16")
+        b, n = self.n_batch, self.n_batch * self.pages_per_seq
+        shape = (n, LOCKS_PAGE, self.n_kv_heads, self.head_dim)
+        self.k_pages = [torch.zeros(shape, dtype=dt, device=dev) for _ in range(self.n_layers)]
+        self.v_pages = [torch.zeros(shape, dtype=dt, device=dev) for _ in range(self.n_layers)]
+        self.kv = PagedCache(self.k_pages, self.v_pages, layout="NHD", max_seqs=b, rank=self.rank)
+        self.seqs = [self.kv.seq_add() for _ in range(b)]
+        # sequence i's block table: its own pages, in order
+        self.tables = torch.arange(n, dtype=torch.int32, device=dev).reshape(b, self.pages_per_seq)
+        self.base = (torch.arange(b, device=dev) * self.max_len)[:, None]  # [b, 1] flat slot of token 0
+        self.length = torch.zeros((), dtype=torch.int64, device=dev)
+        self.lens32 = torch.zeros(b, dtype=torch.int32, device=dev)
+
+    def _update(self, layer: int, key_states: torch.Tensor,
+                value_states: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Writes K/V [b, Hkv, s, d] into the pages at the device length; a prefill (s > 1,
+        the first forward) then reports the full pages (synchronous), a decode token the
+        step's device work (capturable)."""
+        if self.kv is None:
+            self._open(key_states)
+        b, _, s, d = key_states.shape
+        if b != self.n_batch:
+            raise ValueError(f"LocksStaticCache holds {self.n_batch} sequences, got a batch of {b}")
+        prefill = self.plan is None and s > 1
+        if layer == 0:
+            self.length.add_(s)
+            self.lens32.copy_(self.length.to(torch.int32).expand(b))
+        # flat token slots (NHD pages viewed as [pages * 16, Hkv, d]) of the s new tokens
+        pos = self.length - s + torch.arange(s, device=self.length.device)
+        idx = (self.base + pos[None, :]).reshape(-1)
+        kf = self.k_pages[layer].view(-1, self.n_kv_heads, d)
+        vf = self.v_pages[layer].view(-1, self.n_kv_heads, d)
+        kf.index_copy_(0, idx, key_states.transpose(1, 2).reshape(b * s, self.n_kv_heads, d))
+        vf.index_copy_(0, idx, value_states.transpose(1, 2).reshape(b * s, self.n_kv_heads, d))
+        if prefill:
+            if layer == 0:
+                for i, seq in enumerate(self.seqs):
+                    self.kv.set_pages(seq, self.tables[i, : math.ceil(s / LOCKS_PAGE)].cpu().numpy(), s)
+            full = self.tables[:, : s // LOCKS_PAGE].reshape(-1).cpu().numpy()
+            self.kv.pages_filled(layer, full)
+            if layer == self.n_layers - 1:  # set-up of the decode steps (synchronises once)
+                self.plan = self.kv.plan(self.seqs, self.n_q_heads, budget=self.budget, n_sink=self.n_sink,
+                                         n_recent=self.n_recent, scale=self.scaling, max_ctx=self.max_len)
+        elif s == 1:
+            if self.plan is None:
+                raise NotImplementedError("LocksStaticCache: the first forward must be the prompt (s > 1)")
+            if layer == 0:
+                self.plan.set_lens(self.lens32, self.tables)
+            self.plan.pages_filled(layer, 1)
+            self._fresh[layer] = 1
+        else:
+            raise NotImplementedError("LocksStaticCache: one prompt forward, then one token per forward")
+        return key_states, value_states
+
+    def decode(self, layer: int, query: torch.Tensor, scaling: float) -> torch.Tensor:
+        """The step's sparse attention: query [b, Hq, 1, d] -> [b, 1, Hq, d]."""
+        b, hq, _, d = query.shape
+        if abs(scaling - self.scaling) > 1e-6 * self.scaling:
+            raise ValueError(f"LocksStaticCache: softmax scale {scaling}, the plan has {self.scaling}")
+        q = query.reshape(b, hq, d).float().contiguous()
+        out = self.plan.decode(layer, q)
+        return out.to(query.dtype).reshape(b, 1, hq, d)
+
+    def check(self) -> None:
+        """Raises locks.DeviceStatusError if a step found an error on the device."""
+        if self.plan is not None:
+            self.plan.check()
+
+    def get_seq_length(self, layer_idx: int = 0) -> Any:
+        return self.length if self.length is not None else 0
 
 
 def locks_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,

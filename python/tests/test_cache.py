@@ -123,3 +123,40 @@ def test_block_table_and_summary_bytes(rng):
     c.seq_remove(s)
     with pytest.raises(locks.NoSeqError):
         c.seq_len(s)
+
+
+def test_struct_mirrors_match_the_library():
+    """_capi's ctypes structs against the library's own sizeof/offsetof (checked at import
+    too); a mirror that lacks a field, as StepParams once lacked ``mass``, is caught."""
+    import ctypes
+
+    from locks import _capi
+    for cname, cls in _capi.MIRRORS.items():
+        assert _capi.layout_mismatches(cname, cls) == [], cname
+
+    class Short(ctypes.Structure):
+        _fields_ = _capi.StepParams._fields_[:-1]
+
+    class Swapped(ctypes.Structure):
+        _fields_ = [_capi.StepParams._fields_[1], _capi.StepParams._fields_[0]] + _capi.StepParams._fields_[2:]
+
+    assert any("sizeof" in m for m in _capi.layout_mismatches("locks_step_params", Short))
+    assert any("fields" in m for m in _capi.layout_mismatches("locks_step_params", Short))
+    assert any("selector" in m for m in _capi.layout_mismatches("locks_step_params", Swapped))
+    assert _capi.layout_mismatches("locks_no_such_struct", Short) == ["locks_no_such_struct: unknown to the library"]
+
+
+def test_step_plan_needs_cuda():
+    """A capturable plan is a CUDA-backend object: a CPU cache says so (Python and C)."""
+    import ctypes
+
+    from locks import _capi
+    with locks.Cache(1, 1, 64, 8) as c:
+        s = c.seq_add()
+        with pytest.raises(locks.UnsupportedError):
+            c.plan([s], 2)
+        err = ctypes.c_int(0)
+        ids = (ctypes.c_int32 * 1)(s)
+        sp = locks.StepParams().c()
+        assert not _capi.lib.locks_step_plan_init(c._c, ids, 1, 2, ctypes.byref(sp), 64, ctypes.byref(err))
+        assert err.value == 7  # LOCKS_ERR_UNSUPPORTED

@@ -78,3 +78,58 @@ def test_generate_through_locks(rng, device, dtype, tol):
     assert out.shape == (2, 208)
     assert torch.equal(out[:, :200], ids)
     assert torch.equal(out[:, 200], first)  # the first new token comes from the dense prefill
+
+
+def static_decode(model, ids, steps, cache, graph):
+    """decode_logits through a LocksStaticCache; with graph, the first decode step runs
+    eagerly and the others are replays of one captured forward (static token/position)."""
+    n0 = ids.shape[1] - steps
+    out = model(ids[:, :n0], past_key_values=cache, use_cache=True)
+    logits = [out.logits[:, -1].clone()]
+    tok = ids[:, n0:n0 + 1].clone()
+    pos = torch.tensor([[n0]], device=ids.device)
+    if not graph:
+        for i in range(steps):
+            out = model(ids[:, n0 + i:n0 + i + 1], past_key_values=cache, position_ids=pos + i, use_cache=True)
+            logits.append(out.logits[:, -1].clone())
+        return torch.stack(logits).float()
+    g = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        step = model(tok, past_key_values=cache, position_ids=pos, use_cache=True)
+    for i in range(steps):
+        tok.copy_(ids[:, n0 + i:n0 + i + 1])
+        pos.fill_(n0 + i)
+        g.replay()
+        logits.append(step.logits[:, -1].clone())
+    torch.cuda.synchronize()
+    return torch.stack(logits).float()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or "cuda" not in _want, reason="needs CUDA")
+def test_static_cache_in_cuda_graph(rng):
+    """LocksStaticCache: decode steps replayed from one torch.cuda.graph capture give the
+    eager steps' logits, match SDPA at a budget >= the context, and a small budget
+    (whose selection depends on the pages summarised inside the graph) matches its
+    eager run."""
+    model = tiny_llama("cuda", torch.bfloat16, int(rng.integers(1 << 30)))
+    n, steps = int(rng.integers(150, 400)), 36  # crosses >= 2 page boundaries
+    ids = torch.from_numpy(rng.integers(0, 512, size=(1, n + steps))).cuda()
+    with torch.no_grad():
+        ref = decode_logits(model, ids, steps, DynamicCache(config=model.config))
+        locks.hf.enable(model, budget=4096)
+        runs = {}
+        for budget in (4096, 64):
+            for graph in (False, True):
+                cache = locks.hf.LocksStaticCache(model, max_cache_len=n + steps + 8, budget=budget)
+                runs[budget, graph] = static_decode(model, ids, steps, cache, graph)
+                cache.check()
+        locks.hf.disable(model)
+    scale = ref.abs().max().item()
+    err = lambda a, b: (a - b).abs().max().item() / scale  # noqa: E731
+    assert err(runs[4096, False], ref) < 3e-2
+    assert err(runs[4096, True], ref) < 3e-2
+    assert err(runs[4096, True], runs[4096, False]) < 1e-2
+    assert err(runs[64, True], runs[64, False]) < 1e-2
+    # the small budget differs from dense, so the last comparison can tell selections apart
+    assert err(runs[64, False][1:], ref[1:]) > 5 * err(runs[4096, False], ref)

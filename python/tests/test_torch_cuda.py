@@ -98,3 +98,96 @@ def test_paged_cuda_equals_owned(rng, layout, dtype):
         for h in range(hkv):
             np.testing.assert_array_equal(s1.pages[0, h, : s1.n_pages[0, h]], s2.pages[0, h, : s2.n_pages[0, h]])
         assert (o1 - o2).abs().max().item() <= 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_plan_in_torch_cuda_graph(rng, dtype):
+    """A whole decode step over torch-owned pages (the token's K/V write with index_copy_,
+    set_lens, pages_filled, decode for 2 layers) recorded once with torch.cuda.graph and
+    replayed while the sequence grows across page boundaries: after every replay the
+    outputs equal, bit for bit, the synchronous calls on a second cache over the same
+    pages, the selection is the same, and the output matches float64 attention over it."""
+    tdt = getattr(torch, dtype)
+    hkv, g, d, L = 2, 4, 128, 2
+    hq = hkv * g
+    n0, steps = int(rng.integers(300, 700)), 40
+    max_ctx = n0 + steps
+    P = (max_ctx + 15) // 16
+    n_pages = P + int(rng.integers(1, 6))
+    perm = rng.permutation(n_pages).astype(np.int32)
+    tok = np.arange(max_ctx)
+    slots = torch.from_numpy((perm[tok // 16].astype(np.int64) * 16 + tok % 16)).cuda()
+    table = torch.from_numpy(perm[:P].copy()).cuda()[None]  # [1, P] int32, device
+    K = torch.randn(L, max_ctx, hkv, d, device="cuda").to(tdt)
+    V = torch.randn(L, max_ctx, hkv, d, device="cuda").to(tdt)
+    kp = [torch.randn(n_pages, 16, hkv, d, device="cuda").to(tdt) for _ in range(L)]  # junk past the context
+    vp = [torch.randn(n_pages, 16, hkv, d, device="cuda").to(tdt) for _ in range(L)]
+    for layer in range(L):  # the prompt's K/V
+        kp[layer].view(-1, hkv, d).index_copy_(0, slots[:n0], K[layer, :n0])
+        vp[layer].view(-1, hkv, d).index_copy_(0, slots[:n0], V[layer, :n0])
+    A, B = locks.PagedCache(kp, vp, layout="NHD"), locks.PagedCache(kp, vp, layout="NHD")
+    sa, sb = A.seq_add(), B.seq_add()
+    for c, s in ((A, sa), (B, sb)):
+        c.set_pages(s, perm[: (n0 + 15) // 16], n0)
+        for layer in range(L):
+            c.pages_filled(layer, perm[: n0 // 16])
+    budget = 16 * int(rng.integers(8, 16))
+    plan = A.plan([sa], hq, budget=budget, max_ctx=max_ctx)
+
+    pos = torch.zeros(1, dtype=torch.int64, device="cuda")  # the new token's position
+    lens = torch.zeros(1, dtype=torch.int32, device="cuda")
+    q = torch.zeros(L, 1, hq, d, device="cuda")
+    outs = [torch.empty(1, hq, d, device="cuda") for _ in range(L)]
+
+    def step():
+        lens.copy_((pos + 1).to(torch.int32))
+        idx = slots.index_select(0, pos)
+        for layer in range(L):
+            kp[layer].view(-1, hkv, d).index_copy_(0, idx, K[layer].index_select(0, pos))
+            vp[layer].view(-1, hkv, d).index_copy_(0, idx, V[layer].index_select(0, pos))
+        plan.set_lens(lens, table)
+        for layer in range(L):
+            plan.pages_filled(layer, 1)
+        for layer in range(L):
+            plan.decode(layer, q[layer], outs[layer])
+
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):  # global capture mode: a host sync in the library would fail it
+        step()
+    crossed = 0
+    for t in range(n0, n0 + steps):
+        pos.fill_(t)
+        q.copy_(torch.randn(L, 1, hq, d, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        gsel = plan.selection()  # the last decode: layer L-1
+        got = [o.clone() for o in outs]
+        B.set_pages(sb, perm[: (t + 1 + 15) // 16], t + 1)
+        if (t + 1) % 16 == 0:
+            crossed += 1
+            for layer in range(L):
+                B.pages_filled(layer, [perm[t // 16]])
+        for layer in range(L):
+            ob, sel = B.decode_step(layer, [sb], q[layer], budget=budget, return_selection=True)
+            assert torch.equal(got[layer], ob), f"step {t} layer {layer}: graph and synchronous outputs differ"
+        np.testing.assert_array_equal(gsel.n_pages, sel.n_pages)
+        for h in range(hkv):
+            np.testing.assert_array_equal(gsel.pages[0, h, : sel.n_pages[0, h]], sel.pages[0, h, : sel.n_pages[0, h]])
+        kd = K[L - 1, : t + 1].double().cpu().numpy()
+        vd = V[L - 1, : t + 1].double().cpu().numpy()
+        ref = ref_attention(q[L - 1, 0].cpu().numpy(), kd, vd, selected_tokens(sel.pages[0], sel.n_pages[0], t + 1))
+        err = np.max(np.abs(got[L - 1][0].cpu().numpy() - ref)) / np.max(np.abs(ref))
+        assert err < (2e-2 if dtype == "bfloat16" else 5e-3), f"step {t}: vs float64 {err:.3g}"
+    assert crossed >= 2
+    assert plan.status() == 0
+    assert A.seq_len(sa) == n0 + steps  # the host caught up with the device
+    o1 = A.decode_step(L - 1, [sa], q[L - 1], budget=budget)
+    o2 = B.decode_step(L - 1, [sb], q[L - 1], budget=budget)
+    assert torch.equal(o1, o2)
+    q[0, 0, 0, 0] = float("nan")  # a device error is reported by check(), not by the step
+    plan.decode(0, q[0], outs[0])
+    with pytest.raises(locks.DeviceStatusError) as e:
+        plan.check()
+    assert e.value.names == ["NONFINITE"]
+    plan.close()

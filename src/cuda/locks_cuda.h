@@ -167,6 +167,30 @@ locks_cuda_graph *locks_cuda_graph_capture(locks_cuda_cache *c, int32_t layer,
 locks_status locks_cuda_graph_replay(locks_cuda_graph *g, int sync);
 void locks_cuda_graph_free(locks_cuda_graph **g);
 
+/* ---- capturable step plans (stream.cu; locks.h "Capturable decode step") ----------- */
+
+typedef struct locks_cuda_plan locks_cuda_plan;
+
+/* Validates and sizes everything for the batch (set-up, synchronises). */
+locks_cuda_plan *locks_cuda_plan_init(locks_cuda_cache *c, const int32_t *seq_ids, int32_t n_seqs,
+                                      int32_t n_q_heads, const locks_step_params *p, int32_t max_ctx,
+                                      locks_status *err);
+void locks_cuda_plan_free(locks_cuda_plan **pl);
+/* The per-step calls: enqueue on `stream` (a cudaStream_t; NULL: the legacy default
+ * stream) only. d_lens, d_tables, d_q, d_out are device memory. */
+locks_status locks_cuda_plan_set_lens(locks_cuda_plan *pl, const int32_t *d_lens, const int32_t *d_tables,
+                                      int32_t table_stride, void *stream);
+locks_status locks_cuda_plan_pages_filled(locks_cuda_plan *pl, int32_t layer, int32_t n_new, void *stream);
+locks_status locks_cuda_plan_decode(locks_cuda_plan *pl, int32_t layer, const float *d_q, float *d_out,
+                                    void *stream);
+locks_status locks_cuda_plan_selection(const locks_cuda_plan *pl, const int32_t **d_pages,
+                                       const int32_t **d_n_pages, int32_t *stride);
+/* Waits for the last stream, reads and clears the status bits, and copies sequence i's
+ * device length to lens[i] and its table (ceil(len / 16) entries) to
+ * tables[i * table_stride ..] (host arrays; tables may be NULL). */
+locks_status locks_cuda_plan_status(locks_cuda_plan *pl, uint32_t *bits, int32_t *lens, int32_t *tables,
+                                    int32_t table_stride);
+
 /* Device selection of the last step/replay: d_pages [n_seqs*Hkv][max_sel], counts. */
 locks_status locks_cuda_last_selection(locks_cuda_cache *c, int32_t n_seqs, locks_selection *sel);
 

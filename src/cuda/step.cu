@@ -227,8 +227,9 @@ locks_status locks_cuda_step_enqueue(locks_cuda_cache *c, int32_t layer, int32_t
         LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, p, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
                                          c->ws.max_pages, 1, st));
     if (timed) CU_TRY(cudaEventRecord(c->ev[3], st));
-    LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0, max_list,
-                                       d_out, NULL, st));
+    if (d_out) /* NULL: selection only (a capturable plan's select) */
+        LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0,
+                                           max_list, d_out, NULL, st));
     if (timed) CU_TRY(cudaEventRecord(c->ev[4], st));
     return LOCKS_OK;
 }
