@@ -515,9 +515,11 @@ locks_status locks_step_plan_set_lens(locks_step_plan *pl, const int32_t *d_lens
 locks_status locks_step_plan_pages_filled(locks_step_plan *pl, int32_t layer, int32_t n_new, void *stream);
 
 /* Capturable. One decode step of one layer for the plan's batch, as locks_decode_step
- * with the plan's parameters (the same kernels: bit for bit its output and selection
- * for the same cache state): q [n_seqs][n_q_heads][d] fp32 -> out (same shape), device
- * memory. out NULL: score and select only (locks_step_plan_selection reads it).
+ * with the plan's parameters, through the same kernels (tests/test_gpu_plan.c finds the
+ * same output and selection bit for bit; the grids follow max_ctx, not the current
+ * length, so in general the normaliser may be summed in another order and masses
+ * within a float ulp of each other rank differently): q [n_seqs][n_q_heads][d] fp32 ->
+ * out (same shape), device memory. out NULL: score and select only (locks_step_plan_selection reads it).
  * Device errors: LOCKS_DEV_NONFINITE, LOCKS_DEV_BUDGET, LOCKS_DEV_EMPTY. */
 locks_status locks_step_plan_decode(locks_step_plan *pl, int32_t layer, const float *q, float *out,
                                     void *stream);
