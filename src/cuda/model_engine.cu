@@ -276,6 +276,11 @@ struct lg_ctx {
     int32_t max_ctx;
     int step_set;
     cudaGraphExec_t graph[8]; /* per parts mask */
+    /* lg_verify's buffers, made on its first call */
+    float *v_logits;   /* (v_rows, n_vocab) */
+    float *v_ws;       /* lg_verify_ws_floats */
+    int32_t *v_build;  /* (max_chunk / 16 + 2,) pages the verify fills */
+    int32_t v_rows;
     cudaEvent_t ev0, ev1;
 };
 
@@ -286,7 +291,8 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
         if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
     if (e->blas) cublasDestroy(e->blas);
     void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits,
-                    e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter};
+                    e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter,
+                    e->v_logits, e->v_ws, e->v_build};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
     if (e->ev0) cudaEventDestroy(e->ev0);
@@ -475,6 +481,76 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
         CU_TRY(cudaMemcpyAsync(logits, e->logits + (size_t)seq * s->n_vocab, (size_t)s->n_vocab * 4,
                                cudaMemcpyDeviceToHost, e->st));
     CU_TRY(cudaStreamSynchronize(e->st));
+    return LOCKS_OK;
+}
+
+/* ---- verify ------------------------------------------------------------------------------- */
+
+/* The verify pass of speculative decoding (model_cuda.h): a prefill chunk whose K/V go
+ * straight to the pool (as the decode graph writes them: no host round trip per layer),
+ * whose attention is the split-KV kernel of verify.cu when the rows fit, and whose
+ * logits are every token's. One host wait, at the end. */
+extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                  float *logits) {
+    if (!e || !tokens || !logits || n < 1 || n > e->max_chunk || seq < 0 || seq >= e->n_seqs || pos < 0)
+        return LOCKS_ERR_INVALID_ARG;
+    const lg_shape *s = &e->m->s;
+    locks_cuda_cache *c = e->cc;
+    const locks_seq *sq = locks_cache_seq(e->cache, seq);
+    if (!sq || sq->len < pos + n || c->ext_k) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->n_vocab) return LOCKS_ERR_INVALID_ARG;
+    if (!e->v_ws) {
+        const size_t ws = lg_verify_ws_floats(c) * 4, nb = (size_t)(e->max_chunk / 16 + 2) * 4;
+        if (cudaMalloc((void **)&e->v_ws, ws) != cudaSuccess || cudaMalloc((void **)&e->v_build, nb) != cudaSuccess) {
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot allocate the verify buffers");
+            return LOCKS_ERR_OOM;
+        }
+    }
+    if (n > e->v_rows) {
+        if (e->v_logits) cudaFree(e->v_logits);
+        e->v_logits = NULL;
+        e->v_rows = 0;
+        if (cudaMalloc((void **)&e->v_logits, (size_t)n * s->n_vocab * 4) != cudaSuccess) {
+            e->v_logits = NULL;
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot allocate %d rows of verify logits", n);
+            return LOCKS_ERR_OOM;
+        }
+        e->v_rows = n;
+    }
+    /* pages that become full within [pos, pos + n): their summaries are built per layer */
+    if ((pos + n - 1) / 16 - pos / 16 + 1 > 64) return LOCKS_ERR_INVALID_ARG; /* longer: lg_prefill */
+    int32_t build[64], n_build = 0;
+    for (int32_t lp = pos / 16; lp <= (pos + n - 1) / 16; lp++)
+        if (lp * 16 + 15 <= pos + n - 1) build[n_build++] = sq->table[lp];
+    for (int32_t i = 0; i < n; i++) e->h_pos[i] = pos + i;
+    CU_TRY(cudaMemcpyAsync(e->ptok, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaMemcpyAsync(e->pos, e->h_pos, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
+    if (n_build) CU_TRY(cudaMemcpyAsync(e->v_build, build, (size_t)n_build * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st)); /* pageable / stack sources */
+    const float scale = 1.f / sqrtf((float)s->head_dim);
+    const int split = lg_verify_attend_fits(c, n, s->n_heads);
+    LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->x, e->st));
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        const lg_layer *L = &e->m->layers[l];
+        LOCKS_TRY(layer_head(e, L, n, LG_PART_ALL));
+        LOCKS_TRY(lg_verify_kv_launch(c, l, seq, pos, n, e->qkv, e->qkv_dim, e->q_dim, e->st));
+        if (n_build) LOCKS_TRY(locks_cuda_summary_build(c, l, e->v_build, n_build));
+        if (split)
+            LOCKS_TRY(lg_verify_attend_launch(c, l, seq, pos, n, e->q, s->n_heads, scale, e->v_ws, e->att, e->st));
+        else
+            LOCKS_TRY(lg_prefill_attend_launch(c, l, seq, pos, n, e->q, s->n_heads, scale, e->att, e->st));
+        LOCKS_TRY(layer_tail(e, L, n, LG_PART_ALL));
+    }
+    LOCKS_TRY(lg_rmsnorm_launch(e->x, e->m->output_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    LOCKS_TRY(gemm(e, e->m->output, s->n_vocab, s->dim, n, e->v_logits, 0.f));
+    CU_TRY(cudaMemcpyAsync(logits, e->v_logits, (size_t)n * s->n_vocab * 4, cudaMemcpyDeviceToHost, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st));
+    /* the host's written-slot masks, as lg_decode keeps them */
+    for (int32_t p = pos; p < pos + n; p++)
+        for (int32_t l = 0; l < s->n_layers; l++)
+            e->cache->fill[(size_t)l * e->cache->p.n_pages + sq->table[p / LOCKS_PAGE]] |=
+                (uint16_t)(1u << (p % LOCKS_PAGE));
     return LOCKS_OK;
 }
 
@@ -725,6 +801,21 @@ extern "C" locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int3
     LOCKS_TRY(lg_prefill_attend_launch(c->cuda, layer, seq, pos, n, d_q, n_q_heads, scale, d_out, c->cuda->stream));
     CU_TRY(cudaStreamSynchronize(c->cuda->stream));
     return LOCKS_OK;
+}
+extern "C" locks_status lg_op_verify_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                            const float *d_q, int32_t n_q_heads, float scale, float *d_out) {
+    if (!c || !c->cuda || layer < 0 || layer >= c->p.n_layers || seq < 0 || seq >= c->p.max_seqs || pos < 0 || n < 1 ||
+        locks_cache_seq_len(c, seq) < pos + n || n_q_heads % c->p.n_kv_heads != 0)
+        return LOCKS_ERR_INVALID_ARG;
+    if (!lg_verify_attend_fits(c->cuda, n, n_q_heads)) return LOCKS_ERR_UNSUPPORTED;
+    if (scale <= 0.f) scale = 1.f / sqrtf((float)c->p.head_dim);
+    float *ws = NULL;
+    CU_TRY(cudaMalloc((void **)&ws, lg_verify_ws_floats(c->cuda) * 4));
+    locks_status st = lg_verify_attend_launch(c->cuda, layer, seq, pos, n, d_q, n_q_heads, scale, ws, d_out,
+                                              c->cuda->stream);
+    if (st == LOCKS_OK && cudaStreamSynchronize(c->cuda->stream) != cudaSuccess) st = LOCKS_ERR_BACKEND;
+    cudaFree(ws);
+    return st;
 }
 extern "C" locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,
                                      uint64_t *d_counter, int32_t *d_tok) {

@@ -26,6 +26,10 @@ locks_status engine_cuda_forward(engine_cuda *g, const int32_t *tokens, int32_t 
     (void)g, (void)tokens, (void)n, (void)pos, (void)decode, (void)logits, (void)step, (void)n_ctx, (void)stats;
     return LOCKS_ERR_UNSUPPORTED;
 }
+locks_status engine_cuda_verify(engine_cuda *g, const int32_t *tokens, int32_t n, int32_t pos, float *logits) {
+    (void)g, (void)tokens, (void)n, (void)pos, (void)logits;
+    return LOCKS_ERR_UNSUPPORTED;
+}
 locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p) {
     (void)g, (void)p;
     return LOCKS_ERR_UNSUPPORTED;
@@ -239,6 +243,10 @@ locks_status engine_cuda_forward(engine_cuda *g, const int32_t *tokens, int32_t 
     stats->bytes_kv += (uint64_t)attended(len, step) * tok_bytes;
     stats->bytes_dense += (uint64_t)len * tok_bytes;
     return LOCKS_OK;
+}
+
+locks_status engine_cuda_verify(engine_cuda *g, const int32_t *tokens, int32_t n, int32_t pos, float *logits) {
+    return lg_verify(g->e, 0, tokens, n, pos, logits);
 }
 
 locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p) {
