@@ -210,7 +210,7 @@ static void test_verify_vs_decode(const locks_model *m, const int32_t *tok, int3
         for (int32_t i = 0; i < nv; i++) {
             const float *a = dec + (size_t)i * V, *b = ver + (size_t)i * V;
             for (int32_t j = 0; j < V; j++) {
-                const double dd = fabs((double)a[j] - b[j]);
+                const double dd = fabs((double)a[j] - (double)b[j]);
                 if (dd > maxd) maxd = dd;
             }
             top1 += argmax(a, V) == argmax(b, V);
