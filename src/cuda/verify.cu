@@ -9,8 +9,9 @@
  * query r / G, head kvh * G + r % G; n * G <= VF_MAX_ROWS), so every K/V page is read
  * once per KV head, and the keys are split over blocks:
  *
- *   grid (splits, hkv), 4 warps. A split is a range of pages; the block loads tiles of
- *   KP pages into shared memory (slots past the written end zeroed, as prefill.cu), and
+ *   grid (splits, hkv), 4 warps. A split is a range of pages; the block streams tiles of
+ *   KP pages into shared memory by cp.async, one tile ahead of the one it computes (slots
+ *   past the written end zero-filled, as prefill.cu zeroes them), and
  *   each warp takes one 16-row m-tile and every (4 / m-tiles)-th page of a tile:
  *   S = Q K^T (mma m16n8k16, Q pre-scaled by scale * log2 e and rounded to the kv type),
  *   the causal mask (key position > the row's token position), online softmax in fp32,
@@ -45,18 +46,24 @@ static __device__ __forceinline__ void vf_ldmatrix_x4_trans(uint32_t *r, const v
                  : "r"(a));
 }
 
+/* 16 bytes global -> shared, asynchronous; ok = 0 writes zeros (reads nothing). */
+static __device__ __forceinline__ void vf_cp_async16_zfill(void *smem, const void *g, bool ok) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g), "r"(ok ? 16 : 0));
+}
+
+template <int D> static constexpr size_t vf_smem_bytes() { return (size_t)2 * 2 * VF_KP * 16 * vf_cfg<D>::LD * 2; }
+
 /* part_o [split][hkv][VF_MAX_ROWS][D], part_ml [split][hkv][VF_MAX_ROWS][2] (max, sum). */
 template <int D, typename T>
 static __global__ void __launch_bounds__(VF_WARPS * 32)
 verify_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ vpool, const int32_t *__restrict__ bt,
               int32_t hkv, int32_t G, int32_t pos, int32_t n, const float *__restrict__ q, int32_t hq, float qmul,
               int32_t pages_per_split, float *__restrict__ part_o, float *__restrict__ part_ml) {
-    constexpr int KP = VF_KP, LD = vf_cfg<D>::LD;
-    /* K and V tiles; after the key loop the same memory holds the warps' partials */
-    __shared__ __align__(16) uint16_t smem[2][KP * 16][LD];
-    static_assert(sizeof(smem) >= VF_WARPS * (16 * D + 32) * sizeof(float), "merge buffer");
-    uint16_t (*ks)[LD] = smem[0];
-    uint16_t (*vs)[LD] = smem[1];
+    constexpr int KP = VF_KP, LD = vf_cfg<D>::LD, TILE = KP * 16 * LD; /* elements of one K (or V) tile */
+    /* two stages of (K tile, V tile), cp.async one tile ahead; after the key loop the
+     * same memory holds the warps' partials */
+    extern __shared__ __align__(16) uint16_t smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int32_t split = blockIdx.x, kvh = blockIdx.y;
     const int32_t R = n * G, MT = (R + 15) / 16, NLG = VF_WARPS / MT;
@@ -88,25 +95,33 @@ verify_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
 
-    for (int32_t lp0 = lp_begin; lp0 < lp_end; lp0 += KP) {
-        __syncthreads();
-        constexpr int CH = D / 8; /* 16-byte chunks per key row */
+    /* tile of KP pages from lp0 -> stage st (16-byte chunks; slots past `total` or past the
+     * split zero-filled) */
+    auto issue = [&](int32_t lp0, int st) {
+        constexpr int CH = D / 8;
+        uint16_t *kd = smem + (size_t)st * 2 * TILE, *vd = kd + TILE;
+#pragma unroll
         for (int i = threadIdx.x; i < KP * 16 * CH; i += VF_WARPS * 32) {
             const int key = i / CH, ch = i % CH;
             const int32_t lp = lp0 + key / 16, kpos = lp * 16 + key % 16;
-            uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
-            if (lp < lp_end && kpos < total) {
-                const size_t off = (((size_t)bt[lp] * hkv + kvh) * 16 + key % 16) * D + ch * 8;
-                kw = *reinterpret_cast<const uint4 *>(kpool + off);
-                vw = *reinterpret_cast<const uint4 *>(vpool + off);
-            }
-            *reinterpret_cast<uint4 *>(&ks[key][ch * 8]) = kw;
-            *reinterpret_cast<uint4 *>(&vs[key][ch * 8]) = vw;
+            const bool ok = lp < lp_end && kpos < total;
+            const size_t off = ok ? (((size_t)bt[lp] * hkv + kvh) * 16 + key % 16) * D + ch * 8 : 0;
+            vf_cp_async16_zfill(kd + key * LD + ch * 8, kpool + off, ok);
+            vf_cp_async16_zfill(vd + key * LD + ch * 8, vpool + off, ok);
         }
+    };
+    if (lp_begin < lp_end) issue(lp_begin, 0);
+    cp_async_commit();
+    int stage = 0;
+    for (int32_t lp0 = lp_begin; lp0 < lp_end; lp0 += KP, stage ^= 1) {
+        if (lp0 + KP < lp_end) issue(lp0 + KP, stage ^ 1);
+        cp_async_commit();
+        cp_async_wait<1>(); /* this tile's group has landed */
         __syncthreads();
-        if (!warp_live) continue;
+        const uint16_t(*ks)[LD] = reinterpret_cast<const uint16_t(*)[LD]>(smem + (size_t)stage * 2 * TILE);
+        const uint16_t(*vs)[LD] = reinterpret_cast<const uint16_t(*)[LD]>(smem + (size_t)stage * 2 * TILE + TILE);
 #pragma unroll 1
-        for (int pg = lgi; pg < KP; pg += NLG) {
+        for (int pg = warp_live ? lgi : KP; pg < KP; pg += NLG) {
             const int32_t kp0 = (lp0 + pg) * 16;
             if (lp0 + pg >= lp_end || kp0 > warp_last) break;
             const int kr = pg * 16;
@@ -170,7 +185,9 @@ verify_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
                 mma_op<T>::run(o[nd + 1], pa, b[2], b[3]);
             }
         }
+        __syncthreads(); /* the next iteration's issue overwrites the other stage only; the one after, this */
     }
+    cp_async_wait<0>();
 
     /* ---- merge the warps of each m-tile, write the split's partials ---- */
     l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
@@ -178,7 +195,7 @@ verify_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
     l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
     __syncthreads(); /* the tiles are no longer read */
-    float *wb = reinterpret_cast<float *>(&smem[0][0][0]) + (size_t)warp * (16 * D + 32);
+    float *wb = reinterpret_cast<float *>(smem) + (size_t)warp * (16 * D + 32);
     if (warp_live) {
 #pragma unroll
         for (int nd = 0; nd < D / 8; nd++) {
@@ -196,7 +213,7 @@ verify_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
         }
     }
     __syncthreads();
-    const float *base = reinterpret_cast<const float *>(&smem[0][0][0]);
+    const float *base = reinterpret_cast<const float *>(smem);
     const size_t prow = ((size_t)split * hkv + kvh) * VF_MAX_ROWS;
     for (int i = threadIdx.x; i < MT * 16 * D; i += VF_WARPS * 32) {
         const int tile = i / (16 * D), row = (i / D) % 16, c = i % D, r = tile * 16 + row;
@@ -265,7 +282,14 @@ static locks_status verify_launch_t(locks_cuda_cache *c, int32_t layer, int32_t 
     const int32_t splits = (n_lp + pps - 1) / pps;
     float *part_ml = ws, *part_o = ws + (size_t)splits * hkv * VF_MAX_ROWS * 2;
     const size_t koff = (size_t)layer * c->kv_layer_elems;
-    verify_kernel<D, T><<<dim3((unsigned)splits, (unsigned)hkv), VF_WARPS * 32, 0, st>>>(
+    static_assert(vf_smem_bytes<D>() >= VF_WARPS * (16 * D + 32) * sizeof(float), "merge buffer");
+    static bool attr_set = false; /* per instantiation */
+    if (!attr_set) {
+        CU_TRY(cudaFuncSetAttribute(verify_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)vf_smem_bytes<D>()));
+        attr_set = true;
+    }
+    verify_kernel<D, T><<<dim3((unsigned)splits, (unsigned)hkv), VF_WARPS * 32, vf_smem_bytes<D>(), st>>>(
         c->k + koff, c->v + koff, c->block_table + (size_t)seq * c->p.n_pages, hkv, G, pos, n, q, hq,
         scale * 1.4426950408889634f, pps, part_o, part_ml);
     CU_LAUNCH_CHECK(verify_kernel);
