@@ -59,16 +59,21 @@ static const mshape mshapes[] = {
 typedef struct {
     const mshape *m;
     int32_t ctx[MAXL], batch[MAXL], ttft[MAXL];
-    int n_ctx, n_batch, n_ttft;
+    int32_t gemv[3];
+    int n_ctx, n_batch, n_ttft, n_gemv;
     int32_t budget, trials, spec;
     const char *csv;
 } mopts;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b [--context 32k,128k,...] [--batch 1,8]\n"
-               "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--csv FILE]\n"
-               "                   [--speculate K]  (batch 1: cost of a LOCKS draft token and of a dense verify\n"
-               "                                     of K + 1 tokens; per-token speed vs acceptance rate)\n");
+               "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0] [--csv FILE]\n"
+               "                   [--speculate K]\n"
+               "  --gemv LIST: decode products through gemv.cu with programmatic dependent launch (2), without\n"
+               "               (1), or through cuBLAS and the small kernels (0), each measured on the same cache\n"
+               "               (sets LOCKS_CUDA_GEMV); default: as the environment\n"
+               "  --speculate K: batch 1: the cost of a LOCKS draft token and of a dense verify of K + 1 tokens,\n"
+               "               and the per-token speed of speculation as a function of the acceptance rate\n");
 }
 
 static int parse(int argc, char **argv, mopts *o) {
@@ -106,6 +111,9 @@ static int parse(int argc, char **argv, mopts *o) {
         } else if (!strcmp(a, "--ttft") && v) {
             if (!strcmp(v, "0")) o->n_ttft = 0;
             else if ((o->n_ttft = args_parse_ints(v, o->ttft, MAXL, 16, INT32_MAX / 2)) < 1) return 2;
+            i++;
+        } else if (!strcmp(a, "--gemv") && v) {
+            if ((o->n_gemv = args_parse_ints(v, o->gemv, 3, 0, 2)) < 1) return 2;
             i++;
         } else if (!strcmp(a, "--budget") && v) {
             if (!args_parse_int(v, 16, INT32_MAX, &o->budget)) return 2;
@@ -289,43 +297,51 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     TRY(locks_cuda_sync(c->cuda));
     const double fill_ms = locks_now_ms() - t0;
     for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 1)); /* the decode token's slot */
-    e = lg_ctx_init(m, c, B, 16, &st);
-    if (!e) {
-        fprintf(stderr, "locks bench: engine: %s\n", locks_status_str(st));
-        rc = 1;
-        goto done;
+    for (int gi = 0; gi < (o->n_gemv ? o->n_gemv : 1) && !rc; gi++) {
+        static const char *const vals[] = {"0", "1", "2"}, *const gtags[] = {" cublas", " gemv", " gemv+pdl"};
+        static const char *const ctags[] = {"-cublas", "-gemv", "-gemvpdl"};
+        if (o->n_gemv) setenv("LOCKS_CUDA_GEMV", vals[o->gemv[gi]], 1);
+        const char *gtag = o->n_gemv ? gtags[o->gemv[gi]] : "", *ctag = o->n_gemv ? ctags[o->gemv[gi]] : "";
+        e = lg_ctx_init(m, c, B, 16, &st);
+        if (!e) {
+            fprintf(stderr, "locks bench: engine: %s\n", locks_status_str(st));
+            rc = 1;
+            goto done;
+        }
+        int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        TRY(lg_set_tokens(e, toks));
+        const lg_sample_params greedy = {0.f, 0, 1.f, 1};
+        TRY(lg_set_sampler(e, &greedy));
+        const double wb = weight_bytes(s);
+        for (int sel = 0; sel < 2; sel++) {
+            locks_step_params p = locks_step_default_params();
+            p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
+            p.budget = sel ? o->budget : N + 16;
+            TRY(lg_set_step(e, &p, pages_per_seq * 16));
+            double all_ms, gemm_ms, attn_ms;
+            TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &all_ms));
+            TRY(lg_time_decode(e, LG_PART_GEMM, o->trials, &gemm_ms));
+            TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &attn_ms));
+            const double att = attended(N, p.budget, sel);
+            const double per_tok_head = (double)s->head_dim * 2 * 2;
+            double kvb = (double)B * s->n_layers * s->n_kv_heads * att * per_tok_head;
+            if (sel) kvb += (double)B * s->n_layers * s->n_kv_heads * (N / 16) * (double)locks_summary_bytes(s->head_dim, 8, LOCKS_SUMMARY_Q);
+            const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
+            printf("%-9s batch %d ctx %7d %-5s%s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
+                   "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
+                   o->m->name, B, N, sel ? "locks" : "dense", gtag, all_ms, B * 1e3 / all_ms, gemm_ms, attn_ms,
+                   all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (all_ms * 1e-3) / 1e12, limit_ms,
+                   100.0 * limit_ms / all_ms);
+            if (csv)
+                fprintf(csv, "decode,%s,%d,%d,%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f\n", o->m->name, B, N,
+                        sel ? "locks" : "dense", ctag, p.budget, all_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms, bytes,
+                        limit_ms);
+            fflush(stdout);
+        }
+        if (o->spec && B == 1 && !rc) rc = bench_speculate(o, e, c, N, csv);
+        lg_ctx_free(e);
+        e = NULL;
     }
-    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    TRY(lg_set_tokens(e, toks));
-    const lg_sample_params greedy = {0.f, 0, 1.f, 1};
-    TRY(lg_set_sampler(e, &greedy));
-    const double wb = weight_bytes(s);
-    for (int sel = 0; sel < 2; sel++) {
-        locks_step_params p = locks_step_default_params();
-        p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
-        p.budget = sel ? o->budget : N + 16;
-        TRY(lg_set_step(e, &p, pages_per_seq * 16));
-        double all_ms, gemm_ms, attn_ms;
-        TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &all_ms));
-        TRY(lg_time_decode(e, LG_PART_GEMM, o->trials, &gemm_ms));
-        TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &attn_ms));
-        const double att = attended(N, p.budget, sel);
-        const double per_tok_head = (double)s->head_dim * 2 * 2;
-        double kvb = (double)B * s->n_layers * s->n_kv_heads * att * per_tok_head;
-        if (sel) kvb += (double)B * s->n_layers * s->n_kv_heads * (N / 16) * (double)locks_summary_bytes(s->head_dim, 8, LOCKS_SUMMARY_Q);
-        const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
-        printf("%-9s batch %d ctx %7d %-5s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
-               "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
-               o->m->name, B, N, sel ? "locks" : "dense", all_ms, B * 1e3 / all_ms, gemm_ms, attn_ms,
-               all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (all_ms * 1e-3) / 1e12, limit_ms,
-               100.0 * limit_ms / all_ms);
-        if (csv)
-            fprintf(csv, "decode,%s,%d,%d,%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f\n", o->m->name, B, N,
-                    sel ? "locks" : "dense", p.budget, all_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms, bytes,
-                    limit_ms);
-        fflush(stdout);
-    }
-    if (o->spec && B == 1) rc = bench_speculate(o, e, c, N, csv);
     printf("  (KV fill + summaries of %d pages x %d layers: %.1f s)\n", cp.n_pages, s->n_layers, fill_ms / 1e3);
 done:
     lg_ctx_free(e);

@@ -129,6 +129,17 @@ locks_status lg_sample_prefill(lg_ctx *e, int32_t seq, int32_t *tok);
  * trials replays (no host bookkeeping in between: the sequences keep their length). */
 locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double *median_ms);
 
+/* ---- the decode products for 1..8 rows (gemv.cu) -------------------------------------- */
+
+/* What a product's 16-bit input X is made of (each value rounded once to the weight type):
+ * X16 the 16-bit input itself; F32 fp32 values; NORM the RMSNorm of fp32 rows x with
+ * weight nw; SWIGLU silu(g) * u of fp32 rows g|u (2 cols wide). */
+enum { LG_GEMV_X16 = 0, LG_GEMV_F32 = 1, LG_GEMV_NORM = 2, LG_GEMV_SWIGLU = 3 };
+#define LG_GEMV_MAX_N 8
+/* Blocks of one product of `rows` rows for n input rows (= the partial sums of squares it
+ * writes per input row). */
+int32_t lg_gemv_blocks(int32_t rows, int32_t n);
+
 /* ---- single ops, for the GPU tests (device arrays, synchronous) --------------------- */
 
 /* out[t][i] = T(x[t][i] / sqrt(mean(x[t]^2) + eps) * w[i]), T = dtype (F16/BF16 bits) or
@@ -156,6 +167,13 @@ locks_status lg_op_verify_attend(locks_cache *c, int32_t layer, int32_t seq, int
  * *d_counter (incremented per call): tok[n_rows]. */
 locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,
                           uint64_t *d_counter, int32_t *d_tok);
+/* y (n, rows) = X (n, cols) . W^T (+ y if beta), X made from d_x by mode (x rows of cols
+ * values, 2 cols for SWIGLU; the NORM's eps, weight d_nw). cols a multiple of 8, n <= 8.
+ * ss (host, may be NULL) receives the sums of squares of the n rows of y written, summed
+ * from the per-block partials the kernel leaves for a following NORM product. pdl: launch
+ * it with programmatic dependent launch (after the partial sums of squares of a NORM). */
+locks_status lg_op_gemv(int mode, const void *d_w, locks_dtype wtype, int32_t rows, int32_t cols, int32_t n,
+                        const void *d_x, const float *d_nw, float eps, float *d_y, int beta, int pdl, float *ss);
 /* The uniform draw the sampler uses for (seed, counter, row), in [0, 1) (host twin). */
 float lg_sample_uniform(uint64_t seed, uint64_t counter, int32_t row);
 

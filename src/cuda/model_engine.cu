@@ -19,6 +19,7 @@
 #include <cublas_v2.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
@@ -264,6 +265,12 @@ struct lg_ctx {
     float *att;     /* (rows, q_dim) */
     float *gu;      /* (rows, 2 ffn) */
     float *logits;  /* (n_seqs, n_vocab) */
+    float *ss;      /* decode products: partial sums of squares of x's rows (gemv.cu) */
+    int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
+    int gemv;       /* decode products: 2 gemv.cu with programmatic dependent launch (default), 1 gemv.cu
+                     * (LOCKS_CUDA_GEMV=1), 0 cuBLAS + the small kernels (LOCKS_CUDA_GEMV=0) */
+    int fused;      /* set while enqueuing a decode token that uses them */
+    uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
     int32_t *ptok;  /* (max_chunk,) prefill tokens */
     int32_t *pos;   /* (rows,) positions */
@@ -290,8 +297,8 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
     for (int i = 0; i < 8; i++)
         if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
     if (e->blas) cublasDestroy(e->blas);
-    void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits,
-                    e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter,
+    void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits, e->ss,
+                    e->samp_ws, e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter,
                     e->v_logits, e->v_ws, e->v_build};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
@@ -366,7 +373,16 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->samp, sizeof(lg_sample_params));
         DA(e->counter, 8);
         DA(e->blas_ws, CUBLAS_WS_BYTES);
+        DA(e->ss, (size_t)lg_gemv_blocks(s->dim, n_seqs) * n_seqs * 4);
+        DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
 #undef DA
+        {
+            /* the decode products: gemv.cu unless LOCKS_CUDA_GEMV=0 or a width is not a
+             * multiple of 8 (16-byte rows); LOCKS_CUDA_GEMV=1: without PDL */
+            const char *ev = getenv("LOCKS_CUDA_GEMV");
+            const int fits = s->dim % 8 == 0 && e->q_dim % 8 == 0 && s->ffn_dim % 8 == 0 && n_seqs <= LG_GEMV_MAX_N;
+            e->gemv = !fits || (ev && ev[0] == '0') ? 0 : (ev && ev[0] == '1') ? 1 : 2;
+        }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
         if (!e->h_pos) {
             st = LOCKS_ERR_OOM;
@@ -380,6 +396,8 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             cudaMemcpy(e->samp, &greedy, sizeof greedy, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemcpy(e->counter, &zero, 8, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemset(e->tok, 0, (size_t)n_seqs * 4) != cudaSuccess ||
+            cudaMemset(e->samp_ws, 0, lg_sample_ws_bytes(n_seqs)) != cudaSuccess ||
+            cudaMemset(e->ss, 0, (size_t)lg_gemv_blocks(s->dim, n_seqs) * n_seqs * 4) != cudaSuccess ||
             cudaEventCreate(&e->ev0) != cudaSuccess || cudaEventCreate(&e->ev1) != cudaSuccess) {
             st = LOCKS_ERR_BACKEND;
             goto fail;
@@ -418,23 +436,56 @@ static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, i
     return LOCKS_OK;
 }
 
+/* y (n, rows) = rms(x) . W^T with norm weight nw: one gemv.cu product in a fused decode
+ * token (the norm from the partial sums of squares the last residual write left), else
+ * the RMSNorm kernel and cuBLAS. */
+static locks_status norm_product(lg_ctx *e, const float *nw, const void *w, int32_t rows, int32_t n, float *y, int parts) {
+    const lg_shape *s = &e->m->s;
+    if (e->fused) {
+        if (parts & LG_PART_GEMM)
+            LOCKS_TRY(lg_gemv_launch(LG_GEMV_NORM, w, s->wtype, rows, s->dim, n, e->x, s->dim, nw, e->ss, e->ss_nblk,
+                                     s->norm_eps, y, rows, 0, NULL, e->gemv == 2, e->st));
+        return LOCKS_OK;
+    }
+    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, nw, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, rows, s->dim, n, y, 0.f));
+    return LOCKS_OK;
+}
+
+/* x += X . W^T with X = 16-bit(src) (mode LG_GEMV_F32, src (n, cols)) or silu(g) * u of
+ * src = gu (LG_GEMV_SWIGLU, cols = ffn); fused, the product also leaves x's partial sums
+ * of squares for the next norm_product. */
+static locks_status residual_product(lg_ctx *e, int mode, const float *src, const void *w, int32_t cols, int32_t n,
+                                     int parts) {
+    const lg_shape *s = &e->m->s;
+    if (e->fused) {
+        if (parts & LG_PART_GEMM)
+            LOCKS_TRY(lg_gemv_launch(mode, w, s->wtype, s->dim, cols, n, src, mode == LG_GEMV_SWIGLU ? 2 * cols : cols,
+                                     NULL, NULL, 0, 0.f, e->x, s->dim, 1, e->ss, e->gemv == 2, e->st));
+        e->ss_nblk = lg_gemv_blocks(s->dim, n);
+        return LOCKS_OK;
+    }
+    if (parts & LG_PART_REST) {
+        if (mode == LG_GEMV_SWIGLU) LOCKS_TRY(lg_swiglu_launch(src, n, cols, s->wtype, e->xb, e->st));
+        else LOCKS_TRY(lg_cast_launch(src, (size_t)n * cols, s->wtype, e->xb, e->st));
+    }
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, s->dim, cols, n, e->x, 1.f));
+    return LOCKS_OK;
+}
+
 /* The FFN half of a layer and the Wo product, shared by prefill and decode. att -> x. */
 static locks_status layer_tail(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
     const lg_shape *s = &e->m->s;
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_cast_launch(e->att, (size_t)n * e->q_dim, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wo, s->dim, e->q_dim, n, e->x, 1.f));
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, L->ffn_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wgu, 2 * s->ffn_dim, s->dim, n, e->gu, 0.f));
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_swiglu_launch(e->gu, n, s->ffn_dim, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wdown, s->dim, s->ffn_dim, n, e->x, 1.f));
+    LOCKS_TRY(residual_product(e, LG_GEMV_F32, e->att, L->wo, e->q_dim, n, parts));
+    LOCKS_TRY(norm_product(e, L->ffn_norm, L->wgu, 2 * s->ffn_dim, n, e->gu, parts));
+    LOCKS_TRY(residual_product(e, LG_GEMV_SWIGLU, e->gu, L->wdown, s->ffn_dim, n, parts));
     return LOCKS_OK;
 }
 
 /* xb = rms(x) ; qkv = Wqkv xb ; rope on q and k at e->pos; q copied contiguous. */
 static locks_status layer_head(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
     const lg_shape *s = &e->m->s;
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, L->attn_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wqkv, e->qkv_dim, s->dim, n, e->qkv, 0.f));
+    LOCKS_TRY(norm_product(e, L->attn_norm, L->wqkv, e->qkv_dim, n, e->qkv, parts));
     if (parts & LG_PART_REST) {
         LOCKS_TRY(lg_rope_launch(e->qkv, n, e->qkv_dim, s->n_heads, s->head_dim, s->n_rot, e->inv_freq, e->pos, e->st));
         LOCKS_TRY(lg_rope_launch(e->qkv + e->q_dim, n, e->qkv_dim, s->n_kv_heads, s->head_dim, s->n_rot, e->inv_freq,
@@ -630,14 +681,21 @@ static locks_status enqueue_step(lg_ctx *e, int32_t layer) {
 }
 
 /* Every kernel of one decode token (the graph's body). */
-static locks_status enqueue_decode(lg_ctx *e, int parts) {
+static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
     const lg_shape *s = &e->m->s;
     const int32_t ns = e->n_seqs;
     locks_cuda_cache *c = e->cc;
     if (parts & (LG_PART_REST | LG_PART_ATTN)) {
         LOCKS_TRY(lg_decode_prep_launch(c->seq_len, c->block_table, c->p.n_pages, ns, e->pos, e->build, e->st));
     }
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->st));
+    if (parts & LG_PART_REST) {
+        if (e->fused) {
+            LOCKS_TRY(lg_embed_ss_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->ss, e->st));
+        } else {
+            LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->st));
+        }
+    }
+    e->ss_nblk = 1;
     for (int32_t l = 0; l < s->n_layers; l++) {
         const lg_layer *L = &e->m->layers[l];
         LOCKS_TRY(layer_head(e, L, ns, parts));
@@ -648,10 +706,18 @@ static locks_status enqueue_decode(lg_ctx *e, int parts) {
         }
         LOCKS_TRY(layer_tail(e, L, ns, parts));
     }
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, e->m->output_norm, ns, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, e->m->output, s->n_vocab, s->dim, ns, e->logits, 0.f));
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_sample_launch(e->logits, ns, s->n_vocab, e->samp, e->counter, e->tok, e->st));
+    LOCKS_TRY(norm_product(e, e->m->output_norm, e->m->output, s->n_vocab, ns, e->logits, parts));
+    if (parts & LG_PART_REST)
+        LOCKS_TRY(lg_sample_launch(e->logits, ns, s->n_vocab, e->samp, e->counter, e->samp_ws, e->tok, e->st));
     return LOCKS_OK;
+}
+
+/* Every kernel of one decode token, through gemv.cu's fused products where they apply. */
+static locks_status enqueue_decode(lg_ctx *e, int parts) {
+    e->fused = e->gemv;
+    const locks_status st = enqueue_decode_body(e, parts);
+    e->fused = 0;
+    return st;
 }
 
 /* The host's checks before a token: lengths within max_ctx, forced pages within budget. */
@@ -732,7 +798,7 @@ extern "C" locks_status lg_decode(lg_ctx *e, int use_graph, int32_t *next, float
 extern "C" locks_status lg_sample_prefill(lg_ctx *e, int32_t seq, int32_t *tok) {
     if (!e || !tok || seq < 0 || seq >= e->n_seqs) return LOCKS_ERR_INVALID_ARG;
     const int32_t V = e->m->s.n_vocab;
-    LOCKS_TRY(lg_sample_launch(e->logits + (size_t)seq * V, 1, V, e->samp, e->counter, e->tok + seq, e->st));
+    LOCKS_TRY(lg_sample_launch(e->logits + (size_t)seq * V, 1, V, e->samp, e->counter, e->samp_ws, e->tok + seq, e->st));
     CU_TRY(cudaMemcpyAsync(tok, e->tok + seq, 4, cudaMemcpyDeviceToHost, e->st));
     CU_TRY(cudaStreamSynchronize(e->st));
     return LOCKS_OK;
@@ -820,11 +886,19 @@ extern "C" locks_status lg_op_verify_attend(locks_cache *c, int32_t layer, int32
 extern "C" locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,
                                      uint64_t *d_counter, int32_t *d_tok) {
     lg_sample_params *dp = NULL;
+    uint64_t *ws = NULL;
     CU_TRY(cudaMalloc((void **)&dp, sizeof *dp));
     locks_status st = LOCKS_OK;
-    if (cudaMemcpy(dp, p, sizeof *p, cudaMemcpyHostToDevice) != cudaSuccess) st = LOCKS_ERR_BACKEND;
-    if (st == LOCKS_OK) st = lg_sample_launch(d_logits, n_rows, n_vocab, dp, d_counter, d_tok, 0);
+    if (cudaMalloc((void **)&ws, lg_sample_ws_bytes(n_rows)) != cudaSuccess) {
+        ws = NULL;
+        st = LOCKS_ERR_OOM;
+    }
+    if (st == LOCKS_OK && (cudaMemcpy(dp, p, sizeof *p, cudaMemcpyHostToDevice) != cudaSuccess ||
+                           cudaMemset(ws, 0, lg_sample_ws_bytes(n_rows)) != cudaSuccess))
+        st = LOCKS_ERR_BACKEND;
+    if (st == LOCKS_OK) st = lg_sample_launch(d_logits, n_rows, n_vocab, dp, d_counter, ws, d_tok, 0);
     if (st == LOCKS_OK && cudaDeviceSynchronize() != cudaSuccess) st = LOCKS_ERR_BACKEND;
     cudaFree(dp);
+    if (ws) cudaFree(ws);
     return st;
 }
