@@ -12,7 +12,10 @@
  *    Wq|Wk|Wv are stored as one (q_dim + 2 kv_dim, dim) matrix and Wgate|Wup as one
  *    (2 ffn, dim) matrix, so a layer runs 4 products (cuBLAS, fp32 accumulation, fp32
  *    output). Norm weights are fp32. The residual stream stays fp32; the input of every
- *    product is rounded once to the weight type.
+ *    product is rounded once to the weight type. LOCKS_CUDA_GEMV=1 (or 2: with
+ *    programmatic dependent launch) runs the decode token's products through gemv.cu
+ *    instead, with the RMSNorms, the casts and SwiGLU folded into them (off by default:
+ *    slower on the H200, bench/RESULTS.md).
  *  - The engine's sequences are the cache's slots 0 .. n_seqs - 1 (a CUDA-backend
  *    locks_cache). The caller keeps the host bookkeeping (locks_cache_append before each
  *    decode token, which mirrors block tables and lengths to the device); the decode

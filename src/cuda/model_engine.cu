@@ -28,7 +28,6 @@ extern "C" {
 
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
 #define MAX_ENGINE_SEQS 8
-#define LG_GEMV_AUTO_N 1
 
 #define CB_TRY(call)                                                                               \
     do {                                                                                           \
@@ -268,8 +267,8 @@ struct lg_ctx {
     float *logits;  /* (n_seqs, n_vocab) */
     float *ss;      /* decode products: partial sums of squares of x's rows (gemv.cu) */
     int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
-    int gemv;       /* decode products: 2 gemv.cu with programmatic dependent launch, 1 gemv.cu
-                     * without, 0 cuBLAS + the small kernels (see lg_ctx_init) */
+    int gemv;       /* decode products: 0 cuBLAS + the small kernels, 1 gemv.cu, 2 gemv.cu with
+                     * programmatic dependent launch (LOCKS_CUDA_GEMV, see lg_ctx_init) */
     int fused;      /* set while enqueuing a decode token that uses them */
     uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
@@ -372,16 +371,16 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
 #undef DA
         {
-            /* the decode products: gemv.cu (with PDL) for up to LG_GEMV_AUTO_N sequences,
-             * beyond that cuBLAS on the tensor cores (gemv.cu runs on the CUDA cores: at 8
-             * sequences it was 4.4x slower, bench/RESULTS.md); LOCKS_CUDA_GEMV=0 never,
-             * 1 / 2 always (without / with PDL) if gemv.cu takes the widths */
+            /* the decode products: cuBLAS and the small kernels unless LOCKS_CUDA_GEMV=1
+             * (gemv.cu, the norms, casts and SwiGLU folded into the products) or 2 (the same
+             * with programmatic dependent launch), where gemv.cu takes the widths. Not the
+             * default: on the H200 the fused token was 3% slower at one sequence (its
+             * products 5.08 ms vs cuBLAS 4.02 for Llama-3.1-8B, the rest 0.34 vs 1.13 ms)
+             * and 3-6x slower at 2-8 (CUDA cores, not tensor cores); bench/RESULTS.md. */
             const char *ev = getenv("LOCKS_CUDA_GEMV");
             const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
                              lg_gemv_supported(s->ffn_dim, n_seqs);
-            if (!fits || (ev && ev[0] == '0')) e->gemv = 0;
-            else if (ev && (ev[0] == '1' || ev[0] == '2')) e->gemv = ev[0] - '0';
-            else e->gemv = n_seqs <= LG_GEMV_AUTO_N ? 2 : 0;
+            e->gemv = fits && ev && (ev[0] == '1' || ev[0] == '2') ? ev[0] - '0' : 0;
             if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
