@@ -577,6 +577,13 @@ int main(void) {
         for (int ci = 0; ci < 4; ci++) test_prefill(shapes[si][0], shapes[si][1], shapes[si][2], cases[ci][0], cases[ci][1]);
     test_sample();
     test_gemv();
-    test_engine();
+    /* the engine with its decode products through cuBLAS and the small kernels (default),
+     * through gemv.cu, and through gemv.cu with programmatic dependent launch */
+    const char *paths[] = {"0", "1", "2"};
+    for (int i = 0; i < 3; i++) {
+        setenv("LOCKS_CUDA_GEMV", paths[i], 1);
+        printf("  engine, LOCKS_CUDA_GEMV=%s\n", paths[i]);
+        test_engine();
+    }
     return test_report("test_gpu_model_ops");
 }

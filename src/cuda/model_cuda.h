@@ -12,7 +12,10 @@
  *    Wq|Wk|Wv are stored as one (q_dim + 2 kv_dim, dim) matrix and Wgate|Wup as one
  *    (2 ffn, dim) matrix, so a layer runs 4 products (cuBLAS, fp32 accumulation, fp32
  *    output). Norm weights are fp32. The residual stream stays fp32; the input of every
- *    product is rounded once to the weight type.
+ *    product is rounded once to the weight type. LOCKS_CUDA_GEMV=1 (or 2: with
+ *    programmatic dependent launch) runs the decode token's products through gemv.cu
+ *    instead, with the RMSNorms, the casts and SwiGLU folded into them (off by default:
+ *    slower on the H200, bench/RESULTS.md).
  *  - The engine's sequences are the cache's slots 0 .. n_seqs - 1 (a CUDA-backend
  *    locks_cache). The caller keeps the host bookkeeping (locks_cache_append before each
  *    decode token, which mirrors block tables and lengths to the device); the decode
@@ -136,9 +139,14 @@ locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double *median_ms)
  * weight nw; SWIGLU silu(g) * u of fp32 rows g|u (2 cols wide). */
 enum { LG_GEMV_X16 = 0, LG_GEMV_F32 = 1, LG_GEMV_NORM = 2, LG_GEMV_SWIGLU = 3 };
 #define LG_GEMV_MAX_N 8
-/* Blocks of one product of `rows` rows for n input rows (= the partial sums of squares it
- * writes per input row). */
-int32_t lg_gemv_blocks(int32_t rows, int32_t n);
+/* Blocks of one product of `rows` rows and `cols` columns for n input rows (= the partial
+ * sums of squares it writes per input row). */
+int32_t lg_gemv_blocks(int32_t rows, int32_t cols, int32_t n);
+/* 1 if the products take inputs of cols columns for n rows (cols a multiple of 8, X of
+ * n x cols 16-bit values fits in a block's shared memory). */
+int lg_gemv_supported(int32_t cols, int32_t n);
+/* Raises the kernels' shared-memory limit; once before any graph capture. */
+locks_status lg_gemv_prepare(void);
 
 /* ---- single ops, for the GPU tests (device arrays, synchronous) --------------------- */
 

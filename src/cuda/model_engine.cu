@@ -267,8 +267,8 @@ struct lg_ctx {
     float *logits;  /* (n_seqs, n_vocab) */
     float *ss;      /* decode products: partial sums of squares of x's rows (gemv.cu) */
     int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
-    int gemv;       /* decode products: 2 gemv.cu with programmatic dependent launch (default), 1 gemv.cu
-                     * (LOCKS_CUDA_GEMV=1), 0 cuBLAS + the small kernels (LOCKS_CUDA_GEMV=0) */
+    int gemv;       /* decode products: 0 cuBLAS + the small kernels, 1 gemv.cu, 2 gemv.cu with
+                     * programmatic dependent launch (LOCKS_CUDA_GEMV, see lg_ctx_init) */
     int fused;      /* set while enqueuing a decode token that uses them */
     uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
@@ -373,15 +373,21 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->samp, sizeof(lg_sample_params));
         DA(e->counter, 8);
         DA(e->blas_ws, CUBLAS_WS_BYTES);
-        DA(e->ss, (size_t)lg_gemv_blocks(s->dim, n_seqs) * n_seqs * 4);
+        DA(e->ss, (size_t)lg_gemv_blocks(s->dim, 8, n_seqs) * n_seqs * 4); /* the most blocks */
         DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
 #undef DA
         {
-            /* the decode products: gemv.cu unless LOCKS_CUDA_GEMV=0 or a width is not a
-             * multiple of 8 (16-byte rows); LOCKS_CUDA_GEMV=1: without PDL */
+            /* the decode products: cuBLAS and the small kernels unless LOCKS_CUDA_GEMV=1
+             * (gemv.cu, the norms, casts and SwiGLU folded into the products) or 2 (the same
+             * with programmatic dependent launch), where gemv.cu takes the widths. Not the
+             * default: on the H200 the fused token was 3% slower at one sequence (its
+             * products 5.08 ms vs cuBLAS 4.02 for Llama-3.1-8B, the rest 0.34 vs 1.13 ms)
+             * and 3-6x slower at 2-8 (CUDA cores, not tensor cores); bench/RESULTS.md. */
             const char *ev = getenv("LOCKS_CUDA_GEMV");
-            const int fits = s->dim % 8 == 0 && e->q_dim % 8 == 0 && s->ffn_dim % 8 == 0 && n_seqs <= LG_GEMV_MAX_N;
-            e->gemv = !fits || (ev && ev[0] == '0') ? 0 : (ev && ev[0] == '1') ? 1 : 2;
+            const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
+                             lg_gemv_supported(s->ffn_dim, n_seqs);
+            e->gemv = fits && ev && (ev[0] == '1' || ev[0] == '2') ? ev[0] - '0' : 0;
+            if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
         if (!e->h_pos) {
@@ -397,7 +403,7 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             cudaMemcpy(e->counter, &zero, 8, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemset(e->tok, 0, (size_t)n_seqs * 4) != cudaSuccess ||
             cudaMemset(e->samp_ws, 0, lg_sample_ws_bytes(n_seqs)) != cudaSuccess ||
-            cudaMemset(e->ss, 0, (size_t)lg_gemv_blocks(s->dim, n_seqs) * n_seqs * 4) != cudaSuccess ||
+            cudaMemset(e->ss, 0, (size_t)lg_gemv_blocks(s->dim, 8, n_seqs) * n_seqs * 4) != cudaSuccess ||
             cudaEventCreate(&e->ev0) != cudaSuccess || cudaEventCreate(&e->ev1) != cudaSuccess) {
             st = LOCKS_ERR_BACKEND;
             goto fail;
@@ -462,7 +468,7 @@ static locks_status residual_product(lg_ctx *e, int mode, const float *src, cons
         if (parts & LG_PART_GEMM)
             LOCKS_TRY(lg_gemv_launch(mode, w, s->wtype, s->dim, cols, n, src, mode == LG_GEMV_SWIGLU ? 2 * cols : cols,
                                      NULL, NULL, 0, 0.f, e->x, s->dim, 1, e->ss, e->gemv == 2, e->st));
-        e->ss_nblk = lg_gemv_blocks(s->dim, n);
+        e->ss_nblk = lg_gemv_blocks(s->dim, cols, n);
         return LOCKS_OK;
     }
     if (parts & LG_PART_REST) {

@@ -32,7 +32,7 @@ locks_status lg_fill_f32_launch(float *dst, size_t n, float v, cudaStream_t st);
 locks_status lg_cast_launch(const float *x, size_t n, locks_dtype type, void *out, cudaStream_t st);
 /* The decode products (gemv.cu, model_cuda.h's LG_GEMV_*): y (n, rows) = X . W^T (+ y),
  * x rows x_ld apart; NORM reads ss_in [ss_nblk][n]; ss_out (may be NULL) receives
- * [lg_gemv_blocks(rows, n)][n] partial sums of squares of the written y rows. pdl: launched
+ * [lg_gemv_blocks(rows, cols, n)][n] partial sums of squares of the written y rows. pdl: launched
  * with programmatic dependent launch (the kernel waits for the previous one before it
  * reads or writes anything but W). */
 locks_status lg_gemv_launch(int mode, const void *w, locks_dtype wtype, int32_t rows, int32_t cols, int32_t n,
