@@ -590,7 +590,7 @@ extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens,
     LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->x, e->st));
     for (int32_t l = 0; l < s->n_layers; l++) {
         const lg_layer *L = &e->m->layers[l];
-        LOCKS_TRY(layer_head(e, L, n, LG_PART_ALL));
+        LOCKS_TRY(layer_head(e, L, n, LG_PART_ALL)); /* rms, Wqkv, RoPE at e->pos, q -> e->q */
         LOCKS_TRY(lg_verify_kv_launch(c, l, seq, pos, n, e->qkv, e->qkv_dim, e->q_dim, e->st));
         if (n_build) LOCKS_TRY(locks_cuda_summary_build(c, l, e->v_build, n_build));
         if (split)
