@@ -763,6 +763,13 @@ int main(void) {
     test_dense_after_qprep();
     test_sample();
     test_gemv();
-    test_engine();
+    /* the engine with its decode products through cuBLAS and the small kernels (default),
+     * through gemv.cu, and through gemv.cu with programmatic dependent launch */
+    const char *paths[] = {"0", "1", "2"};
+    for (int i = 0; i < 3; i++) {
+        setenv("LOCKS_CUDA_GEMV", paths[i], 1);
+        printf("  engine, LOCKS_CUDA_GEMV=%s\n", paths[i]);
+        test_engine();
+    }
     return test_report("test_gpu_model_ops");
 }

@@ -64,16 +64,19 @@ typedef struct {
     int32_t ctx[MAXL], batch[MAXL], ttft[MAXL];
     int32_t gemv[3];
     int n_ctx, n_batch, n_ttft, n_gemv;
-    int32_t budget, trials;
+    int32_t budget, trials, spec;
     const char *csv;
 } mopts;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b [--context 32k,128k,...] [--batch 1,8]\n"
                "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0] [--csv FILE]\n"
+               "                   [--speculate K]\n"
                "  --gemv LIST: decode products through gemv.cu with programmatic dependent launch (2), without\n"
                "               (1), or through cuBLAS and the small kernels (0), each measured on the same cache\n"
-               "               (sets LOCKS_CUDA_GEMV); default: as the environment\n");
+               "               (sets LOCKS_CUDA_GEMV); default: as the environment\n"
+               "  --speculate K: batch 1: the cost of a LOCKS draft token and of a dense verify of K + 1 tokens,\n"
+               "               and the per-token speed of speculation as a function of the acceptance rate\n");
 }
 
 static int parse(int argc, char **argv, mopts *o) {
@@ -121,6 +124,9 @@ static int parse(int argc, char **argv, mopts *o) {
         } else if (!strcmp(a, "--trials") && v) {
             if (!args_parse_int(v, 3, 64, &o->trials)) return 2;
             i++;
+        } else if (!strcmp(a, "--speculate") && v) {
+            if (!args_parse_int(v, 1, 15, &o->spec)) return 2;
+            i++;
         } else if (!strcmp(a, "--csv") && v) {
             o->csv = v;
             i++;
@@ -157,6 +163,92 @@ static double attended(int32_t len, int32_t budget, int locks) {
     const int32_t forced = 16 * (sink + n_full - rs) + part, k = (budget - forced) / 16;
     if (k >= rs - sink) return len;
     return forced + 16.0 * k;
+}
+
+static int cmp_ms(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median wall ms of `trials` host calls: a decode token with its logits copied to the
+ * host (what locks_speculate's draft step costs), or a verify of n tokens at pos. */
+static int time_host(lg_ctx *e, int verify, const int32_t *toks, int32_t n, int32_t pos, float *logits, int trials,
+                     double *med) {
+    double t[64];
+    for (int i = -1; i < trials; i++) { /* i = -1: warm-up (graph capture) */
+        const double t0 = locks_now_ms();
+        locks_status st = verify ? lg_verify(e, 0, toks, n, pos, logits) : lg_decode(e, 1, NULL, logits);
+        if (st != LOCKS_OK) {
+            fprintf(stderr, "locks bench: %s: %s\n", verify ? "verify" : "decode", locks_status_str(st));
+            return 1;
+        }
+        if (i >= 0) t[i] = locks_now_ms() - t0;
+    }
+    qsort(t, (size_t)trials, sizeof t[0], cmp_ms);
+    *med = t[trials / 2];
+    return 0;
+}
+
+/* --speculate K at one context (batch 1; the sequence holds N tokens, the last being the
+ * decode slot): host-timed dense decode, LOCKS draft decode, and verify of K + 1 tokens
+ * at positions [N - 1, N + K), each with its logits read back; then the per-token time
+ * of speculation for draft acceptance rates a (each draft kept with probability a given
+ * the ones before: E tokens per round = (1 - a^(K+1)) / (1 - a)). Random weights: the
+ * acceptance of real text comes from `locks run --speculate` on a real model. */
+static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N, FILE *csv) {
+    const lg_shape *s = &o->m->s;
+    const int32_t K = o->spec;
+    float *logits = malloc(sizeof(float) * (size_t)(K + 1) * (size_t)s->n_vocab);
+    if (!logits) return 1;
+    int rc = 0;
+    double dense_ms = 0, draft_ms = 0, verify_ms = 0;
+    int32_t toks[16];
+    for (int32_t i = 0; i <= K; i++) toks[i] = 11 + 7 * i;
+    for (int sel = 0; sel < 2 && !rc; sel++) {
+        locks_step_params p = locks_step_default_params();
+        p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
+        p.budget = sel ? o->budget : N + 16;
+        if (lg_set_step(e, &p, (N / 16 + 2) * 16) != LOCKS_OK) rc = 1;
+        if (!rc) rc = time_host(e, 0, NULL, 0, 0, logits, o->trials, sel ? &draft_ms : &dense_ms);
+    }
+    if (!rc && locks_cache_append(c, 0, K) != LOCKS_OK) rc = 1;
+    if (!rc) rc = time_host(e, 1, toks, K + 1, N - 1, logits, o->trials, &verify_ms);
+    if (locks_cache_seq_truncate(c, 0, N) != LOCKS_OK) rc = 1;
+    if (rc) {
+        free(logits);
+        return rc;
+    }
+    printf("%-9s ctx %7d speculate K %d (host-timed, logits read back): dense token %.3f ms, LOCKS draft token %.3f ms"
+           " (budget %d), verify of %d tokens %.3f ms (%.2f dense tokens)\n",
+           o->m->name, N, K, dense_ms, draft_ms, o->budget, K + 1, verify_ms, verify_ms / dense_ms);
+    printf("  acceptance  tokens/round  ms/token  vs dense\n");
+    const double rates[] = {0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0};
+    const double round_ms = K * draft_ms + verify_ms;
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        const double a = rates[i];
+        double tpr = 0, ak = 1; /* sum_{j=0..K} a^j */
+        for (int32_t j = 0; j <= K; j++, ak *= a) tpr += ak;
+        printf("  %9.2f  %12.2f  %8.3f  %7.2fx\n", a, tpr, round_ms / tpr, dense_ms * tpr / round_ms);
+        if (csv)
+            fprintf(csv, "speculate,%s,1,%d,k%d_a%.2f,%d,%.6f,%.6f,%.6f,%.6f,0,0\n", o->m->name, N, K, a, o->budget,
+                    round_ms / tpr, dense_ms, draft_ms, verify_ms);
+    }
+    /* the acceptance where speculation breaks even and where it reaches 1.5x */
+    for (int t = 0; t < 2; t++) {
+        const double want = t ? 1.5 : 1.0;
+        double lo = 0, hi = 1;
+        for (int it = 0; it < 40; it++) {
+            const double a = (lo + hi) / 2;
+            double tpr = 0, ak = 1;
+            for (int32_t j = 0; j <= K; j++, ak *= a) tpr += ak;
+            if (dense_ms * tpr / round_ms >= want) hi = a;
+            else lo = a;
+        }
+        if (hi >= 1.0 - 1e-9) printf("  %.1fx dense: not reached even at acceptance 1\n", want);
+        else printf("  %.1fx dense from acceptance %.3f\n", want, hi);
+    }
+    free(logits);
+    return 0;
 }
 
 static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE *csv) {
@@ -278,6 +370,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
                         bytes, limit_ms, all_ms, t_fill[sel]);
             fflush(stdout);
         }
+        if (o->spec && B == 1 && !rc) rc = bench_speculate(o, e, c, N, csv);
         lg_ctx_free(e);
         e = NULL;
     }

@@ -12,7 +12,10 @@
  *    Wq|Wk|Wv are stored as one (q_dim + 2 kv_dim, dim) matrix and Wgate|Wup as one
  *    (2 ffn, dim) matrix, so a layer runs 4 products (cuBLAS, fp32 accumulation, fp32
  *    output). Norm weights are fp32. The residual stream stays fp32; the input of every
- *    product is rounded once to the weight type.
+ *    product is rounded once to the weight type. LOCKS_CUDA_GEMV=1 (or 2: with
+ *    programmatic dependent launch) runs the decode token's products through gemv.cu
+ *    instead, with the RMSNorms, the casts and SwiGLU folded into them (off by default:
+ *    slower on the H200, bench/RESULTS.md).
  *  - The engine's sequences are the cache's slots 0 .. n_seqs - 1 (a CUDA-backend
  *    locks_cache). The caller keeps the host bookkeeping (locks_cache_append before each
  *    decode token, which mirrors block tables and lengths to the device); the decode
@@ -109,6 +112,13 @@ void lg_ctx_free(lg_ctx *e);
  * != 0 leaves them in the engine's device logits row seq (for lg_sample_logits). */
 locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos, float *logits);
 
+/* Verify pass of speculative decoding: tokens [pos, pos + n) of slot seq (reserved in the
+ * cache, earlier ones written; n <= max_chunk and n + pos % 16 <= 1008) through every
+ * layer with dense causal attention (split over the keys for few tokens: verify.cu),
+ * K/V written to the cache and the summaries of the pages they fill built, as the
+ * decode graph does. logits (host): [n][n_vocab], every token's. Not captured. */
+locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos, float *logits);
+
 /* Sets the decode step (selector FULL or LOCKS) and the decode context bound max_ctx
  * (grids are sized for it); drops a captured graph when they change. */
 locks_status lg_set_step(lg_ctx *e, const locks_step_params *p, int32_t max_ctx);
@@ -173,6 +183,10 @@ locks_status lg_op_attn_prep(locks_cache *c, int32_t layer, float *d_qkv, int32_
  * q [n][n_q_heads][d] fp32 -> out (same shape); K/V of [0, pos + n) already written. */
 locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                                   const float *d_q, int32_t n_q_heads, float scale, float *d_out);
+/* The same through the verify kernel (verify.cu), split over the keys; LOCKS_ERR_UNSUPPORTED
+ * where it does not fit (n * hq / hkv > 32, d not 64 or 128). */
+locks_status lg_op_verify_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                 const float *d_q, int32_t n_q_heads, float scale, float *d_out);
 /* Samples one token per row of logits [n_rows][n_vocab] with p and draw counter
  * *d_counter (incremented per call): tok[n_rows]. */
 locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,

@@ -32,7 +32,6 @@ extern "C" {
 
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
 #define MAX_ENGINE_SEQS 8
-#define LG_GEMV_AUTO_N 1
 
 #define CB_TRY(call)                                                                               \
     do {                                                                                           \
@@ -272,8 +271,8 @@ struct lg_ctx {
     float *logits;  /* (n_seqs, n_vocab) */
     float *ss;      /* decode products: partial sums of squares of x's rows (gemv.cu) */
     int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
-    int gemv;       /* decode products: 2 gemv.cu with programmatic dependent launch, 1 gemv.cu
-                     * without, 0 cuBLAS + the small kernels (see lg_ctx_init) */
+    int gemv;       /* decode products: 0 cuBLAS + the small kernels, 1 gemv.cu, 2 gemv.cu with
+                     * programmatic dependent launch (LOCKS_CUDA_GEMV, see lg_ctx_init) */
     int fused;      /* set while enqueuing a decode token that uses them */
     uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
@@ -289,6 +288,11 @@ struct lg_ctx {
     int step_set;
     int prep_fused; /* decode attention prep in one kernel (LOCKS_ENGINE_FUSED=0: the old launches) */
     cudaGraphExec_t graph[LG_PART_ALL + 1]; /* per parts mask */
+    /* lg_verify's buffers, made on its first call */
+    float *v_logits;   /* (v_rows, n_vocab) */
+    float *v_ws;       /* lg_verify_ws_floats */
+    int32_t *v_build;  /* (max_chunk / 16 + 2,) pages the verify fills */
+    int32_t v_rows;
     cudaEvent_t ev0, ev1;
 };
 
@@ -299,7 +303,8 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
         if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
     if (e->blas) cublasDestroy(e->blas);
     void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits, e->ss,
-                    e->samp_ws, e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter};
+                    e->samp_ws, e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter,
+                    e->v_logits, e->v_ws, e->v_build};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
     if (e->ev0) cudaEventDestroy(e->ev0);
@@ -377,16 +382,16 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
 #undef DA
         {
-            /* the decode products: gemv.cu (with PDL) for up to LG_GEMV_AUTO_N sequences,
-             * beyond that cuBLAS on the tensor cores (gemv.cu runs on the CUDA cores: at 8
-             * sequences it was 4.4x slower, bench/RESULTS.md); LOCKS_CUDA_GEMV=0 never,
-             * 1 / 2 always (without / with PDL) if gemv.cu takes the widths */
+            /* the decode products: cuBLAS and the small kernels unless LOCKS_CUDA_GEMV=1
+             * (gemv.cu, the norms, casts and SwiGLU folded into the products) or 2 (the same
+             * with programmatic dependent launch), where gemv.cu takes the widths. Not the
+             * default: on the H200 the fused token was 3% slower at one sequence (its
+             * products 5.08 ms vs cuBLAS 4.02 for Llama-3.1-8B, the rest 0.34 vs 1.13 ms)
+             * and 3-6x slower at 2-8 (CUDA cores, not tensor cores); bench/RESULTS.md. */
             const char *ev = getenv("LOCKS_CUDA_GEMV");
             const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
                              lg_gemv_supported(s->ffn_dim, n_seqs);
-            if (!fits || (ev && ev[0] == '0')) e->gemv = 0;
-            else if (ev && (ev[0] == '1' || ev[0] == '2')) e->gemv = ev[0] - '0';
-            else e->gemv = n_seqs <= LG_GEMV_AUTO_N ? 2 : 0;
+            e->gemv = fits && ev && (ev[0] == '1' || ev[0] == '2') ? ev[0] - '0' : 0;
             if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
@@ -544,6 +549,77 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
         CU_TRY(cudaMemcpyAsync(logits, e->logits + (size_t)seq * s->n_vocab, (size_t)s->n_vocab * 4,
                                cudaMemcpyDeviceToHost, e->st));
     CU_TRY(cudaStreamSynchronize(e->st));
+    return LOCKS_OK;
+}
+
+/* ---- verify ------------------------------------------------------------------------------- */
+
+/* The verify pass of speculative decoding (model_cuda.h): a prefill chunk whose K/V go
+ * straight to the pool (as the decode graph writes them: no host round trip per layer),
+ * whose attention is the split-KV kernel of verify.cu when the rows fit, and whose
+ * logits are every token's. One host wait, at the end. */
+extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                  float *logits) {
+    if (!e || !tokens || !logits || n < 1 || n > e->max_chunk || seq < 0 || seq >= e->n_seqs || pos < 0)
+        return LOCKS_ERR_INVALID_ARG;
+    const lg_shape *s = &e->m->s;
+    locks_cuda_cache *c = e->cc;
+    const locks_seq *sq = locks_cache_seq(e->cache, seq);
+    if (!sq || sq->len < pos + n || c->ext_k) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->n_vocab) return LOCKS_ERR_INVALID_ARG;
+    if (!e->v_ws) {
+        const size_t ws = lg_verify_ws_floats(c) * 4, nb = (size_t)(e->max_chunk / 16 + 2) * 4;
+        if (cudaMalloc((void **)&e->v_ws, ws) != cudaSuccess || cudaMalloc((void **)&e->v_build, nb) != cudaSuccess) {
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot allocate the verify buffers");
+            return LOCKS_ERR_OOM;
+        }
+    }
+    if (n > e->v_rows) {
+        if (e->v_logits) cudaFree(e->v_logits);
+        e->v_logits = NULL;
+        e->v_rows = 0;
+        if (cudaMalloc((void **)&e->v_logits, (size_t)n * s->n_vocab * 4) != cudaSuccess) {
+            e->v_logits = NULL;
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot allocate %d rows of verify logits", n);
+            return LOCKS_ERR_OOM;
+        }
+        e->v_rows = n;
+    }
+    /* pages that become full within [pos, pos + n): their summaries are built per layer */
+    if ((pos + n - 1) / 16 - pos / 16 + 1 > 64) return LOCKS_ERR_INVALID_ARG; /* longer: lg_prefill */
+    int32_t build[64], n_build = 0;
+    for (int32_t lp = pos / 16; lp <= (pos + n - 1) / 16; lp++)
+        if (lp * 16 + 15 <= pos + n - 1) build[n_build++] = sq->table[lp];
+    for (int32_t i = 0; i < n; i++) e->h_pos[i] = pos + i;
+    CU_TRY(cudaMemcpyAsync(e->ptok, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaMemcpyAsync(e->pos, e->h_pos, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
+    if (n_build) CU_TRY(cudaMemcpyAsync(e->v_build, build, (size_t)n_build * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st)); /* pageable / stack sources */
+    const float scale = 1.f / sqrtf((float)s->head_dim);
+    const int split = lg_verify_attend_fits(c, n, s->n_heads);
+    LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->x, e->st));
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        const lg_layer *L = &e->m->layers[l];
+        LOCKS_TRY(layer_head(e, L, n, LG_PART_ALL)); /* rms, Wqkv */
+        LOCKS_TRY(rope_copy(e, n));                  /* RoPE at e->pos, q -> e->q */
+        LOCKS_TRY(lg_verify_kv_launch(c, l, seq, pos, n, e->qkv, e->qkv_dim, e->q_dim, e->st));
+        if (n_build) LOCKS_TRY(locks_cuda_summary_build(c, l, e->v_build, n_build));
+        if (split)
+            LOCKS_TRY(lg_verify_attend_launch(c, l, seq, pos, n, e->q, s->n_heads, scale, e->v_ws, e->att, e->st));
+        else
+            LOCKS_TRY(lg_prefill_attend_launch(c, l, seq, pos, n, e->q, s->n_heads, scale, e->att, e->st));
+        LOCKS_TRY(layer_tail(e, L, n, LG_PART_ALL));
+    }
+    LOCKS_TRY(lg_rmsnorm_launch(e->x, e->m->output_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    LOCKS_TRY(gemm(e, e->m->output, s->n_vocab, s->dim, n, e->v_logits, 0.f));
+    CU_TRY(cudaMemcpyAsync(logits, e->v_logits, (size_t)n * s->n_vocab * 4, cudaMemcpyDeviceToHost, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st));
+    /* the host's written-slot masks, as lg_decode keeps them */
+    for (int32_t p = pos; p < pos + n; p++)
+        for (int32_t l = 0; l < s->n_layers; l++)
+            e->cache->fill[(size_t)l * e->cache->p.n_pages + sq->table[p / LOCKS_PAGE]] |=
+                (uint16_t)(1u << (p % LOCKS_PAGE));
     return LOCKS_OK;
 }
 
@@ -816,6 +892,21 @@ extern "C" locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int3
     LOCKS_TRY(lg_prefill_attend_launch(c->cuda, layer, seq, pos, n, d_q, n_q_heads, scale, d_out, c->cuda->stream));
     CU_TRY(cudaStreamSynchronize(c->cuda->stream));
     return LOCKS_OK;
+}
+extern "C" locks_status lg_op_verify_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                            const float *d_q, int32_t n_q_heads, float scale, float *d_out) {
+    if (!c || !c->cuda || layer < 0 || layer >= c->p.n_layers || seq < 0 || seq >= c->p.max_seqs || pos < 0 || n < 1 ||
+        locks_cache_seq_len(c, seq) < pos + n || n_q_heads % c->p.n_kv_heads != 0)
+        return LOCKS_ERR_INVALID_ARG;
+    if (!lg_verify_attend_fits(c->cuda, n, n_q_heads)) return LOCKS_ERR_UNSUPPORTED;
+    if (scale <= 0.f) scale = 1.f / sqrtf((float)c->p.head_dim);
+    float *ws = NULL;
+    CU_TRY(cudaMalloc((void **)&ws, lg_verify_ws_floats(c->cuda) * 4));
+    locks_status st = lg_verify_attend_launch(c->cuda, layer, seq, pos, n, d_q, n_q_heads, scale, ws, d_out,
+                                              c->cuda->stream);
+    if (st == LOCKS_OK && cudaStreamSynchronize(c->cuda->stream) != cudaSuccess) st = LOCKS_ERR_BACKEND;
+    cudaFree(ws);
+    return st;
 }
 extern "C" locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,
                                      uint64_t *d_counter, int32_t *d_tok) {

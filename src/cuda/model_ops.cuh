@@ -50,5 +50,18 @@ locks_status lg_embed_ss_launch(const void *e, locks_dtype type, const int32_t *
  * [pos, pos + n) of slot seq against keys [0, pos + n) of the layer -> out [n][hq][d]. */
 locks_status lg_prefill_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                                       const float *q, int32_t hq, float scale, float *out, cudaStream_t st);
+/* Speculative verify (verify.cu): the same attention as lg_prefill_attend_launch for a few
+ * queries over a long context, split over the keys. Fits when the kv pool is the cache's
+ * own, d is 64 or 128 and n * (hq / hkv) <= 32 (else LOCKS_ERR_UNSUPPORTED, nothing
+ * launched). ws: lg_verify_ws_floats(c) floats of device scratch. */
+int lg_verify_attend_fits(const locks_cuda_cache *c, int32_t n, int32_t hq);
+size_t lg_verify_ws_floats(const locks_cuda_cache *c);
+locks_status lg_verify_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                     const float *q, int32_t hq, float scale, float *ws, float *out,
+                                     cudaStream_t st);
+/* K/V rows t of qkv ([q | k | v], row_stride floats, k at k_off) -> slot pos + t of the
+ * sequence slot seq, layer `layer` (no finiteness check, no summaries). */
+locks_status lg_verify_kv_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                 const float *qkv, int32_t row_stride, int32_t k_off, cudaStream_t st);
 
 #endif

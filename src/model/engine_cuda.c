@@ -33,6 +33,11 @@ locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, con
     (void)g, (void)tokens, (void)pos, (void)logits, (void)step, (void)n_ctx, (void)stats;
     return LOCKS_ERR_UNSUPPORTED;
 }
+locks_status engine_cuda_verify(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                float *logits) {
+    (void)g, (void)seq, (void)tokens, (void)n, (void)pos, (void)logits;
+    return LOCKS_ERR_UNSUPPORTED;
+}
 locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p) {
     (void)g, (void)p;
     return LOCKS_ERR_UNSUPPORTED;
@@ -264,6 +269,11 @@ locks_status engine_cuda_forward(engine_cuda *g, int32_t seq, const int32_t *tok
     if (!decode) return lg_prefill(g->e, seq, tokens, n, pos, logits);
     if (g->n_seqs != 1 || seq != 0) return LOCKS_ERR_UNSUPPORTED; /* several: engine_cuda_decode_batch */
     return engine_cuda_decode_batch(g, tokens, &pos, logits, step, n_ctx, stats);
+}
+
+locks_status engine_cuda_verify(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                float *logits) {
+    return lg_verify(g->e, seq, tokens, n, pos, logits);
 }
 
 locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p) {

@@ -38,6 +38,10 @@ locks_status engine_cuda_forward(engine_cuda *g, int32_t seq, const int32_t *tok
  * the cache), in one pass; logits (may be NULL): [n_seqs][n_vocab]. */
 locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, const int32_t *pos, float *logits,
                                       const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats);
+/* The verify pass of speculative decoding (lg_verify): tokens [pos, pos + n) of sequence
+ * seq (reserved) with dense attention, logits [n][n_vocab] of every token. */
+locks_status engine_cuda_verify(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                float *logits);
 /* Device sampling for locks_generate: set the parameters, sample the last prefill
  * token's logits, or read the token the last decode sampled. */
 locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p);

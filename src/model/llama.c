@@ -812,9 +812,11 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
     int32_t pos = c->n_tokens[sq];
     float scale = 1.0f / sqrtf((float)hd);
     locks_status st;
-    if (c->gpu) { /* the device engine: plain prefill and decode only (no verify pass, no
-                   * logits per token, no single sparse layer: speculation and --fidelity
-                   * are CPU-only for now) */
+    if (c->gpu) { /* the device engine: prefill, decode, and the verify pass of speculation
+                   * (every token's logits, dense attention); no per-token logits of a plain
+                   * prefill, no single sparse layer (--fidelity is CPU-only for now) */
+        if (mode == FWD_VERIFY && all_logits && logits && c->sparse_layer < 0)
+            return engine_cuda_verify(c->gpu, sq, tokens, n, pos, logits);
         if (mode == FWD_VERIFY || all_logits || c->sparse_layer >= 0) return LOCKS_ERR_UNSUPPORTED;
         return engine_cuda_forward(c->gpu, sq, tokens, n, pos, decode, logits, &c->p.step, c->p.n_ctx, &c->stats);
     }
