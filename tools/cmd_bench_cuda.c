@@ -16,7 +16,8 @@
  *
  * Bytes per step, per (sequence, KV head):
  *   dense: K + V of every token             = ctx * d * 2 * 2
- *   LOCKS: summaries of the full pages      = n_full * 802 (d=128, r=8)
+ *   LOCKS: summaries of the full pages      = n_full * 802 (d=128, r=8; as stored:
+ *                                             locks_cuda_summary_stored_bytes_of)
  *          + score/mass/top-k traffic       = n_full * (4 + 8 G + 4 + 12)  (block table,
  *            per-head scores written and read, mass written, mass read by <= 3 passes)
  *          + K + V of the attended tokens   = <= budget * d * 2 * 2
@@ -56,13 +57,15 @@ typedef struct {
     int n_shapes;
     int32_t ctx[MAXL], batch[MAXL];
     int n_ctx, n_batch;
-    int32_t budget, trials, prefill;
+    int32_t budget, trials, prefill, rank;
+    locks_summary_prec prec;
     const char *csv;
 } gopts;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda [--shape llama3-8b,glm4-9b] [--context 32k,128k,...]\n"
-               "                   [--batch 1,8] [--budget 2048] [--trials 15] [--prefill 128k] [--csv FILE]\n");
+               "                   [--batch 1,8] [--budget 2048] [--trials 15] [--prefill 128k] [--csv FILE]\n"
+               "                   [--rank 8] [--summary q|f32]\n");
 }
 
 static int parse(int argc, char **argv, gopts *o) {
@@ -79,6 +82,8 @@ static int parse(int argc, char **argv, gopts *o) {
     o->budget = 2048;
     o->trials = 15;
     o->prefill = 131072;
+    o->rank = 8;
+    o->prec = LOCKS_SUMMARY_Q;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--backend")) {
@@ -112,6 +117,17 @@ static int parse(int argc, char **argv, gopts *o) {
             i++;
         } else if (!strcmp(a, "--prefill") && v) {
             if (!args_parse_int(v, 1, INT32_MAX, &o->prefill)) return 2;
+            i++;
+        } else if (!strcmp(a, "--rank") && v) {
+            if (!args_parse_int(v, 1, LOCKS_MAX_RANK, &o->rank)) return 2;
+            i++;
+        } else if (!strcmp(a, "--summary") && v) {
+            if (!strcmp(v, "q")) o->prec = LOCKS_SUMMARY_Q;
+            else if (!strcmp(v, "f32")) o->prec = LOCKS_SUMMARY_F32;
+            else {
+                fprintf(stderr, "locks bench: --summary takes q or f32\n");
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--csv") && v) {
             o->csv = v;
@@ -168,6 +184,8 @@ static int bench_shape(const gopts *o, const gshape *sh, FILE *csv) {
     cp.kv_dtype = LOCKS_DTYPE_BF16;
     cp.n_kv_heads = sh->hkv;
     cp.head_dim = d;
+    cp.rank = o->rank;
+    cp.summary_prec = o->prec;
     cp.max_seqs = max_b;
     cp.n_pages = (int32_t)((int64_t)max_b * (max_tok / LOCKS_PAGE) + max_b);
     locks_status err;
@@ -212,7 +230,10 @@ static int bench_shape(const gopts *o, const gshape *sh, FILE *csv) {
     t.d_out = locks_cuda_malloc(sizeof(float) * (size_t)max_b * sh->hq * d);
     if (!t.d_q || !t.d_out) TRY(LOCKS_ERR_OOM);
     TRY(locks_cuda_memcpy_h2d(t.d_q, hq_buf, sizeof(float) * (size_t)max_b * sh->hq * d));
-    const size_t sum_b = locks_summary_bytes(d, 8, LOCKS_SUMMARY_Q);
+    /* what the device stores and the score kernel reads: rank slots padded to 8 or 16 */
+    const size_t sum_b = locks_cuda_summary_stored_bytes_of(d, o->rank, o->prec);
+    if (o->rank != 8 || o->prec != LOCKS_SUMMARY_Q)
+        printf("%s: summaries rank %d, %s\n", sh->name, o->rank, o->prec == LOCKS_SUMMARY_F32 ? "fp32" : "quantized");
 
     for (int bi = 0; bi < o->n_batch; bi++)
         for (int ci = 0; ci < o->n_ctx; ci++) {

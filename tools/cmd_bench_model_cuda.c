@@ -10,8 +10,11 @@
  * page summarised, plus the decode token's slot. A token is one replay of the captured
  * graph (all layers, K/V write, summary of a page that fills, the step, the FFN, logits,
  * sampling); times are medians of --trials replays timed with CUDA events, the sequences
- * keeping their length. The split: graphs of the products alone (weights) and of the
- * attention alone (K/V write, summary, step); the rest is the difference (norms, RoPE,
+ * keeping their length. ms/token is the mean over one page of tokens: 15 mid-page tokens
+ * (length N - 8, no summary to build) and the token that fills a page (length N: the
+ * graph builds that page's summary in every layer), timed separately. The split: graphs of the products alone (weights) and of the
+ * attention alone (RoPE of q and k, K/V write, summary, qprep, step), itself split into
+ * its preparation and the step (graphs of each alone); the rest is the difference (norms,
  * SwiGLU, casts, embedding, sampling, launch gaps).
  * Bytes per token: every weight matrix read once (the embedding table: one row per
  * sequence, not counted) + per sequence and layer, K/V of the attended tokens (d x 2 x 2
@@ -68,9 +71,9 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b [--context 32k,128k,...] [--batch 1,8]\n"
                "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0] [--csv FILE]\n"
-               "  --gemv LIST: decode products through gemv.cu with programmatic dependent launch (2), without\n"
-               "               (1), or through cuBLAS and the small kernels (0), each measured on the same cache\n"
-               "               (sets LOCKS_CUDA_GEMV); default: as the environment\n");
+               "  --gemv LIST: the decode products through cuBLAS and the small kernels (0), through gemv.cu (1),\n"
+               "               or gemv.cu with programmatic dependent launch (2), one after the other on the same\n"
+               "               cache (sets LOCKS_CUDA_GEMV; each later one 16 tokens further); default: the environment\n");
 }
 
 static int parse(int argc, char **argv, mopts *o) {
@@ -189,7 +192,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     for (int32_t b = 0; b < B; b++) {
         int32_t id;
         TRY(locks_cache_seq_add(c, &id));
-        TRY(locks_cache_append(c, id, N - 1));
+        TRY(locks_cache_append(c, id, N - 9));
     }
     double t0 = locks_now_ms();
     all = malloc(sizeof(int32_t) * (size_t)cp.n_pages);
@@ -204,12 +207,15 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     }
     TRY(locks_cuda_sync(c->cuda));
     const double fill_ms = locks_now_ms() - t0;
-    for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 1)); /* the decode token's slot */
+    /* the decode token's slot: token N - 8, mid-page (15 of 16 tokens build no summary) */
+    for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 1));
     for (int gi = 0; gi < (o->n_gemv ? o->n_gemv : 1) && !rc; gi++) {
         static const char *const vals[] = {"0", "1", "2"}, *const gtags[] = {" cublas", " gemv", " gemv+pdl"};
         static const char *const ctags[] = {"-cublas", "-gemv", "-gemvpdl"};
         if (o->n_gemv) setenv("LOCKS_CUDA_GEMV", vals[o->gemv[gi]], 1);
         const char *gtag = o->n_gemv ? gtags[o->gemv[gi]] : "", *ctag = o->n_gemv ? ctags[o->gemv[gi]] : "";
+        if (gi > 0) /* mid-page again (the last pass left a full page) */
+            for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 8));
         e = lg_ctx_init(m, c, B, 16, &st);
         if (!e) {
             fprintf(stderr, "locks bench: engine: %s\n", locks_status_str(st));
@@ -221,15 +227,35 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
         const lg_sample_params greedy = {0.f, 0, 1.f, 1};
         TRY(lg_set_sampler(e, &greedy));
         const double wb = weight_bytes(s);
+        /* per selector: the parts at a mid-page token; then (all sequences at N tokens) the token
+         * that fills a page, whose summary the graph builds in every layer */
+        double t_all[2], t_gemm[2], t_attn[2], t_prep[2], t_step[2], t_fill[2], t_fill_prep[2];
+        locks_step_params ps[2];
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 1)
+                for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 8));
+            for (int sel = 0; sel < 2; sel++) {
+                locks_step_params p = locks_step_default_params();
+                p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
+                p.budget = sel ? o->budget : N + 16;
+                ps[sel] = p;
+                TRY(lg_set_step(e, &p, pages_per_seq * 16));
+                if (pass == 1) {
+                    TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &t_fill[sel]));
+                    TRY(lg_time_decode(e, LG_PART_PREP, o->trials, &t_fill_prep[sel]));
+                    continue;
+                }
+                TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &t_all[sel]));
+                TRY(lg_time_decode(e, LG_PART_GEMM, o->trials, &t_gemm[sel]));
+                TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &t_attn[sel]));
+                TRY(lg_time_decode(e, LG_PART_PREP, o->trials, &t_prep[sel]));
+                TRY(lg_time_decode(e, LG_PART_STEP, o->trials, &t_step[sel]));
+            }
+        }
         for (int sel = 0; sel < 2; sel++) {
-            locks_step_params p = locks_step_default_params();
-            p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
-            p.budget = sel ? o->budget : N + 16;
-            TRY(lg_set_step(e, &p, pages_per_seq * 16));
-            double all_ms, gemm_ms, attn_ms;
-            TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &all_ms));
-            TRY(lg_time_decode(e, LG_PART_GEMM, o->trials, &gemm_ms));
-            TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &attn_ms));
+            const locks_step_params p = ps[sel];
+            const double all_ms = t_all[sel], gemm_ms = t_gemm[sel], attn_ms = t_attn[sel];
+            const double avg_ms = (15.0 * all_ms + t_fill[sel]) / 16.0; /* one page of tokens */
             const double att = attended(N, p.budget, sel);
             const double per_tok_head = (double)s->head_dim * 2 * 2;
             double kvb = (double)B * s->n_layers * s->n_kv_heads * att * per_tok_head;
@@ -237,13 +263,20 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
             const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
             printf("%-9s batch %d ctx %7d %-5s%s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
                    "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
-                   o->m->name, B, N, sel ? "locks" : "dense", gtag, all_ms, B * 1e3 / all_ms, gemm_ms, attn_ms,
-                   all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (all_ms * 1e-3) / 1e12, limit_ms,
-                   100.0 * limit_ms / all_ms);
+                   o->m->name, B, N, sel ? "locks" : "dense", gtag, avg_ms, B * 1e3 / avg_ms, gemm_ms, attn_ms,
+                   all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms,
+                   100.0 * limit_ms / avg_ms);
+            printf("  mean of one page of tokens: 15 mid-page tokens %.3f ms (split above) + the page-fill token %.3f ms "
+                   "(its prep %.4f ms/layer)\n",
+                   all_ms, t_fill[sel], t_fill_prep[sel] / s->n_layers);
+            printf("  attention phases at a mid-page token (graphs of each alone), per layer: prep %.4f ms (RoPE, K/V "
+                   "write, summary launch, qprep)  step %.4f ms  (sum %.4f of %.4f together)\n",
+                   t_prep[sel] / s->n_layers, t_step[sel] / s->n_layers, (t_prep[sel] + t_step[sel]) / s->n_layers,
+                   attn_ms / s->n_layers);
             if (csv)
-                fprintf(csv, "decode,%s,%d,%d,%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f\n", o->m->name, B, N,
-                        sel ? "locks" : "dense", ctag, p.budget, all_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms, bytes,
-                        limit_ms);
+                fprintf(csv, "decode,%s,%d,%d,%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f,%.6f,%.6f\n", o->m->name, B, N,
+                        sel ? "locks" : "dense", ctag, p.budget, avg_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms, bytes,
+                        limit_ms, all_ms, t_fill[sel]);
             fflush(stdout);
         }
         lg_ctx_free(e);
@@ -301,7 +334,7 @@ static int bench_ttft(const mopts *o, lg_model *m, int32_t T, FILE *csv) {
     }
     const double ms = locks_now_ms() - t0;
     printf("%-9s TTFT %7d tokens: %.2f s (%.0f tok/s), chunks of %d\n", o->m->name, T, ms / 1e3, T / (ms / 1e3), chunk);
-    if (csv) fprintf(csv, "ttft,%s,1,%d,prefill,0,%.3f,0,0,0,0,0\n", o->m->name, T, ms);
+    if (csv) fprintf(csv, "ttft,%s,1,%d,prefill,0,%.3f,0,0,0,0,0,0,0\n", o->m->name, T, ms);
     fflush(stdout);
 done:
     free(toks);
@@ -333,7 +366,9 @@ int cmd_bench_model_cuda(int argc, char **argv) {
     FILE *csv = NULL;
     if (o.csv) {
         csv = fopen(o.csv, "w");
-        if (csv) fprintf(csv, "kind,model,batch,context,selector,budget,ms,weights_ms,attn_ms,rest_ms,bytes,limit_ms\n");
+        if (csv)
+            fprintf(csv, "kind,model,batch,context,selector,budget,ms,weights_ms,attn_ms,rest_ms,bytes,limit_ms,"
+                         "mid_page_ms,fill_ms\n");
     }
     rc = 0;
     if (lg_model_fill_random(m, 0xbeef) != LOCKS_OK) rc = 1;

@@ -26,7 +26,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ vpool, kv_strides ld,
               const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len,
               const int32_t *__restrict__ block_table, int32_t npool, int32_t hkv, int32_t G,
-              const uint16_t *__restrict__ q_attn, int32_t hq, const int32_t *__restrict__ list,
+              const uint16_t *q_attn /* not __restrict__: see below */, int32_t hq, const int32_t *__restrict__ list,
               const int32_t *__restrict__ list_n, int32_t list_stride, int dense, int32_t pps,
               float *__restrict__ part_o, float2 *__restrict__ part_ml, int32_t max_splits) {
     constexpr int DL = D / 4;  /* dims per lane */
@@ -43,7 +43,11 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     const int32_t slot = seq_slots[s];
     const int32_t len = seq_len[slot];
     const int32_t n_full = len / 16;
-    if (dense) pdl_wait(); /* locks_cuda_attend_dense: qprep is the launch just before */
+    /* dense: qprep is the launch just before, so the queries are read after the wait. With
+     * q_attn declared const __restrict__ (data invariant for the kernel's lifetime) ptxas
+     * emitted the query loads as LDG.CONSTANT ahead of this wait (ACQBULK): the dense
+     * attention of the GPU engine read the previous layer's queries (common.cuh, PDL rules) */
+    if (dense) pdl_wait();
     uint32_t qa[NC][4];
     {
         const T *q0 = reinterpret_cast<const T *>(q_attn) + ((size_t)s * hq + h * G + g) * D + t * DL;

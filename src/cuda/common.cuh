@@ -109,10 +109,17 @@ struct locks_cuda_cache {
     size_t page_ld, head_ld, tok_ld; /* K/V block strides in elements (HND: Hkv*16*d, 16*d, d) */
     int8_t *mu;              /* [L][Hkv][n_pages][d] */
     __half *mu_scale;        /* [L][Hkv][n_pages] */
-    uint8_t *basis;          /* [L][Hkv][n_pages][8][d/2] */
-    __half *basis_scale;     /* [L][Hkv][n_pages][8] */
-    int8_t *coef;            /* [L][Hkv][n_pages][16][8] */
-    __half *coef_scale;      /* [L][Hkv][n_pages][8] */
+    uint8_t *basis;          /* [L][Hkv][n_pages][RS][d/2] */
+    __half *basis_scale;     /* [L][Hkv][n_pages][RS] */
+    int8_t *coef;            /* [L][Hkv][n_pages][16][RS] */
+    __half *coef_scale;      /* [L][Hkv][n_pages][RS] */
+    /* LOCKS_SUMMARY_F32 (the arrays above are then NULL): */
+    float *mu_f;             /* [L][Hkv][n_pages][d] */
+    float *basis_f;          /* [L][Hkv][n_pages][RS][d] */
+    float *coef_f;           /* [L][Hkv][n_pages][16][RS] */
+    int32_t rslots;          /* RS: rank slots per summary, 8 (rank <= 8) or 16; slots >= rank
+                                hold zeros */
+    int f32;                 /* summary_prec == LOCKS_SUMMARY_F32 */
     int32_t *seq_len;        /* [max_seqs] (device) */
     int32_t *block_table;    /* [max_seqs][n_pages] (device) */
     int32_t *h_seq_len;      /* host mirror of seq_len */
@@ -156,8 +163,18 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
 
 /* Launch wrappers shared by the step and the piece-wise entries (each defined in the
  * op's own file). seg count = n_seqs * Hkv; seq_slots maps step position -> slot. */
-locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int32_t n_seqs,
-                                     int32_t hq, float scale, cudaStream_t st);
+/* qprep: query (s, head) at d_q + s * seq_stride + head * d (seq_stride = hq * d when the
+ * queries are contiguous; the GPU engine passes its [q | k | v] rows). */
+locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int32_t seq_stride,
+                                     int32_t n_seqs, int32_t hq, float scale, cudaStream_t st);
+/* The step after qprep for the batch whose slots are uploaded (step.cu), one path for
+ * locks_cuda_decode_step, the step graph and the GPU engine: LOCKS (score -> mass -> top-k
+ * -> attend + merge) or, for p->selector == LOCKS_SEL_FULL, dense attention over every
+ * page (dense_sel: first write the selection "every page" into ws.sel for read-back).
+ * timed: events ev[1..4] around the phases (not inside a capture). */
+locks_status locks_cuda_step_enqueue(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq,
+                                     const locks_step_params *p, float scale, int32_t max_pages,
+                                     int32_t max_list, float *d_out, int dense_sel, int timed);
 locks_status locks_cuda_score_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs,
                                      int32_t hq, float scale, int32_t nblk, cudaStream_t st);
 locks_status locks_cuda_mass_launch(locks_cuda_cache *c, int32_t n_seqs, int32_t hq,
@@ -310,7 +327,11 @@ template <int N> static __device__ __forceinline__ void cp_async_wait() {
  *   - before pdl_wait() it reads only what no kernel of the step writes (sequence
  *     tables, block tables, summaries, K/V) or what kernel N-2 and earlier wrote;
  *   - it writes nothing before pdl_wait();
- *   - it calls pdl_trigger() (which lets kernel N+1 start) only after pdl_wait().
+ *   - it calls pdl_trigger() (which lets kernel N+1 start) only after pdl_wait();
+ *   - what kernel N-1 wrote is not read through a `const T *__restrict__` parameter: that
+ *     promises the data is invariant while the kernel runs, and ptxas then issues such
+ *     loads (LDG.CONSTANT) wherever it likes, also before the wait (seen on sm_90, nvcc
+ *     13.0: attend_kernel's dense query loads ahead of griddepcontrol.wait).
  * pdl_wait() returns once kernel N-1 has completed with its writes visible; since N-1
  * triggered only after its own wait, kernel N-2 had completed before N started. Both
  * instructions are no-ops in a kernel launched without the attribute. */

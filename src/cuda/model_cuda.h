@@ -88,8 +88,17 @@ typedef struct {
 #define LG_MAX_TOPK 1024
 
 /* Parts of the decode token that lg_decode enqueues (all for a real token; subsets for
- * the benchmark's time split). */
-enum { LG_PART_GEMM = 1, LG_PART_ATTN = 2, LG_PART_REST = 4, LG_PART_ALL = 7 };
+ * the benchmark's time split): the products; the rest (norms, SwiGLU, casts, embedding,
+ * sampling); attention = its preparation (RoPE of q and k, K/V into the cache, summary of
+ * a page that fills, qprep) + the step (score, mass, top-k, attend + merge, or dense). */
+enum {
+    LG_PART_GEMM = 1,
+    LG_PART_REST = 4,
+    LG_PART_PREP = 8,
+    LG_PART_STEP = 16,
+    LG_PART_ATTN = LG_PART_PREP | LG_PART_STEP,
+    LG_PART_ALL = LG_PART_GEMM | LG_PART_REST | LG_PART_ATTN
+};
 
 /* An engine for n_seqs sequences (cache slots 0 .. n_seqs - 1, n_seqs <= 8) of a CUDA
  * cache whose shape matches the model, prefill chunks of up to max_chunk tokens. */
@@ -156,6 +165,13 @@ locks_status lg_op_swiglu(const float *d_gu, int32_t n, int32_t ffn, locks_dtype
 /* x[t][i] = float(E[tok[t]][i]) for a 16-bit table E (n_vocab, dim). */
 locks_status lg_op_embed(const void *d_e, locks_dtype etype, const int32_t *d_tok, int32_t n, int32_t dim,
                          float *d_x);
+/* The engine's decode preparation of one layer (attn_prep.cu) on a CUDA cache c with own
+ * pages: for sequences s < n_seqs (cache slots), RoPE (as lg_op_rope) of the n_heads query
+ * heads and the cache's KV heads of row s of d_qkv (rows of n_heads * d + 2 * kv_dim floats
+ * [q | k | v], rotated in place) at d_pos[s], then K and V of the row into page slot
+ * d_pos[s] % 16 of the page that slot's block table maps d_pos[s] / 16 to. */
+locks_status lg_op_attn_prep(locks_cache *c, int32_t layer, float *d_qkv, int32_t n_seqs, int32_t n_heads,
+                             int32_t n_rot, const float *d_inv_freq, const int32_t *d_pos);
 /* Causal attention of tokens [pos, pos + n) of cache slot seq, layer `layer`, queries
  * q [n][n_q_heads][d] fp32 -> out (same shape); K/V of [0, pos + n) already written. */
 locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,

@@ -5,10 +5,14 @@
  * One decode token, on the cache's stream, for the engine's n_seqs sequences:
  *   prep     pos[s] = seq_len[s] - 1, the page that token fills (or -1)
  *   embed    x = E[tok]
- *   layer l  xb = rms(x) ; qkv = Wqkv xb ; rope(q, k) ; K/V -> cache page slot ;
- *            summary of a page that filled ; step (qprep, score, mass, top-k, attend, or
- *            dense attend) -> att ; x += Wo att ; xb = rms(x) ; gu = Wgu xb ;
+ *   layer l  xb = rms(x) ; qkv = Wqkv xb ;
+ *            attention prep: rope(q, k) + K/V -> cache page slot (one kernel, attn_prep.cu),
+ *            summary of a page that filled, qprep (reads q from the qkv rows) ;
+ *            step (score, mass, top-k, attend, or dense attend; step.cu's one enqueue
+ *            path) -> att ; x += Wo att ; xb = rms(x) ; gu = Wgu xb ;
  *            xb = silu(g) * u ; x += Wdown xb
+ * LOCKS_ENGINE_FUSED=0 (read at lg_ctx_init) restores the earlier preparation for A/B
+ * timing: two RoPE launches, a 2D copy of q, the K/V append, qprep of the copy.
  *   head     xb = rms(x) ; logits = Wout xb ; tok = sample(logits)
  * Nothing in it depends on the host after capture: lengths, block tables, positions and
  * the input token are read from device memory, and the sampled token is the next
@@ -269,7 +273,7 @@ struct lg_ctx {
     int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
     int gemv;       /* decode products: 0 cuBLAS + the small kernels, 1 gemv.cu, 2 gemv.cu with
                      * programmatic dependent launch (LOCKS_CUDA_GEMV, see lg_ctx_init) */
-    int fused;      /* set while enqueuing a decode token that uses them */
+    int gemv_now;   /* set while enqueuing a decode token that uses gemv.cu */
     uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
     int32_t *ptok;  /* (max_chunk,) prefill tokens */
@@ -282,14 +286,15 @@ struct lg_ctx {
     locks_step_params step;
     int32_t max_ctx;
     int step_set;
-    cudaGraphExec_t graph[8]; /* per parts mask */
+    int fused; /* decode attention prep in one kernel (LOCKS_ENGINE_FUSED=0: the old launches) */
+    cudaGraphExec_t graph[LG_PART_ALL + 1]; /* per parts mask */
     cudaEvent_t ev0, ev1;
 };
 
 extern "C" void lg_ctx_free(lg_ctx *e) {
     if (!e) return;
     if (e->st) cudaStreamSynchronize(e->st);
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i <= LG_PART_ALL; i++)
         if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
     if (e->blas) cublasDestroy(e->blas);
     void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits, e->ss,
@@ -418,6 +423,8 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         if ((st = locks_cuda_summary_build(e->cc, 0, e->build, n_seqs)) != LOCKS_OK) goto fail;
         e->step = locks_step_default_params();
         e->max_ctx = cache->p.n_pages * LOCKS_PAGE;
+        const char *fz = getenv("LOCKS_ENGINE_FUSED");
+        e->fused = !(fz && fz[0] == '0');
     }
     if (err) *err = LOCKS_OK;
     return e;
@@ -441,7 +448,7 @@ static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, i
  * the RMSNorm kernel and cuBLAS. */
 static locks_status norm_product(lg_ctx *e, const float *nw, const void *w, int32_t rows, int32_t n, float *y, int parts) {
     const lg_shape *s = &e->m->s;
-    if (e->fused) {
+    if (e->gemv_now) {
         if (parts & LG_PART_GEMM)
             LOCKS_TRY(lg_gemv_launch(LG_GEMV_NORM, w, s->wtype, rows, s->dim, n, e->x, s->dim, nw, e->ss, e->ss_nblk,
                                      s->norm_eps, y, rows, 0, NULL, e->gemv == 2, e->st));
@@ -453,12 +460,12 @@ static locks_status norm_product(lg_ctx *e, const float *nw, const void *w, int3
 }
 
 /* x += X . W^T with X = 16-bit(src) (mode LG_GEMV_F32, src (n, cols)) or silu(g) * u of
- * src = gu (LG_GEMV_SWIGLU, cols = ffn); fused, the product also leaves x's partial sums
+ * src = gu (LG_GEMV_SWIGLU, cols = ffn); with gemv.cu, the product also leaves x's partial sums
  * of squares for the next norm_product. */
 static locks_status residual_product(lg_ctx *e, int mode, const float *src, const void *w, int32_t cols, int32_t n,
                                      int parts) {
     const lg_shape *s = &e->m->s;
-    if (e->fused) {
+    if (e->gemv_now) {
         if (parts & LG_PART_GEMM)
             LOCKS_TRY(lg_gemv_launch(mode, w, s->wtype, s->dim, cols, n, src, mode == LG_GEMV_SWIGLU ? 2 * cols : cols,
                                      NULL, NULL, 0, 0.f, e->x, s->dim, 1, e->ss, e->gemv == 2, e->st));
@@ -482,17 +489,20 @@ static locks_status layer_tail(lg_ctx *e, const lg_layer *L, int32_t n, int part
     return LOCKS_OK;
 }
 
-/* xb = rms(x) ; qkv = Wqkv xb ; rope on q and k at e->pos; q copied contiguous. */
-static locks_status layer_head(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
+/* RoPE of q and k at e->pos (separate launches), q copied contiguous into e->q. */
+static locks_status rope_copy(lg_ctx *e, int32_t n) {
     const lg_shape *s = &e->m->s;
+    LOCKS_TRY(lg_rope_launch(e->qkv, n, e->qkv_dim, s->n_heads, s->head_dim, s->n_rot, e->inv_freq, e->pos, e->st));
+    LOCKS_TRY(lg_rope_launch(e->qkv + e->q_dim, n, e->qkv_dim, s->n_kv_heads, s->head_dim, s->n_rot, e->inv_freq,
+                             e->pos, e->st));
+    CU_TRY(cudaMemcpy2DAsync(e->q, (size_t)e->q_dim * 4, e->qkv, (size_t)e->qkv_dim * 4, (size_t)e->q_dim * 4,
+                             (size_t)n, cudaMemcpyDeviceToDevice, e->st));
+    return LOCKS_OK;
+}
+
+/* xb = rms(x) ; qkv = Wqkv xb (decode: RoPE and the rest in enqueue_prep). */
+static locks_status layer_head(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
     LOCKS_TRY(norm_product(e, L->attn_norm, L->wqkv, e->qkv_dim, n, e->qkv, parts));
-    if (parts & LG_PART_REST) {
-        LOCKS_TRY(lg_rope_launch(e->qkv, n, e->qkv_dim, s->n_heads, s->head_dim, s->n_rot, e->inv_freq, e->pos, e->st));
-        LOCKS_TRY(lg_rope_launch(e->qkv + e->q_dim, n, e->qkv_dim, s->n_kv_heads, s->head_dim, s->n_rot, e->inv_freq,
-                                 e->pos, e->st));
-        CU_TRY(cudaMemcpy2DAsync(e->q, (size_t)e->q_dim * 4, e->qkv, (size_t)e->qkv_dim * 4, (size_t)e->q_dim * 4,
-                                 (size_t)n, cudaMemcpyDeviceToDevice, e->st));
-    }
     return LOCKS_OK;
 }
 
@@ -515,6 +525,7 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
     for (int32_t l = 0; l < s->n_layers; l++) {
         const lg_layer *L = &e->m->layers[l];
         LOCKS_TRY(layer_head(e, L, n, LG_PART_ALL));
+        LOCKS_TRY(rope_copy(e, n));
         CU_TRY(cudaMemcpy2DAsync(e->kbuf, (size_t)e->kv_dim * 4, e->qkv + e->q_dim, (size_t)e->qkv_dim * 4,
                                  (size_t)e->kv_dim * 4, (size_t)n, cudaMemcpyDeviceToDevice, e->st));
         CU_TRY(cudaMemcpy2DAsync(e->vbuf, (size_t)e->kv_dim * 4, e->qkv + e->q_dim + e->kv_dim, (size_t)e->qkv_dim * 4,
@@ -538,7 +549,7 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
 /* ---- decode --------------------------------------------------------------------------------- */
 
 static void drop_graphs(lg_ctx *e) {
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i <= LG_PART_ALL; i++)
         if (e->graph[i]) {
             cudaGraphExecDestroy(e->graph[i]);
             e->graph[i] = NULL;
@@ -577,37 +588,36 @@ extern "C" locks_status lg_set_tokens(lg_ctx *e, const int32_t *tokens) {
     return LOCKS_OK;
 }
 
-/* The attention step of one layer on the queries in e->q -> e->att (capturable). */
-static locks_status enqueue_step(lg_ctx *e, int32_t layer) {
+/* Attention prep of one layer's new tokens: RoPE of q and k, K/V into the cache, the
+ * summary of a page that fills (skips the -1 entries of e->build), qprep (capturable). The
+ * summary launch stays a kernel of its own ahead of qprep: the score kernel reads
+ * summaries before its programmatic-launch wait (common.cuh), so the build must have
+ * completed by then, which qprep (a plain launch) guarantees. */
+static locks_status enqueue_prep(lg_ctx *e, int32_t layer) {
     locks_cuda_cache *c = e->cc;
-    const int32_t hq = e->m->s.n_heads, ns = e->n_seqs;
+    const lg_shape *s = &e->m->s;
+    const int32_t ns = e->n_seqs;
+    const float scale = e->step.scale > 0.f ? e->step.scale : 1.f / sqrtf((float)s->head_dim);
+    if (e->fused) {
+        LOCKS_TRY(lg_attn_prep_launch(c, layer, e->qkv, e->qkv_dim, s->n_heads, s->n_rot, e->inv_freq, e->pos, ns, e->st));
+    } else {
+        LOCKS_TRY(rope_copy(e, ns));
+        LOCKS_TRY(lg_kv_append_launch(c, layer, e->qkv, e->qkv_dim, e->q_dim, e->pos, ns, e->st));
+    }
+    LOCKS_TRY(locks_cuda_summary_build(c, layer, e->build, ns));
+    if (e->fused) return locks_cuda_qprep_launch(c, e->qkv, e->qkv_dim, ns, s->n_heads, scale, e->st);
+    return locks_cuda_qprep_launch(c, e->q, e->q_dim, ns, s->n_heads, scale, e->st);
+}
+
+/* The step of one layer on the prepared queries -> e->att (capturable), through the path
+ * locks_cuda_decode_step takes (step.cu). */
+static locks_status enqueue_step(lg_ctx *e, int32_t layer) {
     const int32_t max_pages = (e->max_ctx + 15) / 16;
     const float scale = e->step.scale > 0.f ? e->step.scale : 1.f / sqrtf((float)e->m->s.head_dim);
-    LOCKS_TRY(locks_cuda_qprep_launch(c, e->q, ns, hq, scale, e->st));
-    if (e->step.selector == LOCKS_SEL_FULL) {
-        /* dense: launched without programmatic dependent launch. With it the engine's
-         * decode logits were wrong (test_gpu_model_ops "decode vs prefill", test_gpu_model
-         * full: top-1 0.04 on 2026-12-01) while LOCKS_CUDA_PDL=0 passed; the cause inside
-         * the qprep -> attend(dense) -> merge chain is not found yet (bench/RESULTS.md). */
-        const int pdl = c->ws.pdl;
-        c->ws.pdl = 0;
-        const locks_status st = locks_cuda_attend_launch(c, layer, ns, hq, NULL, NULL, 0, 1, max_pages, e->att, NULL, e->st);
-        c->ws.pdl = pdl;
-        return st;
-    }
     int32_t max_list = e->step.budget / 16 + 2;
     if (max_list > max_pages) max_list = max_pages;
-    const int32_t nblk = locks_cuda_score_blocks(c, ns, hq, max_pages);
-    /* as the step's enqueue_locks (step.cu): the score kernel also zeroes the histograms */
-    LOCKS_TRY(locks_cuda_score_launch(c, layer, ns, hq, scale, nblk, e->st));
-    LOCKS_TRY(locks_cuda_mass_launch(c, ns, hq, &e->step, nblk, max_pages, 1, e->st));
-    if (locks_cuda_topk_mb_pays(c, max_pages))
-        LOCKS_TRY(locks_cuda_topk_mb_launch(c, ns, &e->step, max_pages, e->st));
-    else
-        LOCKS_TRY(locks_cuda_topk_launch(c, ns, &e->step, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
-                                         c->ws.max_pages, 1, e->st));
-    return locks_cuda_attend_launch(c, layer, ns, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0, max_list, e->att,
-                                    NULL, e->st);
+    return locks_cuda_step_enqueue(e->cc, layer, e->n_seqs, e->m->s.n_heads, &e->step, scale, max_pages, max_list,
+                                   e->att, 0, 0);
 }
 
 /* Every kernel of one decode token (the graph's body). */
@@ -615,11 +625,11 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
     const lg_shape *s = &e->m->s;
     const int32_t ns = e->n_seqs;
     locks_cuda_cache *c = e->cc;
-    if (parts & (LG_PART_REST | LG_PART_ATTN)) {
+    if (parts & (LG_PART_REST | LG_PART_PREP)) {
         LOCKS_TRY(lg_decode_prep_launch(c->seq_len, c->block_table, c->p.n_pages, ns, e->pos, e->build, e->st));
     }
     if (parts & LG_PART_REST) {
-        if (e->fused) {
+        if (e->gemv_now) {
             LOCKS_TRY(lg_embed_ss_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->ss, e->st));
         } else {
             LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->st));
@@ -629,11 +639,8 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
     for (int32_t l = 0; l < s->n_layers; l++) {
         const lg_layer *L = &e->m->layers[l];
         LOCKS_TRY(layer_head(e, L, ns, parts));
-        if (parts & LG_PART_ATTN) {
-            LOCKS_TRY(lg_kv_append_launch(c, l, e->qkv, e->qkv_dim, e->q_dim, e->pos, ns, e->st));
-            LOCKS_TRY(locks_cuda_summary_build(c, l, e->build, ns)); /* skips the -1 entries */
-            LOCKS_TRY(enqueue_step(e, l));
-        }
+        if (parts & LG_PART_PREP) LOCKS_TRY(enqueue_prep(e, l));
+        if (parts & LG_PART_STEP) LOCKS_TRY(enqueue_step(e, l));
         LOCKS_TRY(layer_tail(e, L, ns, parts));
     }
     LOCKS_TRY(norm_product(e, e->m->output_norm, e->m->output, s->n_vocab, ns, e->logits, parts));
@@ -644,9 +651,9 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
 
 /* Every kernel of one decode token, through gemv.cu's fused products where they apply. */
 static locks_status enqueue_decode(lg_ctx *e, int parts) {
-    e->fused = e->gemv;
+    e->gemv_now = e->gemv;
     const locks_status st = enqueue_decode_body(e, parts);
-    e->fused = 0;
+    e->gemv_now = 0;
     return st;
 }
 
@@ -740,7 +747,7 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 extern "C" locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double *median_ms) {
-    if (!e || parts < 1 || parts > 7 || trials < 1 || trials > 64 || !median_ms) return LOCKS_ERR_INVALID_ARG;
+    if (!e || parts < 1 || (parts & ~LG_PART_ALL) || trials < 1 || trials > 64 || !median_ms) return LOCKS_ERR_INVALID_ARG;
     LOCKS_TRY(check_lengths(e));
     LOCKS_TRY(own_slots(e));
     if (!e->graph[parts]) LOCKS_TRY(capture(e, parts));
@@ -786,6 +793,17 @@ extern "C" locks_status lg_op_embed(const void *d_e, locks_dtype etype, const in
                                     float *d_x) {
     LOCKS_TRY(lg_embed_launch(d_e, etype, d_tok, n, dim, d_x, 0));
     CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_attn_prep(locks_cache *c, int32_t layer, float *d_qkv, int32_t n_seqs, int32_t n_heads,
+                                        int32_t n_rot, const float *d_inv_freq, const int32_t *d_pos) {
+    if (!c || !c->cuda || !d_qkv || !d_inv_freq || !d_pos || layer < 0 || layer >= c->p.n_layers || n_seqs < 1 ||
+        n_seqs > c->p.max_seqs || n_heads < 1 || n_rot < 2 || n_rot > c->p.head_dim || n_rot % 2)
+        return LOCKS_ERR_INVALID_ARG;
+    const int32_t row = (n_heads + 2 * c->p.n_kv_heads) * c->p.head_dim;
+    LOCKS_TRY(lg_attn_prep_launch(c->cuda, layer, d_qkv, row, n_heads, n_rot, d_inv_freq, d_pos, n_seqs,
+                                  c->cuda->stream));
+    CU_TRY(cudaStreamSynchronize(c->cuda->stream));
     return LOCKS_OK;
 }
 extern "C" locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,

@@ -22,6 +22,11 @@ locks_status lg_decode_prep_launch(const int32_t *seq_len, const int32_t *bt, in
                                    int32_t *pos, int32_t *build, cudaStream_t st);
 locks_status lg_kv_append_launch(locks_cuda_cache *c, int32_t layer, const float *qkv, int32_t row_stride, int32_t k_off,
                                  const int32_t *pos, int32_t n_seqs, cudaStream_t st);
+/* RoPE of the new tokens' query and key heads in their [q | k | v] rows (row_stride floats,
+ * in place) + their K/V into page slot pos % 16 of the layer (attn_prep.cu). */
+locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
+                                 int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs,
+                                 cudaStream_t st);
 /* d_ws: lg_sample_ws_bytes(n_rows) of device memory, zeroed once before the first call
  * (the greedy argmax's partials and tickets; it leaves the tickets zero). */
 locks_status lg_sample_launch(const float *logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *d_p,

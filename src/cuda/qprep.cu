@@ -10,14 +10,15 @@
 #define QPREP_WARPS 4
 
 template <typename T>
-static __global__ void qprep_kernel(const float *__restrict__ q, int32_t rows, int32_t d, float attn_mul,
+static __global__ void qprep_kernel(const float *__restrict__ q, int32_t seq_stride, int32_t hq, int32_t rows,
+                                    int32_t d, float attn_mul,
                                     uint16_t *q_attn, __half *q_score, float *q_amax, int8_t *q_i8,
                                     int32_t *q_isum, int32_t *status) {
     pdl_trigger(); /* the score kernel may start its summary copies now (common.cuh) */
     const int32_t row = blockIdx.x * QPREP_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
-    const float *x = q + (size_t)row * d;
+    const float *x = q + (size_t)(row / hq) * seq_stride + (size_t)(row % hq) * d;
     float amax = 0.f;
     int bad = 0;
     for (int i = lane; i < d; i += 32) {
@@ -52,17 +53,17 @@ static __global__ void qprep_kernel(const float *__restrict__ q, int32_t rows, i
     }
 }
 
-locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int32_t n_seqs, int32_t hq,
-                                     float scale, cudaStream_t st) {
+locks_status locks_cuda_qprep_launch(locks_cuda_cache *c, const float *d_q, int32_t seq_stride, int32_t n_seqs,
+                                     int32_t hq, float scale, cudaStream_t st) {
     const int32_t rows = n_seqs * hq;
     const unsigned blocks = (unsigned)((rows + QPREP_WARPS - 1) / QPREP_WARPS);
     const float mul = scale * 1.4426950408889634f;
     if (c->p.kv_dtype == LOCKS_DTYPE_BF16)
-        qprep_kernel<__nv_bfloat16><<<blocks, QPREP_WARPS * 32, 0, st>>>(d_q, rows, c->p.head_dim, mul, c->ws.q_attn,
+        qprep_kernel<__nv_bfloat16><<<blocks, QPREP_WARPS * 32, 0, st>>>(d_q, seq_stride, hq, rows, c->p.head_dim, mul, c->ws.q_attn,
                                                                        c->ws.q_score, c->ws.q_amax, c->ws.q_i8, c->ws.q_isum,
                                                                        c->ws.status);
     else
-        qprep_kernel<__half><<<blocks, QPREP_WARPS * 32, 0, st>>>(d_q, rows, c->p.head_dim, mul, c->ws.q_attn,
+        qprep_kernel<__half><<<blocks, QPREP_WARPS * 32, 0, st>>>(d_q, seq_stride, hq, rows, c->p.head_dim, mul, c->ws.q_attn,
                                                                 c->ws.q_score, c->ws.q_amax, c->ws.q_i8, c->ws.q_isum,
                                                                        c->ws.status);
     CU_LAUNCH_CHECK(qprep_kernel);

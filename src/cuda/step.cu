@@ -187,7 +187,7 @@ static locks_status upload_slots(locks_cuda_cache *c, const int32_t *seq_ids, in
 static locks_status prep_checked(locks_cuda_cache *c, const float *d_q, int32_t n_seqs, int32_t hq, float scale) {
     int32_t flag = 0;
     CU_TRY(cudaMemsetAsync(c->ws.status, 0, 4, c->stream));
-    LOCKS_TRY(locks_cuda_qprep_launch(c, d_q, n_seqs, hq, scale, c->stream));
+    LOCKS_TRY(locks_cuda_qprep_launch(c, d_q, hq * c->p.head_dim, n_seqs, hq, scale, c->stream));
     CU_TRY(cudaMemcpyAsync(&flag, c->ws.status, 4, cudaMemcpyDeviceToHost, c->stream));
     LOCKS_TRY(sync_stack_copies(c->stream)); /* &flag is a stack address */
     return flag ? LOCKS_ERR_NONFINITE : LOCKS_OK;
@@ -195,25 +195,41 @@ static locks_status prep_checked(locks_cuda_cache *c, const float *d_q, int32_t 
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
-/* Enqueues score -> mass -> topk -> attend for the batch whose slots are uploaded. */
-static locks_status enqueue_locks(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq,
-                                  const locks_step_params *p, float scale, int32_t max_pages, int32_t max_list,
-                                  float *d_out, int timed) {
+/* The step after qprep (common.cuh): one enqueue path for locks_cuda_decode_step, the step
+ * graph and the GPU engine (model_engine.cu). */
+locks_status locks_cuda_step_enqueue(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t hq,
+                                     const locks_step_params *p, float scale, int32_t max_pages, int32_t max_list,
+                                     float *d_out, int dense_sel, int timed) {
+    cudaStream_t st = c->stream;
+    if (p->selector == LOCKS_SEL_FULL) {
+        if (timed) CU_TRY(cudaEventRecord(c->ev[1], st));
+        if (dense_sel) { /* the selection is every page (read back by the caller) */
+            locks_step_params all = *p;
+            all.budget = INT32_MAX;
+            LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, &all, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
+                                             c->ws.max_pages, 0, st));
+        }
+        if (timed) CU_TRY(cudaEventRecord(c->ev[2], st));
+        if (timed) CU_TRY(cudaEventRecord(c->ev[3], st));
+        LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, NULL, NULL, 0, 1, max_pages, d_out, NULL, st));
+        if (timed) CU_TRY(cudaEventRecord(c->ev[4], st));
+        return LOCKS_OK;
+    }
     const int32_t nblk = locks_cuda_score_blocks(c, n_seqs, hq, max_pages);
-    if (timed) CU_TRY(cudaEventRecord(c->ev[1], c->stream));
+    if (timed) CU_TRY(cudaEventRecord(c->ev[1], st));
     /* the score kernel also zeroes the histograms that mass.cu fills */
-    LOCKS_TRY(locks_cuda_score_launch(c, layer, n_seqs, hq, scale, nblk, c->stream));
-    LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, max_pages, 1, c->stream));
-    if (timed) CU_TRY(cudaEventRecord(c->ev[2], c->stream));
+    LOCKS_TRY(locks_cuda_score_launch(c, layer, n_seqs, hq, scale, nblk, st));
+    LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, max_pages, 1, st));
+    if (timed) CU_TRY(cudaEventRecord(c->ev[2], st));
     if (locks_cuda_topk_mb_pays(c, max_pages)) /* the whole machine; else one block per segment */
-        LOCKS_TRY(locks_cuda_topk_mb_launch(c, n_seqs, p, max_pages, c->stream));
+        LOCKS_TRY(locks_cuda_topk_mb_launch(c, n_seqs, p, max_pages, st));
     else
         LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, p, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
-                                         c->ws.max_pages, 1, c->stream));
-    if (timed) CU_TRY(cudaEventRecord(c->ev[3], c->stream));
+                                         c->ws.max_pages, 1, st));
+    if (timed) CU_TRY(cudaEventRecord(c->ev[3], st));
     LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0, max_list,
-                                       d_out, NULL, c->stream));
-    if (timed) CU_TRY(cudaEventRecord(c->ev[4], c->stream));
+                                       d_out, NULL, st));
+    if (timed) CU_TRY(cudaEventRecord(c->ev[4], st));
     return LOCKS_OK;
 }
 
@@ -234,21 +250,7 @@ extern "C" locks_status locks_cuda_decode_step(locks_cuda_cache *c, int32_t laye
     if (timed) CU_TRY(cudaEventRecord(c->ev[0], c->stream));
     LOCKS_TRY(prep_checked(c, d_q, n_seqs, hq, scale));
     const int32_t hkv = c->p.n_kv_heads, segs = n_seqs * hkv;
-    if (p->selector == LOCKS_SEL_FULL) {
-        /* dense: the selection is every page */
-        locks_step_params all = *p;
-        all.budget = INT32_MAX;
-        if (timed) CU_TRY(cudaEventRecord(c->ev[1], c->stream));
-        LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, &all, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
-                                         c->ws.max_pages, 0, c->stream));
-        if (timed) CU_TRY(cudaEventRecord(c->ev[2], c->stream));
-        if (timed) CU_TRY(cudaEventRecord(c->ev[3], c->stream));
-        LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, NULL, NULL, 0, 1, max_pages, d_out, NULL,
-                                           c->stream));
-        if (timed) CU_TRY(cudaEventRecord(c->ev[4], c->stream));
-    } else {
-        LOCKS_TRY(enqueue_locks(c, layer, n_seqs, hq, p, scale, max_pages, max_list, d_out, timed));
-    }
+    LOCKS_TRY(locks_cuda_step_enqueue(c, layer, n_seqs, hq, p, scale, max_pages, max_list, d_out, 1, timed));
     CU_TRY(cudaStreamSynchronize(c->stream));
     if (sel) {
         CU_TRY(cudaMemcpy2D(sel->pages, (size_t)sel->max_pages * 4, c->ws.sel, (size_t)c->ws.max_pages * 4,
@@ -257,7 +259,7 @@ extern "C" locks_status locks_cuda_decode_step(locks_cuda_cache *c, int32_t laye
     }
     if (stats) {
         memset(stats, 0, sizeof *stats);
-        const size_t sb = locks_summary_bytes(c->p.head_dim, c->rank, LOCKS_SUMMARY_Q);
+        const size_t sb = locks_summary_bytes(c->p.head_dim, c->rank, c->p.summary_prec);
         const uint64_t tok_bytes = (uint64_t)c->p.head_dim * 2 * 2; /* K + V of one token, one head */
         for (int32_t i = 0; i < n_seqs; i++) {
             const int32_t len = c->h_seq_len[seq_ids[i]];
@@ -348,8 +350,10 @@ extern "C" locks_status locks_cuda_attend_dense(locks_cuda_cache *c, int32_t lay
     LOCKS_TRY(check_seqs(c, seq_ids, n_seqs, NULL, &mp, &ml));
     LOCKS_TRY(locks_cuda_ws_reserve(c, n_seqs, hq));
     LOCKS_TRY(upload_slots(c, seq_ids, n_seqs));
-    LOCKS_TRY(locks_cuda_qprep_launch(c, d_q, n_seqs, hq, step_scale(c, scale), c->stream));
-    LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, NULL, NULL, 0, 1, mp, d_out, NULL, c->stream));
+    locks_step_params full = locks_step_default_params();
+    full.selector = LOCKS_SEL_FULL;
+    LOCKS_TRY(locks_cuda_qprep_launch(c, d_q, hq * c->p.head_dim, n_seqs, hq, step_scale(c, scale), c->stream));
+    LOCKS_TRY(locks_cuda_step_enqueue(c, layer, n_seqs, hq, &full, step_scale(c, scale), mp, mp, d_out, 0, 0));
     return LOCKS_OK; /* asynchronous: benchmarks time it with events */
 }
 
@@ -392,8 +396,8 @@ static locks_status graph_build(locks_cuda_graph *g, int32_t layer, const float 
     if (max_list > max_pages) max_list = max_pages;
     const float scale = step_scale(c, g->p.scale);
     CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
-    locks_status st = locks_cuda_qprep_launch(c, d_q, g->n_seqs, hq, scale, c->stream);
-    if (st == LOCKS_OK) st = enqueue_locks(c, layer, g->n_seqs, hq, &g->p, scale, max_pages, max_list, d_out, 0);
+    locks_status st = locks_cuda_qprep_launch(c, d_q, hq * c->p.head_dim, g->n_seqs, hq, scale, c->stream);
+    if (st == LOCKS_OK) st = locks_cuda_step_enqueue(c, layer, g->n_seqs, hq, &g->p, scale, max_pages, max_list, d_out, 0, 0);
     cudaError_t e = cudaStreamEndCapture(c->stream, &g->graph);
     if (st != LOCKS_OK) return st;
     CU_TRY(e);
