@@ -273,7 +273,7 @@ struct lg_ctx {
     int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
     int gemv;       /* decode products: 0 cuBLAS + the small kernels, 1 gemv.cu, 2 gemv.cu with
                      * programmatic dependent launch (LOCKS_CUDA_GEMV, see lg_ctx_init) */
-    int fused;      /* set while enqueuing a decode token that uses them */
+    int gemv_now;   /* set while enqueuing a decode token that uses gemv.cu */
     uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
     int32_t *ptok;  /* (max_chunk,) prefill tokens */
@@ -454,7 +454,7 @@ static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, i
  * the RMSNorm kernel and cuBLAS. */
 static locks_status norm_product(lg_ctx *e, const float *nw, const void *w, int32_t rows, int32_t n, float *y, int parts) {
     const lg_shape *s = &e->m->s;
-    if (e->fused) {
+    if (e->gemv_now) {
         if (parts & LG_PART_GEMM)
             LOCKS_TRY(lg_gemv_launch(LG_GEMV_NORM, w, s->wtype, rows, s->dim, n, e->x, s->dim, nw, e->ss, e->ss_nblk,
                                      s->norm_eps, y, rows, 0, NULL, e->gemv == 2, e->st));
@@ -466,12 +466,12 @@ static locks_status norm_product(lg_ctx *e, const float *nw, const void *w, int3
 }
 
 /* x += X . W^T with X = 16-bit(src) (mode LG_GEMV_F32, src (n, cols)) or silu(g) * u of
- * src = gu (LG_GEMV_SWIGLU, cols = ffn); fused, the product also leaves x's partial sums
+ * src = gu (LG_GEMV_SWIGLU, cols = ffn); with gemv.cu, the product also leaves x's partial sums
  * of squares for the next norm_product. */
 static locks_status residual_product(lg_ctx *e, int mode, const float *src, const void *w, int32_t cols, int32_t n,
                                      int parts) {
     const lg_shape *s = &e->m->s;
-    if (e->fused) {
+    if (e->gemv_now) {
         if (parts & LG_PART_GEMM)
             LOCKS_TRY(lg_gemv_launch(mode, w, s->wtype, s->dim, cols, n, src, mode == LG_GEMV_SWIGLU ? 2 * cols : cols,
                                      NULL, NULL, 0, 0.f, e->x, s->dim, 1, e->ss, e->gemv == 2, e->st));
@@ -706,7 +706,7 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
         LOCKS_TRY(lg_decode_prep_launch(c->seq_len, c->block_table, c->p.n_pages, ns, e->pos, e->build, e->st));
     }
     if (parts & LG_PART_REST) {
-        if (e->fused) {
+        if (e->gemv_now) {
             LOCKS_TRY(lg_embed_ss_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->ss, e->st));
         } else {
             LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->st));
@@ -728,9 +728,9 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
 
 /* Every kernel of one decode token, through gemv.cu's fused products where they apply. */
 static locks_status enqueue_decode(lg_ctx *e, int parts) {
-    e->fused = e->gemv;
+    e->gemv_now = e->gemv;
     const locks_status st = enqueue_decode_body(e, parts);
-    e->fused = 0;
+    e->gemv_now = 0;
     return st;
 }
 
