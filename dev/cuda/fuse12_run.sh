@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
+# (The fused merge is not in src/cuda/ on main, it lost: apply dev/cuda/fused_merge.patch first.)
 # fuse12_run.sh — issue 12, the attention merge folded into the attention kernel: one
 # device call from prebuilt binaries (BIN, default bin/). The GPU tests with the fused
-# The fused merge is not in src/cuda/ on main (it lost): apply dev/cuda/fused_merge.patch first.
 # merge (LOCKS_CUDA_FUSED_MERGE=1; the default at 75fff94, where this ran; off since),
 # test_gpu_ops once more with LOCKS_CUDA_FUSED_MERGE=0, then the
 # step bench old path and fused path back to back (same binaries, same machine), then
