@@ -549,6 +549,8 @@ static locks_status enqueue_step(lg_ctx *e, int32_t layer) {
     else
         LOCKS_TRY(locks_cuda_topk_launch(c, ns, &e->step, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
                                          c->ws.max_pages, 1, e->st));
+    LOCKS_TRY(locks_cuda_mass_cut_launch(c, ns, &e->step, c->ws.mass, c->ws.max_pages, max_pages, c->ws.sel,
+                                         c->ws.sel_n, c->ws.max_pages, e->st)); /* a mass target (masscut.cu) */
     return locks_cuda_attend_launch(c, layer, ns, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0, max_list, e->att,
                                     NULL, e->st);
 }
