@@ -350,8 +350,14 @@ static void verify_task(void *arg, int32_t t, int32_t thread) {
     const int32_t last = first + r->chunk < np_max ? first + r->chunk : np_max;
     const int32_t per_call = 64 / G; /* attend_block takes up to 64 heads */
     uint16_t tmp_k[P * LOCKS_MAX_HEAD_DIM], tmp_v[P * LOCKS_MAX_HEAD_DIM];
+    const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
     for (int32_t lp = first; lp < last; lp++) {
         const int32_t phys = j->s->table[lp];
+        if (lp + 1 < last) { /* the next page's blocks, as attend_task */
+            const int32_t next = j->s->table[lp + 1];
+            prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, h), locks_cache_vblock(j->c, j->layer, next, h),
+                            block_bytes);
+        }
         const uint16_t *kb, *vb;
         locks_cache_kv_rows(j->c, j->layer, phys, h, tmp_k, tmp_v, &kb, &vb);
         /* query i (run-local) sees nt_i = len0 + qa + i - 16 lp tokens of this page */

@@ -61,5 +61,6 @@ locks_status locks_attend_prefix_n(locks_cache *c, int32_t layer, int32_t seq_id
         return LOCKS_ERR_INVALID_ARG;
     if (n_q_heads / H > 64) return LOCKS_ERR_UNSUPPORTED;
     if (c->cuda) return LOCKS_ERR_UNSUPPORTED;
+    if (n == 1) return locks_attend_prefix(c, layer, seq_id, len, q, n_q_heads, out); /* nothing to share */
     return locks_attend_verify_run(c, layer, s, len, n, q, n_q_heads, locks_step_scale(c, 0.0f), out);
 }

@@ -292,8 +292,45 @@ static void perf_prefill(int32_t len) {
     locks_simd_enable(1);
 }
 
+/* LOCKS_VERIFY_PERF=len: CPU seconds (best of 5, 1 thread, AVX2) of the verify attention
+ * of n = 1, 5, 9 queries at a context of len (SmolLM2's H=3 G=3 d=64): n calls of
+ * locks_attend_prefix vs one locks_attend_prefix_n, side by side. */
+static void perf_verify(int32_t len) {
+    const int32_t H = 3, G = 3, d = 64, Hq = H * G;
+    fixture f = make_fixture(H, G, d, len, 1, LOCKS_SUMMARY_Q, 8);
+    float *q = malloc(sizeof(float) * 9 * Hq * d), *out = malloc(sizeof(float) * 9 * Hq * d);
+    tu_fill_normal(q, (size_t)9 * Hq * d, 1.0);
+    for (int32_t n = 1; n <= 9; n += 4) {
+        double best[2] = {1e30, 1e30};
+        for (int32_t rep = 0; rep < 5; rep++)
+            for (int32_t way = 0; way < 2; way++) {
+                struct timespec t0, t1;
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+                if (way == 0)
+                    for (int32_t i = 0; i < n; i++)
+                        CHECK(locks_attend_prefix(f.c, 0, f.seq, len - n + 1 + i, q + (size_t)i * Hq * d, Hq,
+                                                  out + (size_t)i * Hq * d));
+                else
+                    CHECK(locks_attend_prefix_n(f.c, 0, f.seq, len - n + 1, n, q, Hq, out));
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+                double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+                best[way] = sec < best[way] ? sec : best[way];
+            }
+        printf("perf: verify attention, context %d, %d queries: %d x prefix %.3f ms, prefix_n %.3f ms (%.2fx)\n", len,
+               n, n, 1e3 * best[0], 1e3 * best[1], best[0] / best[1]);
+    }
+    free(q);
+    free(out);
+    free_fixture(&f);
+}
+
 int main(void) {
     tu_seed("test_attend");
+    const char *vperf = getenv("LOCKS_VERIFY_PERF");
+    if (vperf && atoi(vperf) > 0) {
+        perf_verify(atoi(vperf));
+        return 0;
+    }
     const char *perf = getenv("LOCKS_ATTEND_PERF");
     if (perf && atoi(perf) > 0) {
         perf_prefill(atoi(perf));
