@@ -399,7 +399,8 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
  * locks_decode_step (q, out), locks_score (q, mass), locks_select (mass, pages,
  * n_pages) and locks_attend (q, pages, n_pages, out, lse) are DEVICE pointers; seq_ids,
  * params, sel and stats stay on the host (sel is copied back, which synchronises).
- * Calls are synchronous. Supported: kv_dtype F16 or BF16, summary_prec Q, rank <= 8,
+ * Calls are synchronous. Supported: kv_dtype F16 or BF16, summary_prec Q or F32, rank
+ * 1..15 (quantized rank <= 8 on the tensor cores, the rest on a plain fp32 kernel),
  * head_dim 64/128/256, GQA group <= 16, selectors FULL and LOCKS; anything else gives
  * LOCKS_ERR_UNSUPPORTED, as does locks_prefill_attend. locks_cache_k_page/v_page return
  * NULL. stats times are CUDA-event times of the phases. */

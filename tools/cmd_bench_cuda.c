@@ -56,13 +56,15 @@ typedef struct {
     int n_shapes;
     int32_t ctx[MAXL], batch[MAXL];
     int n_ctx, n_batch;
-    int32_t budget, trials, prefill;
+    int32_t budget, trials, prefill, rank;
+    locks_summary_prec prec;
     const char *csv;
 } gopts;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda [--shape llama3-8b,glm4-9b] [--context 32k,128k,...]\n"
-               "                   [--batch 1,8] [--budget 2048] [--trials 15] [--prefill 128k] [--csv FILE]\n");
+               "                   [--batch 1,8] [--budget 2048] [--trials 15] [--prefill 128k] [--csv FILE]\n"
+               "                   [--rank 8] [--summary q|f32]\n");
 }
 
 static int parse(int argc, char **argv, gopts *o) {
@@ -79,6 +81,8 @@ static int parse(int argc, char **argv, gopts *o) {
     o->budget = 2048;
     o->trials = 15;
     o->prefill = 131072;
+    o->rank = 8;
+    o->prec = LOCKS_SUMMARY_Q;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--backend")) {
@@ -112,6 +116,17 @@ static int parse(int argc, char **argv, gopts *o) {
             i++;
         } else if (!strcmp(a, "--prefill") && v) {
             if (!args_parse_int(v, 1, INT32_MAX, &o->prefill)) return 2;
+            i++;
+        } else if (!strcmp(a, "--rank") && v) {
+            if (!args_parse_int(v, 1, LOCKS_MAX_RANK, &o->rank)) return 2;
+            i++;
+        } else if (!strcmp(a, "--summary") && v) {
+            if (!strcmp(v, "q")) o->prec = LOCKS_SUMMARY_Q;
+            else if (!strcmp(v, "f32")) o->prec = LOCKS_SUMMARY_F32;
+            else {
+                fprintf(stderr, "locks bench: --summary takes q or f32\n");
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--csv") && v) {
             o->csv = v;
@@ -168,6 +183,8 @@ static int bench_shape(const gopts *o, const gshape *sh, FILE *csv) {
     cp.kv_dtype = LOCKS_DTYPE_BF16;
     cp.n_kv_heads = sh->hkv;
     cp.head_dim = d;
+    cp.rank = o->rank;
+    cp.summary_prec = o->prec;
     cp.max_seqs = max_b;
     cp.n_pages = (int32_t)((int64_t)max_b * (max_tok / LOCKS_PAGE) + max_b);
     locks_status err;
@@ -212,7 +229,9 @@ static int bench_shape(const gopts *o, const gshape *sh, FILE *csv) {
     t.d_out = locks_cuda_malloc(sizeof(float) * (size_t)max_b * sh->hq * d);
     if (!t.d_q || !t.d_out) TRY(LOCKS_ERR_OOM);
     TRY(locks_cuda_memcpy_h2d(t.d_q, hq_buf, sizeof(float) * (size_t)max_b * sh->hq * d));
-    const size_t sum_b = locks_summary_bytes(d, 8, LOCKS_SUMMARY_Q);
+    const size_t sum_b = locks_summary_bytes(d, o->rank, o->prec);
+    if (o->rank != 8 || o->prec != LOCKS_SUMMARY_Q)
+        printf("%s: summaries rank %d, %s\n", sh->name, o->rank, o->prec == LOCKS_SUMMARY_F32 ? "fp32" : "quantized");
 
     for (int bi = 0; bi < o->n_batch; bi++)
         for (int ci = 0; ci < o->n_ctx; ci++) {

@@ -109,6 +109,9 @@ extern "C" void locks_cuda_cache_free(locks_cuda_cache **pc) {
     DFREE(c->basis_scale);
     DFREE(c->coef);
     DFREE(c->coef_scale);
+    DFREE(c->mu_f);
+    DFREE(c->basis_f);
+    DFREE(c->coef_f);
     DFREE(c->seq_len);
     DFREE(c->block_table);
     DFREE(c->page_list);
@@ -168,7 +171,7 @@ extern "C" locks_cuda_cache *locks_cuda_cache_init_ext(const locks_cache_params 
         goto fail;
     }
     if ((p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256) ||
-        p->rank > LOCKS_CUDA_MAX_RANK || p->summary_prec != LOCKS_SUMMARY_Q ||
+        (p->summary_prec != LOCKS_SUMMARY_Q && p->summary_prec != LOCKS_SUMMARY_F32) ||
         (p->kv_dtype != LOCKS_DTYPE_F16 && p->kv_dtype != LOCKS_DTYPE_BF16)) {
         locks_log(LOCKS_LOG_ERROR, "cuda: unsupported cache (head_dim %d, rank %d, prec %d, dtype %d)",
                   p->head_dim, p->rank, (int)p->summary_prec, (int)p->kv_dtype);
@@ -187,6 +190,8 @@ extern "C" locks_cuda_cache *locks_cuda_cache_init_ext(const locks_cache_params 
     }
     c->p = *p;
     c->rank = p->rank;
+    c->rslots = locks_cuda_rank_slots(p->rank);
+    c->f32 = p->summary_prec == LOCKS_SUMMARY_F32;
     c->n_sm = prop.multiProcessorCount;
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
     if (cudaStreamCreateWithFlags(&c->own_stream, cudaStreamNonBlocking) != cudaSuccess) {
@@ -223,12 +228,18 @@ extern "C" locks_cuda_cache *locks_cuda_cache_init_ext(const locks_cache_params 
         DALLOC(c->k, L * c->kv_layer_elems * 2);
         DALLOC(c->v, L * c->kv_layer_elems * 2);
     }
-    DALLOC(c->mu, nsum * D);
-    DALLOC(c->mu_scale, nsum * 2);
-    DALLOC(c->basis, nsum * LOCKS_CUDA_MAX_RANK * D / 2);
-    DALLOC(c->basis_scale, nsum * LOCKS_CUDA_MAX_RANK * 2);
-    DALLOC(c->coef, nsum * 16 * LOCKS_CUDA_MAX_RANK);
-    DALLOC(c->coef_scale, nsum * LOCKS_CUDA_MAX_RANK * 2);
+    if (c->f32) {
+        DALLOC(c->mu_f, nsum * D * 4);
+        DALLOC(c->basis_f, nsum * (size_t)c->rslots * D * 4);
+        DALLOC(c->coef_f, nsum * 16 * (size_t)c->rslots * 4);
+    } else {
+        DALLOC(c->mu, nsum * D);
+        DALLOC(c->mu_scale, nsum * 2);
+        DALLOC(c->basis, nsum * (size_t)c->rslots * D / 2);
+        DALLOC(c->basis_scale, nsum * (size_t)c->rslots * 2);
+        DALLOC(c->coef, nsum * 16 * (size_t)c->rslots);
+        DALLOC(c->coef_scale, nsum * (size_t)c->rslots * 2);
+    }
     DALLOC(c->seq_len, (size_t)p->max_seqs * 4);
     DALLOC(c->block_table, (size_t)p->max_seqs * NP * 4);
     DALLOC(c->page_list, NP * 4);
@@ -323,7 +334,8 @@ extern "C" locks_status locks_cuda_summary_get_raw(locks_cuda_cache *c, int32_t 
     if (!c || layer < 0 || layer >= c->p.n_layers || kv_head < 0 || kv_head >= c->p.n_kv_heads || page < 0 ||
         page >= c->p.n_pages)
         return LOCKS_ERR_INVALID_ARG;
-    const size_t D = (size_t)c->p.head_dim, R = LOCKS_CUDA_MAX_RANK;
+    if (c->f32) return LOCKS_ERR_UNSUPPORTED; /* nothing quantized */
+    const size_t D = (size_t)c->p.head_dim, R = (size_t)c->rslots;
     const size_t s = summary_index(c, layer, kv_head) + (size_t)page;
     CU_TRY(cudaStreamSynchronize(c->stream));
     CU_TRY(cudaMemcpy(mu_q, c->mu + s * D, D, cudaMemcpyDeviceToHost));
@@ -338,10 +350,24 @@ extern "C" locks_status locks_cuda_summary_get_raw(locks_cuda_cache *c, int32_t 
 extern "C" locks_status locks_cuda_summary_get(locks_cuda_cache *c, int32_t layer, int32_t kv_head, int32_t page,
                                                float *mu, float *basis, float *coef) {
     if (!c || !mu || !basis || !coef) return LOCKS_ERR_INVALID_ARG;
-    const int D = c->p.head_dim, r = c->rank, R = LOCKS_CUDA_MAX_RANK;
-    int8_t mu_q[LOCKS_MAX_HEAD_DIM], coef_q[16 * LOCKS_CUDA_MAX_RANK];
-    uint8_t basis_q[LOCKS_CUDA_MAX_RANK * LOCKS_MAX_HEAD_DIM / 2];
-    uint16_t mu_s, basis_s[LOCKS_CUDA_MAX_RANK], coef_s[LOCKS_CUDA_MAX_RANK];
+    if (layer < 0 || layer >= c->p.n_layers || kv_head < 0 || kv_head >= c->p.n_kv_heads || page < 0 ||
+        page >= c->p.n_pages)
+        return LOCKS_ERR_INVALID_ARG;
+    const int D = c->p.head_dim, r = c->rank, R = c->rslots;
+    if (c->f32) {
+        const size_t s = summary_index(c, layer, kv_head) + (size_t)page;
+        float cf[16 * LOCKS_CUDA_RANK_SLOTS];
+        CU_TRY(cudaStreamSynchronize(c->stream));
+        CU_TRY(cudaMemcpy(mu, c->mu_f + s * D, (size_t)D * 4, cudaMemcpyDeviceToHost));
+        CU_TRY(cudaMemcpy(basis, c->basis_f + s * R * D, (size_t)r * D * 4, cudaMemcpyDeviceToHost));
+        CU_TRY(cudaMemcpy(cf, c->coef_f + s * 16 * R, (size_t)16 * R * 4, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 16; i++)
+            for (int k = 0; k < r; k++) coef[i * r + k] = cf[i * R + k];
+        return LOCKS_OK;
+    }
+    int8_t mu_q[LOCKS_MAX_HEAD_DIM], coef_q[16 * LOCKS_CUDA_RANK_SLOTS];
+    uint8_t basis_q[LOCKS_CUDA_RANK_SLOTS * LOCKS_MAX_HEAD_DIM / 2];
+    uint16_t mu_s, basis_s[LOCKS_CUDA_RANK_SLOTS], coef_s[LOCKS_CUDA_RANK_SLOTS];
     LOCKS_TRY(locks_cuda_summary_get_raw(c, layer, kv_head, page, mu_q, &mu_s, basis_q, basis_s, coef_q, coef_s));
     for (int i = 0; i < D; i++) mu[i] = h2f_host(mu_s) * (float)mu_q[i];
     for (int k = 0; k < r; k++)
@@ -474,6 +500,11 @@ extern "C" locks_status locks_cuda_memcpy_d2h(void *dst, const void *src, size_t
 }
 extern "C" const char *locks_cuda_device_name(locks_cuda_cache *c) { return c ? c->device_name : "?"; }
 extern "C" size_t locks_cuda_summary_stored_bytes(int32_t head_dim) {
-    return (size_t)head_dim + 2 + (size_t)LOCKS_CUDA_MAX_RANK * head_dim / 2 + 2 * LOCKS_CUDA_MAX_RANK +
-           16 * LOCKS_CUDA_MAX_RANK + 2 * LOCKS_CUDA_MAX_RANK;
+    return locks_cuda_summary_stored_bytes_of(head_dim, LOCKS_CUDA_MAX_RANK, LOCKS_SUMMARY_Q);
+}
+extern "C" int32_t locks_cuda_rank_slots(int32_t rank) { return rank <= LOCKS_CUDA_MAX_RANK ? LOCKS_CUDA_MAX_RANK : LOCKS_CUDA_RANK_SLOTS; }
+extern "C" size_t locks_cuda_summary_stored_bytes_of(int32_t head_dim, int32_t rank, locks_summary_prec prec) {
+    const size_t R = (size_t)locks_cuda_rank_slots(rank), d = (size_t)head_dim;
+    if (prec == LOCKS_SUMMARY_F32) return 4 * (d + R * d + 16 * R);
+    return d + 2 + R * d / 2 + 2 * R + 16 * R + 2 * R;
 }

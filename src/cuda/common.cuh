@@ -109,10 +109,17 @@ struct locks_cuda_cache {
     size_t page_ld, head_ld, tok_ld; /* K/V block strides in elements (HND: Hkv*16*d, 16*d, d) */
     int8_t *mu;              /* [L][Hkv][n_pages][d] */
     __half *mu_scale;        /* [L][Hkv][n_pages] */
-    uint8_t *basis;          /* [L][Hkv][n_pages][8][d/2] */
-    __half *basis_scale;     /* [L][Hkv][n_pages][8] */
-    int8_t *coef;            /* [L][Hkv][n_pages][16][8] */
-    __half *coef_scale;      /* [L][Hkv][n_pages][8] */
+    uint8_t *basis;          /* [L][Hkv][n_pages][RS][d/2] */
+    __half *basis_scale;     /* [L][Hkv][n_pages][RS] */
+    int8_t *coef;            /* [L][Hkv][n_pages][16][RS] */
+    __half *coef_scale;      /* [L][Hkv][n_pages][RS] */
+    /* LOCKS_SUMMARY_F32 (the arrays above are then NULL): */
+    float *mu_f;             /* [L][Hkv][n_pages][d] */
+    float *basis_f;          /* [L][Hkv][n_pages][RS][d] */
+    float *coef_f;           /* [L][Hkv][n_pages][16][RS] */
+    int32_t rslots;          /* RS: rank slots per summary, 8 (rank <= 8) or 16; slots >= rank
+                                hold zeros */
+    int f32;                 /* summary_prec == LOCKS_SUMMARY_F32 */
     int32_t *seq_len;        /* [max_seqs] (device) */
     int32_t *block_table;    /* [max_seqs][n_pages] (device) */
     int32_t *h_seq_len;      /* host mirror of seq_len */

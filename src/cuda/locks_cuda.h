@@ -9,12 +9,16 @@
  *    pages in fp16 or bf16 ([layer][page][Hkv][16][d]) and the quantized summaries in
  *    structure-of-arrays form per (layer, KV head), page after page:
  *        mu        int8 [L][Hkv][n_pages][d]        mu_scale    fp16 [L][Hkv][n_pages]
- *        basis     int4 [L][Hkv][n_pages][8][d/2]   basis_scale fp16 [L][Hkv][n_pages][8]
- *        coef      int8 [L][Hkv][n_pages][16][8]    coef_scale  fp16 [L][Hkv][n_pages][8]
- *    The rank slot count is fixed at 8 (LOCKS_CUDA_MAX_RANK) so every row is 16-byte
- *    aligned; slots >= rank are zero. Values are the CPU's quantized values.
- *  - Supported: LOCKS_SUMMARY_Q, rank 1..8, head_dim 64/128/256, GQA group <= 16.
- *    Anything else returns LOCKS_ERR_UNSUPPORTED.
+ *        basis     int4 [L][Hkv][n_pages][RS][d/2]  basis_scale fp16 [L][Hkv][n_pages][RS]
+ *        coef      int8 [L][Hkv][n_pages][16][RS]   coef_scale  fp16 [L][Hkv][n_pages][RS]
+ *    or, for LOCKS_SUMMARY_F32, unquantized fp32 mu [..][d], basis [..][RS][d] and
+ *    coef [..][16][RS]. RS, the rank slot count, is 8 (LOCKS_CUDA_MAX_RANK) for ranks
+ *    1..8 and 16 (LOCKS_CUDA_RANK_SLOTS) for 9..15, so every row is 16-byte aligned;
+ *    slots >= rank are zero. Values are the CPU's (quantized) values. The tensor-core
+ *    score kernels take quantized rank <= 8; ranks 9..15 and fp32 summaries are scored
+ *    by a plain fp32 kernel (score.cu).
+ *  - Supported: LOCKS_SUMMARY_Q and LOCKS_SUMMARY_F32, rank 1..15, head_dim 64/128/256,
+ *    GQA group <= 16. Anything else returns LOCKS_ERR_UNSUPPORTED.
  *  - Sequence bookkeeping (free list, block tables on the host) stays with the caller;
  *    after every change of a sequence's pages or length the caller mirrors it into the
  *    device with locks_cuda_seq_sync().
@@ -33,7 +37,8 @@
 extern "C" {
 #endif
 
-#define LOCKS_CUDA_MAX_RANK 8  /* rank slots per summary on the device */
+#define LOCKS_CUDA_MAX_RANK 8  /* rank slots of the tensor-core layout (ranks 1..8, quantized) */
+#define LOCKS_CUDA_RANK_SLOTS 16 /* rank slots for ranks 9..15 */
 #define LOCKS_CUDA_MAX_GROUP 16 /* query heads per KV head (one MMA row tile) */
 
 typedef struct locks_cuda_cache locks_cuda_cache;
@@ -86,8 +91,9 @@ locks_status locks_cuda_summary_build(locks_cuda_cache *c, int32_t layer, const 
 locks_status locks_cuda_summary_get(locks_cuda_cache *c, int32_t layer, int32_t kv_head,
                                     int32_t page, float *mu, float *basis, float *coef);
 
-/* Raw quantized summary of one page (host copies): mu_q[d], *mu_scale, basis_q[8][d/2],
- * basis_scale[8], coef_q[16][8], coef_scale[8] (fp16 bits). */
+/* Raw quantized summary of one page (host copies), RS = locks_cuda_rank_slots(rank):
+ * mu_q[d], *mu_scale, basis_q[RS][d/2], basis_scale[RS], coef_q[16][RS], coef_scale[RS]
+ * (fp16 bits). LOCKS_ERR_UNSUPPORTED for an fp32-summary cache. */
 locks_status locks_cuda_summary_get_raw(locks_cuda_cache *c, int32_t layer, int32_t kv_head,
                                         int32_t page, int8_t *mu_q, uint16_t *mu_scale,
                                         uint8_t *basis_q, uint16_t *basis_scale, int8_t *coef_q,
@@ -186,8 +192,12 @@ locks_status locks_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 locks_status locks_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 /* Name of the device, for logs. */
 const char *locks_cuda_device_name(locks_cuda_cache *c);
-/* Bytes of one summary as the device stores it (with rank slots padded to 8). */
+/* Bytes of one summary as the device stores it: rank 8 quantized (slots padded to 8),
+ * and of any rank and precision (slots padded to locks_cuda_rank_slots(rank)). */
 size_t locks_cuda_summary_stored_bytes(int32_t head_dim);
+size_t locks_cuda_summary_stored_bytes_of(int32_t head_dim, int32_t rank, locks_summary_prec prec);
+/* Rank slots the device gives a summary of this rank: 8 or 16. */
+int32_t locks_cuda_rank_slots(int32_t rank);
 
 #ifdef __cplusplus
 }

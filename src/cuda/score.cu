@@ -3,6 +3,8 @@
  * Two kernels: score_i8_kernel (below, integer MMAs) for every group G <= 16 (G 9..16
  * in two column tiles of 8 heads, one per block), and this fp16 one, kept for A/B runs
  * (LOCKS_CUDA_SCORE_I8G16=0 sends G 9..16 here; it was their kernel before issue 12).
+ * Both take quantized summaries of rank <= 8 (8 rank slots); ranks 9..15 and fp32
+ * summaries go to the plain fp32 kernel score_gen_kernel (near the end).
  * Both zero the segment's radix histogram for mass.cu (the step's memset node before)
  * and read the queries only after pdl_wait() (common.cuh), so the first summary copies
  * are in flight while qprep runs.
@@ -695,8 +697,150 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
     }
 }
 
+/* ---- plain fp32 kernel: ranks 9..15 (16 rank slots) and fp32 summaries ---------------
+ * No tensor cores: one warp per page (pages wid, wid + warps of the grid, ...), lane l
+ * owning dimensions l + 32 m. Per rank slot k < rank the warp loads basis row k once and
+ * reduces q_h . v_k for every head of the group (shuffles), adding b_hk c_ik to the
+ * logit of token i = l % 16 (lanes 16..31 repeat tokens 0..15); mu likewise. Queries are
+ * the scoring copy (fp16 q / |q|max, times |q|max here): the one rounding beyond the CPU's
+ * fp32. The normaliser partials and the histogram zeroing are as in the other kernels.
+ * Meant for the rank / precision ablation, not tuned: an fp32 summary of rank 15 is
+ * ~11x the bytes of the deployed one. */
+template <int D, int RS, bool F32>
+static __global__ void __launch_bounds__(SCORE_WARPS * 32)
+score_gen_kernel(const void *__restrict__ mu_v, const __half *__restrict__ mu_s, const void *__restrict__ basis_v,
+                 const __half *__restrict__ basis_s, const void *__restrict__ coef_v,
+                 const __half *__restrict__ coef_s, const int32_t *__restrict__ seq_slots,
+                 const int32_t *__restrict__ seq_len, const int32_t *__restrict__ block_table, int32_t npool,
+                 int32_t hkv, int32_t G, int32_t rank, float scale, const __half *__restrict__ q_score,
+                 const float *__restrict__ q_amax, int32_t hq, float *__restrict__ scores, int32_t score_stride,
+                 float2 *__restrict__ lse_part, uint32_t *__restrict__ hist) {
+    constexpr int DL = D / 32;
+    constexpr int GM = LOCKS_CUDA_MAX_GROUP;
+    __shared__ float qs[GM][D];
+    __shared__ float2 red[SCORE_WARPS][GM];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tok = lane & 15;
+    const int32_t seg = blockIdx.y;
+    const int32_t s = seg / hkv, h = seg % hkv;
+    const int32_t slot = seq_slots[s];
+    const int32_t n_full = seq_len[slot] / 16;
+    const int32_t *bt = block_table + (size_t)slot * npool;
+    const size_t sbase = (size_t)h * npool;
+    pdl_wait(); /* the queries of qprep */
+    zero_hist(hist, seg);
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        const int hh = i / D, x = i % D;
+        const size_t row = (size_t)s * hq + (size_t)h * G + hh;
+        qs[hh][x] = __half2float(q_score[row * D + x]) * q_amax[row];
+    }
+    __syncthreads();
+    float2 run = make_float2(-INFINITY, 0.f); /* lane hh < G: head hh's normaliser partial */
+    float *sc_out = scores + (size_t)seg * score_stride * G;
+    const int32_t wstride = gridDim.x * SCORE_WARPS;
+    for (int32_t j = blockIdx.x * SCORE_WARPS + warp; j < n_full; j += wstride) {
+        const size_t idx = sbase + (size_t)bt[j];
+        float z[GM];
+        {
+            float muv[DL];
+#pragma unroll
+            for (int m = 0; m < DL; m++) {
+                const int x = lane + 32 * m;
+                muv[m] = F32 ? reinterpret_cast<const float *>(mu_v)[idx * D + x]
+                             : __half2float(mu_s[idx]) * (float)reinterpret_cast<const int8_t *>(mu_v)[idx * D + x];
+            }
+#pragma unroll
+            for (int hh = 0; hh < GM; hh++) {
+                z[hh] = 0.f;
+                if (hh < G) {
+                    float a = 0.f;
+#pragma unroll
+                    for (int m = 0; m < DL; m++) a = fmaf(qs[hh][lane + 32 * m], muv[m], a);
+                    z[hh] = warp_sum(a);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < RS; k++) {
+            if (k < rank) {
+                float vk[DL];
+                float ck;
+                if (F32) {
+                    const float *vr = reinterpret_cast<const float *>(basis_v) + (idx * RS + k) * D;
+#pragma unroll
+                    for (int m = 0; m < DL; m++) vk[m] = vr[lane + 32 * m];
+                    ck = reinterpret_cast<const float *>(coef_v)[(idx * 16 + tok) * RS + k];
+                } else {
+                    const uint8_t *vr = reinterpret_cast<const uint8_t *>(basis_v) + (idx * RS + k) * (D / 2);
+                    const float bsc = __half2float(basis_s[idx * RS + k]);
+#pragma unroll
+                    for (int m = 0; m < DL; m++) {
+                        const int x = lane + 32 * m;
+                        const int b = vr[x >> 1];
+                        int nib = (x & 1) ? (b >> 4) : (b & 15);
+                        nib -= (nib & 8) << 1;
+                        vk[m] = bsc * (float)nib;
+                    }
+                    ck = __half2float(coef_s[idx * RS + k]) *
+                         (float)reinterpret_cast<const int8_t *>(coef_v)[(idx * 16 + tok) * RS + k];
+                }
+#pragma unroll
+                for (int hh = 0; hh < GM; hh++)
+                    if (hh < G) {
+                        float a = 0.f;
+#pragma unroll
+                        for (int m = 0; m < DL; m++) a = fmaf(qs[hh][lane + 32 * m], vk[m], a);
+                        z[hh] = fmaf(warp_sum(a), ck, z[hh]);
+                    }
+            }
+        }
+        /* page LSE per head over the 16 tokens (each half-warp holds all 16) */
+#pragma unroll
+        for (int hh = 0; hh < GM; hh++)
+            if (hh < G) {
+                const float x = scale * z[hh];
+                float mx = x;
+                for (int o = 8; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                float e = expf(x - mx);
+                for (int o = 8; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffffu, e, o);
+                const float v = mx + logf(e);
+                if (lane == 0) sc_out[(size_t)j * G + hh] = v;
+                if (lane == hh) run = lse_combine(run, make_float2(v, 1.f));
+            }
+    }
+    pdl_trigger();
+    if (lane < G) red[warp][lane] = run;
+    __syncthreads();
+    if ((int)threadIdx.x < G) {
+        float2 r = red[0][threadIdx.x];
+        for (int w = 1; w < SCORE_WARPS; w++) r = lse_combine(r, red[w][threadIdx.x]);
+        lse_part[((size_t)seg * gridDim.x + blockIdx.x) * G + threadIdx.x] = r;
+    }
+}
+
+template <int D, int RS, bool F32>
+static locks_status score_gen_launch(locks_cuda_cache *c, size_t base, int32_t segs, int32_t hq, float scale,
+                                     int32_t nblk, cudaStream_t st) {
+    const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
+    const void *mu = F32 ? (const void *)(c->mu_f + base * D) : (const void *)(c->mu + base * D);
+    const void *basis = F32 ? (const void *)(c->basis_f + base * RS * D) : (const void *)(c->basis + base * RS * (D / 2));
+    const void *coef = F32 ? (const void *)(c->coef_f + base * 16 * RS) : (const void *)(c->coef + base * 16 * RS);
+    const __half *mu_s = F32 ? nullptr : c->mu_scale + base;
+    const __half *bs = F32 ? nullptr : c->basis_scale + base * RS;
+    const __half *cs = F32 ? nullptr : c->coef_scale + base * RS;
+    CU_TRY(launch_k(c->ws.pdl, score_gen_kernel<D, RS, F32>, dim3((unsigned)nblk, (unsigned)segs),
+                    dim3(SCORE_WARPS * 32), 0, st, mu, mu_s, basis, bs, coef, cs, (const int32_t *)c->ws.seq_slots,
+                    (const int32_t *)c->seq_len, (const int32_t *)c->block_table, c->p.n_pages, hkv, G, c->rank,
+                    scale, (const __half *)c->ws.q_score, (const float *)c->ws.q_amax, hq, c->ws.scores,
+                    c->ws.max_pages, c->ws.lse_part, c->ws.hist));
+    return LOCKS_OK;
+}
+
+/* Whether the cache's summaries go to the plain fp32 kernel (not the tensor-core ones). */
+static bool score_generic(const locks_cuda_cache *c) { return c->f32 || c->rslots != LOCKS_CUDA_MAX_RANK; }
+
 /* Column tiles of the int8 kernel for a group of G (0: the fp16 kernel). */
 static int32_t score_tiles(const locks_cuda_cache *c, int32_t G) {
+    if (score_generic(c)) return 1; /* the plain kernel: one block per grid column */
     return G <= 8 ? 1 : (c->ws.score_i8_g16 ? 2 : 0);
 }
 
@@ -741,6 +885,12 @@ static locks_status score_launch_t(locks_cuda_cache *c, int32_t layer, int32_t n
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
     const size_t base = summary_index(c, layer, 0);
     const int32_t segs = n_seqs * hkv;
+    if (score_generic(c)) {
+        if (c->f32)
+            return c->rslots == LOCKS_CUDA_MAX_RANK ? score_gen_launch<D, LOCKS_CUDA_MAX_RANK, true>(c, base, segs, hq, scale, nblk, st)
+                                                    : score_gen_launch<D, LOCKS_CUDA_RANK_SLOTS, true>(c, base, segs, hq, scale, nblk, st);
+        return score_gen_launch<D, LOCKS_CUDA_RANK_SLOTS, false>(c, base, segs, hq, scale, nblk, st);
+    }
     /* G <= 8: one column tile of the int8 kernel; G 9..16: two tiles, one per block (the
      * same registers as G = 8); the fp16 kernel only if switched off (LOCKS_CUDA_SCORE_I8G16=0) */
     const int32_t nct = score_tiles(c, G);

@@ -261,7 +261,7 @@ extern "C" locks_status locks_cuda_decode_step(locks_cuda_cache *c, int32_t laye
     }
     if (stats) {
         memset(stats, 0, sizeof *stats);
-        const size_t sb = locks_summary_bytes(c->p.head_dim, c->rank, LOCKS_SUMMARY_Q);
+        const size_t sb = locks_summary_bytes(c->p.head_dim, c->rank, c->p.summary_prec);
         const uint64_t tok_bytes = (uint64_t)c->p.head_dim * 2 * 2; /* K + V of one token, one head */
         /* under a mass target the pages attended are known only after the step: read back */
         const int cut = p->mass != 0.f && p->selector != LOCKS_SEL_FULL;

@@ -11,7 +11,8 @@
  * compare sign-free quantities) and quantizes as the CPU does: mu int8 / one fp16
  * scale, V int4 [-7, 7] / one fp16 scale per vector, C int8 / one fp16 scale per
  * column, scales rounded up to fp16, values divided by the fp16 scale, rounded to
- * nearest even.
+ * nearest even; or, for fp32 summaries, stores mu, the sign-fixed basis and the
+ * coefficients unquantized. RS (8 or 16) rank slots per summary, slots >= rank zero.
  * fp32 arithmetic: the int4/int8 quantization error is orders above the Jacobi error.
  */
 #include "common.cuh"
@@ -52,11 +53,29 @@ static __device__ __forceinline__ float q_round(float x, float lim) {
     return fminf(fmaxf(rintf(x), -lim), lim);
 }
 
-template <int D, typename T>
+/* Output arrays of one layer (base page 0 of KV head 0); q: quantized (mu_q .. coef_s
+ * set), else fp32 (mu_f, basis_f, coef_f set). */
+struct summary_out {
+    int8_t *mu_q;
+    __half *mu_s;
+    uint8_t *basis_q;
+    __half *basis_s;
+    int8_t *coef_q;
+    __half *coef_s;
+    float *mu_f, *basis_f, *coef_f;
+};
+
+template <int D, typename T, int RS>
 static __global__ void __launch_bounds__(SUMMARY_WARPS * 32)
 summary_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t *__restrict__ pages, int32_t n,
-               int32_t hkv, int32_t n_pages_pool, int32_t rank, int8_t *mu_q, __half *mu_s,
-               uint8_t *basis_q, __half *basis_s, int8_t *coef_q, __half *coef_s) {
+               int32_t hkv, int32_t n_pages_pool, int32_t rank, summary_out o) {
+    int8_t *const mu_q = o.mu_q;
+    __half *const mu_s = o.mu_s;
+    uint8_t *const basis_q = o.basis_q;
+    __half *const basis_s = o.basis_s;
+    int8_t *const coef_q = o.coef_q;
+    __half *const coef_s = o.coef_s;
+    const bool f32 = o.mu_f != nullptr;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     summary_smem<D> &sm = reinterpret_cast<summary_smem<D> *>(smem_raw)[threadIdx.x >> 5];
     const int lane = threadIdx.x & 31;
@@ -178,8 +197,10 @@ summary_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t 
     __syncwarp();
 
     const size_t sidx = (size_t)h * n_pages_pool + page; /* within this layer */
-    /* 6. quantize mu */
-    {
+    /* 6. quantize mu (fp32: store it) */
+    if (f32) {
+        for (int dim = lane; dim < D; dim += 32) o.mu_f[sidx * D + dim] = sm.mu[dim];
+    } else {
         float amax = 0.f;
         for (int dim = lane; dim < D; dim += 32) amax = fmaxf(amax, fabsf(sm.mu[dim]));
         amax = warp_max(amax);
@@ -192,14 +213,19 @@ summary_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t 
     }
     /* 7. basis vectors and coefficients */
     const float sig0 = sqrtf(fmaxf(sm.a[sm.order[0]][sm.order[0]], 0.f));
-    float cvals[LOCKS_CUDA_MAX_RANK]; /* lane i < 16: c_ik */
+    float cvals[RS]; /* lane i < 16: c_ik */
 #pragma unroll
-    for (int k = 0; k < LOCKS_CUDA_MAX_RANK; k++) {
+    for (int k = 0; k < RS; k++) {
         cvals[k] = 0.f;
-        uint8_t *vrow = basis_q + (sidx * LOCKS_CUDA_MAX_RANK + k) * (D / 2);
+        uint8_t *vrow = f32 ? nullptr : basis_q + (sidx * RS + k) * (D / 2);
+        float *vrow_f = f32 ? o.basis_f + (sidx * RS + k) * D : nullptr;
         if (k >= rank) {
-            for (int b = lane; b < D / 2; b += 32) vrow[b] = 0;
-            if (lane == 0) basis_s[sidx * LOCKS_CUDA_MAX_RANK + k] = __float2half_rn(0.f);
+            if (f32) {
+                for (int b = lane; b < D; b += 32) vrow_f[b] = 0.f;
+            } else {
+                for (int b = lane; b < D / 2; b += 32) vrow[b] = 0;
+                if (lane == 0) basis_s[sidx * RS + k] = __float2half_rn(0.f);
+            }
             continue;
         }
         const int col = sm.order[k];
@@ -244,6 +270,12 @@ summary_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t 
             }
         }
         const float sgn = bval < 0.f ? -1.f : 1.f;
+        if (f32) {
+#pragma unroll
+            for (int z = 0; z < D / 32; z++) vrow_f[2 * (lane + 32 * (z >> 1)) + (z & 1)] = sgn * v[z];
+            if (lane < 16 && !null_dir) cvals[k] = sgn * sig * sm.u[lane][col];
+            continue;
+        }
         float amax = 0.f;
 #pragma unroll
         for (int z = 0; z < D / 32; z++) {
@@ -259,60 +291,88 @@ summary_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t 
             int lo = (int)q_round(v[2 * m] * inv, 7.f), hi = (int)q_round(v[2 * m + 1] * inv, 7.f);
             vrow[lane + 32 * m] = (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
         }
-        if (lane == 0) basis_s[sidx * LOCKS_CUDA_MAX_RANK + k] = sh;
+        if (lane == 0) basis_s[sidx * RS + k] = sh;
         if (lane < 16 && !null_dir) cvals[k] = sgn * sig * sm.u[lane][col];
     }
-    /* coefficients: per-column scale over the 16 tokens */
-    int8_t cq[LOCKS_CUDA_MAX_RANK];
+    if (f32) {
+        if (lane < 16) {
+            float4 *crow = reinterpret_cast<float4 *>(o.coef_f + (sidx * 16 + lane) * RS);
 #pragma unroll
-    for (int k = 0; k < LOCKS_CUDA_MAX_RANK; k++) {
+            for (int k = 0; k < RS; k += 4) crow[k / 4] = make_float4(cvals[k], cvals[k + 1], cvals[k + 2], cvals[k + 3]);
+        }
+        return;
+    }
+    /* coefficients: per-column scale over the 16 tokens */
+    int8_t cq[RS];
+#pragma unroll
+    for (int k = 0; k < RS; k++) {
         float amax = warp_max(lane < 16 ? fabsf(cvals[k]) : 0.f);
         __half sh = scale_f16(amax, 127.f);
         float sc = __half2float(sh);
         float inv = sc > 0.f ? 1.f / sc : 0.f;
         cq[k] = (int8_t)q_round(cvals[k] * inv, 127.f);
-        if (lane == 0) coef_s[sidx * LOCKS_CUDA_MAX_RANK + k] = sh;
+        if (lane == 0) coef_s[sidx * RS + k] = sh;
     }
     if (lane < 16) {
-        uint32_t w0 = 0, w1 = 0;
+        uint32_t w[RS / 4];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            w0 |= (uint32_t)(uint8_t)cq[k] << (8 * k);
-            w1 |= (uint32_t)(uint8_t)cq[k + 4] << (8 * k);
+        for (int u = 0; u < RS / 4; u++) {
+            w[u] = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) w[u] |= (uint32_t)(uint8_t)cq[4 * u + k] << (8 * k);
         }
-        *reinterpret_cast<uint2 *>(coef_q + (sidx * 16 + lane) * LOCKS_CUDA_MAX_RANK) = make_uint2(w0, w1);
+        uint2 *crow = reinterpret_cast<uint2 *>(coef_q + (sidx * 16 + lane) * RS);
+#pragma unroll
+        for (int u = 0; u < RS / 8; u++) crow[u] = make_uint2(w[2 * u], w[2 * u + 1]);
     }
 }
 
-template <int D, typename T>
+template <int D, typename T, int RS>
 static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages,
                                      int32_t n, cudaStream_t st) {
     const int32_t hkv = c->p.n_kv_heads;
     const size_t smem = sizeof(summary_smem<D>) * SUMMARY_WARPS;
     static bool smem_set = false; /* once: not a call to repeat inside a graph capture */
     if (!smem_set) {
-        CU_TRY(cudaFuncSetAttribute(summary_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CU_TRY(cudaFuncSetAttribute(summary_kernel<D, T, RS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = true;
     }
     const int64_t items = (int64_t)n * hkv;
     const unsigned blocks = (unsigned)((items + SUMMARY_WARPS - 1) / SUMMARY_WARPS);
     const size_t base = summary_index(c, layer, 0);
-    summary_kernel<D, T><<<blocks, SUMMARY_WARPS * 32, smem, st>>>(
-        cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv, c->p.n_pages, c->rank,
-        c->mu + base * D, c->mu_scale + base, c->basis + base * LOCKS_CUDA_MAX_RANK * (D / 2),
-        c->basis_scale + base * LOCKS_CUDA_MAX_RANK, c->coef + base * 16 * LOCKS_CUDA_MAX_RANK,
-        c->coef_scale + base * LOCKS_CUDA_MAX_RANK);
+    summary_out o = {};
+    if (c->f32) {
+        o.mu_f = c->mu_f + base * D;
+        o.basis_f = c->basis_f + base * RS * D;
+        o.coef_f = c->coef_f + base * 16 * RS;
+    } else {
+        o.mu_q = c->mu + base * D;
+        o.mu_s = c->mu_scale + base;
+        o.basis_q = c->basis + base * RS * (D / 2);
+        o.basis_s = c->basis_scale + base * RS;
+        o.coef_q = c->coef + base * 16 * RS;
+        o.coef_s = c->coef_scale + base * RS;
+    }
+    summary_kernel<D, T, RS><<<blocks, SUMMARY_WARPS * 32, smem, st>>>(cache_layer_k(c, layer), cache_strides(c),
+                                                                        d_pages, n, hkv, c->p.n_pages, c->rank, o);
     CU_LAUNCH_CHECK(summary_kernel);
     return LOCKS_OK;
+}
+
+template <int D, typename T>
+static locks_status summary_launch_rs(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages, int32_t n,
+                                      cudaStream_t st) {
+    return c->rslots == LOCKS_CUDA_MAX_RANK ? summary_launch_t<D, T, LOCKS_CUDA_MAX_RANK>(c, layer, d_pages, n, st)
+                                            : summary_launch_t<D, T, LOCKS_CUDA_RANK_SLOTS>(c, layer, d_pages, n, st);
 }
 
 static locks_status summary_launch(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages,
                                    int32_t n, cudaStream_t st) {
     const bool bf = c->p.kv_dtype == LOCKS_DTYPE_BF16;
     switch (c->p.head_dim) {
-    case 64: return bf ? summary_launch_t<64, __nv_bfloat16>(c, layer, d_pages, n, st) : summary_launch_t<64, __half>(c, layer, d_pages, n, st);
-    case 128: return bf ? summary_launch_t<128, __nv_bfloat16>(c, layer, d_pages, n, st) : summary_launch_t<128, __half>(c, layer, d_pages, n, st);
-    case 256: return bf ? summary_launch_t<256, __nv_bfloat16>(c, layer, d_pages, n, st) : summary_launch_t<256, __half>(c, layer, d_pages, n, st);
+    case 64: return bf ? summary_launch_rs<64, __nv_bfloat16>(c, layer, d_pages, n, st) : summary_launch_rs<64, __half>(c, layer, d_pages, n, st);
+    case 128: return bf ? summary_launch_rs<128, __nv_bfloat16>(c, layer, d_pages, n, st) : summary_launch_rs<128, __half>(c, layer, d_pages, n, st);
+    case 256: return bf ? summary_launch_rs<256, __nv_bfloat16>(c, layer, d_pages, n, st) : summary_launch_rs<256, __half>(c, layer, d_pages, n, st);
     default: return LOCKS_ERR_UNSUPPORTED;
     }
 }
