@@ -352,7 +352,9 @@ typedef struct {
                               * index) until the mass covered, forced full pages included,
                               * reaches `mass`, at most as many as the budget holds. The budget
                               * is then only a cap: budget >= length no longer means dense.
-                              * Any other value: LOCKS_ERR_INVALID_ARG. */
+                              * Any other value: LOCKS_ERR_INVALID_ARG. CPU and CUDA (the
+                              * same selections on the same masses; on CUDA at most 16384
+                              * candidates under the cap, else LOCKS_ERR_UNSUPPORTED). */
 } locks_step_params;
 
 locks_step_params locks_step_default_params(void);
