@@ -5,8 +5,8 @@
  * Objects (init/free pairs, opaque):
  *   locks_model    the weights (a read-only mapping of the GGUF file), hyper-parameters
  *                  and tokenizer. Shareable by several contexts (read-only after load).
- *   locks_ctx      one session: a locks_cache holding one sequence, a thread pool and the
- *                  activation buffers. Tokens go in through prefill (batched, causal dense
+ *   locks_ctx      one session: a locks_cache holding one sequence (or n_seqs decoded
+ *                  together), a thread pool and the activation buffers. Tokens go in through prefill (batched, causal dense
  *                  attention) and decode (one token, attention by the chosen selector).
  *   locks_sampler  greedy / temperature / top-k / top-p sampling with its own RNG.
  *
@@ -118,6 +118,8 @@ typedef struct {
     locks_backend backend; /* LOCKS_BACKEND_CPU (default) or LOCKS_BACKEND_CUDA: see below */
     int32_t cuda_graph;    /* CUDA: 1 (default) replays one captured graph per decode token;
                             * 0 launches the same kernels one by one (validation) */
+    int32_t n_seqs;        /* sequences the context holds, 1 (default) .. LOCKS_CTX_MAX_SEQS,
+                            * each up to n_ctx tokens: see "Several sequences" below */
 } locks_ctx_params;
 
 /* The CUDA backend (backend = LOCKS_BACKEND_CUDA, builds with LOCKS_HAVE_CUDA): the
@@ -188,6 +190,27 @@ locks_status locks_ctx_prefill_all(locks_ctx *c, const int32_t *tokens, int32_t 
  * itself fails is the context broken: then every call returns INVALID_ARG until
  * locks_ctx_reset. */
 locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits);
+
+/* ---- Several sequences (locks_ctx_params.n_seqs > 1) ----
+ * The context's sequences 0 .. n_seqs - 1 share one cache (n_seqs x n_ctx tokens of
+ * room) and decode together: locks_ctx_decode_batch runs one token of every sequence —
+ * on the CUDA backend in one pass (one graph replay; each weight read once for all),
+ * on the CPU backend one sequence after the other (the same results as separate
+ * contexts, bit for bit). Sequences may differ in length; an empty one decodes its first
+ * token. The calls without a sequence argument (prefill, prefill_all, decode, truncate,
+ * len, seq, generate) act on sequence 0, reset empties all of them; locks_ctx_clone needs
+ * n_seqs == 1. On the CUDA backend with n_seqs > 1, locks_ctx_decode and locks_generate
+ * return LOCKS_ERR_UNSUPPORTED (the device decodes every sequence at once). */
+#define LOCKS_CTX_MAX_SEQS 8
+/* As locks_ctx_prefill, into sequence seq (0 .. n_seqs - 1; else LOCKS_ERR_INVALID_ARG). */
+locks_status locks_ctx_prefill_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits);
+/* Tokens in sequence seq; -1 for a bad seq. */
+int32_t locks_ctx_seq_len(const locks_ctx *c, int32_t seq);
+/* One token of every sequence: tokens[n_seqs] (tokens[s] goes to sequence s); logits (may
+ * be NULL): [n_seqs][n_vocab]. All or nothing, as locks_ctx_decode: a bad token id
+ * (INVALID_ARG) or a full sequence (POOL_FULL) is found before any sequence moves, and a
+ * failure midway truncates every sequence back. Stats count n_seqs decode tokens. */
+locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *logits);
 
 /* KV traffic and time of the decode steps so far (summed over steps and layers). */
 typedef struct {

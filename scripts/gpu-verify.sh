@@ -5,7 +5,8 @@
 #   scripts/gpu-verify.sh 1 BIN.tar.xz PART0   every gpu test, the step bench (128K, 1M),
 #                                              gpu-model-check.sh stage 1 (engine bench)
 #   scripts/gpu-verify.sh 2 PART1 SHA256       gpu-model-check.sh stage 2 (SmolLM2 on the
-#                                              GPU vs the CPU engine, demo, run), then
+#                                              GPU vs the CPU engine, demo, run),
+#                                              test_gpu_verify (speculation), then
 #                                              gpu-python-check.sh (torch, transformers)
 # Make the inputs here with:
 #   (cd build-cuda && tar cf - locks liblocks.so test_gpu_* | xz > BIN.tar.xz)
@@ -34,6 +35,10 @@ if [ "$1" = 1 ]; then
   exit $rc
 fi
 PREBUILT=$B scripts/gpu-model-check.sh 2 "$2" "$3" || rc=1
+echo "== test_gpu_verify (speculation on the GPU: verify kernel vs float64; SmolLM2 greedy == dense)"
+LOCKS_MODEL=$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf timeout 180 "$B/test_gpu_verify" > "$OUT/test_gpu_verify.log" 2>&1 ||
+  { rc=1; grep -m8 FAIL "$OUT/test_gpu_verify.log"; }
+grep -E "^(verify vs|greedy, all|sampled)" "$OUT/test_gpu_verify.log"; tail -1 "$OUT/test_gpu_verify.log"
 ln -sfn "$B" build-verify
 OUT=$OUT/py scripts/gpu-python-check.sh build-verify || rc=1
 exit $rc

@@ -295,6 +295,102 @@ static void test_sample(void) {
     locks_cuda_free_ptr((void **)&dcnt);
 }
 
+/* ---- the decode products (gemv.cu): every input mode, n = 1..8, both 16-bit types ---- */
+
+static float round16(float v, locks_dtype t) {
+    return t == LOCKS_DTYPE_BF16 ? locks_bf16_to_f32(locks_f32_to_bf16(v)) : locks_f16_to_f32(locks_f32_to_f16(v));
+}
+static uint16_t to16(float v, locks_dtype t) { return t == LOCKS_DTYPE_BF16 ? locks_f32_to_bf16(v) : locks_f32_to_f16(v); }
+
+static void test_gemv(void) {
+    /* rows not a multiple of a block's rows, cols with a partial last stride of the loop */
+    const int32_t rows = 333, cols = 1032;
+    const locks_dtype types[] = {LOCKS_DTYPE_F16, LOCKS_DTYPE_BF16};
+    const char *mname[] = {"x16", "f32", "norm", "swiglu"};
+    const float eps = 1e-5f;
+    uint16_t *w16 = malloc(2 * (size_t)rows * cols), *x16 = malloc(2 * (size_t)8 * cols);
+    float *wf = malloc(sizeof(float) * rows * cols), *xin = malloc(sizeof(float) * 8 * 2 * cols);
+    float *nw = malloc(sizeof(float) * cols), *y0 = malloc(sizeof(float) * 8 * rows), *got = malloc(sizeof(float) * 8 * rows);
+    double *xr = malloc(sizeof(double) * 8 * cols), *ref = malloc(sizeof(double) * 8 * rows);
+    SETUP(w16 && x16 && wf && xin && nw && y0 && got && xr && ref);
+    void *dw = locks_cuda_malloc(2 * (size_t)rows * cols), *dx = locks_cuda_malloc(sizeof(float) * 8 * 2 * cols);
+    float *dnw = locks_cuda_malloc(sizeof(float) * cols), *dy = locks_cuda_malloc(sizeof(float) * 8 * rows);
+    SETUP(dw && dx && dnw && dy);
+    double worst_ss = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const locks_dtype wt = types[ti];
+        for (int32_t i = 0; i < rows * cols; i++) {
+            w16[i] = to16((float)(tu_normal() / sqrt((double)cols)), wt);
+            wf[i] = wt == LOCKS_DTYPE_BF16 ? locks_bf16_to_f32(w16[i]) : locks_f16_to_f32(w16[i]);
+        }
+        CHECK(locks_cuda_memcpy_h2d(dw, w16, 2 * (size_t)rows * cols));
+        for (int mode = LG_GEMV_X16; mode <= LG_GEMV_SWIGLU; mode++)
+            for (int32_t n = 1; n <= LG_GEMV_MAX_N; n++) {
+                const int beta = mode == LG_GEMV_F32 || mode == LG_GEMV_SWIGLU;
+                const int32_t xw = mode == LG_GEMV_SWIGLU ? 2 * cols : cols;
+                tu_fill_normal(xin, (size_t)n * xw, mode == LG_GEMV_F32 ? 2.0 : 3.0);
+                tu_fill_normal(nw, (size_t)cols, 1.0);
+                tu_fill_normal(y0, (size_t)n * rows, 1.0);
+                for (int32_t t = 0; t < n; t++) {
+                    double ss = 0;
+                    for (int32_t k = 0; k < cols; k++) ss += (double)xin[t * cols + k] * (double)xin[t * cols + k];
+                    const float r = (float)(1.0 / sqrt(ss / cols + (double)eps));
+                    for (int32_t k = 0; k < cols; k++) {
+                        float v;
+                        if (mode == LG_GEMV_X16) {
+                            x16[t * cols + k] = to16(xin[t * cols + k], wt);
+                            v = round16(xin[t * cols + k], wt);
+                        } else if (mode == LG_GEMV_F32) {
+                            v = round16(xin[t * cols + k], wt);
+                        } else if (mode == LG_GEMV_NORM) {
+                            v = round16(xin[t * cols + k] * r * nw[k], wt);
+                        } else {
+                            const float g = xin[t * xw + k], u = xin[t * xw + cols + k];
+                            v = round16(g / (1.f + expf(-g)) * u, wt);
+                        }
+                        xr[t * cols + k] = v;
+                    }
+                }
+                double amax = 0, ss_ref[8];
+                for (int32_t t = 0; t < n; t++) {
+                    ss_ref[t] = 0;
+                    for (int32_t r = 0; r < rows; r++) {
+                        double a = beta ? (double)y0[t * rows + r] : 0.0;
+                        for (int32_t k = 0; k < cols; k++) a += (double)wf[(size_t)r * cols + k] * xr[t * cols + k];
+                        ref[t * rows + r] = a;
+                        ss_ref[t] += a * a;
+                        if (fabs(a) > amax) amax = fabs(a);
+                    }
+                }
+                if (mode == LG_GEMV_X16) CHECK(locks_cuda_memcpy_h2d(dx, x16, 2 * (size_t)n * cols));
+                else CHECK(locks_cuda_memcpy_h2d(dx, xin, sizeof(float) * n * xw));
+                CHECK(locks_cuda_memcpy_h2d(dnw, nw, sizeof(float) * cols));
+                CHECK(locks_cuda_memcpy_h2d(dy, y0, sizeof(float) * n * rows));
+                float ss[8];
+                /* odd n with programmatic dependent launch: a NORM then waits for the kernel that
+                 * wrote its sums of squares */
+                CHECK(lg_op_gemv(mode, dw, wt, rows, cols, n, dx, dnw, eps, dy, beta, n & 1, ss));
+                CHECK(locks_cuda_memcpy_d2h(got, dy, sizeof(float) * n * rows));
+                char what[64];
+                snprintf(what, sizeof what, "gemv %s %s n %d", wt == LOCKS_DTYPE_BF16 ? "bf16" : "f16", mname[mode], n);
+                /* a NORM input may round the other way where r differs in the last bit */
+                tu_close(what, got, ref, (size_t)n * rows, 2e-3 * (amax > 1 ? amax : 1), 1e-4);
+                for (int32_t t = 0; t < n; t++) {
+                    const double rel = fabs((double)ss[t] - ss_ref[t]) / ss_ref[t];
+                    if (rel > worst_ss) worst_ss = rel;
+                }
+            }
+    }
+    printf("  gemv: 64 products (4 input modes x n 1..8 x f16/bf16), worst rel. error of the row sums of squares %.2e\n",
+           worst_ss);
+    test_cond(worst_ss < 1e-4, "gemv: partial sums of squares off (worst rel %.3g)", worst_ss);
+    locks_cuda_free_ptr(&dw);
+    locks_cuda_free_ptr(&dx);
+    locks_cuda_free_ptr((void **)&dnw);
+    locks_cuda_free_ptr((void **)&dy);
+    free(w16), free(x16), free(wf), free(xin), free(nw), free(y0), free(got), free(xr), free(ref);
+}
+
 /* ---- the decode engine on a small random model ------------------------------------------- */
 
 typedef struct {
@@ -480,6 +576,14 @@ int main(void) {
     for (int si = 0; si < 4; si++)
         for (int ci = 0; ci < 4; ci++) test_prefill(shapes[si][0], shapes[si][1], shapes[si][2], cases[ci][0], cases[ci][1]);
     test_sample();
-    test_engine();
+    test_gemv();
+    /* the engine with its decode products through cuBLAS and the small kernels (default),
+     * through gemv.cu, and through gemv.cu with programmatic dependent launch */
+    const char *paths[] = {"0", "1", "2"};
+    for (int i = 0; i < 3; i++) {
+        setenv("LOCKS_CUDA_GEMV", paths[i], 1);
+        printf("  engine, LOCKS_CUDA_GEMV=%s\n", paths[i]);
+        test_engine();
+    }
     return test_report("test_gpu_model_ops");
 }

@@ -59,14 +59,21 @@ static const mshape mshapes[] = {
 typedef struct {
     const mshape *m;
     int32_t ctx[MAXL], batch[MAXL], ttft[MAXL];
-    int n_ctx, n_batch, n_ttft;
-    int32_t budget, trials;
+    int32_t gemv[3];
+    int n_ctx, n_batch, n_ttft, n_gemv;
+    int32_t budget, trials, spec;
     const char *csv;
 } mopts;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b [--context 32k,128k,...] [--batch 1,8]\n"
-               "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--csv FILE]\n");
+               "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0] [--csv FILE]\n"
+               "                   [--speculate K]\n"
+               "  --gemv LIST: decode products through gemv.cu with programmatic dependent launch (2), without\n"
+               "               (1), or through cuBLAS and the small kernels (0), each measured on the same cache\n"
+               "               (sets LOCKS_CUDA_GEMV); default: as the environment\n"
+               "  --speculate K: batch 1: the cost of a LOCKS draft token and of a dense verify of K + 1 tokens,\n"
+               "               and the per-token speed of speculation as a function of the acceptance rate\n");
 }
 
 static int parse(int argc, char **argv, mopts *o) {
@@ -105,11 +112,17 @@ static int parse(int argc, char **argv, mopts *o) {
             if (!strcmp(v, "0")) o->n_ttft = 0;
             else if ((o->n_ttft = args_parse_ints(v, o->ttft, MAXL, 16, INT32_MAX / 2)) < 1) return 2;
             i++;
+        } else if (!strcmp(a, "--gemv") && v) {
+            if ((o->n_gemv = args_parse_ints(v, o->gemv, 3, 0, 2)) < 1) return 2;
+            i++;
         } else if (!strcmp(a, "--budget") && v) {
             if (!args_parse_int(v, 16, INT32_MAX, &o->budget)) return 2;
             i++;
         } else if (!strcmp(a, "--trials") && v) {
             if (!args_parse_int(v, 3, 64, &o->trials)) return 2;
+            i++;
+        } else if (!strcmp(a, "--speculate") && v) {
+            if (!args_parse_int(v, 1, 15, &o->spec)) return 2;
             i++;
         } else if (!strcmp(a, "--csv") && v) {
             o->csv = v;
@@ -147,6 +160,92 @@ static double attended(int32_t len, int32_t budget, int locks) {
     const int32_t forced = 16 * (sink + n_full - rs) + part, k = (budget - forced) / 16;
     if (k >= rs - sink) return len;
     return forced + 16.0 * k;
+}
+
+static int cmp_ms(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median wall ms of `trials` host calls: a decode token with its logits copied to the
+ * host (what locks_speculate's draft step costs), or a verify of n tokens at pos. */
+static int time_host(lg_ctx *e, int verify, const int32_t *toks, int32_t n, int32_t pos, float *logits, int trials,
+                     double *med) {
+    double t[64];
+    for (int i = -1; i < trials; i++) { /* i = -1: warm-up (graph capture) */
+        const double t0 = locks_now_ms();
+        locks_status st = verify ? lg_verify(e, 0, toks, n, pos, logits) : lg_decode(e, 1, NULL, logits);
+        if (st != LOCKS_OK) {
+            fprintf(stderr, "locks bench: %s: %s\n", verify ? "verify" : "decode", locks_status_str(st));
+            return 1;
+        }
+        if (i >= 0) t[i] = locks_now_ms() - t0;
+    }
+    qsort(t, (size_t)trials, sizeof t[0], cmp_ms);
+    *med = t[trials / 2];
+    return 0;
+}
+
+/* --speculate K at one context (batch 1; the sequence holds N tokens, the last being the
+ * decode slot): host-timed dense decode, LOCKS draft decode, and verify of K + 1 tokens
+ * at positions [N - 1, N + K), each with its logits read back; then the per-token time
+ * of speculation for draft acceptance rates a (each draft kept with probability a given
+ * the ones before: E tokens per round = (1 - a^(K+1)) / (1 - a)). Random weights: the
+ * acceptance of real text comes from `locks run --speculate` on a real model. */
+static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N, FILE *csv) {
+    const lg_shape *s = &o->m->s;
+    const int32_t K = o->spec;
+    float *logits = malloc(sizeof(float) * (size_t)(K + 1) * (size_t)s->n_vocab);
+    if (!logits) return 1;
+    int rc = 0;
+    double dense_ms = 0, draft_ms = 0, verify_ms = 0;
+    int32_t toks[16];
+    for (int32_t i = 0; i <= K; i++) toks[i] = 11 + 7 * i;
+    for (int sel = 0; sel < 2 && !rc; sel++) {
+        locks_step_params p = locks_step_default_params();
+        p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
+        p.budget = sel ? o->budget : N + 16;
+        if (lg_set_step(e, &p, (N / 16 + 2) * 16) != LOCKS_OK) rc = 1;
+        if (!rc) rc = time_host(e, 0, NULL, 0, 0, logits, o->trials, sel ? &draft_ms : &dense_ms);
+    }
+    if (!rc && locks_cache_append(c, 0, K) != LOCKS_OK) rc = 1;
+    if (!rc) rc = time_host(e, 1, toks, K + 1, N - 1, logits, o->trials, &verify_ms);
+    if (locks_cache_seq_truncate(c, 0, N) != LOCKS_OK) rc = 1;
+    if (rc) {
+        free(logits);
+        return rc;
+    }
+    printf("%-9s ctx %7d speculate K %d (host-timed, logits read back): dense token %.3f ms, LOCKS draft token %.3f ms"
+           " (budget %d), verify of %d tokens %.3f ms (%.2f dense tokens)\n",
+           o->m->name, N, K, dense_ms, draft_ms, o->budget, K + 1, verify_ms, verify_ms / dense_ms);
+    printf("  acceptance  tokens/round  ms/token  vs dense\n");
+    const double rates[] = {0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0};
+    const double round_ms = K * draft_ms + verify_ms;
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        const double a = rates[i];
+        double tpr = 0, ak = 1; /* sum_{j=0..K} a^j */
+        for (int32_t j = 0; j <= K; j++, ak *= a) tpr += ak;
+        printf("  %9.2f  %12.2f  %8.3f  %7.2fx\n", a, tpr, round_ms / tpr, dense_ms * tpr / round_ms);
+        if (csv)
+            fprintf(csv, "speculate,%s,1,%d,k%d_a%.2f,%d,%.6f,%.6f,%.6f,%.6f,0,0\n", o->m->name, N, K, a, o->budget,
+                    round_ms / tpr, dense_ms, draft_ms, verify_ms);
+    }
+    /* the acceptance where speculation breaks even and where it reaches 1.5x */
+    for (int t = 0; t < 2; t++) {
+        const double want = t ? 1.5 : 1.0;
+        double lo = 0, hi = 1;
+        for (int it = 0; it < 40; it++) {
+            const double a = (lo + hi) / 2;
+            double tpr = 0, ak = 1;
+            for (int32_t j = 0; j <= K; j++, ak *= a) tpr += ak;
+            if (dense_ms * tpr / round_ms >= want) hi = a;
+            else lo = a;
+        }
+        if (hi >= 1.0 - 1e-9) printf("  %.1fx dense: not reached even at acceptance 1\n", want);
+        else printf("  %.1fx dense from acceptance %.3f\n", want, hi);
+    }
+    free(logits);
+    return 0;
 }
 
 static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE *csv) {
@@ -198,41 +297,50 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     TRY(locks_cuda_sync(c->cuda));
     const double fill_ms = locks_now_ms() - t0;
     for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 1)); /* the decode token's slot */
-    e = lg_ctx_init(m, c, B, 16, &st);
-    if (!e) {
-        fprintf(stderr, "locks bench: engine: %s\n", locks_status_str(st));
-        rc = 1;
-        goto done;
-    }
-    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    TRY(lg_set_tokens(e, toks));
-    const lg_sample_params greedy = {0.f, 0, 1.f, 1};
-    TRY(lg_set_sampler(e, &greedy));
-    const double wb = weight_bytes(s);
-    for (int sel = 0; sel < 2; sel++) {
-        locks_step_params p = locks_step_default_params();
-        p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
-        p.budget = sel ? o->budget : N + 16;
-        TRY(lg_set_step(e, &p, pages_per_seq * 16));
-        double all_ms, gemm_ms, attn_ms;
-        TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &all_ms));
-        TRY(lg_time_decode(e, LG_PART_GEMM, o->trials, &gemm_ms));
-        TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &attn_ms));
-        const double att = attended(N, p.budget, sel);
-        const double per_tok_head = (double)s->head_dim * 2 * 2;
-        double kvb = (double)B * s->n_layers * s->n_kv_heads * att * per_tok_head;
-        if (sel) kvb += (double)B * s->n_layers * s->n_kv_heads * (N / 16) * (double)locks_summary_bytes(s->head_dim, 8, LOCKS_SUMMARY_Q);
-        const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
-        printf("%-9s batch %d ctx %7d %-5s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
-               "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
-               o->m->name, B, N, sel ? "locks" : "dense", all_ms, B * 1e3 / all_ms, gemm_ms, attn_ms,
-               all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (all_ms * 1e-3) / 1e12, limit_ms,
-               100.0 * limit_ms / all_ms);
-        if (csv)
-            fprintf(csv, "decode,%s,%d,%d,%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f\n", o->m->name, B, N,
-                    sel ? "locks" : "dense", p.budget, all_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms, bytes,
-                    limit_ms);
-        fflush(stdout);
+    for (int gi = 0; gi < (o->n_gemv ? o->n_gemv : 1) && !rc; gi++) {
+        static const char *const vals[] = {"0", "1", "2"}, *const gtags[] = {" cublas", " gemv", " gemv+pdl"};
+        static const char *const ctags[] = {"-cublas", "-gemv", "-gemvpdl"};
+        if (o->n_gemv) setenv("LOCKS_CUDA_GEMV", vals[o->gemv[gi]], 1);
+        const char *gtag = o->n_gemv ? gtags[o->gemv[gi]] : "", *ctag = o->n_gemv ? ctags[o->gemv[gi]] : "";
+        e = lg_ctx_init(m, c, B, 16, &st);
+        if (!e) {
+            fprintf(stderr, "locks bench: engine: %s\n", locks_status_str(st));
+            rc = 1;
+            goto done;
+        }
+        int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        TRY(lg_set_tokens(e, toks));
+        const lg_sample_params greedy = {0.f, 0, 1.f, 1};
+        TRY(lg_set_sampler(e, &greedy));
+        const double wb = weight_bytes(s);
+        for (int sel = 0; sel < 2; sel++) {
+            locks_step_params p = locks_step_default_params();
+            p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
+            p.budget = sel ? o->budget : N + 16;
+            TRY(lg_set_step(e, &p, pages_per_seq * 16));
+            double all_ms, gemm_ms, attn_ms;
+            TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &all_ms));
+            TRY(lg_time_decode(e, LG_PART_GEMM, o->trials, &gemm_ms));
+            TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &attn_ms));
+            const double att = attended(N, p.budget, sel);
+            const double per_tok_head = (double)s->head_dim * 2 * 2;
+            double kvb = (double)B * s->n_layers * s->n_kv_heads * att * per_tok_head;
+            if (sel) kvb += (double)B * s->n_layers * s->n_kv_heads * (N / 16) * (double)locks_summary_bytes(s->head_dim, 8, LOCKS_SUMMARY_Q);
+            const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
+            printf("%-9s batch %d ctx %7d %-5s%s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
+                   "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
+                   o->m->name, B, N, sel ? "locks" : "dense", gtag, all_ms, B * 1e3 / all_ms, gemm_ms, attn_ms,
+                   all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (all_ms * 1e-3) / 1e12, limit_ms,
+                   100.0 * limit_ms / all_ms);
+            if (csv)
+                fprintf(csv, "decode,%s,%d,%d,%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f\n", o->m->name, B, N,
+                        sel ? "locks" : "dense", ctag, p.budget, all_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms, bytes,
+                        limit_ms);
+            fflush(stdout);
+        }
+        if (o->spec && B == 1 && !rc) rc = bench_speculate(o, e, c, N, csv);
+        lg_ctx_free(e);
+        e = NULL;
     }
     printf("  (KV fill + summaries of %d pages x %d layers: %.1f s)\n", cp.n_pages, s->n_layers, fill_ms / 1e3);
 done:

@@ -12,7 +12,10 @@
  *    Wq|Wk|Wv are stored as one (q_dim + 2 kv_dim, dim) matrix and Wgate|Wup as one
  *    (2 ffn, dim) matrix, so a layer runs 4 products (cuBLAS, fp32 accumulation, fp32
  *    output). Norm weights are fp32. The residual stream stays fp32; the input of every
- *    product is rounded once to the weight type.
+ *    product is rounded once to the weight type. LOCKS_CUDA_GEMV=1 (or 2: with
+ *    programmatic dependent launch) runs the decode token's products through gemv.cu
+ *    instead, with the RMSNorms, the casts and SwiGLU folded into them (off by default:
+ *    slower on the H200, bench/RESULTS.md).
  *  - The engine's sequences are the cache's slots 0 .. n_seqs - 1 (a CUDA-backend
  *    locks_cache). The caller keeps the host bookkeeping (locks_cache_append before each
  *    decode token, which mirrors block tables and lengths to the device); the decode
@@ -100,6 +103,13 @@ void lg_ctx_free(lg_ctx *e);
  * != 0 leaves them in the engine's device logits row seq (for lg_sample_logits). */
 locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos, float *logits);
 
+/* Verify pass of speculative decoding: tokens [pos, pos + n) of slot seq (reserved in the
+ * cache, earlier ones written; n <= max_chunk and n + pos % 16 <= 1008) through every
+ * layer with dense causal attention (split over the keys for few tokens: verify.cu),
+ * K/V written to the cache and the summaries of the pages they fill built, as the
+ * decode graph does. logits (host): [n][n_vocab], every token's. Not captured. */
+locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos, float *logits);
+
 /* Sets the decode step (selector FULL or LOCKS) and the decode context bound max_ctx
  * (grids are sized for it); drops a captured graph when they change. */
 locks_status lg_set_step(lg_ctx *e, const locks_step_params *p, int32_t max_ctx);
@@ -122,6 +132,22 @@ locks_status lg_sample_prefill(lg_ctx *e, int32_t seq, int32_t *tok);
  * trials replays (no host bookkeeping in between: the sequences keep their length). */
 locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double *median_ms);
 
+/* ---- the decode products for 1..8 rows (gemv.cu) -------------------------------------- */
+
+/* What a product's 16-bit input X is made of (each value rounded once to the weight type):
+ * X16 the 16-bit input itself; F32 fp32 values; NORM the RMSNorm of fp32 rows x with
+ * weight nw; SWIGLU silu(g) * u of fp32 rows g|u (2 cols wide). */
+enum { LG_GEMV_X16 = 0, LG_GEMV_F32 = 1, LG_GEMV_NORM = 2, LG_GEMV_SWIGLU = 3 };
+#define LG_GEMV_MAX_N 8
+/* Blocks of one product of `rows` rows and `cols` columns for n input rows (= the partial
+ * sums of squares it writes per input row). */
+int32_t lg_gemv_blocks(int32_t rows, int32_t cols, int32_t n);
+/* 1 if the products take inputs of cols columns for n rows (cols a multiple of 8, X of
+ * n x cols 16-bit values fits in a block's shared memory). */
+int lg_gemv_supported(int32_t cols, int32_t n);
+/* Raises the kernels' shared-memory limit; once before any graph capture. */
+locks_status lg_gemv_prepare(void);
+
 /* ---- single ops, for the GPU tests (device arrays, synchronous) --------------------- */
 
 /* out[t][i] = T(x[t][i] / sqrt(mean(x[t]^2) + eps) * w[i]), T = dtype (F16/BF16 bits) or
@@ -141,10 +167,21 @@ locks_status lg_op_embed(const void *d_e, locks_dtype etype, const int32_t *d_to
  * q [n][n_q_heads][d] fp32 -> out (same shape); K/V of [0, pos + n) already written. */
 locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                                   const float *d_q, int32_t n_q_heads, float scale, float *d_out);
+/* The same through the verify kernel (verify.cu), split over the keys; LOCKS_ERR_UNSUPPORTED
+ * where it does not fit (n * hq / hkv > 32, d not 64 or 128). */
+locks_status lg_op_verify_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                 const float *d_q, int32_t n_q_heads, float scale, float *d_out);
 /* Samples one token per row of logits [n_rows][n_vocab] with p and draw counter
  * *d_counter (incremented per call): tok[n_rows]. */
 locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,
                           uint64_t *d_counter, int32_t *d_tok);
+/* y (n, rows) = X (n, cols) . W^T (+ y if beta), X made from d_x by mode (x rows of cols
+ * values, 2 cols for SWIGLU; the NORM's eps, weight d_nw). cols a multiple of 8, n <= 8.
+ * ss (host, may be NULL) receives the sums of squares of the n rows of y written, summed
+ * from the per-block partials the kernel leaves for a following NORM product. pdl: launch
+ * it with programmatic dependent launch (after the partial sums of squares of a NORM). */
+locks_status lg_op_gemv(int mode, const void *d_w, locks_dtype wtype, int32_t rows, int32_t cols, int32_t n,
+                        const void *d_x, const float *d_nw, float eps, float *d_y, int beta, int pdl, float *ss);
 /* The uniform draw the sampler uses for (seed, counter, row), in [0, 1) (host twin). */
 float lg_sample_uniform(uint64_t seed, uint64_t counter, int32_t row);
 

@@ -19,6 +19,7 @@
 #include <cublas_v2.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
@@ -264,6 +265,12 @@ struct lg_ctx {
     float *att;     /* (rows, q_dim) */
     float *gu;      /* (rows, 2 ffn) */
     float *logits;  /* (n_seqs, n_vocab) */
+    float *ss;      /* decode products: partial sums of squares of x's rows (gemv.cu) */
+    int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
+    int gemv;       /* decode products: 0 cuBLAS + the small kernels, 1 gemv.cu, 2 gemv.cu with
+                     * programmatic dependent launch (LOCKS_CUDA_GEMV, see lg_ctx_init) */
+    int fused;      /* set while enqueuing a decode token that uses them */
+    uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
     int32_t *ptok;  /* (max_chunk,) prefill tokens */
     int32_t *pos;   /* (rows,) positions */
@@ -276,6 +283,11 @@ struct lg_ctx {
     int32_t max_ctx;
     int step_set;
     cudaGraphExec_t graph[8]; /* per parts mask */
+    /* lg_verify's buffers, made on its first call */
+    float *v_logits;   /* (v_rows, n_vocab) */
+    float *v_ws;       /* lg_verify_ws_floats */
+    int32_t *v_build;  /* (max_chunk / 16 + 2,) pages the verify fills */
+    int32_t v_rows;
     cudaEvent_t ev0, ev1;
 };
 
@@ -285,8 +297,9 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
     for (int i = 0; i < 8; i++)
         if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
     if (e->blas) cublasDestroy(e->blas);
-    void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits,
-                    e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter};
+    void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits, e->ss,
+                    e->samp_ws, e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter,
+                    e->v_logits, e->v_ws, e->v_build};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
     if (e->ev0) cudaEventDestroy(e->ev0);
@@ -360,7 +373,22 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->samp, sizeof(lg_sample_params));
         DA(e->counter, 8);
         DA(e->blas_ws, CUBLAS_WS_BYTES);
+        DA(e->ss, (size_t)lg_gemv_blocks(s->dim, 8, n_seqs) * n_seqs * 4); /* the most blocks */
+        DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
 #undef DA
+        {
+            /* the decode products: cuBLAS and the small kernels unless LOCKS_CUDA_GEMV=1
+             * (gemv.cu, the norms, casts and SwiGLU folded into the products) or 2 (the same
+             * with programmatic dependent launch), where gemv.cu takes the widths. Not the
+             * default: on the H200 the fused token was 3% slower at one sequence (its
+             * products 5.08 ms vs cuBLAS 4.02 for Llama-3.1-8B, the rest 0.34 vs 1.13 ms)
+             * and 3-6x slower at 2-8 (CUDA cores, not tensor cores); bench/RESULTS.md. */
+            const char *ev = getenv("LOCKS_CUDA_GEMV");
+            const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
+                             lg_gemv_supported(s->ffn_dim, n_seqs);
+            e->gemv = fits && ev && (ev[0] == '1' || ev[0] == '2') ? ev[0] - '0' : 0;
+            if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
+        }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
         if (!e->h_pos) {
             st = LOCKS_ERR_OOM;
@@ -374,6 +402,8 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             cudaMemcpy(e->samp, &greedy, sizeof greedy, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemcpy(e->counter, &zero, 8, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemset(e->tok, 0, (size_t)n_seqs * 4) != cudaSuccess ||
+            cudaMemset(e->samp_ws, 0, lg_sample_ws_bytes(n_seqs)) != cudaSuccess ||
+            cudaMemset(e->ss, 0, (size_t)lg_gemv_blocks(s->dim, 8, n_seqs) * n_seqs * 4) != cudaSuccess ||
             cudaEventCreate(&e->ev0) != cudaSuccess || cudaEventCreate(&e->ev1) != cudaSuccess) {
             st = LOCKS_ERR_BACKEND;
             goto fail;
@@ -412,23 +442,56 @@ static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, i
     return LOCKS_OK;
 }
 
+/* y (n, rows) = rms(x) . W^T with norm weight nw: one gemv.cu product in a fused decode
+ * token (the norm from the partial sums of squares the last residual write left), else
+ * the RMSNorm kernel and cuBLAS. */
+static locks_status norm_product(lg_ctx *e, const float *nw, const void *w, int32_t rows, int32_t n, float *y, int parts) {
+    const lg_shape *s = &e->m->s;
+    if (e->fused) {
+        if (parts & LG_PART_GEMM)
+            LOCKS_TRY(lg_gemv_launch(LG_GEMV_NORM, w, s->wtype, rows, s->dim, n, e->x, s->dim, nw, e->ss, e->ss_nblk,
+                                     s->norm_eps, y, rows, 0, NULL, e->gemv == 2, e->st));
+        return LOCKS_OK;
+    }
+    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, nw, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, rows, s->dim, n, y, 0.f));
+    return LOCKS_OK;
+}
+
+/* x += X . W^T with X = 16-bit(src) (mode LG_GEMV_F32, src (n, cols)) or silu(g) * u of
+ * src = gu (LG_GEMV_SWIGLU, cols = ffn); fused, the product also leaves x's partial sums
+ * of squares for the next norm_product. */
+static locks_status residual_product(lg_ctx *e, int mode, const float *src, const void *w, int32_t cols, int32_t n,
+                                     int parts) {
+    const lg_shape *s = &e->m->s;
+    if (e->fused) {
+        if (parts & LG_PART_GEMM)
+            LOCKS_TRY(lg_gemv_launch(mode, w, s->wtype, s->dim, cols, n, src, mode == LG_GEMV_SWIGLU ? 2 * cols : cols,
+                                     NULL, NULL, 0, 0.f, e->x, s->dim, 1, e->ss, e->gemv == 2, e->st));
+        e->ss_nblk = lg_gemv_blocks(s->dim, cols, n);
+        return LOCKS_OK;
+    }
+    if (parts & LG_PART_REST) {
+        if (mode == LG_GEMV_SWIGLU) LOCKS_TRY(lg_swiglu_launch(src, n, cols, s->wtype, e->xb, e->st));
+        else LOCKS_TRY(lg_cast_launch(src, (size_t)n * cols, s->wtype, e->xb, e->st));
+    }
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, s->dim, cols, n, e->x, 1.f));
+    return LOCKS_OK;
+}
+
 /* The FFN half of a layer and the Wo product, shared by prefill and decode. att -> x. */
 static locks_status layer_tail(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
     const lg_shape *s = &e->m->s;
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_cast_launch(e->att, (size_t)n * e->q_dim, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wo, s->dim, e->q_dim, n, e->x, 1.f));
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, L->ffn_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wgu, 2 * s->ffn_dim, s->dim, n, e->gu, 0.f));
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_swiglu_launch(e->gu, n, s->ffn_dim, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wdown, s->dim, s->ffn_dim, n, e->x, 1.f));
+    LOCKS_TRY(residual_product(e, LG_GEMV_F32, e->att, L->wo, e->q_dim, n, parts));
+    LOCKS_TRY(norm_product(e, L->ffn_norm, L->wgu, 2 * s->ffn_dim, n, e->gu, parts));
+    LOCKS_TRY(residual_product(e, LG_GEMV_SWIGLU, e->gu, L->wdown, s->ffn_dim, n, parts));
     return LOCKS_OK;
 }
 
 /* xb = rms(x) ; qkv = Wqkv xb ; rope on q and k at e->pos; q copied contiguous. */
 static locks_status layer_head(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
     const lg_shape *s = &e->m->s;
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, L->attn_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, L->wqkv, e->qkv_dim, s->dim, n, e->qkv, 0.f));
+    LOCKS_TRY(norm_product(e, L->attn_norm, L->wqkv, e->qkv_dim, n, e->qkv, parts));
     if (parts & LG_PART_REST) {
         LOCKS_TRY(lg_rope_launch(e->qkv, n, e->qkv_dim, s->n_heads, s->head_dim, s->n_rot, e->inv_freq, e->pos, e->st));
         LOCKS_TRY(lg_rope_launch(e->qkv + e->q_dim, n, e->qkv_dim, s->n_kv_heads, s->head_dim, s->n_rot, e->inv_freq,
@@ -475,6 +538,76 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
         CU_TRY(cudaMemcpyAsync(logits, e->logits + (size_t)seq * s->n_vocab, (size_t)s->n_vocab * 4,
                                cudaMemcpyDeviceToHost, e->st));
     CU_TRY(cudaStreamSynchronize(e->st));
+    return LOCKS_OK;
+}
+
+/* ---- verify ------------------------------------------------------------------------------- */
+
+/* The verify pass of speculative decoding (model_cuda.h): a prefill chunk whose K/V go
+ * straight to the pool (as the decode graph writes them: no host round trip per layer),
+ * whose attention is the split-KV kernel of verify.cu when the rows fit, and whose
+ * logits are every token's. One host wait, at the end. */
+extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                  float *logits) {
+    if (!e || !tokens || !logits || n < 1 || n > e->max_chunk || seq < 0 || seq >= e->n_seqs || pos < 0)
+        return LOCKS_ERR_INVALID_ARG;
+    const lg_shape *s = &e->m->s;
+    locks_cuda_cache *c = e->cc;
+    const locks_seq *sq = locks_cache_seq(e->cache, seq);
+    if (!sq || sq->len < pos + n || c->ext_k) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->n_vocab) return LOCKS_ERR_INVALID_ARG;
+    if (!e->v_ws) {
+        const size_t ws = lg_verify_ws_floats(c) * 4, nb = (size_t)(e->max_chunk / 16 + 2) * 4;
+        if (cudaMalloc((void **)&e->v_ws, ws) != cudaSuccess || cudaMalloc((void **)&e->v_build, nb) != cudaSuccess) {
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot allocate the verify buffers");
+            return LOCKS_ERR_OOM;
+        }
+    }
+    if (n > e->v_rows) {
+        if (e->v_logits) cudaFree(e->v_logits);
+        e->v_logits = NULL;
+        e->v_rows = 0;
+        if (cudaMalloc((void **)&e->v_logits, (size_t)n * s->n_vocab * 4) != cudaSuccess) {
+            e->v_logits = NULL;
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot allocate %d rows of verify logits", n);
+            return LOCKS_ERR_OOM;
+        }
+        e->v_rows = n;
+    }
+    /* pages that become full within [pos, pos + n): their summaries are built per layer */
+    if ((pos + n - 1) / 16 - pos / 16 + 1 > 64) return LOCKS_ERR_INVALID_ARG; /* longer: lg_prefill */
+    int32_t build[64], n_build = 0;
+    for (int32_t lp = pos / 16; lp <= (pos + n - 1) / 16; lp++)
+        if (lp * 16 + 15 <= pos + n - 1) build[n_build++] = sq->table[lp];
+    for (int32_t i = 0; i < n; i++) e->h_pos[i] = pos + i;
+    CU_TRY(cudaMemcpyAsync(e->ptok, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaMemcpyAsync(e->pos, e->h_pos, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
+    if (n_build) CU_TRY(cudaMemcpyAsync(e->v_build, build, (size_t)n_build * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st)); /* pageable / stack sources */
+    const float scale = 1.f / sqrtf((float)s->head_dim);
+    const int split = lg_verify_attend_fits(c, n, s->n_heads);
+    LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->x, e->st));
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        const lg_layer *L = &e->m->layers[l];
+        LOCKS_TRY(layer_head(e, L, n, LG_PART_ALL)); /* rms, Wqkv, RoPE at e->pos, q -> e->q */
+        LOCKS_TRY(lg_verify_kv_launch(c, l, seq, pos, n, e->qkv, e->qkv_dim, e->q_dim, e->st));
+        if (n_build) LOCKS_TRY(locks_cuda_summary_build(c, l, e->v_build, n_build));
+        if (split)
+            LOCKS_TRY(lg_verify_attend_launch(c, l, seq, pos, n, e->q, s->n_heads, scale, e->v_ws, e->att, e->st));
+        else
+            LOCKS_TRY(lg_prefill_attend_launch(c, l, seq, pos, n, e->q, s->n_heads, scale, e->att, e->st));
+        LOCKS_TRY(layer_tail(e, L, n, LG_PART_ALL));
+    }
+    LOCKS_TRY(lg_rmsnorm_launch(e->x, e->m->output_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    LOCKS_TRY(gemm(e, e->m->output, s->n_vocab, s->dim, n, e->v_logits, 0.f));
+    CU_TRY(cudaMemcpyAsync(logits, e->v_logits, (size_t)n * s->n_vocab * 4, cudaMemcpyDeviceToHost, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st));
+    /* the host's written-slot masks, as lg_decode keeps them */
+    for (int32_t p = pos; p < pos + n; p++)
+        for (int32_t l = 0; l < s->n_layers; l++)
+            e->cache->fill[(size_t)l * e->cache->p.n_pages + sq->table[p / LOCKS_PAGE]] |=
+                (uint16_t)(1u << (p % LOCKS_PAGE));
     return LOCKS_OK;
 }
 
@@ -556,14 +689,21 @@ static locks_status enqueue_step(lg_ctx *e, int32_t layer) {
 }
 
 /* Every kernel of one decode token (the graph's body). */
-static locks_status enqueue_decode(lg_ctx *e, int parts) {
+static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
     const lg_shape *s = &e->m->s;
     const int32_t ns = e->n_seqs;
     locks_cuda_cache *c = e->cc;
     if (parts & (LG_PART_REST | LG_PART_ATTN)) {
         LOCKS_TRY(lg_decode_prep_launch(c->seq_len, c->block_table, c->p.n_pages, ns, e->pos, e->build, e->st));
     }
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->st));
+    if (parts & LG_PART_REST) {
+        if (e->fused) {
+            LOCKS_TRY(lg_embed_ss_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->ss, e->st));
+        } else {
+            LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->st));
+        }
+    }
+    e->ss_nblk = 1;
     for (int32_t l = 0; l < s->n_layers; l++) {
         const lg_layer *L = &e->m->layers[l];
         LOCKS_TRY(layer_head(e, L, ns, parts));
@@ -574,10 +714,18 @@ static locks_status enqueue_decode(lg_ctx *e, int parts) {
         }
         LOCKS_TRY(layer_tail(e, L, ns, parts));
     }
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, e->m->output_norm, ns, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, e->m->output, s->n_vocab, s->dim, ns, e->logits, 0.f));
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_sample_launch(e->logits, ns, s->n_vocab, e->samp, e->counter, e->tok, e->st));
+    LOCKS_TRY(norm_product(e, e->m->output_norm, e->m->output, s->n_vocab, ns, e->logits, parts));
+    if (parts & LG_PART_REST)
+        LOCKS_TRY(lg_sample_launch(e->logits, ns, s->n_vocab, e->samp, e->counter, e->samp_ws, e->tok, e->st));
     return LOCKS_OK;
+}
+
+/* Every kernel of one decode token, through gemv.cu's fused products where they apply. */
+static locks_status enqueue_decode(lg_ctx *e, int parts) {
+    e->fused = e->gemv;
+    const locks_status st = enqueue_decode_body(e, parts);
+    e->fused = 0;
+    return st;
 }
 
 /* The host's checks before a token: lengths within max_ctx, forced pages within budget. */
@@ -658,7 +806,7 @@ extern "C" locks_status lg_decode(lg_ctx *e, int use_graph, int32_t *next, float
 extern "C" locks_status lg_sample_prefill(lg_ctx *e, int32_t seq, int32_t *tok) {
     if (!e || !tok || seq < 0 || seq >= e->n_seqs) return LOCKS_ERR_INVALID_ARG;
     const int32_t V = e->m->s.n_vocab;
-    LOCKS_TRY(lg_sample_launch(e->logits + (size_t)seq * V, 1, V, e->samp, e->counter, e->tok + seq, e->st));
+    LOCKS_TRY(lg_sample_launch(e->logits + (size_t)seq * V, 1, V, e->samp, e->counter, e->samp_ws, e->tok + seq, e->st));
     CU_TRY(cudaMemcpyAsync(tok, e->tok + seq, 4, cudaMemcpyDeviceToHost, e->st));
     CU_TRY(cudaStreamSynchronize(e->st));
     return LOCKS_OK;
@@ -728,14 +876,37 @@ extern "C" locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int3
     CU_TRY(cudaStreamSynchronize(c->cuda->stream));
     return LOCKS_OK;
 }
+extern "C" locks_status lg_op_verify_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                            const float *d_q, int32_t n_q_heads, float scale, float *d_out) {
+    if (!c || !c->cuda || layer < 0 || layer >= c->p.n_layers || seq < 0 || seq >= c->p.max_seqs || pos < 0 || n < 1 ||
+        locks_cache_seq_len(c, seq) < pos + n || n_q_heads % c->p.n_kv_heads != 0)
+        return LOCKS_ERR_INVALID_ARG;
+    if (!lg_verify_attend_fits(c->cuda, n, n_q_heads)) return LOCKS_ERR_UNSUPPORTED;
+    if (scale <= 0.f) scale = 1.f / sqrtf((float)c->p.head_dim);
+    float *ws = NULL;
+    CU_TRY(cudaMalloc((void **)&ws, lg_verify_ws_floats(c->cuda) * 4));
+    locks_status st = lg_verify_attend_launch(c->cuda, layer, seq, pos, n, d_q, n_q_heads, scale, ws, d_out,
+                                              c->cuda->stream);
+    if (st == LOCKS_OK && cudaStreamSynchronize(c->cuda->stream) != cudaSuccess) st = LOCKS_ERR_BACKEND;
+    cudaFree(ws);
+    return st;
+}
 extern "C" locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,
                                      uint64_t *d_counter, int32_t *d_tok) {
     lg_sample_params *dp = NULL;
+    uint64_t *ws = NULL;
     CU_TRY(cudaMalloc((void **)&dp, sizeof *dp));
     locks_status st = LOCKS_OK;
-    if (cudaMemcpy(dp, p, sizeof *p, cudaMemcpyHostToDevice) != cudaSuccess) st = LOCKS_ERR_BACKEND;
-    if (st == LOCKS_OK) st = lg_sample_launch(d_logits, n_rows, n_vocab, dp, d_counter, d_tok, 0);
+    if (cudaMalloc((void **)&ws, lg_sample_ws_bytes(n_rows)) != cudaSuccess) {
+        ws = NULL;
+        st = LOCKS_ERR_OOM;
+    }
+    if (st == LOCKS_OK && (cudaMemcpy(dp, p, sizeof *p, cudaMemcpyHostToDevice) != cudaSuccess ||
+                           cudaMemset(ws, 0, lg_sample_ws_bytes(n_rows)) != cudaSuccess))
+        st = LOCKS_ERR_BACKEND;
+    if (st == LOCKS_OK) st = lg_sample_launch(d_logits, n_rows, n_vocab, dp, d_counter, ws, d_tok, 0);
     if (st == LOCKS_OK && cudaDeviceSynchronize() != cudaSuccess) st = LOCKS_ERR_BACKEND;
     cudaFree(dp);
+    if (ws) cudaFree(ws);
     return st;
 }

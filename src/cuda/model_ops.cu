@@ -216,25 +216,11 @@ sample_kernel(const float *__restrict__ logits, int32_t n_vocab, const lg_sample
     __shared__ int32_t cand_id[SAMPLE_CAND];
     __shared__ int32_t sorted[LG_MAX_TOPK];
     __shared__ uint32_t n_cand;
-    __shared__ unsigned long long best;
     const int32_t row = blockIdx.x;
     const float *x = logits + (size_t)row * n_vocab;
     const lg_sample_params p = *pp;
     const uint64_t cnt = *counter;
-    if (p.temp <= 0.f) {
-        if (threadIdx.x == 0) best = 0ull;
-        __syncthreads();
-        unsigned long long mine = 0ull;
-        for (int32_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
-            /* larger key first, then lower id: pack (key, ~id) */
-            const unsigned long long v = ((unsigned long long)f2key(x[i]) << 32) | (uint32_t)(~(uint32_t)i);
-            mine = v > mine ? v : mine;
-        }
-        atomicMax(&best, mine);
-        __syncthreads();
-        if (threadIdx.x == 0) out[row] = (int32_t)(~(uint32_t)(best & 0xffffffffull));
-        return;
-    }
+    if (p.temp <= 0.f) return; /* greedy: argmax_kernel */
     int32_t k = p.top_k > 0 && p.top_k < LG_MAX_TOPK ? p.top_k : LG_MAX_TOPK;
     if (k > n_vocab) k = n_vocab;
     /* largest threshold T with count(key >= T) >= k */
@@ -303,14 +289,71 @@ sample_kernel(const float *__restrict__ logits, int32_t n_vocab, const lg_sample
     out[row] = pick;
 }
 
-static __global__ void counter_bump_kernel(uint64_t *counter) { *counter += 1; }
+/* Greedy (temp <= 0): argmax of each row, lowest id on ties, over ARGMAX_BLOCKS blocks
+ * per row: each block's maximum of (key, ~id) goes to part[row][block]; the block that
+ * finishes last (ticket) takes the maximum of the partials, writes the token and resets
+ * the ticket for the next call. Exact and order-free, so the result does not depend on
+ * which block finishes last. Block (0, 0) also advances the draw counter (after
+ * sample_kernel, which read it, in stream order) whatever the temperature. */
+#define ARGMAX_BLOCKS 64
+#define ARGMAX_THREADS 256
+
+static __device__ __forceinline__ unsigned long long max_u64(unsigned long long a, unsigned long long b) {
+    return a > b ? a : b;
+}
+
+static __global__ void __launch_bounds__(ARGMAX_THREADS)
+argmax_kernel(const float *__restrict__ logits, int32_t n_vocab, const lg_sample_params *__restrict__ pp,
+              uint64_t *counter, unsigned long long *part, unsigned int *ticket, int32_t *out) {
+    __shared__ unsigned long long wmax[ARGMAX_THREADS / 32];
+    __shared__ unsigned int last;
+    const int32_t row = blockIdx.y;
+    if (blockIdx.x == 0 && row == 0 && threadIdx.x == 0) *counter += 1;
+    if (pp->temp > 0.f) return;
+    const float *x = logits + (size_t)row * n_vocab;
+    const int32_t per = (n_vocab + ARGMAX_BLOCKS - 1) / ARGMAX_BLOCKS;
+    const int32_t lo = blockIdx.x * per, hi = lo + per < n_vocab ? lo + per : n_vocab;
+    unsigned long long mine = 0ull;
+    for (int32_t i = lo + threadIdx.x; i < hi; i += ARGMAX_THREADS) /* larger key first, then lower id */
+        mine = max_u64(mine, ((unsigned long long)f2key(x[i]) << 32) | (uint32_t)(~(uint32_t)i));
+    for (int o = 16; o > 0; o >>= 1) mine = max_u64(mine, __shfl_xor_sync(0xffffffffu, mine, o));
+    if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = mine;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long b = 0ull;
+        for (int w = 0; w < ARGMAX_THREADS / 32; w++) b = max_u64(b, wmax[w]);
+        part[(size_t)row * ARGMAX_BLOCKS + blockIdx.x] = b;
+        __threadfence();
+        last = atomicAdd(&ticket[row], 1u) == ARGMAX_BLOCKS - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    if (threadIdx.x < 32) {
+        __threadfence();
+        unsigned long long b = 0ull;
+        for (int32_t k = threadIdx.x; k < ARGMAX_BLOCKS; k += 32)
+            b = max_u64(b, __ldcg(&part[(size_t)row * ARGMAX_BLOCKS + k]));
+        for (int o = 16; o > 0; o >>= 1) b = max_u64(b, __shfl_xor_sync(0xffffffffu, b, o));
+        if (threadIdx.x == 0) {
+            out[row] = (int32_t)(~(uint32_t)(b & 0xffffffffull));
+            ticket[row] = 0u;
+        }
+    }
+}
+
+extern "C" size_t lg_sample_ws_bytes(int32_t n_rows) {
+    return (size_t)n_rows * ARGMAX_BLOCKS * sizeof(unsigned long long) + (size_t)n_rows * sizeof(unsigned int);
+}
 
 locks_status lg_sample_launch(const float *logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *d_p,
-                              uint64_t *d_counter, int32_t *d_tok, cudaStream_t st) {
+                              uint64_t *d_counter, uint64_t *d_ws, int32_t *d_tok, cudaStream_t st) {
     sample_kernel<<<(unsigned)n_rows, SAMPLE_THREADS, 0, st>>>(logits, n_vocab, d_p, d_counter, d_tok);
     CU_LAUNCH_CHECK(sample_kernel);
-    counter_bump_kernel<<<1, 1, 0, st>>>(d_counter);
-    CU_LAUNCH_CHECK(counter_bump_kernel);
+    unsigned long long *part = reinterpret_cast<unsigned long long *>(d_ws);
+    unsigned int *ticket = reinterpret_cast<unsigned int *>(part + (size_t)n_rows * ARGMAX_BLOCKS);
+    argmax_kernel<<<dim3(ARGMAX_BLOCKS, (unsigned)n_rows), ARGMAX_THREADS, 0, st>>>(logits, n_vocab, d_p, d_counter,
+                                                                                   part, ticket, d_tok);
+    CU_LAUNCH_CHECK(argmax_kernel);
     return LOCKS_OK;
 }
 

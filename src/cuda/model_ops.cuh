@@ -22,14 +22,41 @@ locks_status lg_decode_prep_launch(const int32_t *seq_len, const int32_t *bt, in
                                    int32_t *pos, int32_t *build, cudaStream_t st);
 locks_status lg_kv_append_launch(locks_cuda_cache *c, int32_t layer, const float *qkv, int32_t row_stride, int32_t k_off,
                                  const int32_t *pos, int32_t n_seqs, cudaStream_t st);
+/* d_ws: lg_sample_ws_bytes(n_rows) of device memory, zeroed once before the first call
+ * (the greedy argmax's partials and tickets; it leaves the tickets zero). */
 locks_status lg_sample_launch(const float *logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *d_p,
-                              uint64_t *d_counter, int32_t *d_tok, cudaStream_t st);
+                              uint64_t *d_counter, uint64_t *d_ws, int32_t *d_tok, cudaStream_t st);
+extern "C" size_t lg_sample_ws_bytes(int32_t n_rows);
 locks_status lg_fill16_launch(void *dst, size_t n, locks_dtype type, uint64_t seed, float a, cudaStream_t st);
 locks_status lg_fill_f32_launch(float *dst, size_t n, float v, cudaStream_t st);
 locks_status lg_cast_launch(const float *x, size_t n, locks_dtype type, void *out, cudaStream_t st);
+/* The decode products (gemv.cu, model_cuda.h's LG_GEMV_*): y (n, rows) = X . W^T (+ y),
+ * x rows x_ld apart; NORM reads ss_in [ss_nblk][n]; ss_out (may be NULL) receives
+ * [lg_gemv_blocks(rows, cols, n)][n] partial sums of squares of the written y rows. pdl: launched
+ * with programmatic dependent launch (the kernel waits for the previous one before it
+ * reads or writes anything but W). */
+locks_status lg_gemv_launch(int mode, const void *w, locks_dtype wtype, int32_t rows, int32_t cols, int32_t n,
+                            const void *x, int32_t x_ld, const float *nw, const float *ss_in, int32_t ss_nblk,
+                            float eps, float *y, int32_t y_ld, int beta, float *ss_out, int pdl, cudaStream_t st);
+/* x = E[tok] as lg_embed_launch, and ss[t] = the sum of squares of row t (one partial). */
+locks_status lg_embed_ss_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t n, int32_t dim, float *x,
+                                float *ss, cudaStream_t st);
 /* Causal prefill attention (prefill.cu): queries q [n][hq][d] fp32 of tokens
  * [pos, pos + n) of slot seq against keys [0, pos + n) of the layer -> out [n][hq][d]. */
 locks_status lg_prefill_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                                       const float *q, int32_t hq, float scale, float *out, cudaStream_t st);
+/* Speculative verify (verify.cu): the same attention as lg_prefill_attend_launch for a few
+ * queries over a long context, split over the keys. Fits when the kv pool is the cache's
+ * own, d is 64 or 128 and n * (hq / hkv) <= 32 (else LOCKS_ERR_UNSUPPORTED, nothing
+ * launched). ws: lg_verify_ws_floats(c) floats of device scratch. */
+int lg_verify_attend_fits(const locks_cuda_cache *c, int32_t n, int32_t hq);
+size_t lg_verify_ws_floats(const locks_cuda_cache *c);
+locks_status lg_verify_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                     const float *q, int32_t hq, float scale, float *ws, float *out,
+                                     cudaStream_t st);
+/* K/V rows t of qkv ([q | k | v], row_stride floats, k at k_off) -> slot pos + t of the
+ * sequence slot seq, layer `layer` (no finiteness check, no summaries). */
+locks_status lg_verify_kv_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
+                                 const float *qkv, int32_t row_stride, int32_t k_off, cudaStream_t st);
 
 #endif

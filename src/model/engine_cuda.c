@@ -21,9 +21,21 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
     return NULL;
 }
 void engine_cuda_free(engine_cuda *g) { (void)g; }
-locks_status engine_cuda_forward(engine_cuda *g, const int32_t *tokens, int32_t n, int32_t pos, int decode,
-                                 float *logits, const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats) {
-    (void)g, (void)tokens, (void)n, (void)pos, (void)decode, (void)logits, (void)step, (void)n_ctx, (void)stats;
+locks_status engine_cuda_forward(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                 int decode, float *logits, const locks_step_params *step, int32_t n_ctx,
+                                 locks_run_stats *stats) {
+    (void)g, (void)seq, (void)tokens, (void)n, (void)pos, (void)decode, (void)logits, (void)step, (void)n_ctx,
+        (void)stats;
+    return LOCKS_ERR_UNSUPPORTED;
+}
+locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, const int32_t *pos, float *logits,
+                                      const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats) {
+    (void)g, (void)tokens, (void)pos, (void)logits, (void)step, (void)n_ctx, (void)stats;
+    return LOCKS_ERR_UNSUPPORTED;
+}
+locks_status engine_cuda_verify(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                float *logits) {
+    (void)g, (void)seq, (void)tokens, (void)n, (void)pos, (void)logits;
     return LOCKS_ERR_UNSUPPORTED;
 }
 locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p) {
@@ -47,7 +59,8 @@ struct engine_cuda {
     lg_model *dm;
     lg_ctx *e;
     int use_graph;
-    int32_t next;     /* token the last decode sampled */
+    int32_t n_seqs;
+    int32_t next[LOCKS_CTX_MAX_SEQS]; /* tokens the last decode sampled */
     int32_t head_dim, n_kv_heads, rank;
 };
 
@@ -119,7 +132,13 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
                    : LOCKS_DTYPE_F16;
 
     /* does it fit: weights + K/V pool + summaries (+ ~1 GiB for activations and workspace) */
-    const int32_t n_pages = (p->n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE;
+    const int32_t seq_pages = (p->n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE, n_seqs = p->n_seqs;
+    if ((int64_t)seq_pages * n_seqs > INT32_MAX) {
+        locks_log(LOCKS_LOG_ERROR, "model: %d sequences of %d tokens: too many pages for one cache", n_seqs, p->n_ctx);
+        st = LOCKS_ERR_INVALID_ARG;
+        goto fail;
+    }
+    const int32_t n_pages = seq_pages * n_seqs;
     const size_t w_bytes = lg_model_bytes(&sh);
     const size_t kv_bytes = (size_t)in.n_layers * n_pages * in.n_kv_heads *
                             ((size_t)LOCKS_PAGE * in.head_dim * 2 * 2 + locks_cuda_summary_stored_bytes(in.head_dim));
@@ -127,9 +146,9 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
     if ((st = lg_device_memory(0, &free_b, &total_b)) != LOCKS_OK) goto fail;
     if (w_bytes + kv_bytes + ((size_t)1 << 30) > free_b) {
         locks_log(LOCKS_LOG_ERROR,
-                  "model: does not fit on the GPU: weights %.2f GiB + KV cache of %d tokens %.2f GiB + ~1 GiB work "
-                  "space > %.2f GiB free (of %.2f)",
-                  w_bytes / 1073741824.0, p->n_ctx, kv_bytes / 1073741824.0, free_b / 1073741824.0,
+                  "model: does not fit on the GPU: weights %.2f GiB + KV cache of %d x %d tokens %.2f GiB + ~1 GiB "
+                  "work space > %.2f GiB free (of %.2f)",
+                  w_bytes / 1073741824.0, n_seqs, p->n_ctx, kv_bytes / 1073741824.0, free_b / 1073741824.0,
                   total_b / 1073741824.0);
         st = LOCKS_ERR_OOM;
         goto fail;
@@ -141,7 +160,8 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
     }
     g->use_graph = p->cuda_graph;
     g->rank = p->rank;
-    g->next = -1;
+    g->n_seqs = n_seqs;
+    for (int32_t s = 0; s < LOCKS_CTX_MAX_SEQS; s++) g->next[s] = -1;
     g->dm = lg_model_alloc(&sh, &st);
     if (!g->dm) goto fail;
 
@@ -185,7 +205,7 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
     cp.n_kv_heads = in.n_kv_heads;
     cp.head_dim = in.head_dim;
     cp.n_pages = n_pages;
-    cp.max_seqs = 1;
+    cp.max_seqs = n_seqs;
     cp.rank = p->rank;
     cp.summary_prec = LOCKS_SUMMARY_Q;
     cp.kv_dtype = LOCKS_DTYPE_F16;
@@ -193,9 +213,9 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
     *cache = locks_cache_init(cp, &st);
     if (!*cache) goto fail;
     const int32_t chunk = p->n_batch > ENGINE_CUDA_MIN_CHUNK ? p->n_batch : ENGINE_CUDA_MIN_CHUNK;
-    g->e = lg_ctx_init(g->dm, *cache, 1, chunk, &st);
+    g->e = lg_ctx_init(g->dm, *cache, n_seqs, chunk, &st);
     if (!g->e) goto fail;
-    if ((st = lg_set_step(g->e, &p->step, n_pages * LOCKS_PAGE))) goto fail;
+    if ((st = lg_set_step(g->e, &p->step, seq_pages * LOCKS_PAGE))) goto fail;
     locks_free(f32);
     locks_free(h16);
     if (err) *err = LOCKS_OK;
@@ -223,22 +243,37 @@ static int64_t attended(int32_t len, const locks_step_params *p) {
     return (int64_t)forced + (int64_t)LOCKS_PAGE * k;
 }
 
-locks_status engine_cuda_forward(engine_cuda *g, const int32_t *tokens, int32_t n, int32_t pos, int decode,
-                                 float *logits, const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats) {
-    if (!decode) return lg_prefill(g->e, 0, tokens, n, pos, logits);
+locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, const int32_t *pos, float *logits,
+                                      const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats) {
     lg_shape sh = lg_model_shape(g->dm);
     locks_status st = lg_set_step(g->e, step, ((n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE) * LOCKS_PAGE);
     if (st == LOCKS_OK) st = lg_set_tokens(g->e, tokens);
-    if (st == LOCKS_OK) st = lg_decode(g->e, g->use_graph, &g->next, logits);
+    if (st == LOCKS_OK) st = lg_decode(g->e, g->use_graph, g->next, logits);
     if (st != LOCKS_OK) return st;
-    const int32_t len = pos + 1;
     const uint64_t tok_bytes = (uint64_t)sh.head_dim * 2 * 2 * (uint64_t)sh.n_kv_heads * (uint64_t)sh.n_layers;
-    if (step->selector == LOCKS_SEL_LOCKS)
-        stats->bytes_meta += (uint64_t)(len / LOCKS_PAGE) * locks_summary_bytes(sh.head_dim, g->rank, LOCKS_SUMMARY_Q) *
-                             (uint64_t)sh.n_kv_heads * (uint64_t)sh.n_layers;
-    stats->bytes_kv += (uint64_t)attended(len, step) * tok_bytes;
-    stats->bytes_dense += (uint64_t)len * tok_bytes;
+    for (int32_t s = 0; s < g->n_seqs; s++) {
+        const int32_t len = pos[s] + 1;
+        if (step->selector == LOCKS_SEL_LOCKS)
+            stats->bytes_meta += (uint64_t)(len / LOCKS_PAGE) *
+                                 locks_summary_bytes(sh.head_dim, g->rank, LOCKS_SUMMARY_Q) *
+                                 (uint64_t)sh.n_kv_heads * (uint64_t)sh.n_layers;
+        stats->bytes_kv += (uint64_t)attended(len, step) * tok_bytes;
+        stats->bytes_dense += (uint64_t)len * tok_bytes;
+    }
     return LOCKS_OK;
+}
+
+locks_status engine_cuda_forward(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                 int decode, float *logits, const locks_step_params *step, int32_t n_ctx,
+                                 locks_run_stats *stats) {
+    if (!decode) return lg_prefill(g->e, seq, tokens, n, pos, logits);
+    if (g->n_seqs != 1 || seq != 0) return LOCKS_ERR_UNSUPPORTED; /* several: engine_cuda_decode_batch */
+    return engine_cuda_decode_batch(g, tokens, &pos, logits, step, n_ctx, stats);
+}
+
+locks_status engine_cuda_verify(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                float *logits) {
+    return lg_verify(g->e, seq, tokens, n, pos, logits);
 }
 
 locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p) {
@@ -246,6 +281,6 @@ locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p) {
     return lg_set_sampler(g->e, &d);
 }
 locks_status engine_cuda_sample_prefill(engine_cuda *g, int32_t *tok) { return lg_sample_prefill(g->e, 0, tok); }
-int32_t engine_cuda_next(const engine_cuda *g) { return g->next; }
+int32_t engine_cuda_next(const engine_cuda *g) { return g->next[0]; }
 
 #endif

@@ -5,7 +5,8 @@
  * At init the model's weights are copied to the device (F16 and BF16 as stored; F32,
  * Q8_0, Q4_0 and Q4_1 dequantized to fp16, or to bf16 when the file holds BF16 weights),
  * after checking that weights plus the KV cache of n_ctx tokens fit in free device
- * memory. The context's cache is a CUDA-backend locks_cache holding one sequence.
+ * memory. The context's cache is a CUDA-backend locks_cache holding p->n_seqs sequences
+ * (slots 0 .. n_seqs - 1, the engine's sequences), n_ctx tokens of room each.
  * Prefill runs in chunks of max(n_batch, 1024) tokens; every decode token is one replay
  * of the captured CUDA graph (or, with cuda_graph = 0, the same kernels launched one by
  * one). Selectors on the GPU: full and locks. In a build without CUDA every entry
@@ -27,11 +28,20 @@ typedef struct engine_cuda engine_cuda;
 engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, locks_cache **cache, locks_status *err);
 void engine_cuda_free(engine_cuda *g);
 
-/* Tokens [pos, pos + n) (reserved in the cache): a prefill chunk (decode = 0) or one
- * decode token (decode = 1, n = 1). logits (may be NULL): [n_vocab] of the last token.
- * Decode adds its KV bytes to *stats. */
-locks_status engine_cuda_forward(engine_cuda *g, const int32_t *tokens, int32_t n, int32_t pos, int decode,
-                                 float *logits, const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats);
+/* Tokens [pos, pos + n) of sequence seq (reserved in the cache): a prefill chunk (decode
+ * = 0) or one decode token (decode = 1, n = 1; only with one sequence). logits (may be
+ * NULL): [n_vocab] of the last token. Decode adds its KV bytes to *stats. */
+locks_status engine_cuda_forward(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                 int decode, float *logits, const locks_step_params *step, int32_t n_ctx,
+                                 locks_run_stats *stats);
+/* One decode token of every sequence s, tokens[s] at position pos[s] (its slot reserved in
+ * the cache), in one pass; logits (may be NULL): [n_seqs][n_vocab]. */
+locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, const int32_t *pos, float *logits,
+                                      const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats);
+/* The verify pass of speculative decoding (lg_verify): tokens [pos, pos + n) of sequence
+ * seq (reserved) with dense attention, logits [n][n_vocab] of every token. */
+locks_status engine_cuda_verify(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                                float *logits);
 /* Device sampling for locks_generate: set the parameters, sample the last prefill
  * token's logits, or read the token the last decode sampled. */
 locks_status engine_cuda_set_sampler(engine_cuda *g, locks_sampler_params p);

