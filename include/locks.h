@@ -360,7 +360,9 @@ typedef struct {
                               * index) until the mass covered, forced full pages included,
                               * reaches `mass`, at most as many as the budget holds. The budget
                               * is then only a cap: budget >= length no longer means dense.
-                              * Any other value: LOCKS_ERR_INVALID_ARG. */
+                              * Any other value: LOCKS_ERR_INVALID_ARG. CPU and CUDA (the
+                              * same selections on the same masses; on CUDA at most 16384
+                              * candidates under the cap, else LOCKS_ERR_UNSUPPORTED). */
 } locks_step_params;
 
 locks_step_params locks_step_default_params(void);
@@ -567,6 +569,13 @@ locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const f
  * decode step would (verifying drafted tokens). CPU backend (else LOCKS_ERR_UNSUPPORTED). */
 locks_status locks_attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
                                  const float *q, int32_t n_q_heads, float *out);
+
+/* locks_attend_prefix for n consecutive queries at once: q [n][n_q_heads][d], query i
+ * over the first len + i tokens (1 <= len, len + n - 1 <= the sequence's length) ->
+ * out [n][n_q_heads][d], each bit for bit its locks_attend_prefix, with every K/V page
+ * read (and converted) once for all the queries that see it. CPU backend. */
+locks_status locks_attend_prefix_n(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len, int32_t n,
+                                   const float *q, int32_t n_q_heads, float *out);
 
 /* Causal dense attention for a prefill chunk: queries of tokens [pos, pos + n) (their
  * K/V already written), q: [n][n_q_heads][d] -> out: [n][n_q_heads][d]. */

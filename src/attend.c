@@ -221,6 +221,14 @@ static void attend_task(void *arg, int32_t t, int32_t thread) {
     }
 }
 
+/* Pages per chunk of a decode attention over total (KV head, page) blocks: ~8 tasks per
+ * thread overall, 8..256 pages each. The verify pass (below) uses it too: the chunks
+ * decide the merge, so they are part of the result. */
+static int32_t attend_chunk_pages(int64_t total, int32_t threads) {
+    const int64_t per = total / (8 * (int64_t)threads);
+    return per < 8 ? 8 : per > 256 ? 256 : (int32_t)per;
+}
+
 locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
                               int32_t n_q_heads, float scale) {
     const int32_t H = c->hkv, G = n_q_heads / H, d = c->d;
@@ -228,9 +236,7 @@ locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, 
     int64_t total = 0;
     for (int32_t s = 0; s < n_seqs; s++)
         for (int32_t h = 0; h < H; h++) total += w[s].n_pages[h];
-    /* chunk size: ~8 tasks per thread overall, 8..256 pages each */
-    int64_t per = total / (8 * (int64_t)locks_pool_threads(c->pool));
-    int32_t chunk = per < 8 ? 8 : per > 256 ? 256 : (int32_t)per;
+    const int32_t chunk = attend_chunk_pages(total, locks_pool_threads(c->pool));
     int64_t n_chunks = 0;
     for (int32_t s = 0; s < n_seqs; s++)
         for (int32_t h = 0; h < H; h++) n_chunks += (w[s].n_pages[h] + chunk - 1) / chunk;
@@ -287,6 +293,172 @@ locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, 
                     memset(w[s].out + ((size_t)h * G + g) * d, 0, sizeof(float) * (size_t)d);
                     if (w[s].lse) w[s].lse[h * G + g] = -INFINITY;
                 }
+    return LOCKS_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Verify: dense decode attention of n consecutive queries, each K/V page read once      */
+/* ---------------------------------------------------------------------------------- */
+
+/*
+ * Query i (0 <= i < n) is the token at position len0 + i - 1 and sees the first
+ * len_i = len0 + i tokens. On its own it would be a dense decode step: every page
+ * 0 .. np_i - 1 of every KV head through locks_attend_run, split into chunks of
+ * chunk(np_i) pages, merged. Here the queries whose chunk size is the same (lengths are
+ * consecutive, so they form runs) share tasks: a task (run, KV head, chunk c) folds
+ * every page of chunk c once into the state of every query of the run that sees it.
+ * The queries that see a page whole are a suffix of the run and go through attend_block
+ * together as (queries x G) heads; the few that see it partially (their last page) one
+ * by one. attend_block's arithmetic is per head (the 4-head groups of the AVX2 kernels
+ * compute each head's dot products and sums alike in any slot, exp is elementwise), and
+ * the merge below is locks_attend_run's, so each query's output is bit for bit its own
+ * decode step's. */
+
+typedef struct {
+    int32_t qa, qb, chunk; /* queries [qa, qb), chunk pages */
+    int32_t n_chunks;      /* chunks of its longest query */
+    size_t part0;          /* offset of its first task's state (floats) */
+} verify_run;
+
+typedef struct {
+    locks_cache *c;
+    const locks_seq *s;
+    int32_t layer, G, len0, n_q_heads;
+    float scale;
+    const float *qh; /* [Hkv][n][G][d] the queries, per KV head */
+    int32_t n;
+    const verify_run *runs;
+    const int32_t *task_run; /* task -> run */
+    const int32_t *task_first; /* task -> first task of its run */
+    float *part;              /* per task: acc[nq G][d], m[nq G], l[nq G] */
+} verify_job;
+
+static size_t verify_state_floats(int32_t nq, int32_t G, int32_t d) { return (size_t)nq * G * (d + 2); }
+
+static void verify_task(void *arg, int32_t t, int32_t thread) {
+    (void)thread;
+    verify_job *j = arg;
+    const verify_run *r = &j->runs[j->task_run[t]];
+    const int32_t local = t - j->task_first[t], h = local / r->n_chunks, ci = local % r->n_chunks;
+    const int32_t d = j->c->d, G = j->G, nq = r->qb - r->qa, GN = nq * G;
+    float *part = j->part + r->part0 + (size_t)local * verify_state_floats(nq, G, d);
+    attn_state st = {part + (size_t)GN * d, part + (size_t)GN * d + GN, part};
+    state_reset(st, GN, d);
+    const float *q = j->qh + ((size_t)h * j->n + r->qa) * G * d;
+    const int32_t first = ci * r->chunk;
+    const int32_t len_max = j->len0 + r->qb - 1, np_max = (len_max + P - 1) / P;
+    const int32_t last = first + r->chunk < np_max ? first + r->chunk : np_max;
+    const int32_t per_call = 64 / G; /* attend_block takes up to 64 heads */
+    uint16_t tmp_k[P * LOCKS_MAX_HEAD_DIM], tmp_v[P * LOCKS_MAX_HEAD_DIM];
+    const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
+    for (int32_t lp = first; lp < last; lp++) {
+        const int32_t phys = j->s->table[lp];
+        if (lp + 1 < last) { /* the next page's blocks, as attend_task */
+            const int32_t next = j->s->table[lp + 1];
+            prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, h), locks_cache_vblock(j->c, j->layer, next, h),
+                            block_bytes);
+        }
+        const uint16_t *kb, *vb;
+        locks_cache_kv_rows(j->c, j->layer, phys, h, tmp_k, tmp_v, &kb, &vb);
+        /* query i (run-local) sees nt_i = len0 + qa + i - 16 lp tokens of this page */
+        const int32_t base = j->len0 + r->qa - lp * P;
+        int32_t i_act = 1 - base, i_full = P - base; /* first seeing it at all / whole */
+        if (i_act < 0) i_act = 0;
+        if (i_full < 0) i_full = 0;
+        if (i_full > nq) i_full = nq;
+        for (int32_t i = i_act; i < i_full; i++) { /* partial: one query at a time */
+            attn_state si = {st.m + (size_t)i * G, st.l + (size_t)i * G, st.acc + (size_t)i * G * d};
+            attend_block(kb, vb, base + i, q + (size_t)i * G * d, G, d, j->scale, si);
+        }
+        for (int32_t i = i_full; i < nq; i += per_call) { /* whole: queries x heads at once */
+            const int32_t m = nq - i < per_call ? nq - i : per_call;
+            attn_state si = {st.m + (size_t)i * G, st.l + (size_t)i * G, st.acc + (size_t)i * G * d};
+            attend_block(kb, vb, P, q + (size_t)i * G * d, m * G, d, j->scale, si);
+        }
+    }
+}
+
+locks_status locks_attend_verify_run(locks_cache *c, int32_t layer, const locks_seq *s, int32_t len0, int32_t n,
+                                     const float *q, int32_t n_q_heads, float scale, float *out) {
+    const int32_t H = c->hkv, G = n_q_heads / H, d = c->d, threads = locks_pool_threads(c->pool);
+    if (G > 64) return LOCKS_ERR_UNSUPPORTED;
+    /* runs of equal chunk size */
+    int32_t n_runs = 0, n_tasks = 0;
+    size_t part_floats = 0;
+    for (int32_t i = 0; i < n;) {
+        const int32_t np = (len0 + i + P - 1) / P, ch = attend_chunk_pages((int64_t)H * np, threads);
+        int32_t e = i + 1;
+        while (e < n && attend_chunk_pages((int64_t)H * ((len0 + e + P - 1) / P), threads) == ch) e++;
+        const int32_t np_max = (len0 + e - 1 + P - 1) / P, nc = (np_max + ch - 1) / ch;
+        n_runs++;
+        n_tasks += H * nc;
+        part_floats += (size_t)H * nc * verify_state_floats(e - i, G, d);
+        i = e;
+    }
+    const size_t bytes = part_floats * sizeof(float) + (size_t)H * n * G * d * sizeof(float) +
+                         (size_t)n_runs * sizeof(verify_run) + (size_t)n_tasks * 2 * sizeof(int32_t) + 256;
+    uint8_t *buf = locks_cache_scratch(c, 2, bytes);
+    if (!buf) return LOCKS_ERR_OOM;
+    float *part = (float *)(void *)buf;
+    float *qh = part + part_floats;
+    verify_run *runs = (verify_run *)(void *)(((uintptr_t)(qh + (size_t)H * n * G * d) + 63) & ~(uintptr_t)63);
+    int32_t *task_run = (int32_t *)(void *)(runs + n_runs), *task_first = task_run + n_tasks;
+    for (int32_t h = 0; h < H; h++) /* qh[h][i] = the G heads of KV head h of query i */
+        for (int32_t i = 0; i < n; i++)
+            memcpy(qh + ((size_t)h * n + i) * G * d, q + (size_t)i * n_q_heads * d + (size_t)h * G * d,
+                   sizeof(float) * (size_t)G * d);
+    n_runs = 0;
+    n_tasks = 0;
+    part_floats = 0;
+    for (int32_t i = 0; i < n;) {
+        const int32_t np = (len0 + i + P - 1) / P, ch = attend_chunk_pages((int64_t)H * np, threads);
+        int32_t e = i + 1;
+        while (e < n && attend_chunk_pages((int64_t)H * ((len0 + e + P - 1) / P), threads) == ch) e++;
+        const int32_t np_max = (len0 + e - 1 + P - 1) / P, nc = (np_max + ch - 1) / ch;
+        runs[n_runs] = (verify_run){i, e, ch, nc, part_floats};
+        for (int32_t k = 0; k < H * nc; k++) {
+            task_run[n_tasks + k] = n_runs;
+            task_first[n_tasks + k] = n_tasks;
+        }
+        n_tasks += H * nc;
+        part_floats += (size_t)H * nc * verify_state_floats(e - i, G, d);
+        n_runs++;
+        i = e;
+    }
+    verify_job job = {c, s, layer, G, len0, n_q_heads, scale, qh, n, runs, task_run, task_first, part};
+    locks_pool_run(c->pool, n_tasks, verify_task, &job);
+    /* merge, per query and head, over its own chunks in order: locks_attend_run's merge */
+    for (int32_t ri = 0; ri < n_runs; ri++) {
+        const verify_run *r = &runs[ri];
+        const int32_t nq = r->qb - r->qa, GN = nq * G;
+        const size_t sf = verify_state_floats(nq, G, d);
+        for (int32_t i = 0; i < nq; i++) {
+            const int32_t np = (len0 + r->qa + i + P - 1) / P, nc = (np + r->chunk - 1) / r->chunk;
+            for (int32_t h = 0; h < H; h++)
+                for (int32_t g = 0; g < G; g++) {
+                    const size_t row = (size_t)i * G + g; /* row of the task's state */
+                    const float *p0 = part + r->part0 + (size_t)h * r->n_chunks * sf;
+                    float M = -INFINITY;
+                    for (int32_t k = 0; k < nc; k++) {
+                        float mk = p0[(size_t)k * sf + (size_t)GN * d + row];
+                        M = mk > M ? mk : M;
+                    }
+                    float L = 0.0f;
+                    float *o = out + (size_t)(r->qa + i) * n_q_heads * d + ((size_t)h * G + g) * d;
+                    memset(o, 0, sizeof(float) * (size_t)d);
+                    for (int32_t k = 0; k < nc; k++) {
+                        const float *pk = p0 + (size_t)k * sf;
+                        float mk = pk[(size_t)GN * d + row], lk = pk[(size_t)GN * d + GN + row];
+                        if (lk == 0.0f) continue;
+                        float f = expf(mk - M);
+                        L += lk * f;
+                        for (int32_t x = 0; x < d; x++) o[x] += f * pk[row * d + x];
+                    }
+                    float inv = L > 0.0f ? 1.0f / L : 0.0f;
+                    for (int32_t x = 0; x < d; x++) o[x] *= inv;
+                }
+        }
+    }
     return LOCKS_OK;
 }
 

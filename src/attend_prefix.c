@@ -8,6 +8,8 @@
  * with len % 16 tokens when partial) go through the same locks_attend_run (same chunks,
  * same merge). So a pass that writes K/V of several tokens at once and attends each
  * token with this function reproduces token-by-token dense decoding exactly.
+ * locks_attend_prefix_n does the same for consecutive queries in one pass over the
+ * pages (locks_attend_verify_run, attend.c): the verify pass of speculative decoding.
  */
 #include <string.h>
 
@@ -46,4 +48,19 @@ locks_status locks_attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, 
         w->n_pages[h] = mp;
     }
     return locks_attend_run(c, layer, w, 1, n_q_heads, locks_step_scale(c, 0.0f));
+}
+
+locks_status locks_attend_prefix_n(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len, int32_t n,
+                                   const float *q, int32_t n_q_heads, float *out) {
+    if (!c || !q || !out || n < 1) return LOCKS_ERR_INVALID_ARG;
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return LOCKS_ERR_NO_SEQ;
+    const int32_t H = c->hkv;
+    if (layer < 0 || layer >= c->p.n_layers || len <= 0 || len > s->len - (n - 1) || n_q_heads < H ||
+        n_q_heads % H != 0)
+        return LOCKS_ERR_INVALID_ARG;
+    if (n_q_heads / H > 64) return LOCKS_ERR_UNSUPPORTED;
+    if (c->cuda) return LOCKS_ERR_UNSUPPORTED;
+    if (n == 1) return locks_attend_prefix(c, layer, seq_id, len, q, n_q_heads, out); /* nothing to share */
+    return locks_attend_verify_run(c, layer, s, len, n, q, n_q_heads, locks_step_scale(c, 0.0f), out);
 }

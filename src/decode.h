@@ -67,4 +67,11 @@ void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t 
 locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
                               int32_t n_q_heads, float scale);
 
+/* attend.c: dense decode attention of n consecutive queries q [n][n_q_heads][d] of
+ * sequence s, query i over its first len0 + i tokens (len0 >= 1, len0 + n - 1 <= s->len),
+ * into out [n][n_q_heads][d]: bit for bit locks_attend_run with every page for each
+ * query alone (locks_attend_prefix), each K/V page read once for all its queries. */
+locks_status locks_attend_verify_run(locks_cache *c, int32_t layer, const locks_seq *s, int32_t len0, int32_t n,
+                                     const float *q, int32_t n_q_heads, float scale, float *out);
+
 #endif

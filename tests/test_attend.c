@@ -5,6 +5,8 @@
  *    output and log-sum-exp, every query head of the group;
  *  - locks_decode_step with budget >= context is exactly the `full` selector and
  *    matches dense float64 attention; its selection is every page;
+ *  - locks_attend_prefix_n (speculation's verify pass) bit for bit locks_attend_prefix of
+ *    each query, across page boundaries and chunk-size changes;
  *  - locks_prefill_attend (causal) over a chunk of positions; and chunks that start
  *    mid-page, span more than one query tile and end in a partial tile, G in {1, 3, 4},
  *    d in {64, 128}, both kernel sets.
@@ -165,6 +167,49 @@ static void test_dense(const fixture *f) {
     free(pages);
 }
 
+/* locks_attend_prefix_n (the verify pass) == locks_attend_prefix of each query, bit for
+ * bit, for random (len, n), and len ranges where the chunk size of locks_attend_run
+ * changes between the queries (threads 2: at H * pages = 144, 160, ...). */
+static void test_prefix_n(const fixture *f, int32_t trials) {
+    const int32_t H = f->H, G = f->G, d = f->d, Hq = H * G, nmax = 20;
+    float *q = malloc(sizeof(float) * (size_t)nmax * Hq * d);
+    float *o1 = malloc(sizeof(float) * (size_t)nmax * Hq * d), *o2 = malloc(sizeof(float) * (size_t)nmax * Hq * d);
+    int bad = 0, crossed = 0, crossed_chunk = 0;
+    for (int32_t t = 0; t < trials; t++) {
+        int32_t n = tu_int(1, nmax < f->len ? nmax : f->len);
+        int32_t len0 = tu_int(1, f->len - n + 1);
+        if (t % 3 == 0 && n > 1) { /* a chunk-size change (threads 2) inside the range, if the sequence has one */
+            int32_t np = tu_int(2, f->len / P + 1);
+            while (np <= f->len / P && !(H * np >= 144 && (H * np) / 16 != (H * (np - 1)) / 16)) np++;
+            const int32_t at = (np - 1) * P + 1 - tu_int(1, n - 1); /* lengths (np - 1) * P and + 1 inside */
+            if (np <= f->len / P && at >= 1 && at + n - 1 <= f->len) {
+                len0 = at;
+                crossed_chunk++;
+            }
+        }
+        tu_fill_normal(q, (size_t)n * Hq * d, 1.0);
+        memset(o1, 0xff, sizeof(float) * (size_t)n * Hq * d);
+        CHECK(locks_attend_prefix_n(f->c, 0, f->seq, len0, n, q, Hq, o1));
+        for (int32_t i = 0; i < n; i++)
+            CHECK(locks_attend_prefix(f->c, 0, f->seq, len0 + i, q + (size_t)i * Hq * d, Hq, o2 + (size_t)i * Hq * d));
+        if (memcmp(o1, o2, sizeof(float) * (size_t)n * Hq * d) != 0) {
+            bad++;
+            fprintf(stderr, "  prefix_n len %d n %d differs from prefix\n", len0, n);
+        }
+        crossed += n > 1 && (len0 - 1) / P != (len0 + n - 2) / P;
+    }
+    test_cond(bad == 0, "locks_attend_prefix_n == locks_attend_prefix bit for bit (%d of %d differ)", bad, trials);
+    test_cond(crossed > 0 || f->len < 2 * P, "some ranges cross a page boundary");
+    test_cond(crossed_chunk > 0 || f->len < 16 * 144 / H, "some ranges cross a chunk-size change");
+    /* bad input */
+    test_cond(locks_attend_prefix_n(f->c, 0, f->seq, f->len, 2, q, Hq, o1) == LOCKS_ERR_INVALID_ARG, "past the end");
+    test_cond(locks_attend_prefix_n(f->c, 0, f->seq, 0, 1, q, Hq, o1) == LOCKS_ERR_INVALID_ARG, "len 0");
+    test_cond(locks_attend_prefix_n(f->c, 0, f->seq, 1, 0, q, Hq, o1) == LOCKS_ERR_INVALID_ARG, "n 0");
+    free(q);
+    free(o1);
+    free(o2);
+}
+
 /* locks_prefill_attend of query tokens [pos, pos + n) against the float64 causal
  * reference: every token sees keys [0, its position]. */
 static void test_prefill(const fixture *f, int32_t pos, int32_t n) {
@@ -247,8 +292,45 @@ static void perf_prefill(int32_t len) {
     locks_simd_enable(1);
 }
 
+/* LOCKS_VERIFY_PERF=len: CPU seconds (best of 5, 1 thread, AVX2) of the verify attention
+ * of n = 1, 5, 9 queries at a context of len (SmolLM2's H=3 G=3 d=64): n calls of
+ * locks_attend_prefix vs one locks_attend_prefix_n, side by side. */
+static void perf_verify(int32_t len) {
+    const int32_t H = 3, G = 3, d = 64, Hq = H * G;
+    fixture f = make_fixture(H, G, d, len, 1, LOCKS_SUMMARY_Q, 8);
+    float *q = malloc(sizeof(float) * 9 * Hq * d), *out = malloc(sizeof(float) * 9 * Hq * d);
+    tu_fill_normal(q, (size_t)9 * Hq * d, 1.0);
+    for (int32_t n = 1; n <= 9; n += 4) {
+        double best[2] = {1e30, 1e30};
+        for (int32_t rep = 0; rep < 5; rep++)
+            for (int32_t way = 0; way < 2; way++) {
+                struct timespec t0, t1;
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+                if (way == 0)
+                    for (int32_t i = 0; i < n; i++)
+                        CHECK(locks_attend_prefix(f.c, 0, f.seq, len - n + 1 + i, q + (size_t)i * Hq * d, Hq,
+                                                  out + (size_t)i * Hq * d));
+                else
+                    CHECK(locks_attend_prefix_n(f.c, 0, f.seq, len - n + 1, n, q, Hq, out));
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+                double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+                best[way] = sec < best[way] ? sec : best[way];
+            }
+        printf("perf: verify attention, context %d, %d queries: %d x prefix %.3f ms, prefix_n %.3f ms (%.2fx)\n", len,
+               n, n, 1e3 * best[0], 1e3 * best[1], best[0] / best[1]);
+    }
+    free(q);
+    free(out);
+    free_fixture(&f);
+}
+
 int main(void) {
     tu_seed("test_attend");
+    const char *vperf = getenv("LOCKS_VERIFY_PERF");
+    if (vperf && atoi(vperf) > 0) {
+        perf_verify(atoi(vperf));
+        return 0;
+    }
     const char *perf = getenv("LOCKS_ATTEND_PERF");
     if (perf && atoi(perf) > 0) {
         perf_prefill(atoi(perf));
@@ -263,11 +345,19 @@ int main(void) {
         test_storage(&f);
         test_page_lists(&f);
         test_dense(&f);
+        test_prefix_n(&f, 30);
         int32_t n = tu_int(1, 24);
         test_prefill(&f, tu_int(0, f.len - n), n);
         free_fixture(&f);
     }
     test_prefill_tiles();
+    for (int32_t simd = 1; simd >= 0; simd--) { /* chunk sizes that change within a verify range, G > 64 / n */
+        locks_simd_enable(simd);
+        fixture f = make_fixture(2, 9, 64, 16 * 200 + 7, 2, LOCKS_SUMMARY_Q, 8);
+        printf("  verify: H=2 G=9 d=64 len=%d simd=%d\n", f.len, locks_have_avx2());
+        test_prefix_n(&f, 60);
+        free_fixture(&f);
+    }
     locks_simd_enable(1);
     return test_report("test_attend");
 }

@@ -323,6 +323,8 @@ static void test_select(fixture *f) {
     const int32_t H = f->sh.hkv;
     locks_step_params p = locks_step_default_params();
     const int32_t budgets[] = {64, 100, 256, 2048, 1 << 30};
+    const float targets[] = {0.f, 0.3f, 0.8f, 0.97f}; /* mass targets (0: off) */
+    int n_cut = 0; /* mass-target selections that cut below the budget's */
     for (int s = 0; s < 2; s++) {
         const int32_t len = f->sh.len[s], n_full = len / P, mp = (len + P - 1) / P;
         const size_t n = (size_t)H * n_full;
@@ -336,10 +338,12 @@ static void test_select(fixture *f) {
         int32_t *pg = malloc(sizeof(int32_t) * H * mp), *ng = malloc(sizeof(int32_t) * H);
         int32_t *d_p = dmalloc(sizeof(int32_t) * H * mp), *d_n = dmalloc(sizeof(int32_t) * H);
         for (size_t bi = 0; bi < sizeof budgets / sizeof budgets[0]; bi++) {
-            for (int sink = 0; sink <= 2; sink += 2) {
+            for (int sink = 0; sink <= 2; sink += 2)
+            for (size_t ti = 0; ti < sizeof targets / sizeof targets[0]; ti++) {
                 p.budget = budgets[bi];
                 p.n_sink = sink;
                 p.n_recent = sink == 0 ? 0 : 1;
+                p.mass = targets[ti];
                 locks_status sc = locks_select(f->cpu, f->seq[s], m, &p, pc, nc, mp);
                 dpoison(d_p, sizeof(int32_t) * H * mp);
                 dpoison(d_n, sizeof(int32_t) * H);
@@ -369,8 +373,17 @@ static void test_select(fixture *f) {
                             break;
                         }
                 }
-                test_cond(same, "selection equal (len %d budget %d sink %d, %s top-k)", len, p.budget, sink,
-                          variant ? "multi-block" : "one-block");
+                test_cond(same, "selection equal (len %d budget %d sink %d mass %.2f, %s top-k)", len, p.budget,
+                          sink, (double)p.mass, variant ? "multi-block" : "one-block");
+                }
+                if (p.mass > 0.f) { /* did the target cut? (the CPU's count without it) */
+                    locks_step_params q0 = p;
+                    q0.mass = 0.f;
+                    int32_t *p0 = malloc(sizeof(int32_t) * H * mp), *n0 = malloc(sizeof(int32_t) * H);
+                    if (locks_select(f->cpu, f->seq[s], m, &q0, p0, n0, mp) == LOCKS_OK)
+                        for (int32_t h = 0; h < H; h++) n_cut += nc[h] < n0[h];
+                    free(p0);
+                    free(n0);
                 }
             }
         }
@@ -380,6 +393,11 @@ static void test_select(fixture *f) {
         p.n_sink = 2;
         p.n_recent = 2;
         test_cond(locks_select(f->gpu, f->seq[s], d_m, &p, d_p, d_n, mp) == LOCKS_ERR_BUDGET, "budget error");
+        p.budget = 256;
+        p.mass = 1.f;
+        test_cond(locks_select(f->gpu, f->seq[s], d_m, &p, d_p, d_n, mp) == LOCKS_ERR_INVALID_ARG, "mass 1 refused");
+        p.mass = -0.5f;
+        test_cond(locks_select(f->gpu, f->seq[s], d_m, &p, d_p, d_n, mp) == LOCKS_ERR_INVALID_ARG, "mass < 0 refused");
         free(m);
         free(pc);
         free(nc);
@@ -389,7 +407,9 @@ static void test_select(fixture *f) {
         dfree(d_p);
         dfree(d_n);
     }
-    printf("  %-34s exact\n", "select x2 kernels (planted ties)");
+    /* the comparison with targets is live: some selections were cut below the budget */
+    test_cond(n_cut > 0, "mass targets cut some selections (%d)", n_cut);
+    printf("  %-34s exact, %d heads cut by a mass target\n", "select x2 kernels (planted ties)", n_cut);
 }
 
 /* ---- attend ----------------------------------------------------------------------------- */
@@ -568,6 +588,29 @@ static void test_step_graph(fixture *f) {
     p.selector = LOCKS_SEL_FULL;
     check_step(f, &p, "step FULL (dense)", NULL);
     p.selector = LOCKS_SEL_LOCKS;
+    {   /* mass targets: the step's cut == the CPU rule on the GPU's masses; graph == step */
+        locks_step_params pm = p;
+        pm.mass = 0.9f;
+        check_step(f, &pm, "step LOCKS budget 160 mass 0.9", NULL);
+        pm.budget = 1 << 30;
+        pm.mass = 0.6f;
+        float *o_m = malloc(sizeof(float) * 2 * hq * d), *o_mg = malloc(sizeof(float) * 2 * hq * d);
+        check_step(f, &pm, "step LOCKS mass 0.6, no cap", o_m);
+        float *d_om = dmalloc(sizeof(float) * 2 * hq * d);
+        dpoison(d_om, sizeof(float) * 2 * hq * d);
+        locks_status gerr;
+        locks_step_graph *gm = locks_step_graph_capture(f->gpu, 0, f->seq, 2, f->d_q, hq, &pm,
+                                                        f->sh.len[0] + f->sh.len[1], d_om, &gerr);
+        CHECK(gerr);
+        CHECK(locks_step_graph_replay(gm));
+        ddown(o_mg, d_om, sizeof(float) * 2 * hq * d);
+        const double em = nerr_f(o_mg, o_m, (size_t)2 * hq * d);
+        test_cond(em <= 1e-6, "mass graph replay == step (err %.3g)", em);
+        locks_step_graph_free(gm);
+        dfree(d_om);
+        free(o_m);
+        free(o_mg);
+    }
 
     /* the graph */
     float *d_out = dmalloc(sizeof(float) * 2 * hq * d);

@@ -195,6 +195,15 @@ int locks_cuda_topk_mb_ok(const locks_cuda_cache *c, int32_t max_pages);
 int locks_cuda_topk_mb_pays(const locks_cuda_cache *c, int32_t max_pages);
 locks_status locks_cuda_topk_mb_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
                                        int32_t max_pages, cudaStream_t st);
+/* The mass target's cut of the top-k selection (masscut.cu); no-ops when p->mass == 0.
+ * check: LOCKS_ERR_UNSUPPORTED when a sequence of up to max_pages pages could have more
+ * than LOCKS_CUDA_CUT_MAX candidates under p. */
+#define LOCKS_CUDA_CUT_MAX 16384
+locks_status locks_cuda_mass_cut_check(const locks_step_params *p, int32_t max_pages);
+locks_status locks_cuda_mass_cut_prepare(locks_cuda_cache *c);
+locks_status locks_cuda_mass_cut_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
+                                        const float *mass, int32_t mass_stride, int32_t max_pages, int32_t *out,
+                                        int32_t *out_n, int32_t out_stride, cudaStream_t st);
 /* Score blocks (normaliser partials) per segment for max_pages pages. */
 int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t hq, int32_t max_pages);
 

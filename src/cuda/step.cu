@@ -39,6 +39,7 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
         LOCKS_TRY(locks_cuda_attend_prepare(c));
         LOCKS_TRY(locks_cuda_score_prepare(c));
         LOCKS_TRY(locks_cuda_topk_mb_prepare(c));
+        LOCKS_TRY(locks_cuda_mass_cut_prepare(c));
         /* lab switches (bench/RESULTS.md, issue 12); unset: the defaults (PDL and the int8
          * kernel for G 9..16 on) */
         const char *e = getenv("LOCKS_CUDA_PDL");
@@ -158,6 +159,7 @@ static locks_status check_seqs(const locks_cuda_cache *c, const int32_t *seq_ids
         if (p) {
             const locks_plan pl = locks_plan_make(len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
             if (!pl.dense && pl.k < 0) return LOCKS_ERR_BUDGET;
+            if (p->selector != LOCKS_SEL_FULL) LOCKS_TRY(locks_cuda_mass_cut_check(p, np));
             int32_t nl;
             attended_tokens(len, p, &nl);
             if (nl > *max_list) *max_list = nl;
@@ -172,7 +174,6 @@ static locks_status check_params(const locks_step_params *p) {
     }
     if (!(p->mass == 0.f || (p->mass > 0.f && p->mass < 1.f))) return LOCKS_ERR_INVALID_ARG;
     if (p->selector != LOCKS_SEL_LOCKS && p->selector != LOCKS_SEL_FULL) return LOCKS_ERR_UNSUPPORTED;
-    if (p->mass != 0.f) return LOCKS_ERR_UNSUPPORTED; /* mass targets: CPU backend only so far */
     return LOCKS_OK;
 }
 
@@ -226,6 +227,9 @@ locks_status locks_cuda_step_enqueue(locks_cuda_cache *c, int32_t layer, int32_t
     else
         LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, p, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
                                          c->ws.max_pages, 1, st));
+    /* a mass target keeps only the top pages reaching it (nothing launched without one) */
+    LOCKS_TRY(locks_cuda_mass_cut_launch(c, n_seqs, p, c->ws.mass, c->ws.max_pages, max_pages, c->ws.sel,
+                                         c->ws.sel_n, c->ws.max_pages, st));
     if (timed) CU_TRY(cudaEventRecord(c->ev[3], st));
     if (d_out) /* NULL: selection only (a capturable plan's select) */
         LOCKS_TRY(locks_cuda_attend_launch(c, layer, n_seqs, hq, c->ws.sel, c->ws.sel_n, c->ws.max_pages, 0,
@@ -262,14 +266,32 @@ extern "C" locks_status locks_cuda_decode_step(locks_cuda_cache *c, int32_t laye
         memset(stats, 0, sizeof *stats);
         const size_t sb = locks_summary_bytes(c->p.head_dim, c->rank, c->p.summary_prec);
         const uint64_t tok_bytes = (uint64_t)c->p.head_dim * 2 * 2; /* K + V of one token, one head */
+        /* under a mass target the pages attended are known only after the step: read back */
+        const int cut = p->mass != 0.f && p->selector != LOCKS_SEL_FULL;
+        int32_t *n_sel = cut ? (int32_t *)locks_alloc((size_t)segs, 4) : NULL;
+        if (cut && !n_sel) return LOCKS_ERR_OOM;
+        if (cut) {
+            const cudaError_t e = cudaMemcpy(n_sel, c->ws.sel_n, (size_t)segs * 4, cudaMemcpyDeviceToHost);
+            if (e != cudaSuccess) {
+                locks_free(n_sel);
+                CU_TRY(e);
+            }
+        }
         for (int32_t i = 0; i < n_seqs; i++) {
             const int32_t len = c->h_seq_len[seq_ids[i]];
             int32_t nl;
             const int64_t att = attended_tokens(len, p, &nl);
             if (p->selector != LOCKS_SEL_FULL) stats->bytes_meta += (uint64_t)(len / 16) * sb * hkv;
-            stats->bytes_kv += (uint64_t)att * tok_bytes * hkv;
+            if (cut) { /* every listed page is full but the partial one, always listed */
+                const int32_t part = len % 16;
+                for (int32_t h = 0; h < hkv; h++)
+                    stats->bytes_kv += (uint64_t)(16 * (int64_t)n_sel[i * hkv + h] - (part ? 16 - part : 0)) * tok_bytes;
+            } else {
+                stats->bytes_kv += (uint64_t)att * tok_bytes * hkv;
+            }
             stats->bytes_dense += (uint64_t)len * tok_bytes * hkv;
         }
+        locks_free(n_sel);
         float a = 0.f, b = 0.f, d = 0.f;
         CU_TRY(cudaEventElapsedTime(&a, c->ev[1], c->ev[2]));
         CU_TRY(cudaEventElapsedTime(&b, c->ev[2], c->ev[3]));
@@ -311,7 +333,7 @@ extern "C" locks_status locks_cuda_select(locks_cuda_cache *c, int32_t seq, cons
     if (!c || !d_mass || !d_pages || !d_n_pages) return LOCKS_ERR_INVALID_ARG;
     if (!p || p->budget <= 0) return LOCKS_ERR_BUDGET;
     if (p->n_sink < 0 || p->n_recent < 0) return LOCKS_ERR_INVALID_ARG;
-    if (p->mass != 0.f) return p->mass > 0.f && p->mass < 1.f ? LOCKS_ERR_UNSUPPORTED : LOCKS_ERR_INVALID_ARG;
+    if (!(p->mass == 0.f || (p->mass > 0.f && p->mass < 1.f))) return LOCKS_ERR_INVALID_ARG;
     locks_step_params q = *p;
     q.selector = LOCKS_SEL_LOCKS;
     int32_t mp, ml;
@@ -321,6 +343,7 @@ extern "C" locks_status locks_cuda_select(locks_cuda_cache *c, int32_t seq, cons
     LOCKS_TRY(upload_slots(c, &seq, 1));
     const int32_t n_full = c->h_seq_len[seq] / 16;
     LOCKS_TRY(locks_cuda_topk_launch(c, 1, &q, d_mass, n_full, d_pages, d_n_pages, max_pages, 0, c->stream));
+    LOCKS_TRY(locks_cuda_mass_cut_launch(c, 1, &q, d_mass, n_full, mp, d_pages, d_n_pages, max_pages, c->stream));
     CU_TRY(cudaStreamSynchronize(c->stream));
     return LOCKS_OK;
 }

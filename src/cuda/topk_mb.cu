@@ -328,6 +328,7 @@ extern "C" locks_status locks_cuda_select_mb(locks_cuda_cache *c, int32_t seq, c
     if (!c || !d_mass || !d_pages || !d_n_pages || !p || seq < 0 || seq >= c->p.max_seqs) return LOCKS_ERR_INVALID_ARG;
     const int32_t len = c->h_seq_len[seq], n_full = len / 16, n_tot = (len + 15) / 16, hkv = c->p.n_kv_heads;
     if (len <= 0 || max_pages < n_tot || !locks_cuda_topk_mb_ok(c, n_tot)) return LOCKS_ERR_INVALID_ARG;
+    LOCKS_TRY(locks_cuda_mass_cut_check(p, n_tot));
     LOCKS_TRY(locks_cuda_ws_reserve(c, 1, hkv));
     CU_TRY(cudaStreamSynchronize(c->stream));
     c->slots_owner = NULL;
@@ -341,6 +342,8 @@ extern "C" locks_status locks_cuda_select_mb(locks_cuda_cache *c, int32_t seq, c
                                                                        c->ws.hist);
     CU_LAUNCH_CHECK(hist0_kernel);
     LOCKS_TRY(locks_cuda_topk_mb_launch(c, 1, p, n_tot, c->stream));
+    LOCKS_TRY(locks_cuda_mass_cut_launch(c, 1, p, c->ws.mass, c->ws.max_pages, n_tot, c->ws.sel, c->ws.sel_n,
+                                         c->ws.max_pages, c->stream));
     CU_TRY(cudaMemcpy2DAsync(d_pages, (size_t)max_pages * 4, c->ws.sel, (size_t)c->ws.max_pages * 4, (size_t)n_tot * 4,
                              (size_t)hkv, cudaMemcpyDeviceToDevice, c->stream));
     CU_TRY(cudaMemcpyAsync(d_n_pages, c->ws.sel_n, (size_t)hkv * 4, cudaMemcpyDeviceToDevice, c->stream));

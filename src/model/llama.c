@@ -796,7 +796,8 @@ static void linear(locks_ctx *c, const matmul_weight *w, const matmul_act *a, fl
 
 /* How a pass attends: PREFILL causal dense attention (tiled, locks_prefill_attend);
  * DECODE one token by locks_decode_step with the context's step parameters; VERIFY each
- * token as a dense decode step would (locks_attend_prefix), bit for bit. */
+ * token as a dense decode step would (locks_attend_prefix_n: locks_attend_prefix of each,
+ * with every K/V page read once for all the tokens), bit for bit. */
 enum { FWD_PREFILL = 0, FWD_DECODE = 1, FWD_VERIFY = 2 };
 
 /* Runs tokens [pos, pos + n) of sequence sq (n <= n_batch, already reserved in the cache)
@@ -886,10 +887,8 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
             if (c->p.on_query) /* the prompt's queries too (KV dumps keep the last ones) */
                 for (int32_t t = 0; t < n; t++)
                     c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
-            if (mode == FWD_VERIFY) {
-                for (int32_t t = 0; t < n && st == LOCKS_OK; t++)
-                    st = locks_attend_prefix(c->cache, l, c->seq[sq], pos + t + 1, c->q + (size_t)t * (size_t)q_dim,
-                                                   hq, c->att + (size_t)t * (size_t)q_dim);
+            if (mode == FWD_VERIFY) { /* token t over [0, pos + t], as its decode step */
+                st = locks_attend_prefix_n(c->cache, l, c->seq[sq], pos + 1, n, c->q, hq, c->att);
             } else {
                 st = locks_prefill_attend(c->cache, l, c->seq[sq], pos, n, c->q, hq, scale, c->att);
             }
