@@ -63,8 +63,34 @@ report)
         # the plot without the full row (one point at the whole context)
         awk -F, 'NR == 1 || $3 != "full"' "$OUT/fidelity.csv" > "$OUT/.fid_plot.csv"
         scripts/plot-fidelity.sh "$OUT/.fid_plot.csv" "$OUT/fidelity.png" \
-            "Gemma 3 270M, teacher-forced top-1 agreement with dense (window of 32 positions before each length)" >&2
+            "Gemma 3 270M: top-1 agreement with dense, window of $WINDOW positions before each length" >&2
         rm -f "$OUT/.fid_plot.csv"
+        # mean KL vs tokens, log-log, one line per (length, selector)
+        tmp=$(mktemp -d)
+        awk -F, -v dir="$tmp" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+            $c["document"] != "all" && $c["layer"] == -1 && $c["selector"] != "full" {
+                name = $c["length"] "_" $c["selector"]; f = dir "/" name ".dat"
+                if (!(f in seen)) { seen[f] = 1; order[++n] = name }
+                print $c["mean_tokens"], ($c["mean_kl"] > 1e-6 ? $c["mean_kl"] : 1e-6) >> f }
+            END { for (i = 1; i <= n; i++) print order[i] > (dir "/order") }' "$OUT/fidelity.csv"
+        plots=""
+        while read -r name; do
+            [ -n "$plots" ] && plots="$plots, "
+            plots="$plots'$tmp/$name.dat' using 1:2 with linespoints lw 2 pt 7 title '${name/_/ tokens, }'"
+        done < "$tmp/order"
+        gnuplot <<GP
+set terminal pngcairo size 1000,560 enhanced font 'sans,11' noenhanced
+set output '$OUT/fidelity_kl.png'
+set title "Gemma 3 270M: mean KL(dense || sparse) of the next-token distribution, window of $WINDOW positions"
+set xlabel 'mean tokens attended per (step, global layer, KV head)'
+set ylabel 'mean KL (nats)'
+set logscale xy
+set grid
+set key outside right top
+plot $plots
+GP
+        rm -rf "$tmp"
+        echo "wrote $OUT/fidelity_kl.png" >&2
     fi
     if [ -s "$OUT/needle.jsonl" ]; then
         echo "| context | sample | selector | budget | score | output | mass cov. | oracle mass cov. | carrier recall |"
