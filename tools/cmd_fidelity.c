@@ -477,7 +477,6 @@ int fidelity_main(int argc, char **argv) {
             fprintf(stderr, "locks eval: cannot create a context of %d tokens: %s\n", cp.n_ctx, locks_status_str(st));
             goto done;
         }
-        int n_done = 0; /* windows evaluated */
         for (int k = 0; k < n_at; k++) {
             if (at[k] > n && k > 0) break; /* the document is shorter */
             const int32_t L = (int32_t)(at[k] < n ? at[k] : n);
@@ -578,10 +577,8 @@ int fidelity_main(int argc, char **argv) {
                 fprintf(stderr, "\r  position %d (%d left)   ", t, pi);
             }
             fprintf(stderr, "\n");
-            n_done++;
             if (write_rows(json_path, csv_path, docs, n_docs, n_at, row_len, acc, cfg, n_cfg) != 0) goto done;
         }
-        (void)n_done;
         fprintf(stderr, "\n");
         locks_ctx_free(ctx);
         ctx = NULL;
