@@ -359,6 +359,81 @@ static void test_write_cache(const char *path) {
     free(k), free(v), free(q), free(pos);
 }
 
+/* locks_dump_write_cache_layers: a subset of the cache's layers (the engine dumps only a
+ * model's global layers; its local sliding-window layers never reach a selector). Dump
+ * layer i must hold cache layer layers[i]'s fp16 K/V and the i-th query block; bad lists
+ * (out of range, not increasing, longer than the cache) are refused. */
+static void test_write_cache_layers(const char *path) {
+    locks_cache_params cp = locks_cache_default_params();
+    cp.n_layers = tu_int(3, 7);
+    cp.n_kv_heads = tu_int(1, 2);
+    cp.head_dim = 8 * tu_int(1, 4);
+    cp.rank = 4;
+    const int32_t n_ctx = tu_int(17, 70), n_steps = tu_int(1, 5), n_tok = n_ctx + n_steps;
+    cp.n_pages = n_tok / 16 + 4;
+    locks_status st;
+    locks_cache *c = locks_cache_init(cp, &st);
+    SETUP(c);
+    int32_t seq;
+    CHECK(locks_cache_seq_add(c, &seq));
+    CHECK(locks_cache_append(c, seq, n_tok));
+    const size_t row = (size_t)cp.n_kv_heads * (size_t)cp.head_dim, per_layer = (size_t)n_tok * row;
+    float *k = malloc(sizeof(float) * per_layer * (size_t)cp.n_layers);
+    float *v = malloc(sizeof(float) * per_layer * (size_t)cp.n_layers);
+    const int32_t hq = cp.n_kv_heads * 2;
+    const size_t nq = (size_t)n_steps * (size_t)hq * (size_t)cp.head_dim;
+    float *q = malloc(sizeof(float) * nq * (size_t)cp.n_layers);
+    SETUP(k && v && q);
+    tu_fill_normal(k, per_layer * (size_t)cp.n_layers, 2.0);
+    tu_fill_normal(v, per_layer * (size_t)cp.n_layers, 1.0);
+    tu_fill_normal(q, nq * (size_t)cp.n_layers, 1.0);
+    for (int32_t l = 0; l < cp.n_layers; l++)
+        CHECK(locks_cache_write(c, seq, l, 0, n_tok, k + (size_t)l * per_layer, v + (size_t)l * per_layer));
+    /* every third layer from 2, as Gemma 3's global layers are every sixth from 5; at least the last */
+    int32_t layers[8], n_sub = 0;
+    for (int32_t l = 2; l < cp.n_layers; l += 3) layers[n_sub++] = l;
+    if (n_sub == 0) layers[n_sub++] = cp.n_layers - 1;
+    locks_dump_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n_layers = n_sub;
+    sh.n_q_heads = hq;
+    sh.n_kv_heads = cp.n_kv_heads;
+    sh.head_dim = cp.head_dim;
+    sh.n_ctx = n_ctx;
+    sh.n_steps = n_steps;
+    sh.kv_dtype = LOCKS_DTYPE_F16;
+    sh.scale = 0.125f;
+    snprintf(sh.model, sizeof sh.model, "cache-layers-test");
+    CHECK(locks_dump_write_cache_layers(path, &sh, c, seq, NULL, q, NULL, layers));
+    locks_dump d;
+    st = locks_dump_load(path, &d);
+    test_cond(st == LOCKS_OK && d.shape.n_layers == n_sub, "write_cache_layers dump loads with %d layers: %s", n_sub,
+              locks_status_str(st));
+    if (st == LOCKS_OK) {
+        size_t bad = 0;
+        for (int32_t i = 0; i < n_sub; i++) {
+            const float *dk = locks_dump_k(&d, i), *dv = locks_dump_v(&d, i);
+            const size_t off = (size_t)layers[i] * per_layer;
+            for (size_t j = 0; j < per_layer; j++)
+                bad += dk[j] != locks_f16_to_f32(locks_f32_to_f16(k[off + j])) ||
+                       dv[j] != locks_f16_to_f32(locks_f32_to_f16(v[off + j]));
+            bad += memcmp(locks_dump_q(&d, i, 0), q + (size_t)i * nq, sizeof(float) * nq) != 0;
+        }
+        test_cond(bad == 0, "dump layer i holds cache layer layers[i] (%zu bad)", bad);
+        locks_dump_free(&d);
+    }
+    int32_t rev[2] = {layers[n_sub - 1], 0}, out[1] = {cp.n_layers};
+    sh.n_layers = 2;
+    test_cond(layers[n_sub - 1] > 0 && locks_dump_write_cache_layers(path, &sh, c, seq, NULL, q, NULL, rev) ==
+                                           LOCKS_ERR_INVALID_ARG,
+              "write_cache_layers refuses a list that is not increasing");
+    sh.n_layers = 1;
+    test_cond(locks_dump_write_cache_layers(path, &sh, c, seq, NULL, q, NULL, out) == LOCKS_ERR_INVALID_ARG,
+              "write_cache_layers refuses a layer past the cache's");
+    locks_cache_free(c);
+    free(k), free(v), free(q);
+}
+
 int main(void) {
     tu_seed("test_dump");
     char good[64], bad[64];
@@ -371,6 +446,7 @@ int main(void) {
     test_malformed(good, bad);
     test_writer_contract(good);
     test_write_cache(good);
+    for (int i = 0; i < 3; i++) test_write_cache_layers(good);
     remove(good);
     remove(bad);
     return test_report("test_dump");

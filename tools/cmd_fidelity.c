@@ -20,13 +20,33 @@
  * position.
  *
  * --per-layer: the same, with the selector applied at one layer at a time and every other
- * layer dense (one row per layer and configuration).
+ * layer dense (one row per layer and configuration; local sliding-window layers, which
+ * attend their window exactly whatever the selector, get no row).
+ *
+ * --window N: only the positions among the document's last N tokens are evaluated; the
+ * tokens before them are prefilled once (locks_ctx_prefill, no logits) and only the
+ * window goes through the dense per-token pass, so a long document costs one prefill
+ * plus N tokens instead of logits at every token. With --at L1,L2,..., one window ends
+ * at each length L (ascending, rows "DOC@L"): the prefill goes forward once, each window
+ * is evaluated when it is reached (going down inside it), and the prefill then continues
+ * from there, so one long prefill serves every length. The JSON/CSV files are rewritten
+ * after each window, so an interrupted run keeps the lengths done.
+ *
+ * Selector `full` may be listed: one row (budget 0), its logits equal the dense pass bit
+ * for bit (top-1 100%, KL 0: a check), and its decode time is the dense baseline of the
+ * ms-per-step columns (wall and process CPU time of each decode call, configurations
+ * interleaved position by position, so the ratios are side by side in one run).
+ *
+ * Models with local layers (Gemma 3): the selector acts only in the global layers, and
+ * on_step fires only there, so mean tokens is per (global layer, KV head); the bytes per
+ * step count the local layers' windows too (whole-model traffic, docs/ENGINE.md).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cmds.h"
 #include "locks_model.h"
@@ -34,6 +54,7 @@
 
 #define FID_MAX_CONFIGS 64
 #define FID_MAX_DOCS 16
+#define FID_MAX_AT 8
 
 typedef struct {
     locks_step_params step;
@@ -46,7 +67,15 @@ typedef struct {
     double kl;         /* sum of KL(dense || sparse) */
     double tokens;     /* sum over counted steps of mean tokens attended per (layer, KV head) */
     double bytes;      /* sum over counted steps of K/V + metadata bytes (all layers) */
+    double wall_ms;    /* sum of the decode calls' wall time */
+    double cpu_ms;     /* sum of the decode calls' process CPU time (all threads) */
 } fid_acc;
+
+static double now_ms(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 /* on_step hook: tokens attended in this step, summed over layers and KV heads. */
 typedef struct {
@@ -81,6 +110,10 @@ static void fid_usage(FILE *f) {
             "  --mass-cap N       the budget cap of the mass-target rows (default 4096)\n"
             "  --max-tokens N     tokens of each document used (default 2048)\n"
             "  --stride S         evaluate every S-th position (default 8)\n"
+            "  --window N         evaluate only positions among the last N tokens; the tokens\n"
+            "                     before them are prefilled once without logits (default: all)\n"
+            "  --at LIST          with --window: one window ending at each length (tokens),\n"
+            "                     one forward prefill for all (rows DOC@L)\n"
             "  --per-layer        one layer sparse at a time (the others dense)\n"
             "  --sink N / --recent N / --rank R   as locks run (defaults 1 / 1 / 8)\n"
             "  -t N               threads (default 2)\n"
@@ -165,6 +198,10 @@ static const char *base_name(const char *p) {
 }
 
 static void config_label(const fid_config *c, char *buf, size_t cap) {
+    if (c->step.selector == LOCKS_SEL_FULL) {
+        snprintf(buf, cap, "full");
+        return;
+    }
     if (c->step.mass > 0.0f)
         snprintf(buf, cap, "%s mass %.3g (cap %d)", locks_selector_name(c->step.selector), (double)c->step.mass,
                  (int)c->step.budget);
@@ -172,11 +209,75 @@ static void config_label(const fid_config *c, char *buf, size_t cap) {
         snprintf(buf, cap, "%s budget %d", locks_selector_name(c->step.selector), (int)c->step.budget);
 }
 
+/* Row r's name: "DOC" (one window at the end), "DOC@L" (--at), "all". */
+static void row_name(char *buf, size_t cap, const char *const *docs, int n_docs, int n_at, const int32_t *row_len,
+                     int r) {
+    if (r == n_docs * n_at) snprintf(buf, cap, "all");
+    else if (n_at == 1) snprintf(buf, cap, "%s", base_name(docs[r]));
+    else snprintf(buf, cap, "%s@%d", base_name(docs[r / n_at]), (int)row_len[r]);
+}
+
+/* (Re)writes the JSON and CSV files with every row reached so far; 0 or -1. */
+static int write_rows(const char *json_path, const char *csv_path, const char *const *docs, int n_docs, int n_at,
+                      const int32_t *row_len, const fid_acc *acc, const fid_config *cfg, int n_cfg) {
+    if (!json_path && !csv_path) return 0;
+    FILE *jf = json_path ? fopen(json_path, "w") : NULL, *cf = csv_path ? fopen(csv_path, "w") : NULL;
+    if ((json_path && !jf) || (csv_path && !cf)) {
+        fprintf(stderr, "locks eval: cannot write %s\n", json_path && !jf ? json_path : csv_path);
+        if (jf) fclose(jf);
+        if (cf) fclose(cf);
+        return -1;
+    }
+    if (jf) fprintf(jf, "[\n");
+    if (cf)
+        fprintf(cf, "document,length,selector,budget,mass,layer,positions,top1_agree,mean_kl,mean_tokens,"
+                    "bytes_per_step,ms_per_step,cpu_ms_per_step\n");
+    int first_row = 1;
+    const int n_rows = n_docs * n_at + 1;
+    for (int r = 0; r < n_rows; r++) {
+        if (r < n_rows - 1 && row_len[r] == 0) continue;
+        char doc[160];
+        row_name(doc, sizeof doc, docs, n_docs, n_at, row_len, r);
+        const int32_t len = r < n_rows - 1 ? row_len[r] : 0;
+        for (int c = 0; c < n_cfg; c++) {
+            const fid_acc *a = &acc[(size_t)r * n_cfg + c];
+            if (a->n == 0) continue;
+            const double nn = (double)a->n, agr = (double)a->agree / nn, kl = a->kl / nn;
+            const double tok = a->tokens / nn, bytes = a->bytes / nn, ms = a->wall_ms / nn, cms = a->cpu_ms / nn;
+            const char *sel = locks_selector_name(cfg[c].step.selector);
+            const int32_t budget = cfg[c].step.selector == LOCKS_SEL_FULL ? 0 : cfg[c].step.budget;
+            if (jf)
+                fprintf(jf,
+                        "%s  {\"document\": \"%s\", \"length\": %d, \"selector\": \"%s\", \"budget\": %d,"
+                        " \"mass\": %.4g, \"layer\": %d, \"positions\": %lld, \"top1_agree\": %.6f,"
+                        " \"mean_kl\": %.6g, \"mean_tokens\": %.2f, \"bytes_per_step\": %.0f,"
+                        " \"ms_per_step\": %.3f, \"cpu_ms_per_step\": %.3f}",
+                        first_row ? "" : ",\n", doc, (int)len, sel, budget, (double)cfg[c].step.mass,
+                        cfg[c].layer, (long long)a->n, agr, kl, tok, bytes, ms, cms);
+            if (cf)
+                fprintf(cf, "%s,%d,%s,%d,%.4g,%d,%lld,%.6f,%.6g,%.2f,%.0f,%.3f,%.3f\n", doc, (int)len, sel,
+                        budget, (double)cfg[c].step.mass, cfg[c].layer, (long long)a->n, agr, kl, tok,
+                        bytes, ms, cms);
+            first_row = 0;
+        }
+    }
+    int bad = 0;
+    if (jf) {
+        fprintf(jf, "\n]\n");
+        bad |= fclose(jf) != 0;
+    }
+    if (cf) bad |= fclose(cf) != 0;
+    return bad ? -1 : 0;
+}
+
 int fidelity_main(int argc, char **argv) {
     const char *model_path = NULL, *json_path = NULL, *csv_path = NULL;
     const char *docs[FID_MAX_DOCS];
     int n_docs = 0, per_layer = 0;
     int32_t max_tokens = 2048, stride = 8, n_threads = 2, rank = 8, sink = 1, recent = 1, mass_cap = 4096;
+    int32_t window = 0; /* > 0: evaluate only the last window tokens */
+    double at[FID_MAX_AT];
+    int n_at = 0;
     double budgets[16], masses[16];
     locks_selector sels[LOCKS_SEL_COUNT] = {LOCKS_SEL_LOCKS, LOCKS_SEL_ORACLE, LOCKS_SEL_QUEST};
     int n_sels = 3, n_budgets = 4, n_masses = 0;
@@ -212,8 +313,7 @@ int fidelity_main(int argc, char **argv) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             for (char *tok = strtok(buf, ","); tok && ok; tok = strtok(NULL, ",")) {
-                ok = n_sels < LOCKS_SEL_COUNT && locks_selector_parse(tok, &sels[n_sels]) == LOCKS_OK &&
-                     sels[n_sels] != LOCKS_SEL_FULL;
+                ok = n_sels < LOCKS_SEL_COUNT && locks_selector_parse(tok, &sels[n_sels]) == LOCKS_OK;
                 n_sels++;
             }
         } else if (!strcmp(a, "--budgets")) {
@@ -232,6 +332,12 @@ int fidelity_main(int argc, char **argv) {
             ok = parse_i32(v, 1, 1 << 24, &mass_cap);
         } else if (!strcmp(a, "--max-tokens")) {
             ok = parse_i32(v, 2, 1 << 20, &max_tokens);
+        } else if (!strcmp(a, "--at")) {
+            n_at = parse_list(v, 0, at, FID_MAX_AT);
+            ok = n_at > 0;
+            for (int k = 0; ok && k < n_at; k++) ok = at[k] >= 2 && at[k] <= 1 << 24 && (k == 0 || at[k] > at[k - 1]);
+        } else if (!strcmp(a, "--window")) {
+            ok = parse_i32(v, 1, 1 << 24, &window);
         } else if (!strcmp(a, "--stride")) {
             ok = parse_i32(v, 1, 1 << 20, &stride);
         } else if (!strcmp(a, "-t")) {
@@ -252,6 +358,11 @@ int fidelity_main(int argc, char **argv) {
         }
         i += takes;
     }
+    if (n_at > 0 && window == 0) {
+        fprintf(stderr, "locks eval: --at needs --window\n");
+        return 2;
+    }
+    if (n_at == 0) at[0] = 1 << 30, n_at = 1; /* one window at the document's end */
     if (n_docs == 0) {
         fprintf(stderr, "locks eval: --fidelity needs at least one FILE\n");
         fid_usage(stderr);
@@ -264,12 +375,24 @@ int fidelity_main(int argc, char **argv) {
     if (!m) return 1;
     const locks_model_info in = locks_model_get_info(m);
     const int32_t V = in.n_vocab;
+    /* layers the selector acts in (and on_step reports): the global ones */
+    int32_t n_sel_layers = 0;
+    for (int32_t l = 0; l < in.n_layers; l++)
+        n_sel_layers += !(in.swa_window > 0 && (l + 1) % in.swa_period != 0);
 
     /* configurations: selectors x budgets, then selectors x mass targets; per layer on request */
     static fid_config cfg[FID_MAX_CONFIGS * 32];
     int n_cfg = 0, n_base = 0;
     fid_config base[FID_MAX_CONFIGS];
     for (int s = 0; s < n_sels; s++) {
+        if (sels[s] == LOCKS_SEL_FULL) { /* one row: the dense baseline */
+            if (n_base == FID_MAX_CONFIGS) break;
+            base[n_base].step = locks_step_default_params();
+            base[n_base].step.selector = LOCKS_SEL_FULL; /* budget: the default (ignored; shown as 0) */
+            base[n_base].step.n_sink = sink, base[n_base].step.n_recent = recent;
+            base[n_base++].layer = -1;
+            continue;
+        }
         for (int b = 0; b < n_budgets && n_base < FID_MAX_CONFIGS; b++) {
             base[n_base].step = locks_step_default_params();
             base[n_base].step.selector = sels[s];
@@ -291,20 +414,29 @@ int fidelity_main(int argc, char **argv) {
             cfg[n_cfg++] = base[b];
             continue;
         }
+        if (base[b].step.selector == LOCKS_SEL_FULL) {
+            cfg[n_cfg++] = base[b];
+            continue;
+        }
         for (int32_t l = 0; l < in.n_layers && n_cfg < (int)(sizeof cfg / sizeof cfg[0]); l++) {
+            if (in.swa_window > 0 && (l + 1) % in.swa_period != 0) continue; /* local: exact window */
             cfg[n_cfg] = base[b];
             cfg[n_cfg++].layer = l;
         }
     }
     int32_t min_budget = INT32_MAX;
     for (int c = 0; c < n_cfg; c++)
-        if (cfg[c].step.mass == 0.0f && cfg[c].step.budget < min_budget) min_budget = cfg[c].step.budget;
+        if (cfg[c].step.selector != LOCKS_SEL_FULL && cfg[c].step.mass == 0.0f && cfg[c].step.budget < min_budget)
+            min_budget = cfg[c].step.budget;
+    if (min_budget == INT32_MAX) min_budget = 1; /* only full */
     if (n_masses > 0) { /* mass rows count every position past the forced pages */
         int32_t forced = (sink + recent + 1) * LOCKS_PAGE;
         if (forced < min_budget) min_budget = forced;
     }
 
-    fid_acc *acc = calloc((size_t)n_cfg * (size_t)(n_docs + 1), sizeof *acc);
+    const int n_rows = n_docs * n_at + 1; /* (document, window) rows, then all */
+    fid_acc *acc = calloc((size_t)n_cfg * (size_t)n_rows, sizeof *acc);
+    int32_t *row_len = calloc((size_t)n_rows, sizeof *row_len); /* the window's length; 0: not reached */
     float *chunk = malloc(sizeof(float) * (size_t)64 * V);
     float *lg = malloc(sizeof(float) * (size_t)V);
     double *lp = malloc(sizeof(double) * (size_t)V), *lq = malloc(sizeof(double) * (size_t)V);
@@ -313,7 +445,7 @@ int fidelity_main(int argc, char **argv) {
     char *text = NULL;
     locks_ctx *ctx = NULL;
     fid_hook hook = {0, in.n_kv_heads, -1, 0};
-    if (!acc || !chunk || !lg || !lp || !lq) goto done;
+    if (!acc || !row_len || !chunk || !lg || !lp || !lq) goto done;
 
     for (int di = 0; di < n_docs; di++) {
         size_t len = 0;
@@ -326,86 +458,126 @@ int fidelity_main(int argc, char **argv) {
         tokens = ru_tokenize(m, text, in.add_bos, 0, &n);
         if (!tokens) goto done;
         if (n > max_tokens) n = max_tokens;
-        /* evaluated positions t (context t + 1 tokens > the smallest budget), every stride-th */
-        int32_t first = min_budget < n ? min_budget : n;
-        int32_t n_pos = first < n ? (n - 1 - first) / stride + 1 : 0;
-        if (n_pos == 0) {
-            fprintf(stderr, "locks eval: %s has %d tokens, no position past budget %d\n", docs[di], n, min_budget);
-            goto done;
-        }
+        int32_t max_at = 0;
+        for (int k = 0; k < n_at; k++)
+            if (at[k] <= n || k == 0) max_at = (int32_t)(at[k] < n ? at[k] : n);
         locks_ctx_params cp = locks_ctx_default_params();
-        cp.n_ctx = n + 1;
+        cp.n_ctx = max_at + 1;
         cp.n_threads = n_threads;
         cp.rank = rank;
         cp.n_batch = 64;
         cp.on_step = on_step_count;
         cp.on_step_user = &hook;
         cp.step.selector = LOCKS_SEL_FULL;
+        cp.selectors = 0;
+        for (int c = 0; c < n_cfg; c++) cp.selectors |= LOCKS_SEL_BIT(cfg[c].step.selector); /* their metadata */
         locks_status st;
         ctx = locks_ctx_init(m, cp, &st);
         if (!ctx) {
-            fprintf(stderr, "locks eval: cannot create a context of %d tokens: %s\n", n + 1, locks_status_str(st));
+            fprintf(stderr, "locks eval: cannot create a context of %d tokens: %s\n", cp.n_ctx, locks_status_str(st));
             goto done;
         }
-        /* 1. dense logits of the evaluated positions (positions first + i * stride) */
-        dense = malloc(sizeof(float) * (size_t)n_pos * V);
-        if (!dense) goto done;
-        fprintf(stderr, "%s: %d tokens, %d positions, %d configurations: dense pass...\n", base_name(docs[di]), n,
-                n_pos, n_cfg);
-        for (int32_t t0 = 0; t0 < n; t0 += 64) {
-            int32_t cn = n - t0 < 64 ? n - t0 : 64;
-            if ((st = locks_ctx_prefill_all(ctx, tokens + t0, cn, chunk)) != LOCKS_OK) {
-                fprintf(stderr, "locks eval: dense pass failed: %s\n", locks_status_str(st));
+        for (int k = 0; k < n_at; k++) {
+            if (at[k] > n && k > 0) break; /* the document is shorter */
+            const int32_t L = (int32_t)(at[k] < n ? at[k] : n);
+            /* evaluated positions t < L (context t + 1 tokens > the smallest budget), every stride-th */
+            int32_t first = min_budget < L ? min_budget : L;
+            if (window > 0 && L - window > first) { /* the first evaluated position of the window */
+                first = L - window;
+                first += (stride - (L - 1 - first) % stride) % stride; /* the last position (L - 1) is evaluated */
+            }
+            int32_t n_pos = first < L ? (L - 1 - first) / stride + 1 : 0;
+            if (n_pos == 0) {
+                fprintf(stderr, "locks eval: %s: length %d, no position past budget %d\n", docs[di], L, min_budget);
                 goto done;
             }
-            for (int32_t t = t0; t < t0 + cn; t++)
-                if (t >= first && (t - first) % stride == 0)
-                    memcpy(dense + (size_t)((t - first) / stride) * V, chunk + (size_t)(t - t0) * V,
-                           sizeof(float) * (size_t)V);
-        }
-        /* 2. every configuration at every evaluated position, last position first */
-        for (int32_t pi = n_pos - 1; pi >= 0; pi--) {
-            const int32_t t = first + pi * stride;
-            if ((st = locks_ctx_truncate(ctx, t)) != LOCKS_OK) goto done;
-            const float *dl = dense + (size_t)pi * V;
-            const int32_t top_d = argmax_f(dl, V);
-            log_softmax(dl, V, lp);
-            for (int c = 0; c < n_cfg; c++) {
-                const fid_config *fc = &cfg[c];
-                if (fc->step.mass == 0.0f && fc->step.budget >= t + 1) continue; /* dense there */
-                if ((st = locks_ctx_set_step(ctx, fc->step)) != LOCKS_OK ||
-                    (st = locks_ctx_set_sparse_layer(ctx, fc->layer)) != LOCKS_OK)
-                    goto done;
-                hook.len = t + 1;
-                hook.layer = fc->layer;
-                hook.tok = 0;
-                locks_run_stats s0 = locks_ctx_stats(ctx);
-                st = locks_ctx_decode(ctx, tokens[t], lg);
-                if (st != LOCKS_OK) {
-                    char lab[96];
-                    config_label(fc, lab, sizeof lab);
-                    fprintf(stderr, "locks eval: %s at position %d: %s\n", lab, t, locks_status_str(st));
+            /* 1. dense logits of the evaluated positions (positions first + i * stride) */
+            free(dense);
+            dense = malloc(sizeof(float) * (size_t)n_pos * V);
+            if (!dense) goto done;
+            /* tokens before the window: prefilled without logits (--window); else every
+             * token goes through the dense per-token pass, as before */
+            int32_t t_dense = locks_ctx_len(ctx);
+            const int32_t pf_end = window > 0 ? first : 0;
+            fprintf(stderr, "%s@%d: %d positions, %d configurations: prefill %d -> %d, dense pass...\n",
+                    base_name(docs[di]), L, n_pos, n_cfg, t_dense, pf_end > t_dense ? pf_end : t_dense);
+            if (pf_end > t_dense) {
+                if ((st = locks_ctx_prefill(ctx, tokens + t_dense, pf_end - t_dense, NULL)) != LOCKS_OK) {
+                    fprintf(stderr, "locks eval: prefill failed: %s\n", locks_status_str(st));
                     goto done;
                 }
-                locks_run_stats s1 = locks_ctx_stats(ctx);
-                if ((st = locks_ctx_truncate(ctx, t)) != LOCKS_OK) goto done;
-                log_softmax(lg, V, lq);
-                double kl = 0.0;
-                for (int32_t i = 0; i < V; i++)
-                    if (lp[i] > -745.0) kl += exp(lp[i]) * (lp[i] - lq[i]);
-                const int agree = argmax_f(lg, V) == top_d;
-                const double tok = (double)hook.tok / ((fc->layer >= 0 ? 1.0 : (double)in.n_layers) * in.n_kv_heads);
-                const double bytes = (double)(s1.bytes_meta - s0.bytes_meta) + (double)(s1.bytes_kv - s0.bytes_kv);
-                fid_acc *rows[2] = {&acc[(size_t)di * n_cfg + c], &acc[(size_t)n_docs * n_cfg + c]};
-                for (int r = 0; r < 2; r++) {
-                    rows[r]->n++;
-                    rows[r]->agree += agree;
-                    rows[r]->kl += kl;
-                    rows[r]->tokens += tok;
-                    rows[r]->bytes += bytes;
-                }
+                t_dense = pf_end;
             }
-            if (pi % 16 == 0) fprintf(stderr, "\r  position %d (%d left)   ", t, pi);
+            for (int32_t t0 = t_dense; t0 < L; t0 += 64) {
+                int32_t cn = L - t0 < 64 ? L - t0 : 64;
+                if ((st = locks_ctx_prefill_all(ctx, tokens + t0, cn, chunk)) != LOCKS_OK) {
+                    fprintf(stderr, "locks eval: dense pass failed: %s\n", locks_status_str(st));
+                    goto done;
+                }
+                for (int32_t t = t0; t < t0 + cn; t++)
+                    if (t >= first && (t - first) % stride == 0)
+                        memcpy(dense + (size_t)((t - first) / stride) * V, chunk + (size_t)(t - t0) * V,
+                               sizeof(float) * (size_t)V);
+            }
+            const int row = di * n_at + k;
+            row_len[row] = L;
+            /* 2. every configuration at every evaluated position, last position first */
+            for (int32_t pi = n_pos - 1; pi >= 0; pi--) {
+                const int32_t t = first + pi * stride;
+                if ((st = locks_ctx_truncate(ctx, t)) != LOCKS_OK) goto done;
+                const float *dl = dense + (size_t)pi * V;
+                const int32_t top_d = argmax_f(dl, V);
+                log_softmax(dl, V, lp);
+                for (int c = 0; c < n_cfg; c++) {
+                    const fid_config *fc = &cfg[c];
+                    if (fc->step.selector != LOCKS_SEL_FULL && fc->step.mass == 0.0f && fc->step.budget >= t + 1)
+                        continue; /* dense there */
+                    if ((st = locks_ctx_set_step(ctx, fc->step)) != LOCKS_OK ||
+                        (st = locks_ctx_set_sparse_layer(ctx, fc->layer)) != LOCKS_OK) {
+                        char lab[96];
+                        config_label(fc, lab, sizeof lab);
+                        fprintf(stderr, "locks eval: cannot set %s: %s\n", lab, locks_status_str(st));
+                        goto done;
+                    }
+                    hook.len = t + 1;
+                    hook.layer = fc->layer;
+                    hook.tok = 0;
+                    locks_run_stats s0 = locks_ctx_stats(ctx);
+                    const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
+                    st = locks_ctx_decode(ctx, tokens[t], lg);
+                    const double w1 = now_ms(CLOCK_MONOTONIC), c1 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
+                    if (st != LOCKS_OK) {
+                        char lab[96];
+                        config_label(fc, lab, sizeof lab);
+                        fprintf(stderr, "locks eval: %s at position %d: %s\n", lab, t, locks_status_str(st));
+                        goto done;
+                    }
+                    locks_run_stats s1 = locks_ctx_stats(ctx);
+                    if ((st = locks_ctx_truncate(ctx, t)) != LOCKS_OK) goto done;
+                    log_softmax(lg, V, lq);
+                    double kl = 0.0;
+                    for (int32_t i = 0; i < V; i++)
+                        if (lp[i] > -745.0) kl += exp(lp[i]) * (lp[i] - lq[i]);
+                    const int agree = argmax_f(lg, V) == top_d;
+                    const double tok =
+                        (double)hook.tok / ((fc->layer >= 0 ? 1.0 : (double)n_sel_layers) * in.n_kv_heads);
+                    const double bytes =
+                        (double)(s1.bytes_meta - s0.bytes_meta) + (double)(s1.bytes_kv - s0.bytes_kv);
+                    fid_acc *rows[2] = {&acc[(size_t)row * n_cfg + c], &acc[(size_t)(n_rows - 1) * n_cfg + c]};
+                    for (int r = 0; r < 2; r++) {
+                        rows[r]->n++;
+                        rows[r]->agree += agree;
+                        rows[r]->kl += kl;
+                        rows[r]->tokens += tok;
+                        rows[r]->bytes += bytes;
+                        rows[r]->wall_ms += w1 - w0;
+                        rows[r]->cpu_ms += c1 - c0;
+                    }
+                }
+                fprintf(stderr, "\r  position %d (%d left)   ", t, pi);
+            }
+            fprintf(stderr, "\n");
+            if (write_rows(json_path, csv_path, docs, n_docs, n_at, row_len, acc, cfg, n_cfg) != 0) goto done;
         }
         fprintf(stderr, "\n");
         locks_ctx_free(ctx);
@@ -418,56 +590,31 @@ int fidelity_main(int argc, char **argv) {
         text = NULL;
     }
 
-    /* ---- report: per document, then all documents together ---- */
-    FILE *jf = json_path ? fopen(json_path, "w") : NULL, *cf = csv_path ? fopen(csv_path, "w") : NULL;
-    if ((json_path && !jf) || (csv_path && !cf)) {
-        fprintf(stderr, "locks eval: cannot write %s\n", json_path && !jf ? json_path : csv_path);
-        if (jf) fclose(jf);
-        if (cf) fclose(cf);
-        goto done;
-    }
-    if (jf) fprintf(jf, "[\n");
-    if (cf) fprintf(cf, "document,selector,budget,mass,layer,positions,top1_agree,mean_kl,mean_tokens,bytes_per_step\n");
-    int first_row = 1;
-    for (int di = 0; di <= n_docs; di++) {
-        const char *doc = di < n_docs ? base_name(docs[di]) : "all";
-        printf("%s\n%-34s %5s %9s %10s %11s %13s\n", doc, "configuration", "layer", "positions", "top-1 agr",
-               "mean KL", "mean tokens");
+    /* ---- report: per (document, window), then all together ---- */
+    if (write_rows(json_path, csv_path, docs, n_docs, n_at, row_len, acc, cfg, n_cfg) != 0) goto done;
+    for (int r = 0; r < n_rows; r++) {
+        char doc[160];
+        row_name(doc, sizeof doc, docs, n_docs, n_at, row_len, r);
+        printf("%s\n%-34s %5s %9s %10s %11s %13s %10s %10s\n", doc, "configuration", "layer", "positions",
+               "top-1 agr", "mean KL", "mean tokens", "ms/step", "CPU-ms");
         for (int c = 0; c < n_cfg; c++) {
-            const fid_acc *a = &acc[(size_t)di * n_cfg + c];
+            const fid_acc *a = &acc[(size_t)r * n_cfg + c];
             if (a->n == 0) continue;
-            char lab[96];
+            char lab[96], layer[16];
             config_label(&cfg[c], lab, sizeof lab);
-            const double agr = (double)a->agree / (double)a->n, kl = a->kl / (double)a->n;
-            const double tok = a->tokens / (double)a->n, bytes = a->bytes / (double)a->n;
-            char layer[16];
             if (cfg[c].layer < 0) snprintf(layer, sizeof layer, "all");
             else snprintf(layer, sizeof layer, "%d", cfg[c].layer);
-            printf("%-34s %5s %9lld %9.2f%% %11.5f %13.1f\n", lab, layer, (long long)a->n, 100.0 * agr, kl, tok);
-            if (jf)
-                fprintf(jf,
-                        "%s  {\"document\": \"%s\", \"selector\": \"%s\", \"budget\": %d, \"mass\": %.4g, \"layer\": %d,"
-                        " \"positions\": %lld, \"top1_agree\": %.6f, \"mean_kl\": %.6g, \"mean_tokens\": %.2f,"
-                        " \"bytes_per_step\": %.0f}",
-                        first_row ? "" : ",\n", doc, locks_selector_name(cfg[c].step.selector), cfg[c].step.budget,
-                        (double)cfg[c].step.mass, cfg[c].layer, (long long)a->n, agr, kl, tok, bytes);
-            if (cf)
-                fprintf(cf, "%s,%s,%d,%.4g,%d,%lld,%.6f,%.6g,%.2f,%.0f\n", doc,
-                        locks_selector_name(cfg[c].step.selector), cfg[c].step.budget, (double)cfg[c].step.mass,
-                        cfg[c].layer, (long long)a->n, agr, kl, tok, bytes);
-            first_row = 0;
+            printf("%-34s %5s %9lld %9.2f%% %11.5f %13.1f %10.1f %10.1f\n", lab, layer, (long long)a->n,
+                   100.0 * (double)a->agree / (double)a->n, a->kl / (double)a->n, a->tokens / (double)a->n,
+                   a->wall_ms / (double)a->n, a->cpu_ms / (double)a->n);
         }
     }
-    if (jf) {
-        fprintf(jf, "\n]\n");
-        fclose(jf);
-    }
-    if (cf) fclose(cf);
     rc = 0;
 done:
     locks_ctx_free(ctx);
     locks_model_free(m);
     free(acc);
+    free(row_len);
     free(chunk);
     free(lg);
     free(lp);

@@ -49,7 +49,8 @@ static void usage(FILE *f) {
             "  --rank R         summary rank 1..15 (default 8)\n"
             "  --f32-act        fp32 activations for quantized weights (slower; validation)\n"
             "  --dump-kv FILE   write the KV dump (keys, values, decode queries, the last 32 prompt\n"
-            "                   queries as SnapKV's observation window) for `locks eval`\n"
+            "                   queries as SnapKV's observation window) for `locks eval`; of a\n"
+            "                   model with local sliding-window layers only the global layers\n"
             "  --eval-logits FILE  no generation: run the prompt token by token (decode path,\n"
             "                   --selector applies) and write fp32 logits [n_prompt][n_vocab]\n"
             "                   to FILE (for scripts/logits_reference.py --compare)\n"
@@ -473,12 +474,22 @@ int cmd_run(int argc, char **argv) {
             fprintf(stderr, "locks run: --dump-kv needs at least one decode step (-n >= 2)\n");
             goto done;
         }
-        /* compact the recorded queries to [n_layers][steps][Hq][d] */
-        for (int32_t l = 1; l < in.n_layers; l++)
-            memmove(rec.q + (size_t)l * steps * rec.qsize, rec.q + (size_t)l * rec.max_steps * rec.qsize,
+        /* Only the layers a selector acts in: a local (sliding-window) layer attends its
+         * window exactly whatever the selector, so replaying it over the whole context
+         * would score attention the model never computes. dump layer i = model layer
+         * layers[i]; the recorded queries are compacted to [n_dump][steps][Hq][d]. */
+        int32_t *layers = malloc(sizeof(int32_t) * (size_t)in.n_layers), n_dump = 0;
+        if (!layers) goto done;
+        for (int32_t l = 0; l < in.n_layers; l++)
+            if (!(in.swa_window > 0 && (l + 1) % in.swa_period != 0)) layers[n_dump++] = l;
+        for (int32_t i = 0; i < n_dump; i++) {
+            memmove(rec.q + (size_t)i * steps * rec.qsize, rec.q + (size_t)layers[i] * rec.max_steps * rec.qsize,
                     sizeof(float) * (size_t)steps * rec.qsize);
+            memmove(rec.q_obs + (size_t)i * rec.n_obs * rec.qsize, rec.q_obs + (size_t)layers[i] * rec.n_obs * rec.qsize,
+                    sizeof(float) * (size_t)rec.n_obs * rec.qsize);
+        }
         locks_dump_shape sh = {0};
-        sh.n_layers = in.n_layers;
+        sh.n_layers = n_dump;
         sh.n_q_heads = in.n_heads;
         sh.n_kv_heads = in.n_kv_heads;
         sh.head_dim = in.head_dim;
@@ -489,13 +500,15 @@ int cmd_run(int argc, char **argv) {
         sh.rope_theta = in.rope_theta;
         memcpy(sh.model, in.name, sizeof sh.model - 1); /* truncated, NUL-padded */
         sh.n_obs = rec.n_obs;
-        st = locks_dump_write_cache_obs(dump_path, &sh, locks_ctx_cache(ctx), locks_ctx_seq(ctx), NULL, rec.q,
-                                        rec.q_obs);
+        st = locks_dump_write_cache_layers(dump_path, &sh, locks_ctx_cache(ctx), locks_ctx_seq(ctx), NULL, rec.q,
+                                           rec.q_obs, layers);
+        free(layers);
         if (st != LOCKS_OK) {
             fprintf(stderr, "locks run: writing %s failed: %s\n", dump_path, locks_status_str(st));
             goto done;
         }
-        fprintf(stderr, "KV dump: %s (%d prompt tokens, %d decode steps)\n", dump_path, n_prompt, steps);
+        fprintf(stderr, "KV dump: %s (%d prompt tokens, %d decode steps, %d of %d layers%s)\n", dump_path, n_prompt,
+                steps, sh.n_layers, in.n_layers, sh.n_layers < in.n_layers ? ": the global ones, local layers left out" : "");
     }
     rc = 0;
 done:

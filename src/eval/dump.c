@@ -259,13 +259,22 @@ locks_status locks_dump_write_cache(const char *path, const locks_dump_shape *sh
 locks_status locks_dump_write_cache_obs(const char *path, const locks_dump_shape *shape,
                                         const locks_cache *cache, int32_t seq_id,
                                         const int32_t *pos, const float *q, const float *q_obs) {
+    return locks_dump_write_cache_layers(path, shape, cache, seq_id, pos, q, q_obs, NULL);
+}
+
+locks_status locks_dump_write_cache_layers(const char *path, const locks_dump_shape *shape,
+                                           const locks_cache *cache, int32_t seq_id, const int32_t *pos,
+                                           const float *q, const float *q_obs, const int32_t *layers) {
     if (!path || !shape || !cache || !q || (shape->n_obs > 0) != (q_obs != NULL)) return LOCKS_ERR_INVALID_ARG;
     locks_status st = locks_dump_shape_check(shape);
     if (st != LOCKS_OK) return st;
     locks_cache_params cp = locks_cache_get_params(cache);
-    if (cp.n_layers != shape->n_layers || cp.n_kv_heads != shape->n_kv_heads ||
-        cp.head_dim != shape->head_dim)
+    if ((layers ? shape->n_layers > cp.n_layers : cp.n_layers != shape->n_layers) ||
+        cp.n_kv_heads != shape->n_kv_heads || cp.head_dim != shape->head_dim)
         return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; layers && i < shape->n_layers; i++)
+        if (layers[i] < 0 || layers[i] >= cp.n_layers || (i > 0 && layers[i] <= layers[i - 1]))
+            return LOCKS_ERR_INVALID_ARG;
     const int32_t n_tok = shape->n_ctx + shape->n_steps;
     if (locks_cache_seq_len(cache, seq_id) != n_tok) return LOCKS_ERR_INVALID_ARG;
     int32_t n_pages = 0;
@@ -286,10 +295,11 @@ locks_status locks_dump_write_cache_obs(const char *path, const locks_dump_shape
     w = locks_dump_writer_open(path, shape, &st);
     if (!w) goto done;
     for (int32_t l = 0; l < shape->n_layers; l++) {
+        const int32_t cl = layers ? layers[l] : l; /* the cache's layer of dump layer l */
         /* cache block [Hkv][P][d] per physical page -> dump rows [t][Hkv][d] */
         for (int32_t t = 0; t < n_tok; t++) {
-            const uint16_t *kp = locks_cache_k_page(cache, l, bt[t / LOCKS_PAGE]);
-            const uint16_t *vp = locks_cache_v_page(cache, l, bt[t / LOCKS_PAGE]);
+            const uint16_t *kp = locks_cache_k_page(cache, cl, bt[t / LOCKS_PAGE]);
+            const uint16_t *vp = locks_cache_v_page(cache, cl, bt[t / LOCKS_PAGE]);
             if (!kp || !vp) {
                 st = LOCKS_ERR_UNSUPPORTED;
                 goto done;

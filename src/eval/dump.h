@@ -128,6 +128,14 @@ locks_status locks_dump_write_cache_obs(const char *path, const locks_dump_shape
                                         const locks_cache *cache, int32_t seq_id,
                                         const int32_t *pos, const float *q, const float *q_obs);
 
+/* The same for a subset of the cache's layers: dump layer i holds cache layer layers[i]
+ * (strictly increasing, in range; NULL: every layer, as above), shape->n_layers of them;
+ * q and q_obs are indexed by dump layer. For models whose local (sliding-window) layers
+ * the selector never acts in: the engine dumps only the global ones. */
+locks_status locks_dump_write_cache_layers(const char *path, const locks_dump_shape *shape,
+                                           const locks_cache *cache, int32_t seq_id, const int32_t *pos,
+                                           const float *q, const float *q_obs, const int32_t *layers);
+
 /* ---- reading --------------------------------------------------------------------- */
 
 /* Reads and validates a whole dump. On error returns the status and leaves *out zeroed. */
