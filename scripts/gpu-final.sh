@@ -88,7 +88,7 @@ finish 2
 fi
 cp .gpu-stage/lead/smollm2.part01 "$KEEP/" || { echo "no part 1"; exit 1; }
 say "SmolLM2 on the GPU"
-OUT=$W/model PREBUILT=$B scripts/gpu-model-check.sh 2 .gpu-stage/lead/smollm2.part01 "$2" > "$W/model.txt" 2>&1 || rc=1
+OUT=$W/model QUICK=1 PREBUILT=$B scripts/gpu-model-check.sh 2 .gpu-stage/lead/smollm2.part01 "$2" > "$W/model.txt" 2>&1 || rc=1
 grep -E "^==|agreement|needle|identical|DIFFER|FAIL|passed|failed" "$W/model.txt" | head -40
 run_test test_gpu_verify 180 LOCKS_MODEL=$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf
 grep -E "^(verify vs|greedy, all|sampled)" "$W/test_gpu_verify.log"
