@@ -156,9 +156,17 @@ __attribute__((target("avx2,fma"))) static double exp_sum_avx2(float *x, size_t 
     _mm256_storeu_ps(t, acc);
     double s = 0.0;
     for (int j = 0; j < 8; j++) s += (double)t[j];
-    for (; i < n; i++) {
-        x[i] = expf(x[i] - sub);
-        s += (double)x[i];
+    if (i < n) {
+        /* the tail through the same exp8 (padded with sub, whose lanes are dropped): an
+         * element's value must not depend on where it sits in x (equal scores stay equal
+         * masses wherever the pages are, e.g. on different context-parallel ranks) */
+        const size_t nt = n - i;
+        for (size_t j = 0; j < 8; j++) t[j] = j < nt ? x[i + j] : sub;
+        _mm256_storeu_ps(t, exp8(_mm256_sub_ps(_mm256_loadu_ps(t), vs)));
+        for (size_t j = 0; j < nt; j++) {
+            x[i + j] = t[j];
+            s += (double)t[j];
+        }
     }
     return s;
 }
