@@ -15,6 +15,7 @@
  * K-quant scale — each refused with the key or tensor named in the log.
  */
 #include "test_util.h"
+#include "gguf_buf.h"
 
 #include "locks_model.h"
 #include "util.h"
@@ -25,41 +26,7 @@
 /* Tiny GGUF writer                                                                 */
 /* ================================================================================ */
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = 2 * (b->n + n) + 4096;
-        b->p = realloc(b->p, b->cap);
-        SETUP(b->p);
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
-static void put_str(buf *b, const char *s) {
-    put_u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
-static void kv_u32(buf *b, const char *k, uint32_t v) {
-    put_str(b, k);
-    put_u32(b, 4);
-    put_u32(b, v);
-}
-static void kv_f32(buf *b, const char *k, float v) {
-    put_str(b, k);
-    put_u32(b, 6);
-    put(b, &v, 4);
-}
-static void kv_str(buf *b, const char *k, const char *v) {
-    put_str(b, k);
-    put_u32(b, 8);
-    put_str(b, v);
-}
+/* (buf, put, kv_*: tests/gguf_buf.h) */
 
 #define MAX_T 128
 typedef struct {

@@ -15,6 +15,7 @@
  *     bad dims, and random byte corruption.
  */
 #include "test_util.h"
+#include "gguf_buf.h"
 
 #include "model/gguf.h"
 #include "model/matmul.h"
@@ -26,26 +27,7 @@
 /* A tiny GGUF writer                                                               */
 /* ================================================================================ */
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) exit(1);
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
-static void put_str(buf *b, const char *s) {
-    put_u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
+/* (buf, put, put_u32, put_u64, put_str: tests/gguf_buf.h) */
 static void pad_to(buf *b, size_t align) {
     while (b->n % align) {
         uint8_t z = 0;

@@ -12,42 +12,15 @@
 
 #include "locks_model.h"
 #include "test_util.h"
+#include "gguf_buf.h"
 
 typedef struct {
     int32_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn, vocab;
 } tiny_shape;
 
-typedef struct {
-    FILE *f;
-    uint64_t off; /* data offset of the next tensor */
-} tiny_out;
-
-static void tiny_w(FILE *f, const void *p, size_t n) { SETUP(fwrite(p, 1, n, f) == n); }
-static void tiny_u32(FILE *f, uint32_t v) { tiny_w(f, &v, 4); }
-static void tiny_u64(FILE *f, uint64_t v) { tiny_w(f, &v, 8); }
-static void tiny_str(FILE *f, const char *s) {
-    tiny_u64(f, strlen(s));
-    tiny_w(f, s, strlen(s));
-}
-static void tiny_kv_u32(FILE *f, const char *k, uint32_t v) {
-    tiny_str(f, k);
-    tiny_u32(f, 4);
-    tiny_u32(f, v);
-}
-static void tiny_kv_f32(FILE *f, const char *k, float v) {
-    tiny_str(f, k);
-    tiny_u32(f, 6);
-    tiny_w(f, &v, 4);
-}
-static void tiny_kv_str(FILE *f, const char *k, const char *v) {
-    tiny_str(f, k);
-    tiny_u32(f, 8);
-    tiny_str(f, v);
-}
-
 /* The model's tensors in file order: name, ne0 (contiguous), ne1, and the weights'
  * spread (0: a norm, values 1 + 0.1 N(0,1)). pass 0 writes the infos, pass 1 the data. */
-static void tiny_tensors(FILE *f, const tiny_shape *s, int pass, uint64_t *off) {
+static void tiny_tensors(buf *b, const tiny_shape *s, int pass, uint64_t *off) {
     const int32_t q = s->n_heads * s->head_dim, kv = s->n_kv_heads * s->head_dim;
     struct {
         const char *suffix;
@@ -79,20 +52,20 @@ static void tiny_tensors(FILE *f, const tiny_shape *s, int pass, uint64_t *off) 
         }
         const size_t n = (size_t)ne0 * (size_t)ne1, bytes = n * 4;
         if (pass == 0) {
-            tiny_str(f, name);
-            tiny_u32(f, ne1 > 1 ? 2 : 1);
-            tiny_u64(f, (uint64_t)ne0);
-            if (ne1 > 1) tiny_u64(f, (uint64_t)ne1);
-            tiny_u32(f, 0); /* F32 */
-            tiny_u64(f, *off);
+            put_str(b, name);
+            put_u32(b, ne1 > 1 ? 2 : 1);
+            put_u64(b, (uint64_t)ne0);
+            if (ne1 > 1) put_u64(b, (uint64_t)ne1);
+            put_u32(b, 0); /* F32 */
+            put_u64(b, *off);
             *off += (bytes + 31) / 32 * 32;
         } else {
             for (size_t j = 0; j < n; j++) {
                 float v = sigma == 0.f ? 1.0f + 0.1f * (float)tu_normal() : sigma * (float)tu_normal();
-                tiny_w(f, &v, 4);
+                put(b, &v, 4);
             }
             static const char zero[32];
-            tiny_w(f, zero, (32 - bytes % 32) % 32);
+            put(b, zero, (32 - bytes % 32) % 32);
         }
     }
 }
@@ -101,40 +74,40 @@ static void tiny_tensors(FILE *f, const tiny_shape *s, int pass, uint64_t *off) 
 static locks_model *tiny_llama(const tiny_shape *s, locks_status *st) {
     char path[128];
     snprintf(path, sizeof path, "/tmp/locks_tiny_llama_%d.gguf", (int)getpid());
-    FILE *f = fopen(path, "wb");
-    SETUP(f);
-    tiny_w(f, "GGUF", 4);
-    tiny_u32(f, 3);
-    tiny_u64(f, (uint64_t)(3 + s->n_layers * 9));
-    tiny_u64(f, 12);
-    tiny_kv_str(f, "general.architecture", "llama");
-    tiny_kv_u32(f, "llama.embedding_length", (uint32_t)s->dim);
-    tiny_kv_u32(f, "llama.block_count", (uint32_t)s->n_layers);
-    tiny_kv_u32(f, "llama.attention.head_count", (uint32_t)s->n_heads);
-    tiny_kv_u32(f, "llama.attention.head_count_kv", (uint32_t)s->n_kv_heads);
-    tiny_kv_u32(f, "llama.attention.key_length", (uint32_t)s->head_dim);
-    tiny_kv_u32(f, "llama.feed_forward_length", (uint32_t)s->ffn);
-    tiny_kv_u32(f, "llama.context_length", 4096);
-    tiny_kv_f32(f, "llama.rope.freq_base", 10000.0f);
-    tiny_kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    tiny_kv_str(f, "tokenizer.ggml.model", "gpt2");
-    tiny_str(f, "tokenizer.ggml.tokens");
-    tiny_u32(f, 9);
-    tiny_u32(f, 8);
-    tiny_u64(f, (uint64_t)s->vocab);
+    buf b = {0};
+    put(&b, "GGUF", 4);
+    put_u32(&b, 3);
+    put_u64(&b, (uint64_t)(3 + s->n_layers * 9));
+    put_u64(&b, 12);
+    kv_str(&b, "general.architecture", "llama");
+    kv_u32(&b, "llama.embedding_length", (uint32_t)s->dim);
+    kv_u32(&b, "llama.block_count", (uint32_t)s->n_layers);
+    kv_u32(&b, "llama.attention.head_count", (uint32_t)s->n_heads);
+    kv_u32(&b, "llama.attention.head_count_kv", (uint32_t)s->n_kv_heads);
+    kv_u32(&b, "llama.attention.key_length", (uint32_t)s->head_dim);
+    kv_u32(&b, "llama.feed_forward_length", (uint32_t)s->ffn);
+    kv_u32(&b, "llama.context_length", 4096);
+    kv_f32(&b, "llama.rope.freq_base", 10000.0f);
+    kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    put_str(&b, "tokenizer.ggml.tokens");
+    put_u32(&b, 9);
+    put_u32(&b, 8);
+    put_u64(&b, (uint64_t)s->vocab);
     for (int32_t i = 0; i < s->vocab; i++) {
         char t[16];
         snprintf(t, sizeof t, "<%d>", (int)i);
-        tiny_str(f, t);
+        put_str(&b, t);
     }
     uint64_t off = 0;
-    tiny_tensors(f, s, 0, &off);
+    tiny_tensors(&b, s, 0, &off);
     static const char zero[32];
-    long pos = ftell(f);
-    SETUP(pos >= 0);
-    tiny_w(f, zero, (size_t)((32 - pos % 32) % 32));
-    tiny_tensors(f, s, 1, &off);
+    put(&b, zero, (32 - b.n % 32) % 32);
+    tiny_tensors(&b, s, 1, &off);
+    FILE *f = fopen(path, "wb");
+    SETUP(f && fwrite(b.p, 1, b.n, f) == b.n);
     SETUP(fclose(f) == 0);
+    free(b.p);
     locks_model *m = locks_model_load(path, st);
     remove(path);
     return m;
