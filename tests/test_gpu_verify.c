@@ -2,13 +2,17 @@
  * test_gpu_verify.c — speculative decoding on the GPU (label gpu; parts 2-3 need the
  * model too: LOCKS_MODEL or scripts/fetch-model.sh, else they are skipped with a note).
  *
- * 1. The verify attention kernel (verify.cu: a few queries, split over the keys) against
- *    a float64 causal softmax over the stored (rounded) keys and values, on fresh random
- *    data: several (hq, hkv, d), contexts with partial pages, n = 1 .. 32 / G queries, fp16
- *    and bf16 pools, a second sequence first so the block table is not the identity.
+ * 1. The verify attention (verify.cu: attend.cu's rows mode) against a float64 causal
+ *    softmax over the stored (rounded) keys and values, on fresh random data: several
+ *    (hq, hkv, d) with G up to 16 and d 64 / 128 / 256, contexts with partial pages,
+ *    n = 1, 3, 8 queries (one or more row tiles), fp16 and bf16 pools, a second sequence
+ *    first so the block table is not the identity; and row r BIT FOR BIT (memcmp) equal to
+ *    the dense decode attention (lg_op_attend_decode: qprep + the decode kernel) of that
+ *    row's query at length pos + r + 1, for two split sizes (max_list = the pages, and an
+ *    engine's larger max_ctx), contexts whose rows cross page and split ends.
  * 2. SmolLM2 on the GPU: the verify pass (locks_ctx_prefill_all) against dense decode
- *    steps over the same tokens: top-1 equal at every position, logits close (the two
- *    sum in different orders: cuBLAS over n rows vs one, split-KV vs the decode kernel).
+ *    steps over the same tokens: logits equal (max |difference| 0; test_gpu_verify_exact
+ *    checks the same with memcmp, K/V too, on tiny random models and SmolLM2).
  * 3. SmolLM2 on the GPU, greedy: locks_speculate (LOCKS drafts through the decode graph,
  *    the GPU verify) gives token for token what locks_generate gives under `full` on the
  *    GPU, for prompts of ~1K-3K tokens of this repository's docs and code, several K and
@@ -49,7 +53,7 @@ static void test_kernel(int32_t hq, int32_t hkv, int32_t d, int32_t pos, int32_t
     cp.n_layers = 2;
     cp.n_kv_heads = hkv;
     cp.head_dim = d;
-    cp.n_pages = (len + 15) / 16 + 4;
+    cp.n_pages = (len + 15) / 16 * 3 + 8; /* room for the larger max_list of the decode kernel */
     cp.max_seqs = 2;
     cp.kv_dtype = kvt;
     cp.backend = LOCKS_BACKEND_CUDA;
@@ -91,7 +95,12 @@ static void test_kernel(int32_t hq, int32_t hkv, int32_t d, int32_t pos, int32_t
     }
     float *dq = dup_to_device(q, sizeof(float) * qn), *dout = locks_cuda_malloc(sizeof(float) * qn);
     SETUP(dout);
-    CHECK(lg_op_verify_attend(c, 1, seq, pos, n, dq, hq, 0.f, dout));
+    const int32_t mls[2] = {(len + 15) / 16, (len + 15) / 16 * 3 + 5}; /* split sizes: two engines */
+    float *rows2 = malloc(sizeof(float) * qn), *one = malloc(sizeof(float) * (size_t)hq * d);
+    SETUP(rows2 && one);
+    CHECK(lg_op_verify_attend(c, 1, seq, pos, n, dq, hq, 0.f, 1, mls[1], dout));
+    CHECK(locks_cuda_memcpy_d2h(rows2, dout, sizeof(float) * qn));
+    CHECK(lg_op_verify_attend(c, 1, seq, pos, n, dq, hq, 0.f, 1, mls[0], dout));
     CHECK(locks_cuda_memcpy_d2h(got, dout, sizeof(float) * qn));
     CHECK(lg_op_prefill_attend(c, 1, seq, pos, n, dq, hq, 0.f, dout));
     CHECK(locks_cuda_memcpy_d2h(got_pf, dout, sizeof(float) * qn));
@@ -105,6 +114,24 @@ static void test_kernel(int32_t hq, int32_t hkv, int32_t d, int32_t pos, int32_t
     /* the prefill kernel on the same input, for scale: both within tolerance of float64 */
     snprintf(what, sizeof what, "  prefill kernel, same input (pos %d n %d)", pos, n);
     tu_close(what, got_pf, ref, qn, tol, tol);
+    /* bit for bit the decode attention of each row at its own length (last row first: the
+     * sequence is cut back row by row) */
+    int n_bad[2] = {0, 0};
+    for (int32_t r = n - 1; r >= 0; r--) {
+        CHECK(locks_cache_seq_truncate(c, seq, pos + r + 1));
+        for (int mi = 0; mi < 2; mi++) {
+            CHECK(lg_op_attend_decode(c, 1, seq, dq + (size_t)r * hq * d, hq, 0.f, mls[mi], dout));
+            CHECK(locks_cuda_memcpy_d2h(one, dout, sizeof(float) * (size_t)hq * d));
+            const float *row = (mi ? rows2 : got) + (size_t)r * hq * d;
+            n_bad[mi] += memcmp(one, row, sizeof(float) * (size_t)hq * d) != 0;
+        }
+    }
+    for (int mi = 0; mi < 2; mi++)
+        test_cond(n_bad[mi] == 0,
+                  "verify attend hq %d hkv %d d %d pos %d n %d, max_list %d: %d rows differ from the decode attention"
+                  " (memcmp)",
+                  hq, hkv, d, pos, n, mls[mi], n_bad[mi]);
+    free(rows2), free(one);
     locks_cuda_free_ptr((void **)&dk);
     locks_cuda_free_ptr((void **)&dv);
     locks_cuda_free_ptr((void **)&dq);
@@ -126,13 +153,16 @@ static void test_kernel_errors(void) {
     int32_t seq;
     CHECK(locks_cache_seq_add(c, &seq));
     CHECK(locks_cache_append(c, seq, 40));
-    float *dq = locks_cuda_malloc(sizeof(float) * 40 * 8 * 64), *dout = locks_cuda_malloc(sizeof(float) * 40 * 8 * 64);
+    float *dq = locks_cuda_malloc(sizeof(float) * 40 * 34 * 64), *dout = locks_cuda_malloc(sizeof(float) * 40 * 34 * 64);
     SETUP(dq && dout);
-    /* 9 queries x G 4 = 36 rows > 32: not this kernel's */
-    st = lg_op_verify_attend(c, 0, seq, 31, 9, dq, 8, 0.f, dout);
-    test_cond(st == LOCKS_ERR_UNSUPPORTED, "36 rows: %s", locks_status_str(st));
-    st = lg_op_verify_attend(c, 0, seq, 35, 6, dq, 8, 0.f, dout); /* past the length */
+    st = lg_op_verify_attend(c, 0, seq, 31, 9, dq, 8, 0.f, 1, 8, dout); /* 9 rows x G 4: fine */
+    test_cond(st == LOCKS_OK, "9 rows of G 4: %s", locks_status_str(st));
+    st = lg_op_verify_attend(c, 0, seq, 31, 9, dq, 34, 0.f, 1, 8, dout); /* G 17 > one MMA tile */
+    test_cond(st == LOCKS_ERR_INVALID_ARG, "G 17: %s", locks_status_str(st));
+    st = lg_op_verify_attend(c, 0, seq, 35, 6, dq, 8, 0.f, 1, 8, dout); /* past the length */
     test_cond(st == LOCKS_ERR_INVALID_ARG, "past the length: %s", locks_status_str(st));
+    st = lg_op_verify_attend(c, 0, seq, 31, 9, dq, 8, 0.f, 1, 2, dout); /* 40 tokens > 2 pages of max_list */
+    test_cond(st == LOCKS_ERR_INVALID_ARG, "max_list short of the length: %s", locks_status_str(st));
     locks_cuda_free_ptr((void **)&dq);
     locks_cuda_free_ptr((void **)&dout);
     locks_cache_free(c);
@@ -224,10 +254,8 @@ static void test_verify_vs_decode(const locks_model *m, const int32_t *tok, int3
            top1, total, near, maxd);
     test_cond(top1 + near == total, "verify top-1 differs from dense decode at %d of %d positions (not ties)",
               total - top1 - near, total);
-    /* the two sum in different orders (cuBLAS over n rows, split-KV attention) and write
-     * the verified tokens' K/V from those sums: small differences; a wrong position, mask
-     * or K/V slot moves logits by whole units */
-    test_cond(maxd < 0.5, "verify logits differ from dense decode by %.4g", maxd);
+    /* the verify runs the decode's arithmetic row by row: not close, equal */
+    test_cond(maxd == 0.0, "verify logits differ from dense decode by %.4g", maxd);
     free(dec);
     free(ver);
     locks_ctx_free(c);
@@ -243,8 +271,9 @@ static void test_greedy(const locks_model *m, const char *name, const int32_t *t
     locks_sampler *s = sampler(m, 0.0f, 1);
     CHECK(locks_generate(c, tok + n - 1, 1, N_PRED, s, NULL, NULL, ref, &n_ref));
     const int32_t len_ref = locks_ctx_len(c);
-    const int32_t ks[3] = {2, 4, 7}, budgets[2] = {64, 256};
-    for (int ki = 0; ki < 3; ki++)
+    /* K 9: 10 verify rows, products in two pieces of 8 rows and more than one row tile */
+    const int32_t ks[5] = {1, 2, 4, 7, 9}, budgets[2] = {64, 256};
+    for (int ki = 0; ki < 5; ki++)
         for (int bi = 0; bi < 2; bi++) {
             CHECK(locks_ctx_truncate(c, n - 1));
             locks_spec_params sp = {ks[ki], locks_step_default_params()};
@@ -295,12 +324,13 @@ static void test_sampled_and_errors(const locks_model *m, const int32_t *tok, in
 }
 
 int main(void) {
-    const int32_t shapes[][3] = {{9, 3, 64}, {32, 8, 128}, {8, 8, 128}, {4, 1, 64}};
-    const int32_t ctxs[] = {5, 300, 4093, 20011};
-    for (int si = 0; si < 4; si++) {
-        const int32_t G = shapes[si][0] / shapes[si][1];
-        for (int ci = 0; ci < 4; ci++) {
-            const int32_t ns[3] = {1, 3, 32 / G};
+    /* (hq, hkv, d): G 3, 4, 1, 4, 16, 4 at d 256; contexts: the 8 rows of 1017 cross token
+     * 1024 (a page end and, at 4 pages per split, a split end) */
+    const int32_t shapes[][3] = {{9, 3, 64}, {32, 8, 128}, {8, 8, 128}, {4, 1, 64}, {16, 1, 128}, {8, 2, 256}};
+    const int32_t ctxs[] = {5, 300, 1017, 4093, 20011};
+    for (int si = 0; si < 6; si++) {
+        for (int ci = 0; ci < 5; ci++) {
+            const int32_t ns[3] = {1, 3, 8};
             for (int ni = 0; ni < 3; ni++)
                 test_kernel(shapes[si][0], shapes[si][1], shapes[si][2], ctxs[ci], ns[ni],
                             (si + ci + ni) % 2 ? LOCKS_DTYPE_BF16 : LOCKS_DTYPE_F16);
@@ -316,16 +346,18 @@ int main(void) {
     locks_status st;
     locks_model *m = locks_model_load(path, &st);
     SETUP(m);
-    int32_t n_doc = 0, n_code = 0, n_eng = 0;
+    int32_t n_doc = 0, n_code = 0, n_eng = 0, n_cp = 0;
     int32_t *doc = file_tokens(m, "README.md", 3000, &n_doc);
     int32_t *code = file_tokens(m, "src/attend.c", 2000, &n_code);
     int32_t *eng = file_tokens(m, "docs/ENGINE.md", 1100, &n_eng);
+    int32_t *cpd = file_tokens(m, "docs/CONTEXT_PARALLEL.md", 3900, &n_cp);
     test_verify_vs_decode(m, doc, 1500);
     int rejected = 0;
     int64_t acc = 0, drafted = 0;
     test_greedy(m, "readme", doc, n_doc, &rejected, &acc, &drafted);
     test_greedy(m, "code", code, n_code, &rejected, &acc, &drafted);
     test_greedy(m, "engine", eng, n_eng, &rejected, &acc, &drafted);
+    test_greedy(m, "cp-doc", cpd, n_cp, &rejected, &acc, &drafted);
     printf("greedy, all runs: accepted %lld of %lld drafts (%.1f%%)\n", (long long)acc, (long long)drafted,
            drafted ? 100.0 * (double)acc / (double)drafted : 0.0);
     test_cond(rejected, "no draft was ever rejected: the greedy comparison tested nothing");
@@ -333,6 +365,7 @@ int main(void) {
     free(doc);
     free(code);
     free(eng);
+    free(cpd);
     locks_model_free(m);
     return test_report("test_gpu_verify");
 }

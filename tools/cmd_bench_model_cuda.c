@@ -213,11 +213,35 @@ static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N,
     }
     if (!rc && locks_cache_append(c, 0, K) != LOCKS_OK) rc = 1;
     if (!rc) rc = time_host(e, 1, toks, K + 1, N - 1, logits, o->trials, &verify_ms);
+    /* exactness at this shape: K + 1 dense decode tokens at positions N - 1 .. N + K - 1
+     * (selector full, the same max_ctx) vs the verify of the same tokens, memcmp per row */
+    int32_t rows_equal = -1;
+    float *dec = rc ? NULL : malloc(sizeof(float) * (size_t)(K + 1) * (size_t)s->n_vocab);
+    if (dec) {
+        locks_step_params p = locks_step_default_params();
+        p.selector = LOCKS_SEL_FULL;
+        p.budget = N + 16;
+        rc = locks_cache_seq_truncate(c, 0, N) != LOCKS_OK || lg_set_step(e, &p, (N / 16 + 2) * 16) != LOCKS_OK;
+        for (int32_t i = 0; i <= K && !rc; i++) {
+            if (i > 0 && locks_cache_append(c, 0, 1) != LOCKS_OK) rc = 1;
+            if (!rc && (lg_set_tokens(e, &toks[i]) != LOCKS_OK ||
+                        lg_decode(e, 1, NULL, dec + (size_t)i * s->n_vocab) != LOCKS_OK))
+                rc = 1;
+        }
+        if (!rc && lg_verify(e, 0, toks, K + 1, N - 1, logits) != LOCKS_OK) rc = 1;
+        rows_equal = 0;
+        for (int32_t i = 0; i <= K && !rc; i++)
+            rows_equal += memcmp(dec + (size_t)i * s->n_vocab, logits + (size_t)i * s->n_vocab,
+                                 sizeof(float) * (size_t)s->n_vocab) == 0;
+        free(dec);
+    }
     if (locks_cache_seq_truncate(c, 0, N) != LOCKS_OK) rc = 1;
     if (rc) {
         free(logits);
         return rc;
     }
+    printf("%-9s ctx %7d verify == dense decode bit for bit (memcmp of the logits): %d of %d rows\n", o->m->name, N,
+           rows_equal, K + 1);
     printf("%-9s ctx %7d speculate K %d (host-timed, logits read back): dense token %.3f ms, LOCKS draft token %.3f ms"
            " (budget %d), verify of %d tokens %.3f ms (%.2f dense tokens)\n",
            o->m->name, N, K, dense_ms, draft_ms, o->budget, K + 1, verify_ms, verify_ms / dense_ms);

@@ -14,6 +14,7 @@
  * columns in n-tile x are the dims t d/4 + 2x + {0, 1}.
  */
 #include "common.cuh"
+#include "model_ops.cuh"
 
 #define ATT_WARPS 4
 #define MERGE_THREADS 256
@@ -21,28 +22,48 @@
 #define ATT_BLOCKS_PER_SM 2
 #define ATT_STAGES 3 /* pages per warp in the d = 128 shared-memory ring */
 
-template <int D, typename T>
+/* MR (rows mode, dense only): a block takes one split of one KV head for up to 16 / G
+ * query rows of ONE sequence (a verify: rows r = 0 .. mr_rows - 1 at lengths mr_len0 + r),
+ * rows-per-tile x G heads in the 16-row MMA tile; tile row i is query row tile * rpt + i / G,
+ * head i % G. blockIdx.x = split * tiles + tile (the tiles of one split run side by side and
+ * share the split's K/V through L2), blockIdx.y = KV head. The block walks the pages of its
+ * longest row; each row is masked to its own length, and a page past a row's length leaves
+ * that row's state bit-for-bit as it was (exp2(0) = 1 rescale, p = 0, O += 0 V), so a row's
+ * arithmetic is the dense decode's at that length: same pps, splits, page-to-warp order,
+ * warp merge; merge_kernel then merges a row's ceil(count / pps) splits as decode does.
+ * With MR false the kernel is the decode kernel, unchanged. */
+template <int D, typename T, bool MR = false>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
 attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ vpool, kv_strides ld,
               const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len,
               const int32_t *__restrict__ block_table, int32_t npool, int32_t hkv, int32_t G,
               const uint16_t *q_attn /* not __restrict__: see below */, int32_t hq, const int32_t *__restrict__ list,
               const int32_t *__restrict__ list_n, int32_t list_stride, int dense, int32_t pps,
-              float *__restrict__ part_o, float2 *__restrict__ part_ml, int32_t max_splits) {
+              float *__restrict__ part_o, float2 *__restrict__ part_ml, int32_t max_splits, int32_t mr_len0,
+              int32_t mr_rows) {
     constexpr int DL = D / 4;  /* dims per lane */
     constexpr int NC = D / 16; /* k-chunks of QK */
     constexpr int NT = D / 8;  /* n-tiles of PV */
     constexpr int NW = DL / 8; /* uint4 per row stretch */
     constexpr bool ASYNC = D == 128;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    float *so = reinterpret_cast<float *>(smem_raw);                        /* [warps][G][D] */
-    float2 *sml = reinterpret_cast<float2 *>(so + (size_t)ATT_WARPS * G * D); /* [warps][G] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int32_t seg = blockIdx.y, s = seg / hkv, h = seg % hkv;
+    const int32_t seg = blockIdx.y, s = MR ? 0 : seg / hkv, h = MR ? seg : seg % hkv;
     const int32_t slot = seq_slots[s];
-    const int32_t len = seq_len[slot];
+    /* rows mode: tile rows g and g+8 are query rows rA / rB (heads hA / hB) of lengths
+     * lenA / lenB; the block's len is its longest row's */
+    const int32_t rpt = MR ? 16 / G : 1, tiles = MR ? (mr_rows + rpt - 1) / rpt : 1;
+    const int32_t tile = MR ? (int32_t)blockIdx.x % tiles : 0;
+    const int32_t split = MR ? (int32_t)blockIdx.x / tiles : (int32_t)blockIdx.x;
+    const int32_t TR = MR ? rpt * G : G; /* tile rows in use (the block merge's rows) */
+    const int32_t rA = tile * rpt + g / G, rB = tile * rpt + (g + 8) / G;
+    const bool liveA = MR ? g < TR && rA < mr_rows : g < G, liveB = MR ? g + 8 < TR && rB < mr_rows : g + 8 < G;
+    const int32_t lenA = mr_len0 + rA, lenB = mr_len0 + rB;
+    const int32_t len = MR ? mr_len0 + min(mr_rows - 1, tile * rpt + rpt - 1) : seq_len[slot];
     const int32_t n_full = len / 16;
+    float *so = reinterpret_cast<float *>(smem_raw);                         /* [warps][TR][D] */
+    float2 *sml = reinterpret_cast<float2 *>(so + (size_t)ATT_WARPS * TR * D); /* [warps][TR] */
     /* dense: qprep is the launch just before, so the queries are read after the wait. With
      * q_attn declared const __restrict__ (data invariant for the kernel's lifetime) ptxas
      * emitted the query loads as LDG.CONSTANT ahead of this wait (ACQBULK): the dense
@@ -52,10 +73,14 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     {
         const T *q0 = reinterpret_cast<const T *>(q_attn) + ((size_t)s * hq + h * G + g) * D + t * DL;
         const T *q1 = q0 + 8 * D;
+        if constexpr (MR) {
+            q0 = reinterpret_cast<const T *>(q_attn) + ((size_t)rA * hq + h * G + g % G) * D + t * DL;
+            q1 = reinterpret_cast<const T *>(q_attn) + ((size_t)rB * hq + h * G + (g + 8) % G) * D + t * DL;
+        }
 #pragma unroll
         for (int u = 0; u < NW; u++) {
-            uint4 w0 = g < G ? reinterpret_cast<const uint4 *>(q0)[u] : make_uint4(0, 0, 0, 0);
-            uint4 w1 = g + 8 < G ? reinterpret_cast<const uint4 *>(q1)[u] : make_uint4(0, 0, 0, 0);
+            uint4 w0 = liveA ? reinterpret_cast<const uint4 *>(q0)[u] : make_uint4(0, 0, 0, 0);
+            uint4 w1 = liveB ? reinterpret_cast<const uint4 *>(q1)[u] : make_uint4(0, 0, 0, 0);
             qa[2 * u][0] = w0.x;
             qa[2 * u][2] = w0.y;
             qa[2 * u + 1][0] = w0.z;
@@ -70,7 +95,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
      * the wait, common.cuh) */
     if (!dense) pdl_wait(); /* the selection of the top-k */
     pdl_trigger();
-    const int32_t begin = blockIdx.x * pps;
+    const int32_t begin = split * pps;
     const int32_t *bt = block_table + (size_t)slot * npool;
     const int32_t *lst = list + (size_t)seg * list_stride;
     /* this warp's first list entry, loaded alongside the count (not after it) */
@@ -111,7 +136,8 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     /* One page of K/V (rows g and g+8 of this lane) -> online softmax + O update. Rows past
      * a partial page's length are masked in S and zeroed in V (never-written slots may
      * hold anything, and 0 * NaN is NaN). */
-    auto consume = [&](uint4 *K0, uint4 *K1, uint4 *V0, uint4 *V1, int32_t valid) {
+    auto consume = [&](uint4 *K0, uint4 *K1, uint4 *V0, uint4 *V1, int32_t valid, int32_t idx) {
+        (void)idx; /* the page (dense: list entry = page), for the rows mode's masks */
         if (valid < 16) {
 #pragma unroll
             for (int u = 0; u < NW; u++) {
@@ -128,7 +154,17 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
             mma_op<T>::run(s1, qa[2 * u + 1], K1[u].z, K1[u].w);
         }
         /* s0: tokens 2t, 2t+1; s1: tokens 8+2t, 9+2t; [0,1] row g, [2,3] row g+8 */
-        if (valid < 16) {
+        if constexpr (MR) { /* each row to its own length */
+            const int32_t vA = min(max(lenA - 16 * idx, 0), 16), vB = min(max(lenB - 16 * idx, 0), 16);
+            if (2 * t >= vA) s0[0] = -INFINITY;
+            if (2 * t + 1 >= vA) s0[1] = -INFINITY;
+            if (8 + 2 * t >= vA) s1[0] = -INFINITY;
+            if (9 + 2 * t >= vA) s1[1] = -INFINITY;
+            if (2 * t >= vB) s0[2] = -INFINITY;
+            if (2 * t + 1 >= vB) s0[3] = -INFINITY;
+            if (8 + 2 * t >= vB) s1[2] = -INFINITY;
+            if (9 + 2 * t >= vB) s1[3] = -INFINITY;
+        } else if (valid < 16) {
             if (2 * t >= valid) s0[0] = s0[2] = -INFINITY;
             if (2 * t + 1 >= valid) s0[1] = s0[3] = -INFINITY;
             if (8 + 2 * t >= valid) s1[0] = s1[2] = -INFINITY;
@@ -141,11 +177,18 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
         const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-        const float al0 = exp2f(m0 - n0), al1 = exp2f(m1 - n1);
+        /* rows mode: a row that has seen no key yet (-inf) stays at zero (decode never
+         * visits those pages; -inf - -inf would be NaN) */
+        float b0 = n0, b1 = n1;
+        if constexpr (MR) {
+            if (n0 == -INFINITY) b0 = 0.f;
+            if (n1 == -INFINITY) b1 = 0.f;
+        }
+        const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);
         m0 = n0;
         m1 = n1;
-        const float p00 = exp2f(s0[0] - n0), p01 = exp2f(s0[1] - n0), p02 = exp2f(s1[0] - n0), p03 = exp2f(s1[1] - n0);
-        const float p10 = exp2f(s0[2] - n1), p11 = exp2f(s0[3] - n1), p12 = exp2f(s1[2] - n1), p13 = exp2f(s1[3] - n1);
+        const float p00 = exp2f(s0[0] - b0), p01 = exp2f(s0[1] - b0), p02 = exp2f(s1[0] - b0), p03 = exp2f(s1[1] - b0);
+        const float p10 = exp2f(s0[2] - b1), p11 = exp2f(s0[3] - b1), p12 = exp2f(s1[2] - b1), p13 = exp2f(s1[3] - b1);
         l0 = l0 * al0 + (p00 + p01 + p02 + p03);
         l1 = l1 * al1 + (p10 + p11 + p12 + p13);
         typedef typename kv_traits<T>::T2 T2;
@@ -217,7 +260,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
                     V0[u] = *reinterpret_cast<const uint4 *>(vd + g * D + swz(c, g) * 8);
                     V1[u] = *reinterpret_cast<const uint4 *>(vd + (g + 8) * D + swz(c, g + 8) * 8);
                 }
-                consume(K0, K1, V0, V1, valid);
+                consume(K0, K1, V0, V1, valid, idx);
             }
             __syncwarp(); /* the slot is refilled next iteration */
         }
@@ -246,7 +289,7 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
             } else {
                 valid = load(idx, K0, K1, V0, V1);
             }
-            if (valid > 0) consume(K0, K1, V0, V1, valid);
+            if (valid > 0) consume(K0, K1, V0, V1, valid, idx);
         }
     }
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -254,37 +297,45 @@ attend_kernel(const uint16_t *__restrict__ kpool, const uint16_t *__restrict__ v
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     /* block merge */
-    if (g < G) {
-        float *dst = so + ((size_t)warp * G + g) * D + t * DL;
+    /* (the merge buffer's rows: the G heads, or in rows mode the TR tile rows) */
+    if (liveA) {
+        float *dst = so + ((size_t)warp * TR + g) * D + t * DL;
 #pragma unroll
         for (int x = 0; x < NT; x++) *reinterpret_cast<float2 *>(dst + 2 * x) = make_float2(o[x][0], o[x][1]);
-        if (t == 0) sml[warp * G + g] = make_float2(m0, l0);
+        if (t == 0) sml[warp * TR + g] = make_float2(m0, l0);
     }
-    if (g + 8 < G) {
-        float *dst = so + ((size_t)warp * G + g + 8) * D + t * DL;
+    if (liveB) {
+        float *dst = so + ((size_t)warp * TR + g + 8) * D + t * DL;
 #pragma unroll
         for (int x = 0; x < NT; x++) *reinterpret_cast<float2 *>(dst + 2 * x) = make_float2(o[x][2], o[x][3]);
-        if (t == 0) sml[warp * G + g + 8] = make_float2(m1, l1);
+        if (t == 0) sml[warp * TR + g + 8] = make_float2(m1, l1);
     }
     __syncthreads();
-    const size_t pbase = ((size_t)seg * max_splits + blockIdx.x) * G;
-    for (int i = threadIdx.x; i < G * D; i += ATT_WARPS * 32) {
+    const size_t pbase = ((size_t)seg * max_splits + split) * G;
+    for (int i = threadIdx.x; i < TR * D; i += ATT_WARPS * 32) {
         const int hh = i / D, dim = i % D;
+        /* the partial's index: (segment, split, head); rows mode: segment = row x KV heads */
+        size_t pi = pbase + hh;
+        if constexpr (MR) {
+            const int32_t r = tile * rpt + hh / G;
+            if (r >= mr_rows) continue;
+            pi = ((size_t)(r * hkv + h) * max_splits + split) * G + hh % G;
+        }
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sml[w * G + hh].x);
+        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sml[w * TR + hh].x);
         float acc = 0.f, L = 0.f;
         if (M != -INFINITY) {
 #pragma unroll
             for (int w = 0; w < ATT_WARPS; w++) {
-                const float2 ml = sml[w * G + hh];
+                const float2 ml = sml[w * TR + hh];
                 const float f = exp2f(ml.x - M);
-                acc += f * so[((size_t)w * G + hh) * D + dim];
+                acc += f * so[((size_t)w * TR + hh) * D + dim];
                 L += f * ml.y;
             }
         }
-        part_o[(pbase + hh) * D + dim] = acc;
-        if (dim == 0) part_ml[pbase + hh] = make_float2(M, L);
+        part_o[pi * D + dim] = acc;
+        if (dim == 0) part_ml[pi] = make_float2(M, L);
     }
 }
 
@@ -403,7 +454,7 @@ static locks_status attend_launch_t(locks_cuda_cache *c, int32_t layer, int32_t 
                     cache_layer_k(c, layer), cache_layer_v(c, layer), cache_strides(c),
                     (const int32_t *)c->ws.seq_slots, (const int32_t *)c->seq_len,
                     (const int32_t *)c->block_table, c->p.n_pages, hkv, G, (const uint16_t *)c->ws.q_attn, hq,
-                    pages, n_pages, list_stride, dense, pps, c->ws.part_o, c->ws.part_ml, c->ws.max_splits));
+                    pages, n_pages, list_stride, dense, pps, c->ws.part_o, c->ws.part_ml, c->ws.max_splits, 0, 0));
     dim3 mgrid((unsigned)G, (unsigned)(n_seqs * hkv));
     CU_TRY(launch_k(c->ws.pdl, merge_kernel, mgrid, dim3(MERGE_THREADS), 0, st, (const int32_t *)c->ws.seq_slots,
                     (const int32_t *)c->seq_len, hkv, G, (int32_t)D, n_pages, dense, pps,
@@ -412,8 +463,9 @@ static locks_status attend_launch_t(locks_cuda_cache *c, int32_t layer, int32_t 
 }
 
 template <int D, typename T> static locks_status attend_prepare_t(void) {
-    const size_t smem = attend_smem<D>(LOCKS_CUDA_MAX_GROUP);
+    const size_t smem = attend_smem<D>(LOCKS_CUDA_MAX_GROUP); /* also the rows mode's 16 tile rows */
     CU_TRY(cudaFuncSetAttribute(attend_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CU_TRY(cudaFuncSetAttribute(attend_kernel<D, T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     return LOCKS_OK;
 }
 
@@ -445,4 +497,54 @@ locks_status locks_cuda_attend_launch(locks_cuda_cache *c, int32_t layer, int32_
                   : attend_launch_t<256, __half>(c, layer, n_seqs, hq, pages, n_pages, list_stride, dense, max_list, out, lse, st);
     default: return LOCKS_ERR_UNSUPPORTED;
     }
+}
+
+/* ---- rows mode: the decode attention of several query rows of one sequence ---------------- */
+
+/* Splits the decode kernel makes for max_list pages (its pps), the rows mode's partial stride. */
+int32_t locks_cuda_attend_rows_splits(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_list) {
+    const int32_t pps = attend_pps(c, n_seqs, max_list);
+    return (max_list + pps - 1) / pps;
+}
+
+template <int D, typename T>
+static locks_status attend_rows_t(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t max_list, int32_t hq,
+                                  const uint16_t *q_attn, int32_t rows, int32_t len0, const int32_t *d_slot,
+                                  const int32_t *d_ident, const int32_t *d_lens, float *part_o, float2 *part_ml,
+                                  float *out, cudaStream_t st) {
+    const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
+    const int32_t pps = attend_pps(c, n_seqs, max_list), stride = (max_list + pps - 1) / pps;
+    const int32_t count = (len0 + rows - 1 + 15) / 16; /* pages of the longest row */
+    const int32_t splits = (count + pps - 1) / pps, rpt = 16 / G, tiles = (rows + rpt - 1) / rpt;
+    const size_t smem = attend_smem<D>(16);
+    dim3 grid((unsigned)(splits * tiles), (unsigned)hkv);
+    CU_TRY(launch_k(0, attend_kernel<D, T, true>, grid, dim3(ATT_WARPS * 32), smem, st, cache_layer_k(c, layer),
+                    cache_layer_v(c, layer), cache_strides(c), d_slot, (const int32_t *)c->seq_len,
+                    (const int32_t *)c->block_table, c->p.n_pages, hkv, G, q_attn, hq, (const int32_t *)NULL,
+                    (const int32_t *)NULL, 0, 1, pps, part_o, part_ml, stride, len0, rows));
+    /* the decode's merge, each row a "sequence" of its own length (d_ident -> d_lens) */
+    dim3 mgrid((unsigned)G, (unsigned)(rows * hkv));
+    CU_TRY(launch_k(0, merge_kernel, mgrid, dim3(MERGE_THREADS), 0, st, d_ident, d_lens, hkv, G, (int32_t)D,
+                    (const int32_t *)NULL, 1, pps, (const float *)part_o, (const float2 *)part_ml, stride, hq, out,
+                    (float *)NULL));
+    return LOCKS_OK;
+}
+
+locks_status locks_cuda_attend_rows_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t max_list,
+                                           int32_t hq, const uint16_t *q_attn, int32_t rows, int32_t len0,
+                                           const int32_t *d_slot, const int32_t *d_ident, const int32_t *d_lens,
+                                           float *part_o, float2 *part_ml, float *out, cudaStream_t st) {
+    const int32_t hkv = c->p.n_kv_heads;
+    if (rows < 1 || len0 < 1 || n_seqs < 1 || hq % hkv != 0 || hq / hkv > 16 ||
+        (int64_t)len0 + rows - 1 > (int64_t)max_list * 16)
+        return LOCKS_ERR_INVALID_ARG;
+    const bool bf = c->p.kv_dtype == LOCKS_DTYPE_BF16;
+#define ROWS_ARGS c, layer, n_seqs, max_list, hq, q_attn, rows, len0, d_slot, d_ident, d_lens, part_o, part_ml, out, st
+    switch (c->p.head_dim) {
+    case 64: return bf ? attend_rows_t<64, __nv_bfloat16>(ROWS_ARGS) : attend_rows_t<64, __half>(ROWS_ARGS);
+    case 128: return bf ? attend_rows_t<128, __nv_bfloat16>(ROWS_ARGS) : attend_rows_t<128, __half>(ROWS_ARGS);
+    case 256: return bf ? attend_rows_t<256, __nv_bfloat16>(ROWS_ARGS) : attend_rows_t<256, __half>(ROWS_ARGS);
+    default: return LOCKS_ERR_UNSUPPORTED;
+    }
+#undef ROWS_ARGS
 }

@@ -68,3 +68,23 @@ locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv,
     CU_LAUNCH_CHECK(attn_prep_kernel);
     return LOCKS_OK;
 }
+
+locks_status lg_attn_prep_rows_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
+                                      int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n,
+                                      int32_t seq, cudaStream_t st) {
+    if (!c->k) return LOCKS_ERR_UNSUPPORTED;
+    const int32_t hkv = c->p.n_kv_heads, d = c->p.head_dim;
+    const int32_t items = n * (hq + hkv);
+    const unsigned blocks = (unsigned)((items + PREP_WARPS - 1) / PREP_WARPS);
+    uint16_t *kp = c->k + (size_t)layer * c->kv_layer_elems, *vp = c->v + (size_t)layer * c->kv_layer_elems;
+    /* every row reads the block-table row of seq: the table at that row, a row stride of 0 */
+    const int32_t *bt = c->block_table + (size_t)seq * c->p.n_pages;
+    if (c->p.kv_dtype == LOCKS_DTYPE_BF16)
+        attn_prep_kernel<__nv_bfloat16><<<blocks, PREP_WARPS * 32, 0, st>>>(qkv, row_stride, hq, hkv, d, n_rot,
+                                                                           inv_freq, pos, bt, 0, kp, vp, items);
+    else
+        attn_prep_kernel<__half><<<blocks, PREP_WARPS * 32, 0, st>>>(qkv, row_stride, hq, hkv, d, n_rot, inv_freq, pos,
+                                                                    bt, 0, kp, vp, items);
+    CU_LAUNCH_CHECK(attn_prep_kernel);
+    return LOCKS_OK;
+}

@@ -113,10 +113,12 @@ void lg_ctx_free(lg_ctx *e);
 locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos, float *logits);
 
 /* Verify pass of speculative decoding: tokens [pos, pos + n) of slot seq (reserved in the
- * cache, earlier ones written; n <= max_chunk and n + pos % 16 <= 1008) through every
- * layer with dense causal attention (split over the keys for few tokens: verify.cu),
- * K/V written to the cache and the summaries of the pages they fill built, as the
- * decode graph does. logits (host): [n][n_vocab], every token's. Not captured. */
+ * cache, earlier ones written; n <= max_chunk, n + pos % 16 <= 1008, pos + n <= the decode's
+ * max_ctx) through every layer with the decode token's kernels (dense attention in
+ * verify.cu's rows mode), K/V written to the cache and the summaries of the pages they fill
+ * built, as the decode graph does: row i's logits and K/V are bit for bit those of a dense
+ * decode token at position pos + i (selector FULL, the same max_ctx; the default cuBLAS
+ * products, not LOCKS_CUDA_GEMV). logits (host): [n][n_vocab], every token's. Not captured. */
 locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos, float *logits);
 
 /* Sets the decode step (selector FULL or LOCKS) and the decode context bound max_ctx
@@ -183,10 +185,17 @@ locks_status lg_op_attn_prep(locks_cache *c, int32_t layer, float *d_qkv, int32_
  * q [n][n_q_heads][d] fp32 -> out (same shape); K/V of [0, pos + n) already written. */
 locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                                   const float *d_q, int32_t n_q_heads, float scale, float *d_out);
-/* The same through the verify kernel (verify.cu), split over the keys; LOCKS_ERR_UNSUPPORTED
- * where it does not fit (n * hq / hkv > 32, d not 64 or 128). */
+/* The same through the verify's attention (verify.cu): row r bit for bit the dense decode
+ * attention at length pos + r + 1 (lg_op_attend_decode) of n_seqs engine sequences and
+ * max_list pages (the decode's split size); n_q_heads / n_kv_heads <= 16. */
 locks_status lg_op_verify_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
-                                 const float *d_q, int32_t n_q_heads, float scale, float *d_out);
+                                 const float *d_q, int32_t n_q_heads, float scale, int32_t n_seqs, int32_t max_list,
+                                 float *d_out);
+/* The dense decode attention of one query d_q [n_q_heads][d] of slot seq at its current
+ * length, as the decode graph of a one-sequence engine runs it (qprep, attend.cu's dense
+ * kernel with max_list pages, merge) -> d_out. */
+locks_status lg_op_attend_decode(locks_cache *c, int32_t layer, int32_t seq, const float *d_q, int32_t n_q_heads,
+                                 float scale, int32_t max_list, float *d_out);
 /* Samples one token per row of logits [n_rows][n_vocab] with p and draw counter
  * *d_counter (incremented per call): tok[n_rows]. */
 locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,

@@ -32,6 +32,10 @@ extern "C" {
 
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
 #define MAX_ENGINE_SEQS 8
+/* Products of fewer rows run with GEMM_ROWS rows (see gemm): one cuBLAS shape for the decode
+ * token of any batch <= 8 and for a speculative verify's K + 1 rows, so a row's sums do not
+ * depend on how many rows came with it (the verify is bit for bit the decode). */
+#define GEMM_ROWS 8
 
 #define CB_TRY(call)                                                                               \
     do {                                                                                           \
@@ -288,9 +292,12 @@ struct lg_ctx {
     int step_set;
     int prep_fused; /* decode attention prep in one kernel (LOCKS_ENGINE_FUSED=0: the old launches) */
     cudaGraphExec_t graph[LG_PART_ALL + 1]; /* per parts mask */
+    int32_t gemm_rows; /* GEMM_ROWS, or 1 with LOCKS_ENGINE_PAD=0 (A/B timing; the verify is then not exact) */
+    int gemm_chunked;  /* set while enqueuing a verify: products of more rows in GEMM_ROWS-row pieces */
     /* lg_verify's buffers, made on its first call */
-    float *v_logits;   /* (v_rows, n_vocab) */
-    float *v_ws;       /* lg_verify_ws_floats */
+    float *v_logits;   /* (v_rows rounded up to GEMM_ROWS, n_vocab) */
+    void *v_ws;        /* lg_verify_ws_bytes */
+    size_t v_ws_bytes;
     int32_t *v_build;  /* (max_chunk / 16 + 2,) pages the verify fills */
     int32_t v_rows;
     cudaEvent_t ev0, ev1;
@@ -346,6 +353,7 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         e->n_seqs = n_seqs;
         e->max_chunk = max_chunk;
         e->rows = max_chunk > n_seqs ? max_chunk : n_seqs;
+        e->rows = (e->rows + GEMM_ROWS - 1) / GEMM_ROWS * GEMM_ROWS; /* whole GEMM_ROWS pieces */
         e->q_dim = s->n_heads * s->head_dim;
         e->kv_dim = s->n_kv_heads * s->head_dim;
         e->qkv_dim = e->q_dim + 2 * e->kv_dim;
@@ -369,7 +377,7 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->vbuf, R * e->kv_dim * 4);
         DA(e->att, R * e->q_dim * 4);
         DA(e->gu, R * 2 * s->ffn_dim * 4);
-        DA(e->logits, (size_t)n_seqs * s->n_vocab * 4);
+        DA(e->logits, (size_t)(n_seqs + GEMM_ROWS - 1) * s->n_vocab * 4); /* row seq + GEMM_ROWS - 1 */
         DA(e->tok, (size_t)n_seqs * 4);
         DA(e->ptok, (size_t)max_chunk * 4);
         DA(e->pos, R * 4);
@@ -431,6 +439,8 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         e->max_ctx = cache->p.n_pages * LOCKS_PAGE;
         const char *fz = getenv("LOCKS_ENGINE_FUSED");
         e->prep_fused = !(fz && fz[0] == '0');
+        const char *pz = getenv("LOCKS_ENGINE_PAD");
+        e->gemm_rows = pz && pz[0] == '0' ? 1 : GEMM_ROWS;
     }
     if (err) *err = LOCKS_OK;
     return e;
@@ -440,12 +450,27 @@ fail:
     return NULL;
 }
 
-/* y (n, rows) = x16 (n, cols) . W^T  + beta * y: column-major y^T = W^T' x^T with W row-major. */
+/* y (n, rows) = x16 (n, cols) . W^T  + beta * y: column-major y^T = W^T' x^T with W row-major.
+ * Batch invariance: cuBLAS picks its kernel (tiles, split of the sum) by shape, so row t of
+ * a product of 1 row and of 5 need not agree in the last bit. Products of up to
+ * e->gemm_rows rows therefore always run with e->gemm_rows rows (the rows past n compute
+ * garbage nobody reads: every buffer holds whole GEMM_ROWS pieces), and in a verify
+ * (e->gemm_chunked) a longer product runs in pieces of that many rows; a row of the decode
+ * token and the same row of a verify then go through the same kernel. Costs little: the
+ * decode products are bound by the weights' bytes (bench/RESULTS.md, exact15). */
 static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, int32_t n, float *y, float beta) {
     const cudaDataType_t t = e->m->s.wtype == LOCKS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float alpha = 1.f;
-    CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w, t, cols, e->xb, t, cols, &beta, y,
-                        CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const int32_t P = e->gemm_rows;
+    if (n > P && !e->gemm_chunked) {
+        CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w, t, cols, e->xb, t, cols, &beta,
+                            y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return LOCKS_OK;
+    }
+    for (int32_t r = 0; r < n; r += P)
+        CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, P, cols, &alpha, w, t, cols,
+                            (const char *)e->xb + (size_t)r * cols * 2, t, cols, &beta, y + (size_t)r * rows,
+                            CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return LOCKS_OK;
 }
 
@@ -554,10 +579,15 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
 
 /* ---- verify ------------------------------------------------------------------------------- */
 
-/* The verify pass of speculative decoding (model_cuda.h): a prefill chunk whose K/V go
- * straight to the pool (as the decode graph writes them: no host round trip per layer),
- * whose attention is the split-KV kernel of verify.cu when the rows fit, and whose
- * logits are every token's. One host wait, at the end. */
+static locks_status own_slots(lg_ctx *e);
+
+/* The verify pass of speculative decoding (model_cuda.h): the K + 1 rows go through the
+ * decode token's code, so row r is bit for bit the dense decode token at position pos + r
+ * (tests/test_gpu_verify.c compares them with memcmp): the same products (gemm's GEMM_ROWS
+ * rows), norms and casts per row, the decode's attention prep (RoPE + K/V store) and
+ * summary build, and the dense decode attention in its rows mode (verify.cu, attend.cu)
+ * with the decode graph's split size (max_ctx, n_seqs). Not with LOCKS_CUDA_GEMV (the
+ * decode products are then gemv.cu's). One host wait, at the end. */
 extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
                                   float *logits) {
     if (!e || !tokens || !logits || n < 1 || n > e->max_chunk || seq < 0 || seq >= e->n_seqs || pos < 0)
@@ -565,21 +595,34 @@ extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens,
     const lg_shape *s = &e->m->s;
     locks_cuda_cache *c = e->cc;
     const locks_seq *sq = locks_cache_seq(e->cache, seq);
-    if (!sq || sq->len < pos + n || c->ext_k) return LOCKS_ERR_INVALID_ARG;
+    if (!sq || sq->len < pos + n || c->ext_k || pos + n > e->max_ctx) return LOCKS_ERR_INVALID_ARG;
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= s->n_vocab) return LOCKS_ERR_INVALID_ARG;
-    if (!e->v_ws) {
-        const size_t ws = lg_verify_ws_floats(c) * 4, nb = (size_t)(e->max_chunk / 16 + 2) * 4;
-        if (cudaMalloc((void **)&e->v_ws, ws) != cudaSuccess || cudaMalloc((void **)&e->v_build, nb) != cudaSuccess) {
+    const int32_t max_pages = (e->max_ctx + 15) / 16; /* the decode graph's dense max_list */
+    const size_t ws_bytes = lg_verify_ws_bytes(c, n, s->n_heads, e->n_seqs, max_pages);
+    if (!e->v_build) {
+        if (cudaMalloc((void **)&e->v_build, (size_t)(e->max_chunk / 16 + 2) * 4) != cudaSuccess) {
+            e->v_build = NULL;
             locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot allocate the verify buffers");
             return LOCKS_ERR_OOM;
         }
+    }
+    if (ws_bytes > e->v_ws_bytes) {
+        if (e->v_ws) cudaFree(e->v_ws);
+        e->v_ws_bytes = 0;
+        if (cudaMalloc(&e->v_ws, ws_bytes) != cudaSuccess) {
+            e->v_ws = NULL;
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot allocate %zu bytes of verify scratch", ws_bytes);
+            return LOCKS_ERR_OOM;
+        }
+        e->v_ws_bytes = ws_bytes;
     }
     if (n > e->v_rows) {
         if (e->v_logits) cudaFree(e->v_logits);
         e->v_logits = NULL;
         e->v_rows = 0;
-        if (cudaMalloc((void **)&e->v_logits, (size_t)n * s->n_vocab * 4) != cudaSuccess) {
+        const int32_t r8 = (n + GEMM_ROWS - 1) / GEMM_ROWS * GEMM_ROWS;
+        if (cudaMalloc((void **)&e->v_logits, (size_t)r8 * s->n_vocab * 4) != cudaSuccess) {
             e->v_logits = NULL;
             locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot allocate %d rows of verify logits", n);
             return LOCKS_ERR_OOM;
@@ -591,28 +634,42 @@ extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens,
     int32_t build[64], n_build = 0;
     for (int32_t lp = pos / 16; lp <= (pos + n - 1) / 16; lp++)
         if (lp * 16 + 15 <= pos + n - 1) build[n_build++] = sq->table[lp];
+    LOCKS_TRY(own_slots(e)); /* the block-table rows are the engine's sequences */
     for (int32_t i = 0; i < n; i++) e->h_pos[i] = pos + i;
     CU_TRY(cudaMemcpyAsync(e->ptok, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
     CU_TRY(cudaMemcpyAsync(e->pos, e->h_pos, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
     if (n_build) CU_TRY(cudaMemcpyAsync(e->v_build, build, (size_t)n_build * 4, cudaMemcpyHostToDevice, e->st));
     CU_TRY(cudaStreamSynchronize(e->st)); /* pageable / stack sources */
-    const float scale = 1.f / sqrtf((float)s->head_dim);
-    const int split = lg_verify_attend_fits(c, n, s->n_heads);
-    LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->x, e->st));
+    const float scale = e->step.scale > 0.f ? e->step.scale : 1.f / sqrtf((float)s->head_dim); /* enqueue_prep's */
+    e->gemv_now = 0;
+    e->gemm_chunked = 1;
+    locks_status st = LOCKS_OK;
+    if ((st = lg_embed_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->x, e->st)) != LOCKS_OK) goto out;
     for (int32_t l = 0; l < s->n_layers; l++) {
         const lg_layer *L = &e->m->layers[l];
-        LOCKS_TRY(layer_head(e, L, n, LG_PART_ALL)); /* rms, Wqkv */
-        LOCKS_TRY(rope_copy(e, n));                  /* RoPE at e->pos, q -> e->q */
-        LOCKS_TRY(lg_verify_kv_launch(c, l, seq, pos, n, e->qkv, e->qkv_dim, e->q_dim, e->st));
-        if (n_build) LOCKS_TRY(locks_cuda_summary_build(c, l, e->v_build, n_build));
-        if (split)
-            LOCKS_TRY(lg_verify_attend_launch(c, l, seq, pos, n, e->q, s->n_heads, scale, e->v_ws, e->att, e->st));
-        else
-            LOCKS_TRY(lg_prefill_attend_launch(c, l, seq, pos, n, e->q, s->n_heads, scale, e->att, e->st));
-        LOCKS_TRY(layer_tail(e, L, n, LG_PART_ALL));
+        if ((st = layer_head(e, L, n, LG_PART_ALL)) != LOCKS_OK) goto out; /* rms, Wqkv */
+        const float *q = e->qkv;
+        int32_t q_stride = e->qkv_dim;
+        if (e->prep_fused) { /* enqueue_prep's kernels, the rows of one sequence */
+            st = lg_attn_prep_rows_launch(c, l, e->qkv, e->qkv_dim, s->n_heads, s->n_rot, e->inv_freq, e->pos, n, seq,
+                                          e->st);
+        } else {
+            st = rope_copy(e, n);
+            if (st == LOCKS_OK) st = lg_verify_kv_launch(c, l, seq, pos, n, e->qkv, e->qkv_dim, e->q_dim, e->st);
+            q = e->q;
+            q_stride = e->q_dim;
+        }
+        if (st == LOCKS_OK && n_build) st = locks_cuda_summary_build(c, l, e->v_build, n_build);
+        if (st == LOCKS_OK)
+            st = lg_verify_attend_launch(c, l, seq, pos, n, q, q_stride, s->n_heads, scale, e->n_seqs, max_pages,
+                                         e->v_ws, e->att, e->st);
+        if (st == LOCKS_OK) st = layer_tail(e, L, n, LG_PART_ALL);
+        if (st != LOCKS_OK) goto out;
     }
-    LOCKS_TRY(lg_rmsnorm_launch(e->x, e->m->output_norm, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
-    LOCKS_TRY(gemm(e, e->m->output, s->n_vocab, s->dim, n, e->v_logits, 0.f));
+    st = norm_product(e, e->m->output_norm, e->m->output, s->n_vocab, n, e->v_logits, LG_PART_ALL);
+out:
+    e->gemm_chunked = 0;
+    LOCKS_TRY(st);
     CU_TRY(cudaMemcpyAsync(logits, e->v_logits, (size_t)n * s->n_vocab * 4, cudaMemcpyDeviceToHost, e->st));
     CU_TRY(cudaStreamSynchronize(e->st));
     /* the host's written-slot masks, as lg_decode keeps them */
@@ -894,19 +951,38 @@ extern "C" locks_status lg_op_prefill_attend(locks_cache *c, int32_t layer, int3
     return LOCKS_OK;
 }
 extern "C" locks_status lg_op_verify_attend(locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
-                                            const float *d_q, int32_t n_q_heads, float scale, float *d_out) {
-    if (!c || !c->cuda || layer < 0 || layer >= c->p.n_layers || seq < 0 || seq >= c->p.max_seqs || pos < 0 || n < 1 ||
-        locks_cache_seq_len(c, seq) < pos + n || n_q_heads % c->p.n_kv_heads != 0)
+                                            const float *d_q, int32_t n_q_heads, float scale, int32_t n_seqs,
+                                            int32_t max_list, float *d_out) {
+    if (!c || !c->cuda || c->cuda->ext_k || layer < 0 || layer >= c->p.n_layers || seq < 0 || seq >= c->p.max_seqs ||
+        pos < 0 || n < 1 || locks_cache_seq_len(c, seq) < pos + n || n_q_heads % c->p.n_kv_heads != 0 ||
+        n_q_heads / c->p.n_kv_heads > 16 || n_seqs < 1 || max_list < (pos + n + 15) / 16)
         return LOCKS_ERR_INVALID_ARG;
-    if (!lg_verify_attend_fits(c->cuda, n, n_q_heads)) return LOCKS_ERR_UNSUPPORTED;
     if (scale <= 0.f) scale = 1.f / sqrtf((float)c->p.head_dim);
-    float *ws = NULL;
-    CU_TRY(cudaMalloc((void **)&ws, lg_verify_ws_floats(c->cuda) * 4));
-    locks_status st = lg_verify_attend_launch(c->cuda, layer, seq, pos, n, d_q, n_q_heads, scale, ws, d_out,
-                                              c->cuda->stream);
+    void *ws = NULL;
+    CU_TRY(cudaMalloc(&ws, lg_verify_ws_bytes(c->cuda, n, n_q_heads, n_seqs, max_list)));
+    locks_status st = lg_verify_attend_launch(c->cuda, layer, seq, pos, n, d_q, n_q_heads * c->p.head_dim, n_q_heads,
+                                              scale, n_seqs, max_list, ws, d_out, c->cuda->stream);
     if (st == LOCKS_OK && cudaStreamSynchronize(c->cuda->stream) != cudaSuccess) st = LOCKS_ERR_BACKEND;
     cudaFree(ws);
     return st;
+}
+extern "C" locks_status lg_op_attend_decode(locks_cache *c, int32_t layer, int32_t seq, const float *d_q,
+                                            int32_t n_q_heads, float scale, int32_t max_list, float *d_out) {
+    if (!c || !c->cuda || layer < 0 || layer >= c->p.n_layers || seq < 0 || seq >= c->p.max_seqs ||
+        locks_cache_seq_len(c, seq) < 1 || n_q_heads % c->p.n_kv_heads != 0 ||
+        max_list < (locks_cache_seq_len(c, seq) + 15) / 16 || max_list > c->cuda->ws.max_pages)
+        return LOCKS_ERR_INVALID_ARG;
+    locks_cuda_cache *cc = c->cuda;
+    if (scale <= 0.f) scale = 1.f / sqrtf((float)c->p.head_dim);
+    LOCKS_TRY(locks_cuda_ws_reserve(cc, 1, n_q_heads));
+    CU_TRY(cudaStreamSynchronize(cc->stream));
+    CU_TRY(cudaMemcpy(cc->ws.seq_slots, &seq, 4, cudaMemcpyHostToDevice));
+    cc->slots_owner = NULL;
+    LOCKS_TRY(locks_cuda_qprep_launch(cc, d_q, n_q_heads * c->p.head_dim, 1, n_q_heads, scale, cc->stream));
+    /* the dense path of locks_cuda_step_enqueue (an engine of one sequence) */
+    LOCKS_TRY(locks_cuda_attend_launch(cc, layer, 1, n_q_heads, NULL, NULL, 0, 1, max_list, d_out, NULL, cc->stream));
+    CU_TRY(cudaStreamSynchronize(cc->stream));
+    return LOCKS_OK;
 }
 extern "C" locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *p,
                                      uint64_t *d_counter, int32_t *d_tok) {

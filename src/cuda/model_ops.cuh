@@ -50,15 +50,28 @@ locks_status lg_embed_ss_launch(const void *e, locks_dtype type, const int32_t *
  * [pos, pos + n) of slot seq against keys [0, pos + n) of the layer -> out [n][hq][d]. */
 locks_status lg_prefill_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                                       const float *q, int32_t hq, float scale, float *out, cudaStream_t st);
-/* Speculative verify (verify.cu): the same attention as lg_prefill_attend_launch for a few
- * queries over a long context, split over the keys. Fits when the kv pool is the cache's
- * own, d is 64 or 128 and n * (hq / hkv) <= 32 (else LOCKS_ERR_UNSUPPORTED, nothing
- * launched). ws: lg_verify_ws_floats(c) floats of device scratch. */
-int lg_verify_attend_fits(const locks_cuda_cache *c, int32_t n, int32_t hq);
-size_t lg_verify_ws_floats(const locks_cuda_cache *c);
+/* Speculative verify (verify.cu): the attention of rows [pos, pos + n) of sequence slot seq
+ * (queries q: row r at q + r * q_stride, head h at + h * d, fp32) -> out [n][hq][d], row r
+ * bit for bit the dense decode attention at length pos + r + 1 of an engine of n_seqs
+ * sequences with max_list pages (its split size); scale as the decode's. The K/V of the
+ * n rows must be stored. ws: lg_verify_ws_bytes of device scratch. */
+size_t lg_verify_ws_bytes(const locks_cuda_cache *c, int32_t n, int32_t hq, int32_t n_seqs, int32_t max_list);
 locks_status lg_verify_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
-                                     const float *q, int32_t hq, float scale, float *ws, float *out,
-                                     cudaStream_t st);
+                                     const float *q, int32_t q_stride, int32_t hq, float scale, int32_t n_seqs,
+                                     int32_t max_list, void *ws, float *out, cudaStream_t st);
+/* attend.cu's rows mode (see attend_kernel): q_attn [rows][hq][d] as qprep writes them, row r
+ * at length len0 + r; d_slot: the block-table row; d_ident: 0 .. rows - 1; d_lens: len0 + r;
+ * part_*: rows x hkv x locks_cuda_attend_rows_splits(c, n_seqs, max_list) x G partials. */
+int32_t locks_cuda_attend_rows_splits(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_list);
+locks_status locks_cuda_attend_rows_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t max_list,
+                                           int32_t hq, const uint16_t *q_attn, int32_t rows, int32_t len0,
+                                           const int32_t *d_slot, const int32_t *d_ident, const int32_t *d_lens,
+                                           float *part_o, float2 *part_ml, float *out, cudaStream_t st);
+/* RoPE + K/V store as lg_attn_prep_launch, for n rows of ONE sequence slot seq at
+ * positions pos[0 .. n) (a verify). */
+locks_status lg_attn_prep_rows_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
+                                      int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n,
+                                      int32_t seq, cudaStream_t st);
 /* K/V rows t of qkv ([q | k | v], row_stride floats, k at k_off) -> slot pos + t of the
  * sequence slot seq, layer `layer` (no finiteness check, no summaries). */
 locks_status lg_verify_kv_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
