@@ -23,6 +23,7 @@ attn_prep_kernel(float *qkv, int32_t row_stride, int32_t hq, int32_t hkv, int32_
                  const float *__restrict__ inv_freq, const int32_t *__restrict__ pos,
                  const int32_t *__restrict__ bt, int32_t n_pages_pool, uint16_t *kpool, uint16_t *vpool,
                  int32_t n_items) {
+    pdl_wait(); /* qkv is the previous product's output (a no-op in a plain launch) */
     const int32_t item = blockIdx.x * PREP_WARPS + (int32_t)(threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (item >= n_items) return;
@@ -51,22 +52,27 @@ attn_prep_kernel(float *qkv, int32_t row_stride, int32_t hq, int32_t hkv, int32_
     }
 }
 
-locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
-                                 int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs,
-                                 cudaStream_t st) {
+locks_status lg_attn_prep_launch_ex(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
+                                    int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs, int pdl,
+                                    cudaStream_t st) {
     if (!c->k) return LOCKS_ERR_UNSUPPORTED; /* caller-owned pages: the engine does not write them */
     const int32_t hkv = c->p.n_kv_heads, d = c->p.head_dim;
     const int32_t items = n_seqs * (hq + hkv);
     const unsigned blocks = (unsigned)((items + PREP_WARPS - 1) / PREP_WARPS);
     uint16_t *kp = c->k + (size_t)layer * c->kv_layer_elems, *vp = c->v + (size_t)layer * c->kv_layer_elems;
     if (c->p.kv_dtype == LOCKS_DTYPE_BF16)
-        attn_prep_kernel<__nv_bfloat16><<<blocks, PREP_WARPS * 32, 0, st>>>(
-            qkv, row_stride, hq, hkv, d, n_rot, inv_freq, pos, c->block_table, c->p.n_pages, kp, vp, items);
+        CU_TRY(launch_k(pdl, attn_prep_kernel<__nv_bfloat16>, dim3(blocks), dim3(PREP_WARPS * 32), 0, st, qkv, row_stride,
+                        hq, hkv, d, n_rot, inv_freq, pos, (const int32_t *)c->block_table, c->p.n_pages, kp, vp, items));
     else
-        attn_prep_kernel<__half><<<blocks, PREP_WARPS * 32, 0, st>>>(qkv, row_stride, hq, hkv, d, n_rot, inv_freq,
-                                                                     pos, c->block_table, c->p.n_pages, kp, vp, items);
-    CU_LAUNCH_CHECK(attn_prep_kernel);
+        CU_TRY(launch_k(pdl, attn_prep_kernel<__half>, dim3(blocks), dim3(PREP_WARPS * 32), 0, st, qkv, row_stride, hq,
+                        hkv, d, n_rot, inv_freq, pos, (const int32_t *)c->block_table, c->p.n_pages, kp, vp, items));
     return LOCKS_OK;
+}
+
+locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
+                                 int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs,
+                                 cudaStream_t st) {
+    return lg_attn_prep_launch_ex(c, layer, qkv, row_stride, hq, n_rot, inv_freq, pos, n_seqs, 0, st);
 }
 
 locks_status lg_attn_prep_rows_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
@@ -80,11 +86,11 @@ locks_status lg_attn_prep_rows_launch(locks_cuda_cache *c, int32_t layer, float 
     /* every row reads the block-table row of seq: the table at that row, a row stride of 0 */
     const int32_t *bt = c->block_table + (size_t)seq * c->p.n_pages;
     if (c->p.kv_dtype == LOCKS_DTYPE_BF16)
-        attn_prep_kernel<__nv_bfloat16><<<blocks, PREP_WARPS * 32, 0, st>>>(qkv, row_stride, hq, hkv, d, n_rot,
-                                                                           inv_freq, pos, bt, 0, kp, vp, items);
+        CU_TRY(launch_k(0, attn_prep_kernel<__nv_bfloat16>, dim3(blocks), dim3(PREP_WARPS * 32), 0, st, qkv, row_stride,
+                        hq, hkv, d, n_rot, inv_freq, pos, bt, (int32_t)0, kp, vp, items));
     else
-        attn_prep_kernel<__half><<<blocks, PREP_WARPS * 32, 0, st>>>(qkv, row_stride, hq, hkv, d, n_rot, inv_freq, pos,
-                                                                    bt, 0, kp, vp, items);
-    CU_LAUNCH_CHECK(attn_prep_kernel);
+        CU_TRY(launch_k(0, attn_prep_kernel<__half>, dim3(blocks), dim3(PREP_WARPS * 32), 0, st, qkv, row_stride, hq,
+                        hkv, d, n_rot, inv_freq, pos, bt, (int32_t)0, kp, vp, items));
     return LOCKS_OK;
+}
 }
