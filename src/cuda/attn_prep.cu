@@ -93,4 +93,3 @@ locks_status lg_attn_prep_rows_launch(locks_cuda_cache *c, int32_t layer, float 
                         hkv, d, n_rot, inv_freq, pos, bt, (int32_t)0, kp, vp, items));
     return LOCKS_OK;
 }
-}
