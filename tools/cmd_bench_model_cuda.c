@@ -204,6 +204,10 @@ static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N,
     double dense_ms = 0, draft_ms = 0, verify_ms = 0;
     int32_t toks[16];
     for (int32_t i = 0; i <= K; i++) toks[i] = 11 + 7 * i;
+    /* the sequence holds N tokens here (bench_decode leaves it at N - 8 for the next
+     * engine: brought back to N, and left as it came) */
+    const int32_t len_in = locks_cache_seq_len(c, 0);
+    if (len_in < 1 || len_in > N || (len_in < N && locks_cache_append(c, 0, N - len_in) != LOCKS_OK)) rc = 1;
     for (int sel = 0; sel < 2 && !rc; sel++) {
         locks_step_params p = locks_step_default_params();
         p.selector = sel ? LOCKS_SEL_LOCKS : LOCKS_SEL_FULL;
@@ -235,7 +239,7 @@ static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N,
                                  sizeof(float) * (size_t)s->n_vocab) == 0;
         free(dec);
     }
-    if (locks_cache_seq_truncate(c, 0, N) != LOCKS_OK) rc = 1;
+    if (locks_cache_seq_truncate(c, 0, len_in) != LOCKS_OK) rc = 1;
     if (rc) {
         free(logits);
         return rc;
