@@ -305,7 +305,8 @@ struct lg_ctx {
     cudaEvent_t ev_fork, ev_join;
     int forked;                  /* enqueue time: work is pending on side */
     cudaGraphExec_t graph[LG_PART_ALL + 1]; /* per parts mask */
-    int32_t gemm_rows; /* GEMM_ROWS, or 1 with LOCKS_ENGINE_PAD=0 (A/B timing; the verify is then not exact) */
+    int32_t gemm_rows; /* GEMM_ROWS, or 1 with LOCKS_ENGINE_PAD=0 (A/B timing: no padding, no pieces; the verify
+                        * is then exact only where cuBLAS happens to be row invariant) */
     int gemm_chunked;  /* set while enqueuing a verify: products of more rows in GEMM_ROWS-row pieces */
     /* lg_verify's buffers, made on its first call */
     float *v_logits;   /* (v_rows rounded up to GEMM_ROWS, n_vocab) */
@@ -486,7 +487,7 @@ static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, i
     const cudaDataType_t t = e->m->s.wtype == LOCKS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float alpha = 1.f;
     const int32_t P = e->gemm_rows;
-    if (n > P && !e->gemm_chunked) {
+    if (n > P && (!e->gemm_chunked || P == 1)) { /* (LOCKS_ENGINE_PAD=0: every product as it comes) */
         CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w, t, cols, e->xb, t, cols, &beta,
                             y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return LOCKS_OK;
