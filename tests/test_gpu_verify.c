@@ -15,8 +15,9 @@
  *    checks the same with memcmp, K/V too, on tiny random models and SmolLM2).
  * 3. SmolLM2 on the GPU, greedy: locks_speculate (LOCKS drafts through the decode graph,
  *    the GPU verify) gives token for token what locks_generate gives under `full` on the
- *    GPU, for prompts of ~1K-3K tokens of this repository's docs and code, several K and
- *    budgets, and leaves the context the same length; some draft must be rejected; the
+ *    GPU, for 4 prompts of 1.1K-3.9K tokens of this repository's docs and code, K 1, 2, 4,
+ *    7, 9 (10 verify rows: products in 8-row pieces) and budgets 64, 256, and leaves the
+ *    context the same length; some draft must be rejected; the
  *    acceptance rate is printed. Then a sampled run (temperature 0.8) completes, and the
  *    bad-K errors leave the context as it was.
  */

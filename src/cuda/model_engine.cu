@@ -394,7 +394,7 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->vbuf, R * e->kv_dim * 4);
         DA(e->att, R * e->q_dim * 4);
         DA(e->gu, R * 2 * s->ffn_dim * 4);
-        DA(e->logits, (size_t)(n_seqs + GEMM_ROWS - 1) * s->n_vocab * 4); /* row seq + GEMM_ROWS - 1 */
+        DA(e->logits, (size_t)(n_seqs > GEMM_ROWS ? n_seqs : GEMM_ROWS) * s->n_vocab * 4); /* a padded product */
         DA(e->tok, (size_t)n_seqs * 4);
         DA(e->ptok, (size_t)max_chunk * 4);
         DA(e->pos, R * 4);
@@ -595,10 +595,15 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
         LOCKS_TRY(lg_prefill_attend_launch(e->cc, l, seq, pos, n, e->q, s->n_heads, scale, e->att, e->st));
         LOCKS_TRY(layer_tail(e, L, n, LG_PART_ALL));
     }
-    /* logits of the last token into row seq */
+    /* logits of the last token into row seq: a product of exactly one row (padded, it would
+     * write the rows of the sequences after seq, which lg_sample_prefill may still read) */
     float *xl = e->x + (size_t)(n - 1) * s->dim;
     LOCKS_TRY(lg_rmsnorm_launch(xl, e->m->output_norm, 1, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
-    LOCKS_TRY(gemm(e, e->m->output, s->n_vocab, s->dim, 1, e->logits + (size_t)seq * s->n_vocab, 0.f));
+    const int32_t pad = e->gemm_rows;
+    e->gemm_rows = 1;
+    const locks_status gs = gemm(e, e->m->output, s->n_vocab, s->dim, 1, e->logits + (size_t)seq * s->n_vocab, 0.f);
+    e->gemm_rows = pad;
+    LOCKS_TRY(gs);
     if (logits)
         CU_TRY(cudaMemcpyAsync(logits, e->logits + (size_t)seq * s->n_vocab, (size_t)s->n_vocab * 4,
                                cudaMemcpyDeviceToHost, e->st));
