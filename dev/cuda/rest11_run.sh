@@ -6,6 +6,7 @@
 #               nsys kernel traces of one ctx-32 bench with each (per-kernel times)
 #   MODE final: the two tests, then llama3-8b 32,32768,131072 and glm4-9b 32,131072 b1,
 #               LOCKS_ENGINE_REST=0 and 1 one after the other in this call
+#   MODE ab:    the same benches without the tests (binaries the probe call tested)
 set -uo pipefail
 cd "$(dirname "$0")"
 FOUT=${OUT:-/tmp/rest11}
@@ -18,6 +19,7 @@ T0=$(date +%s)
 say() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 rc=0
 for t in test_gpu_model_ops test_gpu_batch; do
+  [ "$1" = ab ] && break
   timeout 150 "$B/$t" > "$OUT/$t.log" 2>&1 || rc=1
   say "$t: $(tail -1 "$OUT/$t.log")"
   grep -m10 -i "fail" "$OUT/$t.log"
