@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")"
 FOUT=${OUT:-/tmp/rest11}
 OUT=/tmp/rest11w  # logs; what comes back: $FOUT/logs.tar.xz and the traces
-B=/root/keep/bin
+B=/root/keep/rest11  # its own folder: other scripts keep binaries in /root/keep/bin
 mkdir -p "$OUT" "$FOUT" "$B"
 tar xJf bin.tar.xz -C "$B" || exit 1
 { date -u; cat COMMIT 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee "$OUT/env.log"
