@@ -10,7 +10,10 @@
  * and block tables are read on the device, so the kernel stays valid in a decode graph.
  * The summary of a page the token fills is built by the next launch (summary.cu): it needs
  * every key of the page, and the step's score kernel may read summaries before its
- * programmatic-launch wait, so the build must be a completed kernel ahead of qprep.
+ * programmatic-launch wait, so the build must be a completed kernel ahead of qprep (with
+ * the full selector nothing reads summaries, and the engine builds on a forked branch).
+ * The engine launches this kernel with programmatic dependent launch after the QKV
+ * product: it waits before it reads anything (a no-op in a plain launch).
  */
 #include "common.cuh"
 #include "model_ops.cuh"
