@@ -17,10 +17,13 @@
  *   step       full LOCKS step (batch 2) == CPU rule applied to the GPU's own masses,
  *              out vs CPU attention over that selection; dense step vs CPU dense step
  *   graph      captured step replays == step, also after the sequences grew
+ *   (the step's top-k path changes from shape to shape: fused with clusters of 1, 2, 3
+ *   and 8 blocks, or mass.cu + topk.cu; see main)
  *   errors     NaN query -> LOCKS_ERR_NONFINITE with out untouched; budget errors
  *
  * `test_gpu_ops --perf` also times the ops on a 128K-token Llama-shaped layer (µs, GB/s).
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "test_util.h"
 
 #include "cache.h"
@@ -768,11 +771,24 @@ int main(int argc, char **argv) {
         {2, 2, 128, LOCKS_DTYPE_BF16, {16 * 35 + 11, 16 * 19}, 3, 1},
         {2, 1, 64, LOCKS_DTYPE_F16, {16 * 17 + 6, 16 * 8}, 12, 1},
     };
+    /* The step's top-k variants, one per shape in turn (read when a cache makes its step
+     * workspace): the group mass folded into the top-k with as many blocks per segment as
+     * the pages ask for (1 at these sizes), with clusters of 2, 3 and 8 blocks (slices of a
+     * few pages, some empty), and mass.cu + topk.cu (LOCKS_CUDA_TOPK_FUSE=0). An override
+     * from the caller's environment is kept. */
+    const char *topk_env[][2] = {{NULL, NULL},
+                                 {"LOCKS_CUDA_TOPK_CLUSTER", "2"},
+                                 {"LOCKS_CUDA_TOPK_CLUSTER", "3"},
+                                 {"LOCKS_CUDA_TOPK_CLUSTER", "8"},
+                                 {"LOCKS_CUDA_TOPK_FUSE", "0"}};
+    const int own_env = !getenv("LOCKS_CUDA_TOPK_CLUSTER") && !getenv("LOCKS_CUDA_TOPK_FUSE");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape sh = shapes[i];
-        printf("shape Hkv=%d G=%d d=%d %s len=(%d, %d) rank %d %s summaries\n", sh.hkv, sh.G, sh.d,
+        const char **te = topk_env[i % (sizeof topk_env / sizeof topk_env[0])];
+        if (own_env && te[0]) setenv(te[0], te[1], 1);
+        printf("shape Hkv=%d G=%d d=%d %s len=(%d, %d) rank %d %s summaries, top-k %s=%s\n", sh.hkv, sh.G, sh.d,
                sh.dtype == LOCKS_DTYPE_BF16 ? "bf16" : "fp16", sh.len[0], sh.len[1], sh.rank > 0 ? sh.rank : 8,
-               sh.f32 ? "fp32" : "quantized");
+               sh.f32 ? "fp32" : "quantized", own_env && te[0] ? te[0] : "default", own_env && te[0] ? te[1] : "");
         fixture f;
         fixture_init(&f, sh);
         test_summaries(&f);
@@ -781,6 +797,7 @@ int main(int argc, char **argv) {
         test_attend(&f);
         test_step_graph(&f);
         fixture_free(&f);
+        if (own_env && te[0]) unsetenv(te[0]);
     }
     if (argc > 1 && strcmp(argv[1], "--perf") == 0) perf();
     return test_report("test_gpu_ops");
