@@ -18,7 +18,7 @@
  *              out vs CPU attention over that selection; dense step vs CPU dense step
  *   graph      captured step replays == step, also after the sequences grew
  *   (the step's top-k path changes from shape to shape: fused with clusters of 1, 2, 3
- *   and 8 blocks, or mass.cu + topk.cu; see main)
+ *   and 8 blocks, or mass.cu + topk.cu, blocks of 1024 or 256 threads; see main)
  *   errors     NaN query -> LOCKS_ERR_NONFINITE with out untouched; budget errors
  *
  * `test_gpu_ops --perf` also times the ops on a 128K-token Llama-shaped layer (µs, GB/s).
@@ -774,21 +774,29 @@ int main(int argc, char **argv) {
     /* The step's top-k variants, one per shape in turn (read when a cache makes its step
      * workspace): the group mass folded into the top-k with as many blocks per segment as
      * the pages ask for (1 at these sizes), with clusters of 2, 3 and 8 blocks (slices of a
-     * few pages, some empty), and mass.cu + topk.cu (LOCKS_CUDA_TOPK_FUSE=0). An override
-     * from the caller's environment is kept. */
-    const char *topk_env[][2] = {{NULL, NULL},
-                                 {"LOCKS_CUDA_TOPK_CLUSTER", "2"},
-                                 {"LOCKS_CUDA_TOPK_CLUSTER", "3"},
-                                 {"LOCKS_CUDA_TOPK_CLUSTER", "8"},
-                                 {"LOCKS_CUDA_TOPK_FUSE", "0"}};
+     * few pages, some empty), and mass.cu + topk.cu (LOCKS_CUDA_TOPK_FUSE=0), then the
+     * old path with 256-thread top-k blocks. An override from the caller's environment is
+     * kept (LOCKS_CUDA_TOPK_THREADS set there applies to every shape). */
+    const struct {
+        const char *name, *value, *threads;
+    } topk_env[] = {{NULL, NULL, NULL},
+                    {"LOCKS_CUDA_TOPK_CLUSTER", "2", NULL},
+                    {"LOCKS_CUDA_TOPK_CLUSTER", "3", NULL},
+                    {"LOCKS_CUDA_TOPK_CLUSTER", "8", NULL},
+                    {"LOCKS_CUDA_TOPK_FUSE", "0", NULL},
+                    {"LOCKS_CUDA_TOPK_FUSE", "0", "256"}};
     const int own_env = !getenv("LOCKS_CUDA_TOPK_CLUSTER") && !getenv("LOCKS_CUDA_TOPK_FUSE");
+    const int own_threads = !getenv("LOCKS_CUDA_TOPK_THREADS");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape sh = shapes[i];
-        const char **te = topk_env[i % (sizeof topk_env / sizeof topk_env[0])];
-        if (own_env && te[0]) setenv(te[0], te[1], 1);
-        printf("shape Hkv=%d G=%d d=%d %s len=(%d, %d) rank %d %s summaries, top-k %s=%s\n", sh.hkv, sh.G, sh.d,
+        const size_t v = own_env ? i % (sizeof topk_env / sizeof topk_env[0]) : 0;
+        const int set_threads = own_threads && topk_env[v].threads;
+        if (topk_env[v].name) setenv(topk_env[v].name, topk_env[v].value, 1);
+        if (set_threads) setenv("LOCKS_CUDA_TOPK_THREADS", topk_env[v].threads, 1);
+        printf("shape Hkv=%d G=%d d=%d %s len=(%d, %d) rank %d %s summaries, top-k %s=%s%s\n", sh.hkv, sh.G, sh.d,
                sh.dtype == LOCKS_DTYPE_BF16 ? "bf16" : "fp16", sh.len[0], sh.len[1], sh.rank > 0 ? sh.rank : 8,
-               sh.f32 ? "fp32" : "quantized", own_env && te[0] ? te[0] : "default", own_env && te[0] ? te[1] : "");
+               sh.f32 ? "fp32" : "quantized", topk_env[v].name ? topk_env[v].name : "default",
+               topk_env[v].name ? topk_env[v].value : "", set_threads ? " threads 256" : "");
         fixture f;
         fixture_init(&f, sh);
         test_summaries(&f);
@@ -797,7 +805,8 @@ int main(int argc, char **argv) {
         test_attend(&f);
         test_step_graph(&f);
         fixture_free(&f);
-        if (own_env && te[0]) unsetenv(te[0]);
+        if (topk_env[v].name) unsetenv(topk_env[v].name);
+        if (set_threads) unsetenv("LOCKS_CUDA_TOPK_THREADS");
     }
     if (argc > 1 && strcmp(argv[1], "--perf") == 0) perf();
     return test_report("test_gpu_ops");

@@ -99,6 +99,8 @@ struct locks_cuda_ws {
                               (LOCKS_CUDA_TOPK_CLUSTER) */
     int32_t topk_ppc;      /* candidate pages per fused top-k block, 0: 32768 / G
                               (LOCKS_CUDA_TOPK_PPC) */
+    int32_t topk_threads;  /* threads of a top-k block (topk.cu): 256, 512 or 1024
+                              (LOCKS_CUDA_TOPK_THREADS) */
 };
 
 struct locks_cuda_cache {

@@ -58,6 +58,8 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
         w->topk_cluster = e ? atoi(e) : 0;
         e = getenv("LOCKS_CUDA_TOPK_PPC");
         w->topk_ppc = e ? atoi(e) : 0;
+        e = getenv("LOCKS_CUDA_TOPK_THREADS");
+        w->topk_threads = e ? atoi(e) : 1024;
         LOCKS_TRY(locks_cuda_topk_fused_prepare(c)); /* after the switches: may turn it off */
         w->ready = 1;
     }
