@@ -17,13 +17,10 @@
  *   step       full LOCKS step (batch 2) == CPU rule applied to the GPU's own masses,
  *              out vs CPU attention over that selection; dense step vs CPU dense step
  *   graph      captured step replays == step, also after the sequences grew
- *   (the step's top-k path changes from shape to shape: fused with clusters of 1, 2, 3
- *   and 8 blocks, or mass.cu + topk.cu, blocks of 1024 or 256 threads; see main)
  *   errors     NaN query -> LOCKS_ERR_NONFINITE with out untouched; budget errors
  *
  * `test_gpu_ops --perf` also times the ops on a 128K-token Llama-shaped layer (µs, GB/s).
  */
-#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "test_util.h"
 
 #include "cache.h"
@@ -771,32 +768,11 @@ int main(int argc, char **argv) {
         {2, 2, 128, LOCKS_DTYPE_BF16, {16 * 35 + 11, 16 * 19}, 3, 1},
         {2, 1, 64, LOCKS_DTYPE_F16, {16 * 17 + 6, 16 * 8}, 12, 1},
     };
-    /* The step's top-k variants, one per shape in turn (read when a cache makes its step
-     * workspace): the group mass folded into the top-k with as many blocks per segment as
-     * the pages ask for (1 at these sizes), with clusters of 2, 3 and 8 blocks (slices of a
-     * few pages, some empty), and mass.cu + topk.cu (LOCKS_CUDA_TOPK_FUSE=0), then the
-     * old path with 256-thread top-k blocks. An override from the caller's environment is
-     * kept (LOCKS_CUDA_TOPK_THREADS set there applies to every shape). */
-    const struct {
-        const char *name, *value, *threads;
-    } topk_env[] = {{NULL, NULL, NULL},
-                    {"LOCKS_CUDA_TOPK_CLUSTER", "2", NULL},
-                    {"LOCKS_CUDA_TOPK_CLUSTER", "3", NULL},
-                    {"LOCKS_CUDA_TOPK_CLUSTER", "8", NULL},
-                    {"LOCKS_CUDA_TOPK_FUSE", "0", NULL},
-                    {"LOCKS_CUDA_TOPK_FUSE", "0", "256"}};
-    const int own_env = !getenv("LOCKS_CUDA_TOPK_CLUSTER") && !getenv("LOCKS_CUDA_TOPK_FUSE");
-    const int own_threads = !getenv("LOCKS_CUDA_TOPK_THREADS");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape sh = shapes[i];
-        const size_t v = own_env ? i % (sizeof topk_env / sizeof topk_env[0]) : 0;
-        const int set_threads = own_threads && topk_env[v].threads;
-        if (topk_env[v].name) setenv(topk_env[v].name, topk_env[v].value, 1);
-        if (set_threads) setenv("LOCKS_CUDA_TOPK_THREADS", topk_env[v].threads, 1);
-        printf("shape Hkv=%d G=%d d=%d %s len=(%d, %d) rank %d %s summaries, top-k %s=%s%s\n", sh.hkv, sh.G, sh.d,
+        printf("shape Hkv=%d G=%d d=%d %s len=(%d, %d) rank %d %s summaries\n", sh.hkv, sh.G, sh.d,
                sh.dtype == LOCKS_DTYPE_BF16 ? "bf16" : "fp16", sh.len[0], sh.len[1], sh.rank > 0 ? sh.rank : 8,
-               sh.f32 ? "fp32" : "quantized", topk_env[v].name ? topk_env[v].name : "default",
-               topk_env[v].name ? topk_env[v].value : "", set_threads ? " threads 256" : "");
+               sh.f32 ? "fp32" : "quantized");
         fixture f;
         fixture_init(&f, sh);
         test_summaries(&f);
@@ -805,8 +781,6 @@ int main(int argc, char **argv) {
         test_attend(&f);
         test_step_graph(&f);
         fixture_free(&f);
-        if (topk_env[v].name) unsetenv(topk_env[v].name);
-        if (set_threads) unsetenv("LOCKS_CUDA_TOPK_THREADS");
     }
     if (argc > 1 && strcmp(argv[1], "--perf") == 0) perf();
     return test_report("test_gpu_ops");

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (The fused top-k and the LOCKS_CUDA_TOPK_* switches are not in src/cuda/: no clear win, see
+# bench/RESULTS.md, branch step12c; apply dev/cuda/topk_fused.patch and build first.)
 # step12c_lab.sh — issue 12, the group mass folded into the top-k (topk.cu's
 # topk_fused_kernel, a thread block cluster per segment): one device call from prebuilt
 # binaries (BIN, default bin/). The GPU tests with the defaults (test_gpu_ops cycles the

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (The fused top-k and the LOCKS_CUDA_TOPK_* switches are not in src/cuda/: no clear win, see
+# bench/RESULTS.md, branch step12c; apply dev/cuda/topk_fused.patch and build first.)
 # step12c_lab2.sh — issue 12, second device call of branch step12c from prebuilt binaries
 # (BIN, default bin/): the GPU tests (test_gpu_ops with the defaults, whose shapes cycle the
 # top-k paths, then with 512- and 256-thread top-k blocks everywhere; test_gpu_plan,

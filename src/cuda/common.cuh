@@ -93,14 +93,6 @@ struct locks_cuda_ws {
     int32_t topk_mb_min;   /* pages from which the multi-block top-k is used
                               (LOCKS_CUDA_TOPK_MB_MIN) */
     int32_t mass_ppb;      /* pages per mass block (LOCKS_CUDA_MASS_PPB) */
-    int32_t topk_fuse;     /* group mass inside the top-k (topk.cu): -1 where it fits one
-                              wave (default), 0 never, 1 always (LOCKS_CUDA_TOPK_FUSE) */
-    int32_t topk_cluster;  /* blocks per segment of the fused top-k, 0: from the pages
-                              (LOCKS_CUDA_TOPK_CLUSTER) */
-    int32_t topk_ppc;      /* candidate pages per fused top-k block, 0: 32768 / G
-                              (LOCKS_CUDA_TOPK_PPC) */
-    int32_t topk_threads;  /* threads of a top-k block (topk.cu): 256, 512 or 1024
-                              (LOCKS_CUDA_TOPK_THREADS) */
 };
 
 struct locks_cuda_cache {
@@ -199,14 +191,6 @@ locks_status locks_cuda_attend_launch(locks_cuda_cache *c, int32_t layer, int32_
 locks_status locks_cuda_attend_prepare(locks_cuda_cache *c);
 locks_status locks_cuda_score_prepare(locks_cuda_cache *c);
 locks_status locks_cuda_topk_mb_prepare(locks_cuda_cache *c);
-/* The group mass folded into the top-k (topk.cu): blocks per segment for this batch (0:
- * use mass.cu + topk.cu / topk_mb.cu instead); the launch writes ws.mass, ws.sel, ws.sel_n
- * from the score kernel's ws.scores and ws.lse_part. */
-int32_t locks_cuda_topk_fused_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t hq, int32_t max_pages);
-locks_status locks_cuda_topk_fused_launch(locks_cuda_cache *c, int32_t n_seqs, int32_t hq,
-                                          const locks_step_params *p, int32_t nblk_score, int32_t C,
-                                          cudaStream_t st);
-locks_status locks_cuda_topk_fused_prepare(locks_cuda_cache *c);
 int locks_cuda_topk_mb_ok(const locks_cuda_cache *c, int32_t max_pages);
 int locks_cuda_topk_mb_pays(const locks_cuda_cache *c, int32_t max_pages);
 locks_status locks_cuda_topk_mb_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
@@ -378,16 +362,6 @@ static inline cudaError_t launch_k(int pdl, void (*kern)(KArgs...), dim3 grid, d
     cfg.attrs = at;
     cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
-}
-
-/* Warp-aggregated shared-memory histogram increment (many equal bins are common); the
- * warp must be converged (mass.cu, topk.cu). */
-static __device__ __forceinline__ void hist_add(uint32_t *h, uint32_t bin, bool valid) {
-    const unsigned active = __activemask();
-    const uint32_t key = valid ? bin : 0xFFFFFFFFu;
-    const unsigned peers = __match_any_sync(active, key);
-    const int leader = __ffs(peers) - 1;
-    if (valid && (int)(threadIdx.x & 31) == leader) atomicAdd(&h[bin], (uint32_t)__popc(peers));
 }
 
 /* Online log-sum-exp pair (m, s): value = m + log(s). */

@@ -13,6 +13,15 @@
 #define MASS_UNROLL 8 /* normaliser partials in flight per lane */
 #define MASS_PAGES_PER_BLOCK 512
 
+/* warp-aggregated shared-memory histogram increment (many equal bins are common) */
+static __device__ __forceinline__ void hist_add(uint32_t *h, uint32_t bin, bool valid) {
+    const unsigned active = __activemask();
+    const uint32_t key = valid ? bin : 0xFFFFFFFFu;
+    const unsigned peers = __match_any_sync(active, key);
+    const int leader = __ffs(peers) - 1;
+    if (valid && (int)(threadIdx.x & 31) == leader) atomicAdd(&h[bin], (uint32_t)__popc(peers));
+}
+
 static __global__ void __launch_bounds__(MASS_THREADS)
 mass_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len, int32_t hkv,
             int32_t G, const float *__restrict__ scores, int32_t stride, const float2 *__restrict__ lse_part,

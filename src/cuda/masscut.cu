@@ -66,7 +66,7 @@ static __device__ __forceinline__ float key_mass(uint64_t key) {
 
 static __global__ void __launch_bounds__(CUT_THREADS)
 mass_cut_kernel(const int32_t *__restrict__ seq_slots, const int32_t *__restrict__ seq_len, int32_t hkv,
-                const float *mass, int32_t mass_stride, int32_t budget, int32_t n_sink,
+                const float *__restrict__ mass, int32_t mass_stride, int32_t budget, int32_t n_sink,
                 int32_t n_recent, float target, int32_t *__restrict__ out, int32_t *__restrict__ out_n,
                 int32_t out_stride) {
     extern __shared__ uint64_t keys[]; /* [n2], n2 = next power of two >= k */

@@ -52,15 +52,6 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
         w->topk_mb_min = e ? atoi(e) : -1;
         e = getenv("LOCKS_CUDA_MASS_PPB");
         w->mass_ppb = e ? atoi(e) : 0;
-        e = getenv("LOCKS_CUDA_TOPK_FUSE");
-        w->topk_fuse = e ? atoi(e) : -1;
-        e = getenv("LOCKS_CUDA_TOPK_CLUSTER");
-        w->topk_cluster = e ? atoi(e) : 0;
-        e = getenv("LOCKS_CUDA_TOPK_PPC");
-        w->topk_ppc = e ? atoi(e) : 0;
-        e = getenv("LOCKS_CUDA_TOPK_THREADS");
-        w->topk_threads = e ? atoi(e) : 1024;
-        LOCKS_TRY(locks_cuda_topk_fused_prepare(c)); /* after the switches: may turn it off */
         w->ready = 1;
     }
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
@@ -229,12 +220,9 @@ locks_status locks_cuda_step_enqueue(locks_cuda_cache *c, int32_t layer, int32_t
     if (timed) CU_TRY(cudaEventRecord(c->ev[1], st));
     /* the score kernel also zeroes the histograms that mass.cu fills */
     LOCKS_TRY(locks_cuda_score_launch(c, layer, n_seqs, hq, scale, nblk, st));
-    const int32_t fused = locks_cuda_topk_fused_blocks(c, n_seqs, hq, max_pages);
-    if (!fused) LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, max_pages, 1, st));
+    LOCKS_TRY(locks_cuda_mass_launch(c, n_seqs, hq, p, nblk, max_pages, 1, st));
     if (timed) CU_TRY(cudaEventRecord(c->ev[2], st));
-    if (fused) /* mass and top-k in one kernel, a cluster of blocks per segment */
-        LOCKS_TRY(locks_cuda_topk_fused_launch(c, n_seqs, hq, p, nblk, fused, st));
-    else if (locks_cuda_topk_mb_pays(c, max_pages)) /* the whole machine; else one block per segment */
+    if (locks_cuda_topk_mb_pays(c, max_pages)) /* the whole machine; else one block per segment */
         LOCKS_TRY(locks_cuda_topk_mb_launch(c, n_seqs, p, max_pages, st));
     else
         LOCKS_TRY(locks_cuda_topk_launch(c, n_seqs, p, c->ws.mass, c->ws.max_pages, c->ws.sel, c->ws.sel_n,
