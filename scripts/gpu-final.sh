@@ -14,7 +14,8 @@
 #            test that needs no model runs and `locks bench --backend cuda --model
 #            llama3-8b` measures ours; then llama-bench on the Llama-shaped GGUF.
 #   call 2:  scripts/gpu-final.sh 2      carry .gpu-stage/lead/smollm2.part00
-#            llama-bench and ours on the GLM-4-9B shape, batch 8 rows.
+#            llama-bench and ours on the GLM-4-9B shape, batch 8 rows, then the step of one
+#            layer against cuDNN SDPA (scripts/gpu-check.sh's bench and table; NO_STEP=1 skips).
 #   call 3:  scripts/gpu-final.sh 3 SHA256   carry .gpu-stage/lead/smollm2.part01
 #            SmolLM2 on the GPU (test_gpu_model, demo, run, test_gpu_verify) and the
 #            torch/transformers tests.
@@ -83,6 +84,9 @@ timeout 120 "$B/locks" bench --backend cuda --model llama3-8b --context 32k,64k 
 timeout 90 "$B/locks" bench --backend cuda --model glm4-9b --context 128k --batch 8 --ttft 0 --csv "$W/ours_b8_glm.csv" \
   > "$W/b8-glm.txt" 2>&1 || rc=1
 grep -E "ms/token" "$W/b8-llama.txt" "$W/b8-glm.txt"; fi
+if [ -z "${NO_STEP:-}" ]; then say "the step of one layer vs cuDNN SDPA (scripts/gpu-check.sh, issue 12's table)"
+( OUT=$W/step BUILD=$B GPU_CHECK_PREBUILT=1 GPU_CHECK_SKIP_TESTS=1 timeout 240 scripts/gpu-check.sh ) > "$W/step.txt" 2>&1 || rc=1
+sed -n '/== table/,$p' "$W/step.txt"; fi
 say "done"
 finish 2
 fi

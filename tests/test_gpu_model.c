@@ -2,8 +2,9 @@
  * test_gpu_model.c — SmolLM2-135M on the GPU against the CPU engine (fp32 activations,
  * the reference), teacher-forced: the same 2304 tokens of this repository's docs go
  * through both, a 1024-token prefill then 1280 decode steps, with full attention and
- * with LOCKS at budget 256. Per position: top-1 agreement and |logit difference|,
- * against the tolerances below. Then the GPU decode through its CUDA graph against the
+ * with LOCKS at budget 256, four contexts in lockstep. Per position: top-1 agreement and
+ * |logit difference| GPU vs CPU, and each backend's LOCKS against its own full attention
+ * (top-1 agreement, KL), against the tolerances below. Then the GPU decode through its CUDA graph against the
  * same kernels launched one by one: bit-identical logits. Needs a GPU and the model
  * (LOCKS_MODEL or scripts/fetch-model.sh).
  */
@@ -21,13 +22,27 @@
  * exactly representable up to fp16 rounding of d * q + m), activations and K/V to fp16. */
 #define FULL_TOP1 0.98
 #define FULL_MAXD 1.0
+/* LOCKS. Where two pages' estimated masses are near-equal the GPU (int8 query parts, fp16
+ * keys) and the CPU (fp32) may select different pages; such a position's logits move by a
+ * few units (max |dlogit| 2.55, 1.77 and 3.60 in three device runs of 2026-12-01), so the
+ * maximum over all positions measures how close the nearest tie came, not a bug. What a
+ * bug in the GPU's sparse path would move, and what is checked (set 2026-12-01 before the
+ * first run of this form, not fitted to it):
+ *  - top-1 agreement GPU vs CPU, both LOCKS, >= 0.95;
+ *  - the median over positions of the per-position max |dlogit| <= 0.10 (about 3x full
+ *    attention's mean of 0.03): at most positions both backends attend to the same pages
+ *    and agree to fp16 rounding; a wrong page, a wrong V row or a broken merge shows at
+ *    every position;
+ *  - fidelity against each backend's own full attention (the same teacher-forced
+ *    positions): the GPU's LOCKS top-1 agreement with the GPU's full attention within 0.02
+ *    of the CPU's LOCKS with the CPU's full attention, and its mean KL(full || LOCKS) at
+ *    most 1.5x the CPU's + 0.002 nats: the GPU selects as well as the CPU does.
+ * The maximum and the 99th percentile are printed. */
 #define LOCKS_TOP1 0.95
-/* LOCKS: where two pages' masses are near-equal the GPU (int8 query parts, fp16 keys) and
- * the CPU may select differently, which moves a position's logits by a few units. The
- * first device run (2026-12-01) measured 2.55 against a guessed 2.5; raised to 3.0 after
- * that run, with the summaries of decode-filled pages checked directly in
- * test_gpu_model_ops. */
-#define LOCKS_MAXD 3.0
+#define LOCKS_MEDIAN_MAXD 0.10
+#define FID_TOP1_GAP 0.02
+#define FID_KL_RATIO 1.5
+#define FID_KL_ABS 0.002
 
 static int32_t *doc_tokens(const locks_model *m, int32_t want, int32_t *n) {
     const char *files[] = {"README.md", "docs/ENGINE.md", "docs/CONTEXT_PARALLEL.md"};
@@ -61,61 +76,140 @@ static int32_t argmax(const float *x, int32_t n) {
 typedef struct {
     int32_t n, agree;
     double maxd, sumd;
+    double *per_pos; /* per-position max |dlogit| (n of them) */
 } cmp_stats;
 
-static void cmp(cmp_stats *s, const float *gpu, const float *cpu, int32_t V) {
+static void cmp(cmp_stats *s, const float *a, const float *b, int32_t V) {
     double md = 0;
     for (int32_t i = 0; i < V; i++) {
-        const double d = fabs((double)gpu[i] - (double)cpu[i]);
+        const double d = fabs((double)a[i] - (double)b[i]);
         if (d > md || d != d) md = d;
     }
+    if (s->per_pos) s->per_pos[s->n] = md;
     s->n++;
-    s->agree += argmax(gpu, V) == argmax(cpu, V);
+    s->agree += argmax(a, V) == argmax(b, V);
     if (md > s->maxd || md != md) s->maxd = md;
     s->sumd += md;
 }
 
-static void run_pair(const locks_model *m, const int32_t *toks, locks_step_params step, double top1_tol,
-                     double maxd_tol) {
-    const locks_model_info in = locks_model_get_info(m);
-    locks_ctx_params p = locks_ctx_default_params();
-    p.n_ctx = N_TOTAL + 16;
-    p.step = step;
-    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    p.n_threads = nproc > 16 ? 16 : (nproc < 1 ? 1 : (int32_t)nproc);
-    p.f32_act = 1;
-    locks_status st;
-    locks_ctx *cpu = locks_ctx_init(m, p, &st);
-    SETUP(cpu);
-    p.backend = LOCKS_BACKEND_CUDA;
-    locks_ctx *gpu = locks_ctx_init(m, p, &st);
-    if (!gpu) fprintf(stderr, "GPU context: %s\n", locks_status_str(st));
-    SETUP(gpu);
-    float *lc = malloc(sizeof(float) * in.n_vocab), *lg = malloc(sizeof(float) * in.n_vocab);
-    SETUP(lc && lg);
-    cmp_stats s = {0};
-    CHECK(locks_ctx_prefill(cpu, toks, N_PROMPT, lc));
-    CHECK(locks_ctx_prefill(gpu, toks, N_PROMPT, lg));
-    cmp(&s, lg, lc, in.n_vocab);
-    const double prefill_d = s.maxd;
-    for (int32_t i = N_PROMPT; i < N_TOTAL; i++) {
-        CHECK(locks_ctx_decode(cpu, toks[i], lc));
-        CHECK(locks_ctx_decode(gpu, toks[i], lg));
-        cmp(&s, lg, lc, in.n_vocab);
+/* KL(p || q) of the softmaxes of logits p and q, in float64 */
+static double kl_logits(const float *p, const float *q, int32_t V) {
+    double mp = p[0], mq = q[0];
+    for (int32_t i = 1; i < V; i++) {
+        if ((double)p[i] > mp) mp = p[i];
+        if ((double)q[i] > mq) mq = q[i];
     }
-    const double top1 = (double)s.agree / s.n;
-    printf("  %s @ %d: %d positions (prefill %d + decode %d): top-1 agreement %.4f (tol >= %.2f), max |dlogit| %.4f "
-           "(tol <= %.2f; prefill's last %.4f), mean of per-position max %.4f\n",
-           locks_selector_name(step.selector), step.budget, s.n, N_PROMPT, N_TOTAL - N_PROMPT, top1, top1_tol, s.maxd,
-           maxd_tol, prefill_d, s.sumd / s.n);
-    locks_run_stats gs = locks_ctx_stats(gpu), cs = locks_ctx_stats(cpu);
-    printf("  %s: GPU decode %.3f ms/token, CPU (%d threads, fp32 activations) %.3f ms/token\n",
-           locks_selector_name(step.selector), gs.decode_ms / gs.n_decode, p.n_threads, cs.decode_ms / cs.n_decode);
-    test_cond(top1 >= top1_tol, "%s: top-1 agreement %.4f < %.2f", locks_selector_name(step.selector), top1, top1_tol);
-    test_cond(s.maxd <= maxd_tol, "%s: max |dlogit| %.4f > %.2f", locks_selector_name(step.selector), s.maxd, maxd_tol);
-    locks_ctx_free(cpu);
-    locks_ctx_free(gpu);
-    free(lc), free(lg);
+    double zp = 0, zq = 0;
+    for (int32_t i = 0; i < V; i++) zp += exp((double)p[i] - mp), zq += exp((double)q[i] - mq);
+    const double lzp = mp + log(zp), lzq = mq + log(zq);
+    double kl = 0;
+    for (int32_t i = 0; i < V; i++) {
+        const double lp = (double)p[i] - lzp;
+        kl += exp(lp) * (lp - ((double)q[i] - lzq));
+    }
+    return kl;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double quantile(double *v, int32_t n, double q) { /* sorts v */
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int32_t i = (int32_t)(q * (n - 1) + 0.5);
+    return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
+}
+
+/* The four contexts step in lockstep over the same teacher-forced tokens: the CPU and the
+ * GPU, each with full attention and with LOCKS at budget 256. */
+enum { CPU_FULL, GPU_FULL, CPU_LOCKS, GPU_LOCKS, N_CTX };
+
+static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) {
+    const locks_model_info in = locks_model_get_info(m);
+    const int32_t V = in.n_vocab, n_pos = n_total - N_PROMPT + 1;
+    locks_ctx *c[N_CTX];
+    float *lg[N_CTX];
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    const int32_t threads = nproc > 16 ? 16 : (nproc < 1 ? 1 : (int32_t)nproc);
+    /* LOCKS_TEST_GPU_AS_CPU=1 runs the "GPU" contexts on the CPU backend too: a check of
+     * this test's own bookkeeping on a machine without a GPU (everything must agree) */
+    const char *as_cpu = getenv("LOCKS_TEST_GPU_AS_CPU");
+    const int gpu_as_cpu = as_cpu && *as_cpu == '1';
+    for (int k = 0; k < N_CTX; k++) {
+        locks_ctx_params p = locks_ctx_default_params();
+        p.n_ctx = N_TOTAL + 16;
+        p.step = locks_step_default_params();
+        if (k == CPU_FULL || k == GPU_FULL) {
+            p.step.selector = LOCKS_SEL_FULL;
+            p.step.budget = N_TOTAL + 16;
+        } else {
+            p.step.selector = LOCKS_SEL_LOCKS;
+            p.step.budget = 256;
+        }
+        p.n_threads = threads;
+        p.f32_act = 1;
+        if ((k == GPU_FULL || k == GPU_LOCKS) && !gpu_as_cpu) p.backend = LOCKS_BACKEND_CUDA;
+        locks_status st;
+        c[k] = locks_ctx_init(m, p, &st);
+        if (!c[k]) fprintf(stderr, "context %d: %s\n", k, locks_status_str(st));
+        SETUP(c[k]);
+        lg[k] = malloc(sizeof(float) * V);
+        SETUP(lg[k]);
+    }
+    cmp_stats full = {0}, lk = {0}, fid_cpu = {0}, fid_gpu = {0};
+    lk.per_pos = malloc(sizeof(double) * n_pos);
+    SETUP(lk.per_pos);
+    double kl_cpu = 0, kl_gpu = 0, prefill_d = 0;
+    for (int32_t i = N_PROMPT - 1; i < n_total; i++) {
+        for (int k = 0; k < N_CTX; k++) {
+            if (i == N_PROMPT - 1)
+                CHECK(locks_ctx_prefill(c[k], toks, N_PROMPT, lg[k]));
+            else
+                CHECK(locks_ctx_decode(c[k], toks[i], lg[k]));
+        }
+        cmp(&full, lg[GPU_FULL], lg[CPU_FULL], V);
+        cmp(&lk, lg[GPU_LOCKS], lg[CPU_LOCKS], V);
+        cmp(&fid_cpu, lg[CPU_LOCKS], lg[CPU_FULL], V);
+        cmp(&fid_gpu, lg[GPU_LOCKS], lg[GPU_FULL], V);
+        kl_cpu += kl_logits(lg[CPU_FULL], lg[CPU_LOCKS], V);
+        kl_gpu += kl_logits(lg[GPU_FULL], lg[GPU_LOCKS], V);
+        if (i == N_PROMPT - 1) prefill_d = full.maxd;
+    }
+    SETUP(full.n == n_pos && lk.n == n_pos);
+    const double top1_full = (double)full.agree / n_pos, top1_lk = (double)lk.agree / n_pos;
+    const double fa_cpu = (double)fid_cpu.agree / n_pos, fa_gpu = (double)fid_gpu.agree / n_pos;
+    kl_cpu /= n_pos, kl_gpu /= n_pos;
+    const double med = quantile(lk.per_pos, n_pos, 0.5), p99 = quantile(lk.per_pos, n_pos, 0.99);
+    printf("  full, GPU vs CPU: %d positions (prefill %d + decode %d): top-1 agreement %.4f (tol >= %.2f), max "
+           "|dlogit| %.4f (tol <= %.2f; prefill's last %.4f), mean of per-position max %.4f\n",
+           n_pos, N_PROMPT, n_total - N_PROMPT, top1_full, FULL_TOP1, full.maxd, FULL_MAXD, prefill_d,
+           full.sumd / n_pos);
+    printf("  locks @ 256, GPU vs CPU: top-1 agreement %.4f (tol >= %.2f); per-position max |dlogit|: median %.4f "
+           "(tol <= %.2f), mean %.4f, 99th percentile %.4f, max %.4f (not checked, see the tolerances)\n",
+           top1_lk, LOCKS_TOP1, med, LOCKS_MEDIAN_MAXD, lk.sumd / n_pos, p99, lk.maxd);
+    printf("  locks @ 256 vs full on the same backend: CPU top-1 %.4f, mean KL %.5f nats; GPU top-1 %.4f, mean KL "
+           "%.5f (tol: top-1 within %.2f, KL <= %.1fx + %.3f)\n",
+           fa_cpu, kl_cpu, fa_gpu, kl_gpu, FID_TOP1_GAP, FID_KL_RATIO, FID_KL_ABS);
+    locks_run_stats gs = locks_ctx_stats(c[GPU_LOCKS]), cs = locks_ctx_stats(c[CPU_LOCKS]);
+    locks_run_stats gf = locks_ctx_stats(c[GPU_FULL]), cf = locks_ctx_stats(c[CPU_FULL]);
+    printf("  decode ms/token: GPU full %.3f, locks %.3f; CPU (%d threads, fp32 activations) full %.3f, locks %.3f\n",
+           gf.decode_ms / gf.n_decode, gs.decode_ms / gs.n_decode, threads, cf.decode_ms / cf.n_decode,
+           cs.decode_ms / cs.n_decode);
+    test_cond(top1_full >= FULL_TOP1, "full: top-1 agreement %.4f < %.2f", top1_full, FULL_TOP1);
+    test_cond(full.maxd <= FULL_MAXD, "full: max |dlogit| %.4f > %.2f", full.maxd, FULL_MAXD);
+    test_cond(top1_lk >= LOCKS_TOP1, "locks: top-1 agreement %.4f < %.2f", top1_lk, LOCKS_TOP1);
+    test_cond(med <= LOCKS_MEDIAN_MAXD, "locks: median per-position max |dlogit| %.4f > %.2f", med,
+              LOCKS_MEDIAN_MAXD);
+    test_cond(fabs(fa_gpu - fa_cpu) <= FID_TOP1_GAP, "locks vs full: GPU top-1 %.4f vs CPU %.4f (gap > %.2f)", fa_gpu,
+              fa_cpu, FID_TOP1_GAP);
+    test_cond(kl_gpu <= FID_KL_RATIO * kl_cpu + FID_KL_ABS, "locks vs full: GPU mean KL %.5f > %.1f x CPU %.5f + %.3f",
+              kl_gpu, FID_KL_RATIO, kl_cpu, FID_KL_ABS);
+    /* the fidelity checks mean something only if LOCKS at 256 differs from full here */
+    test_cond(fid_cpu.maxd > 0.01, "locks @ 256 equals full attention on this text (max |dlogit| %.4f)",
+              fid_cpu.maxd);
+    for (int k = 0; k < N_CTX; k++) locks_ctx_free(c[k]), free(lg[k]);
+    free(lk.per_pos);
 }
 
 /* The graph against the same kernels launched one by one: bit-identical. */
@@ -162,15 +256,13 @@ int main(void) {
     SETUP(m);
     int32_t n;
     int32_t *toks = doc_tokens(m, N_TOTAL, &n);
-    locks_step_params full = locks_step_default_params();
-    full.selector = LOCKS_SEL_FULL;
-    full.budget = N_TOTAL + 16;
-    run_pair(m, toks, full, FULL_TOP1, FULL_MAXD);
-    locks_step_params lk = locks_step_default_params();
-    lk.selector = LOCKS_SEL_LOCKS;
-    lk.budget = 256;
-    run_pair(m, toks, lk, LOCKS_TOP1, LOCKS_MAXD);
-    graph_vs_eager(m, toks);
+    /* LOCKS_TEST_GPU_MODEL_DECODE=N: N decode steps instead of 1280 (a quicker look) */
+    const char *nd = getenv("LOCKS_TEST_GPU_MODEL_DECODE");
+    int32_t n_total = N_TOTAL;
+    if (nd && atoi(nd) > 0 && atoi(nd) < N_TOTAL - N_PROMPT) n_total = N_PROMPT + atoi(nd);
+    run_all(m, toks, n_total);
+    const char *as_cpu = getenv("LOCKS_TEST_GPU_AS_CPU");
+    if (!(as_cpu && *as_cpu == '1')) graph_vs_eager(m, toks);
     free(toks);
     locks_model_free(m);
     return test_report("test_gpu_model");
