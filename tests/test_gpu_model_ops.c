@@ -133,6 +133,81 @@ static void test_swiglu_embed(void) {
     free(gu), free(got), free(ref), free(e), free(x), free(xr);
 }
 
+/* The engine's launches of its small kernels (lg_op_small: the first kernels, the register
+ * form, the same with programmatic dependent launch after a producer kernel) against
+ * float64 on fresh random data, bit for bit equal to each other (the same arithmetic), and
+ * row by row independent of the batch: row t of an 8-row launch equals row t alone. */
+static void test_small_ops(void) {
+    static const char *const names[] = {"rmsnorm", "swiglu", "cast"};
+    static const int32_t widths[3][5] = {{576, 1000, 4096, 8192, 9000}, {1536, 14336, 0, 0, 0}, {4096, 1000, 0, 0, 0}};
+    const locks_dtype types[] = {LOCKS_DTYPE_F32, LOCKS_DTYPE_BF16, LOCKS_DTYPE_F16};
+    const float eps = 1e-5f;
+    for (int op = 0; op < 3; op++)
+        for (int wi = 0; wi < 5 && widths[op][wi]; wi++)
+            for (int32_t n = 1; n <= 8; n += 7) {
+                const int32_t cols = widths[op][wi], in_w = op == 1 ? 2 * cols : cols;
+                const size_t nin = (size_t)n * in_w, nout = (size_t)n * cols;
+                float *x = malloc(sizeof(float) * nin), *w = malloc(sizeof(float) * cols);
+                float *got = malloc(sizeof(float) * nout);
+                double *ref = malloc(sizeof(double) * nout);
+                unsigned char *o[3], *alone = malloc(4 * nout);
+                for (int h = 0; h < 3; h++) o[h] = malloc(4 * nout);
+                SETUP(x && w && got && ref && alone && o[0] && o[1] && o[2]);
+                tu_fill_normal(x, nin, op == 1 ? 4.0 : 3.0);
+                tu_fill_normal(w, (size_t)cols, 1.0);
+                for (int32_t t = 0; t < n; t++) {
+                    const float *xt = x + (size_t)t * in_w;
+                    double r = 1.0;
+                    if (op == 0) {
+                        double ss = 0;
+                        for (int32_t i = 0; i < cols; i++) ss += (double)xt[i] * (double)xt[i];
+                        r = 1.0 / sqrt(ss / cols + (double)eps);
+                    }
+                    for (int32_t i = 0; i < cols; i++) {
+                        const double g = xt[i];
+                        ref[(size_t)t * cols + i] =
+                            op == 0 ? g * r * (double)w[i] : op == 1 ? g / (1.0 + exp(-g)) * (double)xt[cols + i] : g;
+                    }
+                }
+                float *dx = dup_to_device(x, sizeof(float) * nin), *dw = dup_to_device(w, sizeof(float) * cols);
+                void *dout = locks_cuda_malloc(4 * nout);
+                SETUP(dout);
+                for (int ti = 0; ti < 3; ti++) {
+                    const locks_dtype t = types[ti];
+                    const size_t es = t == LOCKS_DTYPE_F32 ? 4 : 2;
+                    int same = 1, indep = 1;
+                    for (int h = 0; h < 3; h++) {
+                        CHECK(lg_op_small(op, h, dx, dw, n, cols, eps, t, dout));
+                        CHECK(locks_cuda_memcpy_d2h(o[h], dout, es * nout));
+                        if (h) same &= memcmp(o[h], o[0], es * nout) == 0;
+                    }
+                    for (size_t i = 0; i < nout; i++)
+                        got[i] = t == LOCKS_DTYPE_F32 ? ((float *)o[2])[i]
+                                 : t == LOCKS_DTYPE_BF16 ? locks_bf16_to_f32(((uint16_t *)o[2])[i])
+                                                        : locks_f16_to_f32(((uint16_t *)o[2])[i]);
+                    char what[96];
+                    snprintf(what, sizeof what, "%s %s width %d, %d rows (PDL launch)", names[op],
+                             t == LOCKS_DTYPE_F32 ? "f32" : t == LOCKS_DTYPE_BF16 ? "bf16" : "f16", cols, n);
+                    const double at = t == LOCKS_DTYPE_F32 ? 1e-5 : t == LOCKS_DTYPE_BF16 ? 1e-3 : 1e-4;
+                    const double rt = t == LOCKS_DTYPE_F32 ? 1e-5 : t == LOCKS_DTYPE_BF16 ? 8e-3 : 1e-3;
+                    tu_close(what, got, ref, nout, at * (op == 1 ? 4 : 1), rt);
+                    if (n > 1)
+                        for (int32_t r = 0; r < n; r++) {
+                            CHECK(lg_op_small(op, 2, dx + (size_t)r * in_w, dw, 1, cols, eps, t, dout));
+                            CHECK(locks_cuda_memcpy_d2h(alone, dout, es * cols));
+                            indep &= memcmp(alone, o[2] + es * (size_t)r * cols, es * cols) == 0;
+                        }
+                    test_cond(same, "%s: the register / PDL launches differ from the first kernel's bits", what);
+                    test_cond(indep, "%s: a row computed alone differs from the same row in the batch", what);
+                }
+                locks_cuda_free_ptr((void **)&dx);
+                locks_cuda_free_ptr((void **)&dw);
+                locks_cuda_free_ptr(&dout);
+                free(x), free(w), free(got), free(ref), free(alone);
+                for (int h = 0; h < 3; h++) free(o[h]);
+            }
+}
+
 /* ---- prefill attention --------------------------------------------------------------- */
 
 static void test_prefill(int32_t hq, int32_t hkv, int32_t d, int32_t pos, int32_t n) {
@@ -738,6 +813,56 @@ static void test_engine(void) {
     lg_ctx_free(o.e);
     locks_cache_free(o.c);
 
+    /* the same dense decode with the earlier launches of the small kernels and the summary
+     * builds in line (LOCKS_ENGINE_REST=0), and with the default launches kernel by kernel
+     * (no graph): the same logits and the same summaries of the pages filled while
+     * decoding, bit for bit, as the default graph (PDL, summaries on a forked branch) */
+    {
+        setenv("LOCKS_ENGINE_REST", "0", 1);
+        eng r0 = eng_make(m, &s, n_ctx, &fp);
+        unsetenv("LOCKS_ENGINE_REST");
+        eng u = eng_make(m, &s, n_ctx, &fp);
+        float *lu = malloc(sizeof(float) * s.n_vocab);
+        SETUP(lu);
+        CHECK(locks_cache_append(r0.c, 0, 250));
+        CHECK(locks_cache_append(u.c, 0, 250));
+        CHECK(lg_prefill(r0.e, 0, toks, 250, 0, NULL));
+        CHECK(lg_prefill(u.e, 0, toks, 250, 0, NULL));
+        for (int32_t i = 250; i < n_all; i++) {
+            CHECK(locks_cache_append(r0.c, 0, 1));
+            CHECK(locks_cache_append(u.c, 0, 1));
+            CHECK(lg_set_tokens(r0.e, &toks[i]));
+            CHECK(lg_set_tokens(u.e, &toks[i]));
+            CHECK(lg_decode(r0.e, 1, NULL, lb));
+            CHECK(lg_decode(u.e, 0, NULL, lu));
+        }
+        test_cond(memcmp(la, lb, sizeof(float) * s.n_vocab) == 0,
+                  "engine: dense decode logits with LOCKS_ENGINE_REST=0 differ from the default launches");
+        test_cond(memcmp(la, lu, sizeof(float) * s.n_vocab) == 0,
+                  "engine: dense decode logits kernel by kernel differ from the graph (summaries forked)");
+        const int32_t hd = s.head_dim, r = 8;
+        float *b1 = malloc(sizeof(float) * (hd + r * hd + 16 * r)), *b2 = malloc(sizeof(float) * (hd + r * hd + 16 * r));
+        float *b3 = malloc(sizeof(float) * (hd + r * hd + 16 * r));
+        SETUP(b1 && b2 && b3);
+        int32_t np1, np2, np3, same_sum = 1, n_sum = 0;
+        const int32_t *bt1 = locks_cache_block_table(d.c, 0, &np1), *bt2 = locks_cache_block_table(r0.c, 0, &np2);
+        const int32_t *bt3 = locks_cache_block_table(u.c, 0, &np3);
+        for (int32_t pg = 250 / 16; pg < n_all / 16; pg++) /* pages the decode filled */
+            for (int32_t l = 0; l < s.n_layers; l++)
+                for (int32_t h = 0; h < s.n_kv_heads; h++) {
+                    CHECK(locks_cache_summary_get(d.c, l, h, bt1[pg], b1, b1 + hd, b1 + hd + r * hd));
+                    CHECK(locks_cache_summary_get(r0.c, l, h, bt2[pg], b2, b2 + hd, b2 + hd + r * hd));
+                    CHECK(locks_cache_summary_get(u.c, l, h, bt3[pg], b3, b3 + hd, b3 + hd + r * hd));
+                    same_sum &= memcmp(b1, b2, sizeof(float) * (hd + r * hd + 16 * r)) == 0 &&
+                                memcmp(b1, b3, sizeof(float) * (hd + r * hd + 16 * r)) == 0;
+                    n_sum++;
+                }
+        test_cond(n_sum > 0 && same_sum, "engine: summaries built on the forked branch differ (%d compared)", n_sum);
+        free(b1), free(b2), free(b3), free(lu);
+        lg_ctx_free(r0.e), lg_ctx_free(u.e);
+        locks_cache_free(r0.c), locks_cache_free(u.c);
+    }
+
     lg_ctx_free(a.e), lg_ctx_free(b.e), lg_ctx_free(d.e), lg_ctx_free(p.e);
     locks_cache_free(a.c), locks_cache_free(b.c), locks_cache_free(d.c), locks_cache_free(p.c);
     lg_model_free(m);
@@ -750,6 +875,7 @@ int main(void) {
     test_rmsnorm();
     test_rope();
     test_swiglu_embed();
+    test_small_ops();
     const int32_t shapes[][3] = {{9, 3, 64}, {32, 8, 128}, {8, 2, 256}, {32, 2, 128}};
     const int32_t cases[][2] = {{0, 1}, {0, 77}, {37, 50}, {300, 130}};
     for (int si = 0; si < 4; si++)

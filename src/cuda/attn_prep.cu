@@ -10,7 +10,10 @@
  * and block tables are read on the device, so the kernel stays valid in a decode graph.
  * The summary of a page the token fills is built by the next launch (summary.cu): it needs
  * every key of the page, and the step's score kernel may read summaries before its
- * programmatic-launch wait, so the build must be a completed kernel ahead of qprep.
+ * programmatic-launch wait, so the build must be a completed kernel ahead of qprep (with
+ * the full selector nothing reads summaries, and the engine builds on a forked branch).
+ * The engine launches this kernel with programmatic dependent launch after the QKV
+ * product: it waits before it reads anything (a no-op in a plain launch).
  */
 #include "common.cuh"
 #include "model_ops.cuh"
@@ -23,6 +26,7 @@ attn_prep_kernel(float *qkv, int32_t row_stride, int32_t hq, int32_t hkv, int32_
                  const float *__restrict__ inv_freq, const int32_t *__restrict__ pos,
                  const int32_t *__restrict__ bt, int32_t n_pages_pool, uint16_t *kpool, uint16_t *vpool,
                  int32_t n_items) {
+    pdl_wait(); /* qkv is the previous product's output (a no-op in a plain launch) */
     const int32_t item = blockIdx.x * PREP_WARPS + (int32_t)(threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (item >= n_items) return;
@@ -51,20 +55,25 @@ attn_prep_kernel(float *qkv, int32_t row_stride, int32_t hq, int32_t hkv, int32_
     }
 }
 
-locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
-                                 int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs,
-                                 cudaStream_t st) {
+locks_status lg_attn_prep_launch_ex(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
+                                    int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs, int pdl,
+                                    cudaStream_t st) {
     if (!c->k) return LOCKS_ERR_UNSUPPORTED; /* caller-owned pages: the engine does not write them */
     const int32_t hkv = c->p.n_kv_heads, d = c->p.head_dim;
     const int32_t items = n_seqs * (hq + hkv);
     const unsigned blocks = (unsigned)((items + PREP_WARPS - 1) / PREP_WARPS);
     uint16_t *kp = c->k + (size_t)layer * c->kv_layer_elems, *vp = c->v + (size_t)layer * c->kv_layer_elems;
     if (c->p.kv_dtype == LOCKS_DTYPE_BF16)
-        attn_prep_kernel<__nv_bfloat16><<<blocks, PREP_WARPS * 32, 0, st>>>(
-            qkv, row_stride, hq, hkv, d, n_rot, inv_freq, pos, c->block_table, c->p.n_pages, kp, vp, items);
+        CU_TRY(launch_k(pdl, attn_prep_kernel<__nv_bfloat16>, dim3(blocks), dim3(PREP_WARPS * 32), 0, st, qkv, row_stride,
+                        hq, hkv, d, n_rot, inv_freq, pos, (const int32_t *)c->block_table, c->p.n_pages, kp, vp, items));
     else
-        attn_prep_kernel<__half><<<blocks, PREP_WARPS * 32, 0, st>>>(qkv, row_stride, hq, hkv, d, n_rot, inv_freq,
-                                                                     pos, c->block_table, c->p.n_pages, kp, vp, items);
-    CU_LAUNCH_CHECK(attn_prep_kernel);
+        CU_TRY(launch_k(pdl, attn_prep_kernel<__half>, dim3(blocks), dim3(PREP_WARPS * 32), 0, st, qkv, row_stride, hq,
+                        hkv, d, n_rot, inv_freq, pos, (const int32_t *)c->block_table, c->p.n_pages, kp, vp, items));
     return LOCKS_OK;
+}
+
+locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
+                                 int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs,
+                                 cudaStream_t st) {
+    return lg_attn_prep_launch_ex(c, layer, qkv, row_stride, hq, n_rot, inv_freq, pos, n_seqs, 0, st);
 }

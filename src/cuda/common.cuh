@@ -204,6 +204,11 @@ locks_status locks_cuda_mass_cut_prepare(locks_cuda_cache *c);
 locks_status locks_cuda_mass_cut_launch(locks_cuda_cache *c, int32_t n_seqs, const locks_step_params *p,
                                         const float *mass, int32_t mass_stride, int32_t max_pages, int32_t *out,
                                         int32_t *out_n, int32_t out_stride, cudaStream_t st);
+/* locks_cuda_summary_build on stream st instead of the cache's (the GPU engine builds a
+ * filled page's summary on a forked branch of its decode graph when nothing in the
+ * token reads it). */
+locks_status locks_cuda_summary_build_on(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages, int32_t n,
+                                         cudaStream_t st);
 /* Score blocks (normaliser partials) per segment for max_pages pages. */
 int32_t locks_cuda_score_blocks(const locks_cuda_cache *c, int32_t n_seqs, int32_t hq, int32_t max_pages);
 

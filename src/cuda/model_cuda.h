@@ -163,6 +163,14 @@ locks_status lg_gemv_prepare(void);
  * F32 (float out). */
 locks_status lg_op_rmsnorm(const float *d_x, const float *d_w, int32_t n, int32_t dim, float eps,
                            locks_dtype out_type, void *d_out);
+/* The engine's small kernels as it launches them (model_ops.cuh's LG_OPS_*: how 0 the first
+ * kernels, 1 the register form, 2 that with programmatic dependent launch), each right
+ * after a kernel that copies d_x (d_gu) into a scratch buffer first filled with NaN bits,
+ * so a PDL kernel that read its input before its wait would see NaNs. op: 0 RMSNorm
+ * (as lg_op_rmsnorm), 1 SwiGLU (as lg_op_swiglu, cols = ffn), 2 the fp32 -> out_type cast
+ * of n x cols values. */
+locks_status lg_op_small(int op, int how, const float *d_x, const float *d_w, int32_t n, int32_t cols, float eps,
+                         locks_dtype out_type, void *d_out);
 /* RoPE in place on rows of width row_stride: heads [0, n_heads) of head_dim at offset 0
  * of each row, adjacent pairs (2i, 2i+1) of the first n_rot dims, angle pos[t] * inv_freq[i]. */
 locks_status lg_op_rope(float *d_x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim,

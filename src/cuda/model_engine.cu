@@ -13,6 +13,12 @@
  *            xb = silu(g) * u ; x += Wdown xb
  * LOCKS_ENGINE_FUSED=0 (read at lg_ctx_init) restores the earlier preparation for A/B
  * timing: two RoPE launches, a 2D copy of q, the K/V append, qprep of the copy.
+ * The small kernels (norms, the cast, SwiGLU, attention prep) are launched with
+ * programmatic dependent launch, so each one's launch overlaps the end of the product
+ * before it; embed and the decode prep are one kernel; with the full selector the
+ * summary of a page that fills is built on a branch forked from the layer and joined at
+ * the token's end (no kernel of a dense token reads summaries). LOCKS_ENGINE_REST=0
+ * restores the earlier launches (A/B timing); the arithmetic is the same bit for bit.
  *   head     xb = rms(x) ; logits = Wout xb ; tok = sample(logits)
  * Nothing in it depends on the host after capture: lengths, block tables, positions and
  * the input token are read from device memory, and the sampled token is the next
@@ -287,6 +293,13 @@ struct lg_ctx {
     int32_t max_ctx;
     int step_set;
     int prep_fused; /* decode attention prep in one kernel (LOCKS_ENGINE_FUSED=0: the old launches) */
+    int rest;       /* the small kernels (norms, cast, SwiGLU, attention prep) with programmatic
+                     * dependent launch, the embedding and decode prep in one kernel, and a dense
+                     * token's summary builds on a forked branch (LOCKS_ENGINE_REST=0: the
+                     * earlier launches, for A/B timing; see lg_ctx_init) */
+    cudaStream_t side;           /* the forked branch of a decode token (summary builds) */
+    cudaEvent_t ev_fork, ev_join;
+    int forked;                  /* enqueue time: work is pending on side */
     cudaGraphExec_t graph[LG_PART_ALL + 1]; /* per parts mask */
     /* lg_verify's buffers, made on its first call */
     float *v_logits;   /* (v_rows, n_vocab) */
@@ -309,6 +322,9 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
         if (bufs[i]) cudaFree(bufs[i]);
     if (e->ev0) cudaEventDestroy(e->ev0);
     if (e->ev1) cudaEventDestroy(e->ev1);
+    if (e->ev_fork) cudaEventDestroy(e->ev_fork);
+    if (e->ev_join) cudaEventDestroy(e->ev_join);
+    if (e->side) cudaStreamDestroy(e->side);
     locks_free(e->h_pos);
     locks_free(e);
 }
@@ -431,6 +447,14 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         e->max_ctx = cache->p.n_pages * LOCKS_PAGE;
         const char *fz = getenv("LOCKS_ENGINE_FUSED");
         e->prep_fused = !(fz && fz[0] == '0');
+        const char *rz = getenv("LOCKS_ENGINE_REST");
+        e->rest = !(rz && rz[0] == '0');
+        if (cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaEventCreateWithFlags(&e->ev_fork, cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventCreateWithFlags(&e->ev_join, cudaEventDisableTiming) != cudaSuccess) {
+            st = LOCKS_ERR_BACKEND;
+            goto fail;
+        }
     }
     if (err) *err = LOCKS_OK;
     return e;
@@ -449,6 +473,9 @@ static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, i
     return LOCKS_OK;
 }
 
+/* How the engine launches its small kernels (model_ops.cuh's LG_OPS_*). */
+static int ops_how(const lg_ctx *e) { return e->rest ? LG_OPS_PDL : LG_OPS_PLAIN; }
+
 /* y (n, rows) = rms(x) . W^T with norm weight nw: one gemv.cu product in a fused decode
  * token (the norm from the partial sums of squares the last residual write left), else
  * the RMSNorm kernel and cuBLAS. */
@@ -460,7 +487,8 @@ static locks_status norm_product(lg_ctx *e, const float *nw, const void *w, int3
                                      s->norm_eps, y, rows, 0, NULL, e->gemv == 2, e->st));
         return LOCKS_OK;
     }
-    if (parts & LG_PART_REST) LOCKS_TRY(lg_rmsnorm_launch(e->x, nw, n, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
+    if (parts & LG_PART_REST)
+        LOCKS_TRY(lg_rmsnorm_launch_ex(e->x, nw, n, s->dim, s->norm_eps, s->wtype, e->xb, ops_how(e), e->st));
     if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, rows, s->dim, n, y, 0.f));
     return LOCKS_OK;
 }
@@ -479,8 +507,8 @@ static locks_status residual_product(lg_ctx *e, int mode, const float *src, cons
         return LOCKS_OK;
     }
     if (parts & LG_PART_REST) {
-        if (mode == LG_GEMV_SWIGLU) LOCKS_TRY(lg_swiglu_launch(src, n, cols, s->wtype, e->xb, e->st));
-        else LOCKS_TRY(lg_cast_launch(src, (size_t)n * cols, s->wtype, e->xb, e->st));
+        if (mode == LG_GEMV_SWIGLU) LOCKS_TRY(lg_swiglu_launch_ex(src, n, cols, s->wtype, e->xb, ops_how(e), e->st));
+        else LOCKS_TRY(lg_cast_launch_ex(src, (size_t)n * cols, s->wtype, e->xb, ops_how(e), e->st));
     }
     if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, s->dim, cols, n, e->x, 1.f));
     return LOCKS_OK;
@@ -676,12 +704,23 @@ static locks_status enqueue_prep(lg_ctx *e, int32_t layer) {
     const int32_t ns = e->n_seqs;
     const float scale = e->step.scale > 0.f ? e->step.scale : 1.f / sqrtf((float)s->head_dim);
     if (e->prep_fused) {
-        LOCKS_TRY(lg_attn_prep_launch(c, layer, e->qkv, e->qkv_dim, s->n_heads, s->n_rot, e->inv_freq, e->pos, ns, e->st));
+        LOCKS_TRY(lg_attn_prep_launch_ex(c, layer, e->qkv, e->qkv_dim, s->n_heads, s->n_rot, e->inv_freq, e->pos, ns,
+                                         e->rest, e->st));
     } else {
         LOCKS_TRY(rope_copy(e, ns));
         LOCKS_TRY(lg_kv_append_launch(c, layer, e->qkv, e->qkv_dim, e->q_dim, e->pos, ns, e->st));
     }
-    LOCKS_TRY(locks_cuda_summary_build(c, layer, e->build, ns));
+    if (e->rest && e->step.selector == LOCKS_SEL_FULL) {
+        /* nothing in a dense token reads summaries: the build of a page that fills runs on
+         * a branch forked here and joined at the token's end (enqueue_decode), off the
+         * layers' critical path; the side stream keeps the layers' builds in order */
+        CU_TRY(cudaEventRecord(e->ev_fork, e->st));
+        CU_TRY(cudaStreamWaitEvent(e->side, e->ev_fork, 0));
+        e->forked = 1;
+        LOCKS_TRY(locks_cuda_summary_build_on(c, layer, e->build, ns, e->side));
+    } else {
+        LOCKS_TRY(locks_cuda_summary_build(c, layer, e->build, ns));
+    }
     if (e->prep_fused) return locks_cuda_qprep_launch(c, e->qkv, e->qkv_dim, ns, s->n_heads, scale, e->st);
     return locks_cuda_qprep_launch(c, e->q, e->q_dim, ns, s->n_heads, scale, e->st);
 }
@@ -702,10 +741,14 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
     const lg_shape *s = &e->m->s;
     const int32_t ns = e->n_seqs;
     locks_cuda_cache *c = e->cc;
-    if (parts & (LG_PART_REST | LG_PART_PREP)) {
+    const int one_launch = e->rest && !e->gemv_now && (parts & LG_PART_REST);
+    if (one_launch) {
+        LOCKS_TRY(lg_embed_prep_launch(e->m->tok_embd, s->wtype, e->tok, s->dim, e->x, c->seq_len, c->block_table,
+                                       c->p.n_pages, ns, e->pos, e->build, e->st));
+    } else if (parts & (LG_PART_REST | LG_PART_PREP)) {
         LOCKS_TRY(lg_decode_prep_launch(c->seq_len, c->block_table, c->p.n_pages, ns, e->pos, e->build, e->st));
     }
-    if (parts & LG_PART_REST) {
+    if ((parts & LG_PART_REST) && !one_launch) {
         if (e->gemv_now) {
             LOCKS_TRY(lg_embed_ss_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->ss, e->st));
         } else {
@@ -729,8 +772,17 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
 /* Every kernel of one decode token, through gemv.cu's fused products where they apply. */
 static locks_status enqueue_decode(lg_ctx *e, int parts) {
     e->gemv_now = e->gemv;
-    const locks_status st = enqueue_decode_body(e, parts);
+    e->forked = 0;
+    locks_status st = enqueue_decode_body(e, parts);
     e->gemv_now = 0;
+    if (e->forked) { /* join the summary branch (also after a failure: a capture must end joined) */
+        e->forked = 0;
+        if (cudaEventRecord(e->ev_join, e->side) != cudaSuccess ||
+            cudaStreamWaitEvent(e->st, e->ev_join, 0) != cudaSuccess) {
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: cannot join the summary branch");
+            if (st == LOCKS_OK) st = LOCKS_ERR_BACKEND;
+        }
+    }
     return st;
 }
 
@@ -854,6 +906,27 @@ extern "C" locks_status lg_op_rmsnorm(const float *d_x, const float *d_w, int32_
     LOCKS_TRY(lg_rmsnorm_launch(d_x, d_w, n, dim, eps, out_type, d_out, 0));
     CU_TRY(cudaDeviceSynchronize());
     return LOCKS_OK;
+}
+extern "C" locks_status lg_op_small(int op, int how, const float *d_x, const float *d_w, int32_t n, int32_t cols,
+                                    float eps, locks_dtype out_type, void *d_out) {
+    if (op < 0 || op > 2 || how < LG_OPS_PLAIN || how > LG_OPS_PDL || !d_x || !d_out || n < 1 || cols < 1 ||
+        (op == 0 && !d_w))
+        return LOCKS_ERR_INVALID_ARG;
+    const size_t in = (size_t)n * cols * (op == 1 ? 2 : 1);
+    float *scratch = NULL;
+    cudaStream_t st = NULL;
+    CU_TRY(cudaMalloc((void **)&scratch, in * 4));
+    locks_status r = LOCKS_OK;
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) st = NULL, r = LOCKS_ERR_BACKEND;
+    if (r == LOCKS_OK && (cudaMemsetAsync(scratch, 0xff, in * 4, st) != cudaSuccess)) r = LOCKS_ERR_BACKEND;
+    if (r == LOCKS_OK) r = lg_cast_launch(d_x, in, LOCKS_DTYPE_F32, scratch, st); /* the producer kernel */
+    if (r == LOCKS_OK && op == 0) r = lg_rmsnorm_launch_ex(scratch, d_w, n, cols, eps, out_type, d_out, how, st);
+    if (r == LOCKS_OK && op == 1) r = lg_swiglu_launch_ex(scratch, n, cols, out_type, d_out, how, st);
+    if (r == LOCKS_OK && op == 2) r = lg_cast_launch_ex(scratch, in, out_type, d_out, how, st);
+    if (st && cudaStreamSynchronize(st) != cudaSuccess && r == LOCKS_OK) r = LOCKS_ERR_BACKEND;
+    if (st) cudaStreamDestroy(st);
+    cudaFree(scratch);
+    return r;
 }
 extern "C" locks_status lg_op_rope(float *d_x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim,
                                    int32_t n_rot, const float *d_inv_freq, const int32_t *d_pos) {

@@ -67,11 +67,61 @@ static __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *
     for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) store_out(out, (size_t)t * dim + i, xt[i] * r * w[i], type);
 }
 
+/* The same norm with the row held in registers: thread i takes elements i + ROW_THREADS k,
+ * k < K, loads them all before the first use (one round trip instead of K) and reads x
+ * once; the sums are formed in the order of rmsnorm_kernel (per thread ascending k, then
+ * block_sum), so the output is bit for bit the same. With programmatic dependent launch
+ * (pdl) the norm weights are loaded before the wait and x after it: x is the previous
+ * kernel's output, so it is read through a plain pointer (common.cuh's PDL rules). */
+template <int K>
+static __global__ void __launch_bounds__(ROW_THREADS)
+rmsnorm_reg_kernel(const float *x, const float *__restrict__ w, int32_t dim, float eps, int type, void *out) {
+    __shared__ float ws[32];
+    const int32_t t = blockIdx.x;
+    float wv[K], xv[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int32_t i = threadIdx.x + ROW_THREADS * k;
+        wv[k] = i < dim ? w[i] : 0.f;
+    }
+    pdl_wait();
+    const float *xt = x + (size_t)t * dim;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int32_t i = threadIdx.x + ROW_THREADS * k;
+        xv[k] = i < dim ? xt[i] : 0.f;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        if (threadIdx.x + ROW_THREADS * k < dim) ss += xv[k] * xv[k];
+    ss = block_sum(ss, ws);
+    const float r = rsqrtf(ss / (float)dim + eps);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int32_t i = threadIdx.x + ROW_THREADS * k;
+        if (i < dim) store_out(out, (size_t)t * dim + i, xv[k] * r * wv[k], type);
+    }
+}
+
+locks_status lg_rmsnorm_launch_ex(const float *x, const float *w, int32_t n, int32_t dim, float eps, locks_dtype type,
+                                  void *out, int how, cudaStream_t st) {
+    const int32_t k = (dim + ROW_THREADS - 1) / ROW_THREADS;
+    if (how == LG_OPS_PLAIN || k > 32) {
+        rmsnorm_kernel<<<(unsigned)n, ROW_THREADS, 0, st>>>(x, w, dim, eps, (int)type, out);
+        CU_LAUNCH_CHECK(rmsnorm_kernel);
+        return LOCKS_OK;
+    }
+    void (*kern)(const float *, const float *, int32_t, float, int, void *) =
+        k <= 2 ? rmsnorm_reg_kernel<2> : k <= 4 ? rmsnorm_reg_kernel<4> : k <= 8 ? rmsnorm_reg_kernel<8>
+        : k <= 16 ? rmsnorm_reg_kernel<16> : rmsnorm_reg_kernel<32>;
+    CU_TRY(launch_k(how == LG_OPS_PDL, kern, dim3((unsigned)n), dim3(ROW_THREADS), 0, st, x, w, dim, eps, (int)type, out));
+    return LOCKS_OK;
+}
+
 locks_status lg_rmsnorm_launch(const float *x, const float *w, int32_t n, int32_t dim, float eps, locks_dtype type,
                                void *out, cudaStream_t st) {
-    rmsnorm_kernel<<<(unsigned)n, ROW_THREADS, 0, st>>>(x, w, dim, eps, (int)type, out);
-    CU_LAUNCH_CHECK(rmsnorm_kernel);
-    return LOCKS_OK;
+    return lg_rmsnorm_launch_ex(x, w, n, dim, eps, type, out, LG_OPS_FAST, st);
 }
 
 /* ---- RoPE: thread per (token, head, pair); angles in double like the CPU -------------- */
@@ -111,11 +161,33 @@ static __global__ void swiglu_kernel(const float *__restrict__ gu, int32_t n, in
     store_out(out, (size_t)i, g / (1.f + expf(-g)) * u, type);
 }
 
-locks_status lg_swiglu_launch(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, cudaStream_t st) {
+/* swiglu_kernel's arithmetic, launchable with programmatic dependent launch: gu (the
+ * previous product's output) is read after the wait, through a plain pointer. */
+static __global__ void swiglu_pdl_kernel(const float *gu, int32_t n, int32_t ffn, int type, void *out) {
+    pdl_wait();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * ffn) return;
+    const int32_t t = (int32_t)(i / ffn), j = (int32_t)(i % ffn);
+    const float g = gu[(size_t)t * 2 * ffn + j], u = gu[(size_t)t * 2 * ffn + ffn + j];
+    store_out(out, (size_t)i, g / (1.f + expf(-g)) * u, type);
+}
+
+locks_status lg_swiglu_launch_ex(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, int how,
+                                 cudaStream_t st) {
     const int64_t items = (int64_t)n * ffn;
-    swiglu_kernel<<<(unsigned)((items + ROW_THREADS - 1) / ROW_THREADS), ROW_THREADS, 0, st>>>(gu, n, ffn, (int)type, out);
-    CU_LAUNCH_CHECK(swiglu_kernel);
+    const unsigned blocks = (unsigned)((items + ROW_THREADS - 1) / ROW_THREADS);
+    if (how == LG_OPS_PLAIN) {
+        swiglu_kernel<<<blocks, ROW_THREADS, 0, st>>>(gu, n, ffn, (int)type, out);
+        CU_LAUNCH_CHECK(swiglu_kernel);
+        return LOCKS_OK;
+    }
+    CU_TRY(launch_k(how == LG_OPS_PDL, swiglu_pdl_kernel, dim3(blocks), dim3(ROW_THREADS), 0, st, gu, n, ffn, (int)type,
+                    out));
     return LOCKS_OK;
+}
+
+locks_status lg_swiglu_launch(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, cudaStream_t st) {
+    return lg_swiglu_launch_ex(gu, n, ffn, type, out, LG_OPS_PLAIN, st);
 }
 
 /* ---- decode: positions, K/V append, pages to summarise ------------------------------------ */
@@ -129,6 +201,31 @@ static __global__ void decode_prep_kernel(const int32_t *__restrict__ seq_len, c
     const int32_t p = seq_len[s] - 1;
     pos[s] = p;
     build[s] = (p % 16 == 15) ? bt[(size_t)s * n_pages_pool + p / 16] : -1;
+}
+
+/* The decode token's first kernel: embed_kernel's gather of row blockIdx.x and, in block 0,
+ * decode_prep_kernel's positions and pages to summarise (one launch instead of two). */
+static __global__ void embed_prep_kernel(const void *__restrict__ e, int type, const int32_t *__restrict__ tok,
+                                         int32_t dim, float *__restrict__ x, const int32_t *__restrict__ seq_len,
+                                         const int32_t *__restrict__ bt, int32_t n_pages_pool, int32_t n_seqs,
+                                         int32_t *pos, int32_t *build) {
+    const int32_t t = blockIdx.x;
+    if (t == 0 && (int32_t)threadIdx.x < n_seqs) {
+        const int32_t s = threadIdx.x, p = seq_len[s] - 1;
+        pos[s] = p;
+        build[s] = (p % 16 == 15) ? bt[(size_t)s * n_pages_pool + p / 16] : -1;
+    }
+    const size_t row = (size_t)tok[t] * dim;
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) x[(size_t)t * dim + i] = load16(e, row + i, type);
+}
+
+locks_status lg_embed_prep_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t dim, float *x,
+                                  const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool, int32_t n_seqs,
+                                  int32_t *pos, int32_t *build, cudaStream_t st) {
+    embed_prep_kernel<<<(unsigned)n_seqs, ROW_THREADS, 0, st>>>(e, (int)type, tok, dim, x, seq_len, bt, n_pages_pool,
+                                                                 n_seqs, pos, build);
+    CU_LAUNCH_CHECK(embed_prep_kernel);
+    return LOCKS_OK;
 }
 
 locks_status lg_decode_prep_launch(const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool, int32_t n_seqs,
@@ -394,10 +491,26 @@ static __global__ void cast_kernel(const float *__restrict__ x, size_t n, int ty
         store_out(out, i, x[i], type);
 }
 
-locks_status lg_cast_launch(const float *x, size_t n, locks_dtype type, void *out, cudaStream_t st) {
+/* cast_kernel launchable with programmatic dependent launch (x read after the wait). */
+static __global__ void cast_pdl_kernel(const float *x, size_t n, int type, void *out) {
+    pdl_wait();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        store_out(out, i, x[i], type);
+}
+
+locks_status lg_cast_launch_ex(const float *x, size_t n, locks_dtype type, void *out, int how, cudaStream_t st) {
     size_t blocks = (n + ROW_THREADS - 1) / ROW_THREADS;
     if (blocks > 4096) blocks = 4096;
-    cast_kernel<<<(unsigned)blocks, ROW_THREADS, 0, st>>>(x, n, (int)type, out);
-    CU_LAUNCH_CHECK(cast_kernel);
+    if (how == LG_OPS_PLAIN) {
+        cast_kernel<<<(unsigned)blocks, ROW_THREADS, 0, st>>>(x, n, (int)type, out);
+        CU_LAUNCH_CHECK(cast_kernel);
+        return LOCKS_OK;
+    }
+    CU_TRY(launch_k(how == LG_OPS_PDL, cast_pdl_kernel, dim3((unsigned)blocks), dim3(ROW_THREADS), 0, st, x, n,
+                    (int)type, out));
     return LOCKS_OK;
+}
+
+locks_status lg_cast_launch(const float *x, size_t n, locks_dtype type, void *out, cudaStream_t st) {
+    return lg_cast_launch_ex(x, n, type, out, LG_OPS_PLAIN, st);
 }

@@ -18,6 +18,20 @@ locks_status lg_rmsnorm_launch(const float *x, const float *w, int32_t n, int32_
 locks_status lg_rope_launch(float *x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim, int32_t n_rot,
                             const float *inv_freq, const int32_t *pos, cudaStream_t st);
 locks_status lg_swiglu_launch(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, cudaStream_t st);
+/* How the small kernels below are launched (the _ex forms): LG_OPS_PLAIN the first
+ * versions, LG_OPS_FAST the same arithmetic (bit for bit) in fewer memory round trips,
+ * LG_OPS_PDL that with programmatic dependent launch (the kernel's launch overlaps the
+ * end of the previous kernel; it reads that kernel's output only after its wait). */
+enum { LG_OPS_PLAIN = 0, LG_OPS_FAST = 1, LG_OPS_PDL = 2 };
+locks_status lg_rmsnorm_launch_ex(const float *x, const float *w, int32_t n, int32_t dim, float eps, locks_dtype type,
+                                  void *out, int how, cudaStream_t st);
+locks_status lg_swiglu_launch_ex(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, int how,
+                                 cudaStream_t st);
+locks_status lg_cast_launch_ex(const float *x, size_t n, locks_dtype type, void *out, int how, cudaStream_t st);
+/* lg_embed_launch of the n_seqs decode tokens and lg_decode_prep_launch in one kernel. */
+locks_status lg_embed_prep_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t dim, float *x,
+                                  const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool, int32_t n_seqs,
+                                  int32_t *pos, int32_t *build, cudaStream_t st);
 locks_status lg_decode_prep_launch(const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool, int32_t n_seqs,
                                    int32_t *pos, int32_t *build, cudaStream_t st);
 locks_status lg_kv_append_launch(locks_cuda_cache *c, int32_t layer, const float *qkv, int32_t row_stride, int32_t k_off,
@@ -27,6 +41,10 @@ locks_status lg_kv_append_launch(locks_cuda_cache *c, int32_t layer, const float
 locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
                                  int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs,
                                  cudaStream_t st);
+/* The same, launched with programmatic dependent launch if pdl (qkv read after the wait). */
+locks_status lg_attn_prep_launch_ex(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
+                                    int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs, int pdl,
+                                    cudaStream_t st);
 /* d_ws: lg_sample_ws_bytes(n_rows) of device memory, zeroed once before the first call
  * (the greedy argmax's partials and tickets; it leaves the tickets zero). */
 locks_status lg_sample_launch(const float *logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *d_p,

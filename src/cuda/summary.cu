@@ -383,3 +383,10 @@ extern "C" locks_status locks_cuda_summary_build(locks_cuda_cache *c, int32_t la
     if (n == 0) return LOCKS_OK;
     return summary_launch(c, layer, d_pages, n, c->stream);
 }
+
+locks_status locks_cuda_summary_build_on(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages, int32_t n,
+                                         cudaStream_t st) {
+    if (!c || !d_pages || layer < 0 || layer >= c->p.n_layers || n < 0) return LOCKS_ERR_INVALID_ARG;
+    if (n == 0) return LOCKS_OK;
+    return summary_launch(c, layer, d_pages, n, st);
+}
