@@ -17,7 +17,8 @@
 #            llama-bench and ours on the GLM-4-9B shape, batch 8 rows, then the step of one
 #            layer against cuDNN SDPA (scripts/gpu-check.sh's bench and table; NO_STEP=1 skips).
 #   call 3:  scripts/gpu-final.sh 3 SHA256   carry .gpu-stage/lead/smollm2.part01
-#            SmolLM2 on the GPU (test_gpu_model, demo, run, test_gpu_verify) and the
+#            SmolLM2 on the GPU (test_gpu_model, demo, run, test_gpu_verify, _verify_exact),
+#            `locks bench --speculate 4` at the Llama shape (NO_SPEC=1 skips) and the
 #            torch/transformers tests.
 #   here:    bench/llamacpp-peer.sh table DIR1 DIR2   (the joined side-by-side table)
 # Everything a call writes lands in $OUT/final<N>.tar.gz plus $OUT/summary<N>.txt (a call
@@ -57,6 +58,7 @@ if [ "$1" = 1 ]; then
   done
   run_test test_gpu_cp 60 LOCKS_CP_RANKS=1
   run_test test_gpu_verify 120   # without LOCKS_MODEL: the verify kernel against float64
+  run_test test_gpu_verify_exact 150   # without LOCKS_MODEL: tiny random models, verify == decode bit for bit
   say "ours: llama3-8b"
   ( PARTS=ours LOCKS=$B/locks CONTEXTS=32,32768,131072,262144,524288 BATCHES=1 TTFT=32k,128k \
       bench/llamacpp-peer.sh device llama3-8b "$STAGE" ) > "$W/ours-llama.txt" 2>&1 || rc=1
@@ -96,6 +98,11 @@ OUT=$W/model QUICK=1 PREBUILT=$B scripts/gpu-model-check.sh 2 .gpu-stage/lead/sm
 grep -E "^==|agreement|needle|identical|DIFFER|FAIL|passed|failed" "$W/model.txt" | head -40
 run_test test_gpu_verify 180 LOCKS_MODEL=$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf
 grep -E "^(verify vs|greedy, all|sampled)" "$W/test_gpu_verify.log"
+run_test test_gpu_verify_exact 150 LOCKS_MODEL=$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -z "${NO_SPEC:-}" ]; then say "speculation at the Llama-3.1-8B shape (verify of K + 1 rows vs dense decode)"
+timeout 150 "$B/locks" bench --backend cuda --model llama3-8b --context 32k,256k --batch 1 --ttft 0 --speculate 4 \
+  > "$W/spec-llama.txt" 2>&1 || rc=1
+grep -E "ms/token|speculate K|bit for bit|from acceptance|not reached" "$W/spec-llama.txt"; fi
 ln -sfn "$B" build-verify
 OUT=$W/py scripts/gpu-python-check.sh build-verify > "$W/py.txt" 2>&1 || rc=1
 tail -6 "$W/py.txt"
