@@ -2,10 +2,12 @@
 # dev/cuda/summ12_run.sh — summ12's device call (issue 12: the summary build). Binaries
 # come prebuilt in bin.tar.xz beside the tree root (build-cuda's locks, test_gpu_ops,
 # test_gpu_model_ops, test_gpu_fault for sm_90). The GPU tests with the new kernel
-# (default) and test_gpu_ops with the old one (LOCKS_CUDA_SUMMARY_OLD=1); then, new and
-# old one after the other in this call: the 128K-prefill summary build of
-# `locks bench --backend cuda` (ranks 8 q, 15 q, 8 f32) and the engine's mid-page /
-# page-fill token times (llama3-8b, glm4-9b, context 32768). Logs: $OUT/logs.tar.xz.
+# (default) and test_gpu_ops with the others (LOCKS_CUDA_SUMMARY_OLD=1: the old kernel,
+# =2: the register kernel with fp32 keys in shared memory); then, the variants one after
+# the other in this call: the 128K-prefill summary build of `locks bench --backend cuda`
+# (ranks 8 q, 15 q, 8 f32; SUMM12_VARIANTS, default "0 2 1") and the engine's mid-page /
+# page-fill token times (SUMM12_MODELS, default "llama3-8b glm4-9b", context 32768, the
+# new kernel and the old). Logs: $OUT/logs.tar.xz.
 set -uo pipefail
 FOUT=${OUT:-/tmp/summ12}
 L=/tmp/summ12w
@@ -21,19 +23,21 @@ for t in test_gpu_ops test_gpu_model_ops test_gpu_fault; do
   say "$t: $(tail -1 "$L/$t.log")"
   grep -m8 "FAIL" -B2 "$L/$t.log"
 done
-LOCKS_CUDA_SUMMARY_OLD=1 timeout 120 "$B/test_gpu_ops" > "$L/test_gpu_ops_old.log" 2>&1 || rc=1
-say "test_gpu_ops (old kernel): $(tail -1 "$L/test_gpu_ops_old.log")"
+for v in 1 2; do
+  LOCKS_CUDA_SUMMARY_OLD=$v timeout 120 "$B/test_gpu_ops" > "$L/test_gpu_ops_old$v.log" 2>&1 || rc=1
+  say "test_gpu_ops (LOCKS_CUDA_SUMMARY_OLD=$v): $(tail -1 "$L/test_gpu_ops_old$v.log")"
+done
 for rep in 1 2; do
-  for v in 0 1; do
+  for v in ${SUMM12_VARIANTS:-0 2 1}; do
     for cfg in "8 q" "15 q" "8 f32"; do
       set -- $cfg
-      LOCKS_CUDA_SUMMARY_OLD=$v timeout 60 "$B/locks" bench --backend cuda --shape llama3-8b,glm4-9b --context 32k \
+      LOCKS_CUDA_SUMMARY_OLD=$v timeout 60 "$B/locks" bench --backend cuda --shape llama3-8b,glm4-9b --context 128k \
         --batch 1 --trials 3 --prefill 128k --rank "$1" --summary "$2" > "$L/build-old$v-r$1$2-$rep.log" 2>&1 || rc=1
       echo "old=$v rank $1 $2: $(grep "summary build" "$L/build-old$v-r$1$2-$rep.log" | sed -E 's/summary build, 131072-token prefill//' | tr '\n' ' ')"
     done
   done
 done
-for m in llama3-8b glm4-9b; do
+for m in ${SUMM12_MODELS:-llama3-8b glm4-9b}; do
   for v in 0 1; do
     LOCKS_CUDA_SUMMARY_OLD=$v timeout 150 "$B/locks" bench --backend cuda --model $m --context 32768 --batch 1 --ttft 0 \
       --csv "$L/engine-$m-old$v.csv" > "$L/engine-$m-old$v.log" 2>&1 || rc=1
