@@ -3,7 +3,9 @@
 # come prebuilt in bin.tar.xz beside the tree root (build-cuda's locks, test_gpu_ops,
 # test_gpu_model_ops, test_gpu_fault for sm_90). The GPU tests with the new kernel
 # (default) and test_gpu_ops with the others (LOCKS_CUDA_SUMMARY_OLD=1: the old kernel,
-# =2: the register kernel with fp32 keys in shared memory); then, the variants one after
+# =2: at commit 1ff7a9a only, where the default kept the keys 16-bit in shared memory and
+# =2 selected the fp32 layout, the kernel src/cuda/summary.cu keeps now; a value the
+# binary does not know runs its default); then, the variants one after
 # the other in this call: the 128K-prefill summary build of `locks bench --backend cuda`
 # (ranks 8 q, 15 q, 8 f32; SUMM12_VARIANTS, default "0 2 1") and the engine's mid-page /
 # page-fill token times (SUMM12_MODELS, default "llama3-8b glm4-9b", context 32768, the

@@ -1,7 +1,11 @@
 /*
- * summary.cu — summary build on the GPU: one warp per (page, KV head).
+ * summary.cu — summary build on the GPU. Two kernels compute the same summary:
+ * summary2_kernel (the default; two pages per warp, Jacobi in registers: see its comment
+ * below) and summary_kernel (one warp per (page, KV head), Jacobi in shared memory;
+ * LOCKS_CUDA_SUMMARY_OLD=1 selects it, read once per process). bench/RESULTS.md, issue 12
+ * summary build (summ12), compares them.
  *
- * The warp loads the page's 16 keys into shared memory, centres them (mu), forms the
+ * summary_kernel: the warp loads the page's 16 keys into shared memory, centres them (mu), forms the
  * 16x16 Gram matrix X X^T, diagonalises it with parallel cyclic Jacobi (round-robin
  * ordering: 8 disjoint rotations per round, 15 rounds per sweep, until the
  * off-diagonal norm is below 1e-5 of the total, at most 8 sweeps), takes the top-r eigenpairs
@@ -342,41 +346,16 @@ summary_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t 
  * row by shfl_xor(., m). The diagonal is set by its closed form (as summary.c), the
  * rotated pair element to zero. A converged page of the warp stops rotating (same
  * criterion as above: off-diagonal norm <= 1e-5 of the total, at most 8 sweeps).
- * Keys and the Gram matrix go through shared memory (a 4 x 4 tile of A per lane); the
- * keys stay there as stored (16-bit, centred as read: RAW, the default) or centred in
- * fp32 (LOCKS_CUDA_SUMMARY_OLD=2), the same values either way. The basis, its sign fix
- * and the quantization are spread over the 16 lanes by dims. */
+ * Keys and the Gram matrix go through shared memory (a 4 x 4 tile of A per lane);
+ * the basis, its sign fix and the quantization are spread over the 16 lanes by dims. */
 #define SUMM2_WARPS 2
 
-template <int D, bool RAW> struct summ2_smem;
-template <int D> struct __align__(16) summ2_smem<D, false> {
+template <int D> struct __align__(16) summ2_smem {
     float x[16][D + 4]; /* centred keys */
     float mu[D];
     float g[16][20]; /* Gram matrix, then U transposed: g[col][row] (16-byte rows) */
     int order[16];
 };
-/* RAW: the keys as stored (16-bit), centred when read: the same fp32 values as x above
- * (to_f(k) - mu), in 40% less shared memory per page (more pages resident per SM) */
-template <int D> struct __align__(16) summ2_smem<D, true> {
-    uint16_t k[16][D + 8];
-    float mu[D];
-    float g[16][20];
-    int order[16];
-};
-
-/* centred x[i][d .. d + 3] (mu4 = mu[d .. d + 3]; unused for the fp32 layout) */
-template <int D, typename T, bool RAW>
-static __device__ __forceinline__ float4 x_load(const summ2_smem<D, RAW> &sm, int i, int d, float4 mu4) {
-    if constexpr (RAW) {
-        const uint2 w = *reinterpret_cast<const uint2 *>(&sm.k[i][d]);
-        const T *e = reinterpret_cast<const T *>(&w);
-        return make_float4(kv_traits<T>::to_f(e[0]) - mu4.x, kv_traits<T>::to_f(e[1]) - mu4.y,
-                           kv_traits<T>::to_f(e[2]) - mu4.z, kv_traits<T>::to_f(e[3]) - mu4.w);
-    } else {
-        (void)mu4;
-        return *reinterpret_cast<const float4 *>(&sm.x[i][d]);
-    }
-}
 
 static __device__ __forceinline__ float half_max(float x) {
     for (int o = 8; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -445,7 +424,7 @@ static __device__ __forceinline__ void jacobi_sweep(float (&b)[16], float (&ub)[
     jacobi_round<15>(b, ub, li, active);
 }
 
-template <int D, typename T, int RS, bool RAW>
+template <int D, typename T, int RS>
 static __global__ void __launch_bounds__(SUMM2_WARPS * 32)
 summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t *__restrict__ pages, int32_t n,
                 int32_t hkv, int32_t n_pages_pool, int32_t rank, summary_out o) {
@@ -453,7 +432,7 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
     const bool f32 = o.mu_f != nullptr;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int lane = threadIdx.x & 31, li = lane & 15, hbase = lane & 16;
-    summ2_smem<D, RAW> &sm = reinterpret_cast<summ2_smem<D, RAW> *>(smem_raw)[(threadIdx.x >> 4)];
+    summ2_smem<D> &sm = reinterpret_cast<summ2_smem<D> *>(smem_raw)[(threadIdx.x >> 4)];
     const int64_t item = ((int64_t)blockIdx.x * SUMM2_WARPS + (threadIdx.x >> 5)) * 2 + (lane >> 4);
     bool valid = item < (int64_t)n * hkv;
     int32_t page = valid ? pages[item / hkv] : 0;
@@ -467,17 +446,18 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
 #pragma unroll
     for (int m = 0; m < D / 8; m++) {
         const int i = li + 16 * m, tok = (8 * i) / D, dim = (8 * i) % D;
-        const uint4 w = valid ? *reinterpret_cast<const uint4 *>(kp + (size_t)tok * ld.tok + dim) : make_uint4(0, 0, 0, 0);
-        if constexpr (RAW) {
-            *reinterpret_cast<uint4 *>(&sm.k[tok][dim]) = w;
-        } else {
+        float f[8];
+        if (valid) {
+            uint4 w = *reinterpret_cast<const uint4 *>(kp + (size_t)tok * ld.tok + dim);
             const T *e = reinterpret_cast<const T *>(&w);
-            float f[8];
 #pragma unroll
             for (int z = 0; z < 8; z++) f[z] = kv_traits<T>::to_f(e[z]);
-            *reinterpret_cast<float4 *>(&sm.x[tok][dim]) = make_float4(f[0], f[1], f[2], f[3]);
-            *reinterpret_cast<float4 *>(&sm.x[tok][dim + 4]) = make_float4(f[4], f[5], f[6], f[7]);
+        } else {
+#pragma unroll
+            for (int z = 0; z < 8; z++) f[z] = 0.f;
         }
+        *reinterpret_cast<float4 *>(&sm.x[tok][dim]) = make_float4(f[0], f[1], f[2], f[3]);
+        *reinterpret_cast<float4 *>(&sm.x[tok][dim + 4]) = make_float4(f[4], f[5], f[6], f[7]);
     }
     __syncwarp();
     /* 2. mean and centring */
@@ -487,18 +467,16 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
         float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int i = 0; i < 16; i++) {
-            const float4 v = x_load<D, T, RAW>(sm, i, d0, make_float4(0.f, 0.f, 0.f, 0.f));
+            const float4 v = *reinterpret_cast<const float4 *>(&sm.x[i][d0]);
             s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
         }
         const float4 mu = make_float4(s.x * (1.f / 16.f), s.y * (1.f / 16.f), s.z * (1.f / 16.f), s.w * (1.f / 16.f));
         *reinterpret_cast<float4 *>(&sm.mu[d0]) = mu;
-        if constexpr (!RAW) {
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
-                float4 v = *reinterpret_cast<const float4 *>(&sm.x[i][d0]);
-                v.x -= mu.x, v.y -= mu.y, v.z -= mu.z, v.w -= mu.w;
-                *reinterpret_cast<float4 *>(&sm.x[i][d0]) = v;
-            }
+        for (int i = 0; i < 16; i++) {
+            float4 v = *reinterpret_cast<const float4 *>(&sm.x[i][d0]);
+            v.x -= mu.x, v.y -= mu.y, v.z -= mu.z, v.w -= mu.w;
+            *reinterpret_cast<float4 *>(&sm.x[i][d0]) = v;
         }
     }
     __syncwarp();
@@ -514,11 +492,10 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
 #pragma unroll 4
         for (int dd = 0; dd < D; dd += 4) {
             float4 ra[4], cv[4];
-            const float4 mu4 = RAW ? *reinterpret_cast<const float4 *>(&sm.mu[dd]) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-            for (int a = 0; a < 4; a++) ra[a] = x_load<D, T, RAW>(sm, rb + 4 * a, dd, mu4);
+            for (int a = 0; a < 4; a++) ra[a] = *reinterpret_cast<const float4 *>(&sm.x[rb + 4 * a][dd]);
 #pragma unroll
-            for (int e = 0; e < 4; e++) cv[e] = x_load<D, T, RAW>(sm, cb + 4 * e, dd, mu4);
+            for (int e = 0; e < 4; e++) cv[e] = *reinterpret_cast<const float4 *>(&sm.x[cb + 4 * e][dd]);
 #pragma unroll
             for (int a = 0; a < 4; a++)
 #pragma unroll
@@ -638,10 +615,9 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
 #pragma unroll
         for (int g = 0; g < G; g++) {
             float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-            const float4 mu4 = RAW ? *reinterpret_cast<const float4 *>(&sm.mu[64 * g + 4 * li]) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int i = 0; i < 16; i++) {
-                const float4 xv = x_load<D, T, RAW>(sm, i, 64 * g + 4 * li, mu4);
+                const float4 xv = *reinterpret_cast<const float4 *>(&sm.x[i][64 * g + 4 * li]);
                 s.x += xv.x * u[i], s.y += xv.y * u[i], s.z += xv.z * u[i], s.w += xv.w * u[i];
             }
             v[4 * g] = null_dir ? 0.f : s.x / sig;
@@ -728,32 +704,13 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
     }
 }
 
-/* LOCKS_CUDA_SUMMARY_OLD: 1 the one-warp-per-page kernel, 2 the register kernel with
- * fp32 keys in shared memory; unset / 0 the register kernel with 16-bit keys. */
-static int summary_variant(void) {
-    static int v = -1; /* read once: not a call to repeat inside a graph capture */
-    if (v < 0) {
+static bool summary_old_kernel(void) {
+    static int old = -1; /* read once: not a call to repeat inside a graph capture */
+    if (old < 0) {
         const char *e = getenv("LOCKS_CUDA_SUMMARY_OLD");
-        v = e ? atoi(e) : 0;
-        if (v < 0 || v > 2) v = 0;
+        old = e && atoi(e) != 0;
     }
-    return v;
-}
-
-template <int D, typename T, int RS, bool RAW>
-static locks_status summary2_launch(const uint16_t *k, kv_strides ld, const int32_t *d_pages, int32_t n, int32_t hkv,
-                                    int32_t n_pages_pool, int32_t rank, summary_out o, cudaStream_t st) {
-    const size_t smem = sizeof(summ2_smem<D, RAW>) * 2 * SUMM2_WARPS;
-    static bool smem_set = false; /* once: not a call to repeat inside a graph capture */
-    if (!smem_set) {
-        CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS, RAW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = true;
-    }
-    const int64_t items = (int64_t)n * hkv;
-    const unsigned blocks = (unsigned)((items + 2 * SUMM2_WARPS - 1) / (2 * SUMM2_WARPS));
-    summary2_kernel<D, T, RS, RAW><<<blocks, SUMM2_WARPS * 32, smem, st>>>(k, ld, d_pages, n, hkv, n_pages_pool, rank, o);
-    CU_LAUNCH_CHECK(summary2_kernel);
-    return LOCKS_OK;
+    return old != 0;
 }
 
 template <int D, typename T, int RS>
@@ -782,12 +739,19 @@ static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const i
         o.coef_q = c->coef + base * 16 * RS;
         o.coef_s = c->coef_scale + base * RS;
     }
-    const int variant = summary_variant();
-    if (variant != 1)
-        return variant == 2 ? summary2_launch<D, T, RS, false>(cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv,
-                                                                c->p.n_pages, c->rank, o, st)
-                            : summary2_launch<D, T, RS, true>(cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv,
-                                                               c->p.n_pages, c->rank, o, st);
+    if (!summary_old_kernel()) {
+        const size_t smem2 = sizeof(summ2_smem<D>) * 2 * SUMM2_WARPS;
+        static bool smem2_set = false;
+        if (!smem2_set) {
+            CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2));
+            smem2_set = true;
+        }
+        const unsigned blocks2 = (unsigned)((items + 2 * SUMM2_WARPS - 1) / (2 * SUMM2_WARPS));
+        summary2_kernel<D, T, RS><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(cache_layer_k(c, layer), cache_strides(c),
+                                                                             d_pages, n, hkv, c->p.n_pages, c->rank, o);
+        CU_LAUNCH_CHECK(summary2_kernel);
+        return LOCKS_OK;
+    }
     summary_kernel<D, T, RS><<<blocks, SUMMARY_WARPS * 32, smem, st>>>(cache_layer_k(c, layer), cache_strides(c),
                                                                         d_pages, n, hkv, c->p.n_pages, c->rank, o);
     CU_LAUNCH_CHECK(summary_kernel);
