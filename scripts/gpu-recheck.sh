@@ -5,10 +5,10 @@
 # benchmarks.
 #   here:    (cd build-cuda && tar cf - locks liblocks.so test_gpu_* | xz --lzma2=preset=6,dict=256MiB \
 #               > ../.gpu-stage/recheck/locks-bin.tar.xz); git rev-parse HEAD > .gpu-stage/recheck/COMMIT
-#            cp .gpu-stage/lead/smollm2.part00 .gpu-stage/recheck/   (split -b 52M of the GGUF)
+#            cp smollm2.part00 .gpu-stage/recheck/ && cp smollm2.part01 .gpu-stage/recheck2/   (split -n 2 -d of the GGUF: part00 + the binaries fit the 64 MiB of a call)
 #   call 1:  scripts/gpu-recheck.sh 1           carry .gpu-stage/recheck
 #            the GPU op tests that need no model
-#   call 2:  scripts/gpu-recheck.sh 2 SHA256    carry .gpu-stage/lead/smollm2.part01
+#   call 2:  scripts/gpu-recheck.sh 2 SHA256    carry .gpu-stage/recheck2 (the rest of the GGUF)
 #            SmolLM2 on the GPU: test_gpu_model, test_gpu_verify_exact, locks demo
 # Logs: $OUT/recheck<N>.tar.gz and the output itself.
 set -uo pipefail
@@ -34,7 +34,7 @@ if [ "$1" = 1 ]; then
   { date -u; cat "$S/COMMIT"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee "$W/env.log"
   for t in test_gpu_ops test_gpu_model_ops test_gpu_fault test_gpu_plan test_gpu_verify_exact; do run_test $t 150; done
 else
-  cp .gpu-stage/lead/smollm2.part01 "$KEEP/" || { echo "no part 1"; exit 1; }
+  cp .gpu-stage/recheck2/smollm2.part01 "$KEEP/" || { echo "no part 1"; exit 1; }
   M=$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf
   cat "$KEEP/smollm2.part00" "$KEEP/smollm2.part01" > "$M"
   echo "${2:-none}  $M" | sha256sum -c - || { echo "SmolLM2 checksum differs"; exit 1; }
