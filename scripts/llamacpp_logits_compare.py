@@ -69,6 +69,7 @@ def main():
         sys.exit(f"first difference at {bad}: ours {otok[bad]} llama.cpp {ltok[bad]}")
 
     top1 = 0
+    nll_l, nll_o = 0.0, 0.0
     dmax, dsum, dcount, kls, where = 0.0, 0.0, 0, [], -1
     for r in range(vals.shape[0]):
         scale, floor = float(head[r, 0]), float(head[r, 1])
@@ -78,6 +79,9 @@ def main():
         x = ours[first + r].astype(np.float64)
         lp_o = x - x.max() - np.log(np.exp(x - x.max()).sum())
         top1 += int(np.argmax(v) == np.argmax(x))
+        nxt = int(ltok[first + r + 1])  # the text's next token (floored on llama.cpp's side)
+        nll_l -= lp_l[nxt]
+        nll_o -= lp_o[nxt]
         d = np.abs(lp_o[kept] - lp_l[kept])
         if d.size and d.max() > dmax:
             dmax, where = float(d.max()), first + r
@@ -96,6 +100,7 @@ def main():
     print(f"top-1 agreement: {top1}/{n} ({100.0 * top1 / n:.1f}%)")
     print(f"|dlogp| over llama.cpp's kept tokens (top 16 nats, {dcount / n:.0f} per position): "
           f"max {dmax:.4f} (position {where}), mean {dsum / max(dcount, 1):.4f}")
+    print(f"perplexity of the text's next tokens: llama.cpp {np.exp(nll_l / n):.4f}, ours {np.exp(nll_o / n):.4f}")
     print(f"KL(llama.cpp || ours) per position: median {np.median(kls):.2e}, mean {kls.mean():.2e}, "
           f"max {kls.max():.2e}")
 
