@@ -7,7 +7,7 @@
 # prefix), every selector x budget. Results go to eval/gemma3/ (CSV, JSON, JSONL, logs).
 #
 #   scripts/gemma3-long.sh run-fidelity      # long: one prefill to the largest AT length
-#   scripts/gemma3-long.sh run-needle        # one prefill per (context, sample)
+#   scripts/gemma3-long.sh run-needle        # one prefill per (context, sample); appends
 #   scripts/gemma3-long.sh report            # markdown tables + eval/gemma3/fidelity.png
 #
 # Sizes (env): AT=8192,16384,32768 WINDOW=32 STRIDE=2 BUDGETS=128,512,2048
@@ -43,8 +43,8 @@ run-fidelity)
         --csv "$OUT/fidelity.csv" --json "$OUT/fidelity.json" > "$OUT/fidelity.txt" 2>> "$OUT/fidelity.log"
     stamp end >> "$OUT/fidelity.log"
     ;;
-run-needle)
-    stamp start > "$OUT/needle.log"
+run-needle)  # appends to needle.jsonl / needle.log; a rerun skips what the file holds
+    stamp "start contexts $CONTEXTS samples $SAMPLES" >> "$OUT/needle.log"
     LOCKS_EVAL_COMMIT=$COMMIT nice -n "$NICE" "$LOCKS" eval --tasks niah_single --contexts "$CONTEXTS" \
         --samples "$SAMPLES" -m "$G" --no-chat --selectors "$SELECTORS" --budgets "$BUDGETS" -t "$THREADS" \
         --max-gen 12 -o "$OUT/needle.jsonl" >> "$OUT/needle.log" 2>&1
