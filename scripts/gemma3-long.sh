@@ -74,9 +74,13 @@ report)
                 print $c["mean_tokens"], ($c["mean_kl"] > 1e-6 ? $c["mean_kl"] : 1e-6) >> f }
             END { for (i = 1; i <= n; i++) print order[i] > (dir "/order") }' "$OUT/fidelity.csv"
         plots=""
+        # colour = selector, dash and point = length
+        lengths=$(cut -d_ -f1 "$tmp/order" | sort -un | tr '\n' ' ')
         while read -r name; do
             [ -n "$plots" ] && plots="$plots, "
-            plots="$plots'$tmp/$name.dat' using 1:2 with linespoints lw 2 pt 7 title '${name/_/ tokens, }'"
+            case ${name#*_} in oracle) lc=1 ;; locks) lc=2 ;; quest) lc=3 ;; shadow) lc=4 ;; rocket) lc=7 ;; *) lc=8 ;; esac
+            li=1; for l in $lengths; do [ "$l" = "${name%%_*}" ] && break; li=$((li + 1)); done
+            plots="$plots'$tmp/$name.dat' using 1:2 with linespoints lw 2 lc $lc dt $li pt $((li + 4)) title '${name/_/ tokens, }'"
         done < "$tmp/order"
         gnuplot <<GP
 set terminal pngcairo size 1000,560 enhanced font 'sans,11' noenhanced
