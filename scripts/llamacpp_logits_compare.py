@@ -68,7 +68,7 @@ def main():
         bad = int(np.nonzero(otok[:n_ctx] != ltok[:n_ctx])[0][0])
         sys.exit(f"first difference at {bad}: ours {otok[bad]} llama.cpp {ltok[bad]}")
 
-    top1 = 0
+    top1, margins = 0, []
     nll_l, nll_o = 0.0, 0.0
     dmax, dsum, dcount, kls, where = 0.0, 0.0, 0, [], -1
     for r in range(vals.shape[0]):
@@ -78,7 +78,10 @@ def main():
         kept = v > 0
         x = ours[first + r].astype(np.float64)
         lp_o = x - x.max() - np.log(np.exp(x - x.max()).sum())
-        top1 += int(np.argmax(v) == np.argmax(x))
+        tl, to = int(np.argmax(v)), int(np.argmax(x))
+        top1 += int(tl == to)
+        if tl != to:  # how close the call was: each side's margin between the two tokens
+            margins.append((lp_l[tl] - lp_l[to], lp_o[to] - lp_o[tl]))
         nxt = int(ltok[first + r + 1])  # the text's next token (floored on llama.cpp's side)
         nll_l -= lp_l[nxt]
         nll_o -= lp_o[nxt]
@@ -98,6 +101,11 @@ def main():
     kls = np.array(kls)
     print(f"positions {first}..{last - 1} ({n}), vocabulary {n_vocab}")
     print(f"top-1 agreement: {top1}/{n} ({100.0 * top1 / n:.1f}%)")
+    if margins:
+        ml = np.array(margins)
+        print(f"where top-1 differs, llama.cpp's margin of its top-1 over ours: max {ml[:, 0].max():.3f}, "
+              f"median {np.median(ml[:, 0]):.3f}; our margin of ours over its: max {ml[:, 1].max():.3f}, "
+              f"median {np.median(ml[:, 1]):.3f} (nats)")
     print(f"|dlogp| over llama.cpp's kept tokens (top 16 nats, {dcount / n:.0f} per position): "
           f"max {dmax:.4f} (position {where}), mean {dsum / max(dcount, 1):.4f}")
     print(f"perplexity of the text's next tokens: llama.cpp {np.exp(nll_l / n):.4f}, ours {np.exp(nll_o / n):.4f}")
