@@ -7,7 +7,7 @@
 # prefix), every selector x budget. Results go to eval/gemma3/ (CSV, JSON, JSONL, logs).
 #
 #   scripts/gemma3-long.sh run-fidelity      # long: one prefill to the largest AT length
-#   scripts/gemma3-long.sh run-needle        # one prefill per (context, sample)
+#   scripts/gemma3-long.sh run-needle        # one prefill per (context, sample); appends
 #   scripts/gemma3-long.sh report            # markdown tables + eval/gemma3/fidelity.png
 #
 # Sizes (env): AT=8192,16384,32768 WINDOW=32 STRIDE=2 BUDGETS=128,512,2048
@@ -43,8 +43,8 @@ run-fidelity)
         --csv "$OUT/fidelity.csv" --json "$OUT/fidelity.json" > "$OUT/fidelity.txt" 2>> "$OUT/fidelity.log"
     stamp end >> "$OUT/fidelity.log"
     ;;
-run-needle)
-    stamp start > "$OUT/needle.log"
+run-needle)  # appends to needle.jsonl / needle.log; a rerun skips what the file holds
+    stamp "start contexts $CONTEXTS samples $SAMPLES" >> "$OUT/needle.log"
     LOCKS_EVAL_COMMIT=$COMMIT nice -n "$NICE" "$LOCKS" eval --tasks niah_single --contexts "$CONTEXTS" \
         --samples "$SAMPLES" -m "$G" --no-chat --selectors "$SELECTORS" --budgets "$BUDGETS" -t "$THREADS" \
         --max-gen 12 -o "$OUT/needle.jsonl" >> "$OUT/needle.log" 2>&1
@@ -74,9 +74,13 @@ report)
                 print $c["mean_tokens"], ($c["mean_kl"] > 1e-6 ? $c["mean_kl"] : 1e-6) >> f }
             END { for (i = 1; i <= n; i++) print order[i] > (dir "/order") }' "$OUT/fidelity.csv"
         plots=""
+        # colour = selector, dash and point = length
+        lengths=$(cut -d_ -f1 "$tmp/order" | sort -un | tr '\n' ' ')
         while read -r name; do
             [ -n "$plots" ] && plots="$plots, "
-            plots="$plots'$tmp/$name.dat' using 1:2 with linespoints lw 2 pt 7 title '${name/_/ tokens, }'"
+            case ${name#*_} in oracle) lc=1 ;; locks) lc=2 ;; quest) lc=3 ;; shadow) lc=4 ;; rocket) lc=7 ;; *) lc=8 ;; esac
+            li=1; for l in $lengths; do [ "$l" = "${name%%_*}" ] && break; li=$((li + 1)); done
+            plots="$plots'$tmp/$name.dat' using 1:2 with linespoints lw 2 lc $lc dt $li pt $((li + 4)) title '${name/_/ tokens, }'"
         done < "$tmp/order"
         gnuplot <<GP
 set terminal pngcairo size 1000,560 enhanced font 'sans,11' noenhanced
