@@ -171,24 +171,6 @@ static void test_kernel_errors(void) {
 
 /* ---- 2-3. SmolLM2 ------------------------------------------------------------------- */
 
-static int32_t *file_tokens(const locks_model *m, const char *path, int32_t want, int32_t *n) {
-    FILE *f = fopen(path, "rb");
-    SETUP(f);
-    size_t cap = 1 << 20;
-    char *text = malloc(cap);
-    SETUP(text);
-    size_t len = fread(text, 1, cap - 1, f);
-    fclose(f);
-    text[len] = '\0';
-    int32_t *ids = malloc(sizeof(int32_t) * (len + 1));
-    SETUP(ids);
-    CHECK(locks_tokenizer_encode(locks_model_tokenizer(m), text, len, false, ids, (int32_t)len + 1, n));
-    free(text);
-    SETUP(*n >= want);
-    *n = want;
-    return ids;
-}
-
 static locks_ctx *gpu_ctx(const locks_model *m, int32_t n_ctx) {
     locks_ctx_params cp = locks_ctx_default_params();
     cp.n_ctx = n_ctx;
@@ -348,10 +330,10 @@ int main(void) {
     locks_model *m = locks_model_load(path, &st);
     SETUP(m);
     int32_t n_doc = 0, n_code = 0, n_eng = 0, n_cp = 0;
-    int32_t *doc = file_tokens(m, "README.md", 3000, &n_doc);
-    int32_t *code = file_tokens(m, "src/attend.c", 2000, &n_code);
-    int32_t *eng = file_tokens(m, "docs/ENGINE.md", 1100, &n_eng);
-    int32_t *cpd = file_tokens(m, "docs/CONTEXT_PARALLEL.md", 3900, &n_cp);
+    int32_t *doc = tu_file_tokens(m, "README.md", 3000, &n_doc);
+    int32_t *code = tu_file_tokens(m, "src/attend.c", 2000, &n_code);
+    int32_t *eng = tu_file_tokens(m, "docs/ENGINE.md", 1100, &n_eng);
+    int32_t *cpd = tu_file_tokens(m, "docs/CONTEXT_PARALLEL.md", 3900, &n_cp);
     test_verify_vs_decode(m, doc, 1500);
     int rejected = 0;
     int64_t acc = 0, drafted = 0;

@@ -124,24 +124,6 @@ static void check_model(const locks_model *m, const char *name, const int32_t *t
     locks_ctx_free(c);
 }
 
-static int32_t *file_tokens(const locks_model *m, const char *path, int32_t want, int32_t *n) {
-    FILE *f = fopen(path, "rb");
-    SETUP(f);
-    size_t cap = 1 << 20;
-    char *text = malloc(cap);
-    SETUP(text);
-    size_t len = fread(text, 1, cap - 1, f);
-    fclose(f);
-    text[len] = '\0';
-    int32_t *ids = malloc(sizeof(int32_t) * (len + 1));
-    SETUP(ids);
-    CHECK(locks_tokenizer_encode(locks_model_tokenizer(m), text, len, false, ids, (int32_t)len + 1, n));
-    free(text);
-    SETUP(*n >= want);
-    *n = want;
-    return ids;
-}
-
 int main(void) {
     tu_seed("test_gpu_verify_exact");
     size_t f = 0, t = 0;
@@ -177,7 +159,7 @@ int main(void) {
     locks_model *m = locks_model_load(path, &st);
     SETUP(m);
     int32_t n_doc = 0;
-    int32_t *doc = file_tokens(m, "README.md", 1600, &n_doc);
+    int32_t *doc = tu_file_tokens(m, "README.md", 1600, &n_doc);
     check_model(m, "SmolLM2 README", doc, n_doc, 4096);
     free(doc);
     locks_model_free(m);

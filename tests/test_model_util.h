@@ -1,6 +1,6 @@
 /*
  * test_model_util.h — what the tests on the real model (label "model") share: finding
- * the model file. Header-only like test_util.h (one executable per tests/test_*.c).
+ * the model file and tokenizing a file of this repository. Header-only like test_util.h (one executable per tests/test_*.c).
  * popen() needs _POSIX_C_SOURCE before the first system header: include this after
  * test_util.h (which defines it), or define it first.
  */
@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "locks_model.h"
 
 /* The model's path into path[cap]: $LOCKS_MODEL, else the path scripts/fetch-model.sh
  * prints (it fetches on first use; run from the source root, as ctest does). Returns 0
@@ -43,5 +45,28 @@ static inline int tu_find_gemma3(char *path, size_t cap) {
     if (ok) path[strcspn(path, "\r\n")] = '\0';
     return ok && path[0];
 }
+
+#ifdef LOCKS_TEST_UTIL_H /* SETUP and CHECK: the tests that include test_util.h first */
+/* The first `want` token ids of the file at path (from the source root, as ctest runs),
+ * special-token text not parsed; *n = want. SETUP fails when the file is missing or
+ * shorter. */
+static inline int32_t *tu_file_tokens(const locks_model *m, const char *path, int32_t want, int32_t *n) {
+    FILE *f = fopen(path, "rb");
+    SETUP(f);
+    size_t cap = 1 << 20;
+    char *text = malloc(cap);
+    SETUP(text);
+    size_t len = fread(text, 1, cap - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    int32_t *ids = malloc(sizeof(int32_t) * (len + 1));
+    SETUP(ids);
+    CHECK(locks_tokenizer_encode(locks_model_tokenizer(m), text, len, false, ids, (int32_t)len + 1, n));
+    free(text);
+    SETUP(*n >= want);
+    *n = want;
+    return ids;
+}
+#endif
 
 #endif
