@@ -116,6 +116,15 @@ typedef enum {
 /* Human-readable name of a status; never NULL. */
 const char *locks_status_str(locks_status s);
 
+/* Why the last failed call on this thread failed, in words ("locks_decode_step:
+ * n_q_heads 12 is not a multiple of n_kv_heads 8"); "" if no call failed since
+ * locks_clear_error. Thread-local: valid until this thread's next library call. Every
+ * call on a cache, and locks_cache_init, clears it on entry, so after one of them
+ * fails the message is that call's; other calls (the model loader, the engine) set it
+ * when they fail and leave it alone when they succeed. */
+const char *locks_last_error(void);
+void locks_clear_error(void);
+
 typedef enum { LOCKS_LOG_ERROR = 0, LOCKS_LOG_WARN, LOCKS_LOG_INFO, LOCKS_LOG_DEBUG } locks_log_level;
 typedef void (*locks_log_fn)(locks_log_level level, const char *msg, void *user);
 /* Sets the process-wide log callback (NULL: silent, the default). */

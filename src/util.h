@@ -27,6 +27,19 @@ void locks_log(locks_log_level level, const char *fmt, ...)
 #endif
     ;
 
+/* Sets this thread's last-error message (locks_last_error; printf format, no call
+ * name: the public entry adds it) and returns st, so that an error return reads
+ *     return locks_fail(LOCKS_ERR_INVALID_ARG, "head_dim %d is not a multiple of 8", d);
+ * locks_fail_call(st, "locks_x"), for a public entry's return: st unchanged; on an
+ * error, prefixes the message with the call's name, or gives the status' name as the
+ * message when the failing path set none. */
+locks_status locks_fail(locks_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+locks_status locks_fail_call(locks_status st, const char *call);
+
 /* IEEE binary16 / bfloat16 <-> float (round to nearest even). */
 uint16_t locks_f32_to_f16(float f);
 float locks_f16_to_f32(uint16_t h);
