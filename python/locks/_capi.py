@@ -100,6 +100,7 @@ def _decl(name: str, restype, *argtypes) -> None:
 
 
 _decl("locks_status_str", c_char_p, ctypes.c_int)
+_decl("locks_last_error", c_char_p)
 _decl("locks_selector_parse", ctypes.c_int, c_char_p, POINTER(ctypes.c_int))
 _decl("locks_cache_default_params", CacheParams)
 _decl("locks_step_default_params", StepParams)
