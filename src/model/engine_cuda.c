@@ -2,7 +2,8 @@
  * engine_cuda.c — llama.c's context on the GPU (see engine_cuda.h): loads the weights of
  * a locks_model into a device model (dequantizing block types row by row on the host),
  * creates the CUDA cache and the device engine, and runs prefill chunks and decode
- * tokens through them.
+ * tokens through them. Architectures other than llama are refused (check_arch) until
+ * the device layer supports their variants.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -12,12 +13,32 @@
 #include "llama_internal.h"
 #include "util.h"
 
+/* The device engine runs the Llama layer only: no Q/K/V biases (qwen2), no QK-norm
+ * (qwen3, gemma3), no GeGLU, post-branch norms or sliding window (gemma3), and RoPE on
+ * adjacent pairs. Any other architecture is refused before any device is touched, with
+ * its name in the message, rather than run as Llama. */
+static locks_status check_arch(const locks_model *m) {
+    const locks_model_info in = locks_model_get_info(m);
+    if (!strcmp(in.arch, "llama")) return LOCKS_OK;
+    locks_log(LOCKS_LOG_ERROR, "model: the GPU engine runs the llama architecture only, not %s (use the CPU backend)",
+              in.arch);
+    return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                      "engine_cuda_init: architecture %s: the GPU engine runs llama only (no biases, QK-norm, GeGLU, "
+                      "sliding window or NeoX RoPE yet); use the CPU backend",
+                      in.arch);
+}
+
 #ifndef LOCKS_HAVE_CUDA
 
 engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, locks_cache **cache, locks_status *err) {
-    (void)m, (void)p, (void)cache;
-    locks_log(LOCKS_LOG_ERROR, "model: the CUDA backend is not built in (configure with -DLOCKS_CUDA=ON)");
-    if (err) *err = LOCKS_ERR_UNSUPPORTED;
+    (void)p, (void)cache;
+    locks_status st = check_arch(m);
+    if (st == LOCKS_OK) {
+        locks_log(LOCKS_LOG_ERROR, "model: the CUDA backend is not built in (configure with -DLOCKS_CUDA=ON)");
+        st = locks_fail(LOCKS_ERR_UNSUPPORTED, "engine_cuda_init: the CUDA backend is not built in (configure with "
+                                               "-DLOCKS_CUDA=ON)");
+    }
+    if (err) *err = st;
     return NULL;
 }
 void engine_cuda_free(engine_cuda *g) { (void)g; }
@@ -97,6 +118,8 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
     uint16_t *h16 = NULL;
     *cache = NULL;
     const locks_model_info in = locks_model_get_info(m);
+    st = check_arch(m);
+    if (st != LOCKS_OK) goto fail;
     if (p->step.selector != LOCKS_SEL_FULL && p->step.selector != LOCKS_SEL_LOCKS) {
         locks_log(LOCKS_LOG_ERROR, "model: selector %s runs on the CPU backend only (the GPU runs full and locks)",
                   locks_selector_name(p->step.selector));
