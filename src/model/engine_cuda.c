@@ -11,6 +11,7 @@
 
 #include "engine_cuda.h"
 #include "llama_internal.h"
+#include "plan.h"
 #include "util.h"
 
 /* The device engine runs the Llama layer only: no Q/K/V biases (qwen2), no QK-norm
@@ -254,16 +255,14 @@ fail:
 }
 
 /* Attended tokens of one decode step of a sequence of len tokens (the selection rule). */
+/* Tokens one (sequence, KV head) attends at length len: the plan's rule (plan.h, the
+ * one the device step follows). With a mass target the device may stop short of the
+ * budget and does not report how far it went without a synchronisation per token:
+ * this is then the budget's cap, an upper bound (locks_model.h, locks_run_stats). */
 static int64_t attended(int32_t len, const locks_step_params *p) {
-    if (p->selector == LOCKS_SEL_FULL || p->budget >= len) return len;
-    const int32_t n_full = len / LOCKS_PAGE, part = len % LOCKS_PAGE;
-    const int32_t sink = n_full < p->n_sink ? n_full : p->n_sink;
-    int32_t rs = n_full - p->n_recent;
-    if (rs < sink) rs = sink;
-    const int32_t forced = LOCKS_PAGE * (sink + n_full - rs) + part;
-    const int32_t k = (p->budget - forced) / LOCKS_PAGE;
-    if (k >= rs - sink) return len;
-    return (int64_t)forced + (int64_t)LOCKS_PAGE * k;
+    const locks_plan pl = locks_plan_make(len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
+    if (pl.every || pl.k < 0) return len;
+    return (int64_t)pl.forced + (int64_t)LOCKS_PAGE * pl.k;
 }
 
 locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, const int32_t *pos, float *logits,

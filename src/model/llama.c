@@ -1015,7 +1015,8 @@ locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *
     if (c->gpu) { /* one token of every sequence in one pass */
         for (int32_t s = 0; s < ns && st == LOCKS_OK; s++)
             if ((st = locks_cache_append(c->cache, c->seq[s], 1)) != LOCKS_OK)
-                for (int32_t r = 0; r < s; r++) locks_cache_seq_truncate(c->cache, c->seq[r], c->n_tokens[r]);
+                for (int32_t r = 0; r < s; r++) /* a rollback that fails leaves the context broken */
+                    if (locks_cache_seq_truncate(c->cache, c->seq[r], c->n_tokens[r]) != LOCKS_OK) c->broken = 1;
         if (st != LOCKS_OK) return st;
         st = engine_cuda_decode_batch(c->gpu, tokens, c->n_tokens, logits, &c->p.step, c->p.n_ctx, &c->stats);
         for (int32_t s = 0; s < ns; s++) {
