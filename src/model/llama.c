@@ -171,16 +171,17 @@ static int is_eog(const locks_model *m, int32_t tok) {
     return tok == m->info.eos_id || (m->tok && locks_tokenizer_is_eog(m->tok, tok));
 }
 
-locks_model *locks_model_load(const char *path, locks_status *err) {
+/* The model from an opened GGUF (taken over: closed with the model, or here on failure). */
+static locks_model *model_from_gguf(gguf *gg, locks_status *err) {
     locks_status st = LOCKS_OK;
     locks_model *m = locks_alloc(1, sizeof *m);
     if (!m) {
+        gguf_close(gg);
         st = LOCKS_ERR_OOM;
         goto fail;
     }
     matmul_init_tables();
-    m->g = gguf_open(path, &st);
-    if (!m->g) goto fail;
+    m->g = gg;
     const gguf *g = m->g;
 
     const char *arch;
@@ -357,6 +358,26 @@ fail:
     locks_model_free(m);
     if (err) *err = st;
     return NULL;
+}
+
+locks_model *locks_model_load(const char *path, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    gguf *g = gguf_open(path, &st);
+    if (!g) {
+        if (err) *err = st;
+        return NULL;
+    }
+    return model_from_gguf(g, err);
+}
+
+locks_model *llama_model_load_buffer(const void *buf, size_t size, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    gguf *g = gguf_open_buffer(buf, size, &st);
+    if (!g) {
+        if (err) *err = st;
+        return NULL;
+    }
+    return model_from_gguf(g, err);
 }
 
 void locks_model_free(locks_model *m) {
