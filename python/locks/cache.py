@@ -55,17 +55,20 @@ def selector_bits(names: Sequence[str]) -> int:
 @dataclass
 class StepParams:
     """locks_step_params: selector, token budget per (sequence, KV head), forced sink and
-    recent pages, softmax scale (0: 1/sqrt(head_dim))."""
+    recent pages, softmax scale (0: 1/sqrt(head_dim)), mass target (0: off; 0 < mass < 1:
+    pages by estimated mass until they cover it, the budget a cap)."""
     selector: str = "locks"
     budget: int = 2048
     n_sink: int = 1
     n_recent: int = 1
     scale: float = 0.0
+    mass: float = 0.0
 
     def c(self) -> _capi.StepParams:
         p = lib.locks_step_default_params()
         p.selector = selector_id(self.selector)
         p.budget, p.n_sink, p.n_recent, p.scale = self.budget, self.n_sink, self.n_recent, self.scale
+        p.mass = self.mass
         return p
 
 
