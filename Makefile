@@ -31,7 +31,7 @@ test-asan:
 # Only the library and tests/test_threads.c: one cache used from several threads at
 # once (locks.h "Threads"); a data race fails it (halt_on_error).
 test-tsan:
-	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOCKS_TSAN=ON -DLOCKS_CUDA=OFF -DLOCKS_PYTHON_TESTS=OFF $(CMAKE_FLAGS)
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) -DLOCKS_TSAN=ON -DLOCKS_CUDA=OFF -DLOCKS_PYTHON_TESTS=OFF
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_threads
 	ctest --test-dir $(TSAN_BUILD) --output-on-failure -R '^test_threads$$'
 
