@@ -308,8 +308,11 @@ locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t le
 locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens);
 
 /* Writes K/V of tokens [pos, pos + n) of one layer (they must be reserved).
- * k, v: [n][Hkv][d] fp32 (host memory on CPU, device memory on CUDA). Non-finite
- * input gives LOCKS_ERR_NONFINITE and writes nothing. For every page of this layer
+ * k, v: [n][Hkv][d] fp32 (host memory on CPU, device memory on CUDA). NaN, Inf or a
+ * value the storage type cannot hold (|x| > 65504 for fp16) gives LOCKS_ERR_NONFINITE
+ * and writes nothing (the sequence is as it was). The CPU backend attends only written
+ * tokens: a step, score or attend over a sequence with a token appended but not written
+ * in that layer fails with LOCKS_ERR_INVALID_ARG (locks_last_error names the token). For every page of this layer
  * that the write fills, the summaries are built before returning (multi-threaded when
  * the write spans several pages). On the CPU a write cannot fail once it stores. On
  * CUDA a device failure (LOCKS_ERR_BACKEND) before the store changes nothing; one
