@@ -61,7 +61,7 @@ def test_cache_params_say_their_range(kw, pattern):
 
 
 def test_names_and_strings_say_the_choices():
-    with pytest.raises(ValueError, match=r"summary 'x'.*'q'.*'f32'"):
+    with pytest.raises(ValueError, match=r"summary 'x': one of 'f32', 'q'"):
         locks.Cache(1, 1, 64, 8, summary="x")
     with pytest.raises(ValueError, match=r"kv_dtype 'f8'"):
         locks.Cache(1, 1, 64, 8, kv_dtype="f8")
@@ -81,7 +81,7 @@ def test_arrays_of_the_wrong_form(rng):
         c.write(s, 0, 0, [[0.0]], [[0.0]])
     with pytest.raises(TypeError, match=r"q: .*real.*str|q: .*real.*<U"):
         c.decode_step(0, [s], np.full((1, 4, 64), "a"))
-    with pytest.raises(ValueError, match=r"q: .*\[n_seqs, n_q_heads, 64\]"):
+    with pytest.raises(ValueError, match=r"q: shape \(4, 64\), expected \[1, n_q_heads, 64\]"):
         c.decode_step(0, [s], q[0])
     with pytest.raises(TypeError, match="seq_ids"):
         c.decode_step(0, s, q)  # one id, not a list of them
