@@ -15,6 +15,7 @@ The CUDA backend is built only when it can be used, and then only for the GPUs p
 
 LOCKS_CMAKE_FLAGS adds configure flags. The wheel is tagged for its platform
 (py3-none-<platform>): it holds a native library, no Python extension."""
+import atexit
 import os
 import shutil
 import subprocess
@@ -119,5 +120,16 @@ if bdist_wheel is not None:
 
     CMDCLASS["bdist_wheel"] = PlatformWheel
 
+
+def build_base() -> str:
+    """setuptools' own build directory (build/lib, build/bdist.*), outside the source
+    tree: LOCKS_BUILD_BASE, or a temporary directory removed when the process ends."""
+    base = os.environ.get("LOCKS_BUILD_BASE")
+    if not base:
+        base = tempfile.mkdtemp(prefix="locks-setuptools-")
+        atexit.register(shutil.rmtree, base, True)
+    return base
+
+
 if __name__ == "__main__":  # setuptools' build backend runs this file as __main__
-    setup(cmdclass=CMDCLASS)
+    setup(cmdclass=CMDCLASS, options={"build": {"build_base": build_base()}})
