@@ -137,12 +137,20 @@ def fake_modules():
 
 @pytest.fixture
 def hf(monkeypatch):
-    for name, mod in fake_modules().items():
-        monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.delitem(sys.modules, "locks.hf", raising=False)
-    mod = importlib.import_module("locks.hf")
-    yield mod
+    """locks.hf imported over the stand-ins; afterwards the real one (if any) is back,
+    in sys.modules and as the package's attribute."""
+    saved = sys.modules.pop("locks.hf", None), getattr(locks, "hf", None)
+    with monkeypatch.context() as m:
+        for name, mod in fake_modules().items():
+            m.setitem(sys.modules, name, mod)
+        yield importlib.import_module("locks.hf")
     sys.modules.pop("locks.hf", None)
+    if saved[0] is not None:
+        sys.modules["locks.hf"] = saved[0]
+    if saved[1] is not None:
+        locks.hf = saved[1]
+    elif hasattr(locks, "hf"):
+        del locks.hf
 
 
 class FakeModel:
