@@ -157,3 +157,16 @@ def test_static_cache_past_max_cache_len(rng):
             assert torch.equal(k[2], before[0])  # sequence 0's token 32 did not land in sequence 1's page
             assert torch.equal(k[3, :15], before[1, :15])  # sequence 1's page 3 gained only its slot 15
         locks.hf.disable(model)
+
+
+@pytest.mark.parametrize("code", ["import locks; import torch; import locks.hf",
+                                  "import torch; import locks; import locks.hf"])
+def test_import_orders(code):
+    """locks.hf imports whether liblocks or torch is loaded first (issue 21: a CUDA
+    liblocks linked to the system NCCL shadowed torch's: undefined ncclCommResume)."""
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -185,3 +185,22 @@ def test_two_threads_one_cache(rng):
             ref = ref_attention(q, f16(k[:n]), f16(v[:n]))
             worst = max(worst, float(np.max(np.abs(out - ref)) / np.max(np.abs(ref))))
     assert worst < 2e-5, worst
+
+
+def test_mass_target_reaches_the_library(rng):
+    """StepParams.mass (locks_step_params.mass) is passed through: a mass target picks
+    pages by estimated mass (a different selection from the fixed budget's), and a
+    target outside [0, 1) is the library's InvalidArgError."""
+    c, s, kv = filled(rng, n=1000)
+    q = rng.standard_normal((1, 4, 64)).astype(np.float32)
+    _, fixed = c.decode_step(0, [s], q, budget=1024, return_selection=True)
+    out, sel = c.decode_step(0, [s], q, budget=1024, mass=0.3, return_selection=True)
+    assert not np.array_equal(fixed.n_pages, sel.n_pages)
+    toks = [np.concatenate([np.arange(p * 16, min(p * 16 + 16, 1000)) for p in sel.pages[0, h, : sel.n_pages[0, h]]])
+            for h in range(2)]
+    ref = ref_attention(q[0], f16(kv[0][0]), f16(kv[0][1]), toks)
+    assert np.max(np.abs(out[0] - ref)) / np.max(np.abs(ref)) < 2e-5
+    with pytest.raises(locks.InvalidArgError):
+        c.decode_step(0, [s], q, budget=1024, mass=1.5)
+    with pytest.raises(TypeError, match="mass"):
+        c.decode_step(0, [s], q, mass="0.5")
