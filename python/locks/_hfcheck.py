@@ -41,7 +41,8 @@ def window_layers(cfg: Any) -> Tuple[Optional[int], List[int]]:
 def check_window(cfg: Any, n_positions: int, who: str = "locks.hf") -> None:
     """Refuses a request of ``n_positions`` tokens (prompt + new) on a model whose
     sliding-window layers would, past their window, attend fewer tokens than LOCKS
-    does (LOCKS attends the whole context): within the window both are the same."""
+    does (LOCKS attends the whole context): within the window both are the same.
+    (LocksStaticCache's check: a LocksCache keeps those layers in transformers.)"""
     window, layers = window_layers(cfg)
     if window is None or n_positions <= window:
         return
@@ -50,7 +51,7 @@ def check_window(cfg: Any, n_positions: int, who: str = "locks.hf") -> None:
         f"{who}: layers {span} of this {getattr(cfg, 'model_type', 'model')} use sliding-window attention "
         f"(window {window} tokens) and this request needs {n_positions} positions; LOCKS attends the whole "
         f"context, so past the window its output would not be the model's. Keep prompt + new tokens <= "
-        f"{window}, or use another cache for this model")
+        f"{window}, or use locks.hf.LocksCache (it keeps the window layers exact)")
 
 
 def check_step_params(budget: Any, n_sink: Any = 1, n_recent: Any = 1, rank: Any = 8,

@@ -28,9 +28,10 @@ Limits, each refused with an error before anything is written (the checks are in
 LocksCache); a batch must be unpadded (equal prompt lengths, no left padding:
 ``attention_mask`` with zeros); no beam search (``num_beams > 1``); sliding-window
 layers (Mistral ``sliding_window``, Qwen2 ``use_sliding_window``, Gemma 3's local
-layers) only while prompt + new tokens fit in the window (within it the window changes
-nothing; past it LOCKS would attend more than the model does); a
-:class:`LocksStaticCache` holds at most ``max_cache_len`` tokens. ``output_attentions``
+layers) stay transformers' own exact window attention in a :class:`LocksCache` (LOCKS
+serves the full-attention layers), and are refused in a :class:`LocksStaticCache` when
+``max_cache_len`` exceeds the window; a :class:`LocksStaticCache` holds at most
+``max_cache_len`` tokens. ``output_attentions``
 is not available for decode steps, and no gradient flows through them (a forward
 outside ``torch.no_grad()`` works; the library's attention is not differentiable).
 Several caches may serve one model in turn: each forward's attention reads the cache
@@ -45,12 +46,12 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 from transformers import AttentionInterface
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicSlidingWindowLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from . import LOCKS_PAGE
-from ._hfcheck import _input_len, check_generate, check_step_params, check_window, text_config
+from ._hfcheck import check_generate, check_step_params, check_window, text_config, window_layers
 from .cache import Cache as LocksKV
 from .cache import PagedCache, StepPlan
 
@@ -96,9 +97,9 @@ class LocksLayer(CacheLayerMixin):
     is_sliding = False
     is_compileable = False
 
-    def __init__(self, owner: "LocksCache", layer_idx: int) -> None:
+    def __init__(self, owner: "LocksCache", layer_idx: int, lib_layer: int) -> None:
         super().__init__()
-        self.owner, self.layer_idx = owner, layer_idx
+        self.owner, self.layer_idx, self.lib_layer = owner, layer_idx, lib_layer  # model's, library cache's
         self.n_tokens = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -114,7 +115,7 @@ class LocksLayer(CacheLayerMixin):
         b, _, s, _ = key_states.shape
         if self.n_tokens > 0 and s > 1:
             raise NotImplementedError("LocksCache: prefill must come in one forward (no chunked prefill)")
-        self.owner._write(self.layer_idx, self.n_tokens, key_states, value_states)
+        self.owner._write(self.lib_layer, self.n_tokens, key_states, value_states)
         self.n_tokens += s
         _mark_fresh(self.owner, self.layer_idx, s, key_states)  # the attention call that follows reads it
         return key_states, value_states
@@ -144,8 +145,12 @@ class LocksCache(Cache):
     ``max_new_tokens`` sizes the pool beyond the prompt; ``selector``, ``n_sink``,
     ``n_recent``, ``rank`` as in the C API (locks.h); ``selectors``: the selectors whose
     page metadata the cache keeps (default: ``selector``'s, so ``selector="quest"``
-    works). The parameters are checked here, the window of a sliding-window model at
-    the prefill (prompt + ``max_new_tokens`` must fit), both before anything is written."""
+    works). The parameters are checked here, before anything is written.
+
+    Sliding-window layers (Mistral ``sliding_window``, Qwen2 ``use_sliding_window``,
+    Gemma 3's local layers: :func:`locks._hfcheck.window_layers`) keep transformers' own
+    ``DynamicSlidingWindowLayer`` and its exact attention over the window; only the
+    full-attention layers live in the LOCKS cache (``lib_layers``: their indices)."""
 
     def __init__(self, model: Any, budget: int = 2048, max_new_tokens: int = 256,
                  selector: str = "locks", n_sink: int = 1, n_recent: int = 1, rank: int = 8,
@@ -160,21 +165,24 @@ class LocksCache(Cache):
         self.rank, self.n_threads, self.max_new_tokens = rank, n_threads, max_new_tokens
         self.kv: Optional[LocksKV] = None
         self.seqs: List[int] = []
-        super().__init__(layers=[LocksLayer(self, i) for i in range(self.n_layers)])
+        window, sliding = window_layers(cfg)
+        self.lib_layers = [i for i in range(self.n_layers) if i not in sliding]
+        self._lib = {i: j for j, i in enumerate(self.lib_layers)}  # model layer -> library layer
+        super().__init__(layers=[DynamicSlidingWindowLayer(sliding_window=window) if i in sliding
+                                 else LocksLayer(self, i, self._lib[i]) for i in range(self.n_layers)])
 
     # the pool is sized at the prefill, when the batch and the prompt length are known
     def _open(self, key_states: torch.Tensor) -> None:
         b, _, s, _ = key_states.shape
-        check_window(self.config, s + self.max_new_tokens, "LocksCache")
         dev = key_states.device
         pages = b * (math.ceil((s + self.max_new_tokens) / LOCKS_PAGE) + 1)
         if dev.type == "cuda":
             kv_dtype = "bf16" if key_states.dtype == torch.bfloat16 else "f16"
-            self.kv = LocksKV(self.n_layers, self.n_kv_heads, self.head_dim, pages, max_seqs=b,
+            self.kv = LocksKV(len(self.lib_layers), self.n_kv_heads, self.head_dim, pages, max_seqs=b,
                               rank=self.rank, kv_dtype=kv_dtype, backend="cuda",
                               device=dev.index or 0, selectors=self.selectors)
         else:
-            self.kv = LocksKV(self.n_layers, self.n_kv_heads, self.head_dim, pages, max_seqs=b,
+            self.kv = LocksKV(len(self.lib_layers), self.n_kv_heads, self.head_dim, pages, max_seqs=b,
                               rank=self.rank, n_threads=self.n_threads, selectors=self.selectors)
         self.seqs = [self.kv.seq_add() for _ in range(b)]
 
@@ -198,8 +206,10 @@ class LocksCache(Cache):
             kv.write(seq, layer, pos, k, v)
 
     def decode(self, layer: int, query: torch.Tensor, scaling: float) -> torch.Tensor:
-        """LOCKS attention of one decode step: query [b, Hq, 1, d] -> [b, 1, Hq, d]."""
+        """LOCKS attention of one decode step of model layer ``layer``: query [b, Hq, 1, d]
+        -> [b, 1, Hq, d]."""
         b, hq, _, d = query.shape
+        layer = self._lib[layer]
         q = query.detach().reshape(b, hq, d).float().contiguous()
         if self.kv.backend == "cuda":
             out = self.kv.decode_step(layer, self.seqs, q, budget=self.budget, selector=self.selector,
@@ -424,8 +434,7 @@ def enable(model: Any, budget: int = 2048, **cache_kw: Any) -> None:
     ``selector``, ``selectors``, ``n_sink``, ``n_recent``, ``rank``, ``n_threads``)
     unless given ``past_key_values``, its pool sized from the call's ``max_new_tokens``
     or ``max_length``. The parameters are checked here (``budget=0`` is refused), a
-    ``generate`` call before it runs (beam search, padding, a sliding window shorter
-    than prompt + new tokens: errors)."""
+    ``generate`` call before it runs (beam search and padded batches: errors)."""
     unknown = set(cache_kw) - _CACHE_KW
     if unknown:
         raise TypeError(f"locks.hf.enable: unknown LocksCache arguments {sorted(unknown)}; "
@@ -442,9 +451,6 @@ def enable(model: Any, budget: int = 2048, **cache_kw: Any) -> None:
     def generate(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("past_key_values") is None:
             new = check_generate(args, kwargs, getattr(model, "generation_config", None))
-            n_in = _input_len(args, kwargs)
-            if n_in is not None:
-                check_window(text_config(model.config), n_in + new, "locks.hf generate")
             kwargs["past_key_values"] = LocksCache(model, budget=budget, max_new_tokens=new, **cache_kw)
         return orig(*args, **kwargs)
 

@@ -125,7 +125,17 @@ def fake_modules():
         def __init__(self):
             self.is_initialized = False
 
-    cu.Cache, cu.CacheLayerMixin = Cache, CacheLayerMixin
+    class DynamicSlidingWindowLayer:
+        is_sliding = True
+
+        def __init__(self, sliding_window):
+            self.sliding_window, self.seen = sliding_window, 0
+
+        def update(self, k, v, *args):
+            self.seen += k.shape[2]
+            return k, v
+
+    cu.Cache, cu.CacheLayerMixin, cu.DynamicSlidingWindowLayer = Cache, CacheLayerMixin, DynamicSlidingWindowLayer
     sd = types.ModuleType("transformers.integrations.sdpa_attention")
     sd.sdpa_attention_forward = lambda *a, **k: ("sdpa", None)
     mu = types.ModuleType("transformers.masking_utils")
@@ -221,19 +231,34 @@ def test_enable_and_generate_checks(hf):
     with pytest.raises(NotImplementedError, match="beam search"):
         cache.reorder_cache(None)
     assert len(model.calls) == 1  # refused before transformers' generate ran
+    # a Mistral-style model (every layer windowed): transformers' window layers, no LOCKS
     win = FakeModel(llama(model_type="mistral", num_hidden_layers=2, sliding_window=128))
     hf.enable(win, budget=256)
-    win.generate(T(np.zeros((1, 100), np.int64)), max_new_tokens=28)  # 128 positions: within the window
+    win.generate(T(np.zeros((1, 100), np.int64)), max_new_tokens=50)
+    cache = win.calls[-1]["past_key_values"]
+    assert cache.lib_layers == [] and all(getattr(l, "is_sliding", False) for l in cache.layers)
     with pytest.raises(NotImplementedError, match="sliding-window"):
-        win.generate(T(np.zeros((1, 100), np.int64)), max_new_tokens=29)
-    assert len(win.calls) == 1
+        hf.LocksStaticCache(win, max_cache_len=129)  # its window layers would be LOCKS': refused
 
 
-def test_window_refused_at_prefill_before_writing(hf, rng):
-    model = FakeModel(llama(model_type="gemma3_text", num_hidden_layers=2, sliding_window=32,
+def test_window_layers_stay_exact(hf, rng):
+    """Gemma 3-style: layer 0 local (window 8), layer 1 global. Past the window, layer 0
+    is transformers' window layer (SDPA, here the stand-in) and layer 1 LOCKS over every
+    token; the library cache holds one layer (before: both layers LOCKS, the window
+    ignored: 0.86-1.23 relative logit error)."""
+    model = FakeModel(llama(model_type="gemma3_text", num_hidden_layers=2, sliding_window=8,
                             layer_types=["sliding_attention", "full_attention"]))
-    cache = hf.LocksCache(model, budget=256, max_new_tokens=8)
-    k = T(rng.standard_normal((1, 2, 30, 64)).astype(np.float32))
-    with pytest.raises(NotImplementedError, match="window 32.*38 positions"):
-        cache.layers[0].update(k, k)
-    assert cache.kv is None and cache.layers[0].n_tokens == 0
+    hf.enable(model, budget=4096)
+    cache = hf.LocksCache(model, budget=4096, max_new_tokens=4)
+    assert cache.lib_layers == [1] and cache.layers[0].sliding_window == 8
+    hkv, d, hq, n = 2, 64, 4, 30
+    k, v = (rng.standard_normal((1, hkv, n, d)).astype(np.float32) for _ in range(2))
+    forward(hf, model, cache, T(k), T(v), T(np.zeros((1, hq, n, d), np.float32)))
+    assert cache.kv.n_layers == 1 and cache.kv.seq_len(cache.seqs[0]) == n
+    k1, v1, q1 = (rng.standard_normal(s).astype(np.float32) for s in ((1, hkv, 1, d), (1, hkv, 1, d), (1, hq, 1, d)))
+    local, full = forward(hf, model, cache, T(k1), T(v1), T(q1))
+    assert local == "sdpa" and cache.layers[0].seen == n + 1
+    k_all = np.concatenate([k, k1], axis=2)[0].transpose(1, 0, 2)
+    v_all = np.concatenate([v, v1], axis=2)[0].transpose(1, 0, 2)
+    ref = ref_attention(q1[0, :, 0], f16(k_all), f16(v_all))
+    assert np.max(np.abs(full.a.reshape(hq, d) - ref)) / np.max(np.abs(ref)) < 2e-5
