@@ -7,8 +7,8 @@ import locks
 
 def test_init_reason():
     with pytest.raises(locks.InvalidArgError) as e:
-        locks.Cache(n_layers=1, n_kv_heads=2, head_dim=7, n_pages=4)
-    assert "head_dim 7" in str(e.value) and "head_dim 7" in e.value.reason
+        locks.Cache(n_layers=1, n_kv_heads=2, head_dim=12, n_pages=4)  # in the binding's range, not a multiple of 8
+    assert "head_dim 12" in str(e.value) and "multiples of 8" in e.value.reason
 
 
 def test_step_reason():
