@@ -129,11 +129,13 @@ typedef enum {
 const char *locks_status_str(locks_status s);
 
 /* Why the last failed call on this thread failed, in words ("locks_decode_step:
- * n_q_heads 12 is not a multiple of n_kv_heads 8"); "" if no call failed since
- * locks_clear_error. Thread-local: valid until this thread's next library call. Every
- * call on a cache, and locks_cache_init, clears it on entry, so after one of them
- * fails the message is that call's; other calls (the model loader, the engine) set it
- * when they fail and leave it alone when they succeed. */
+ * n_q_heads 12 is not a positive multiple of n_kv_heads 8"); "" if none failed since
+ * locks_clear_error. Thread-local. Successful calls leave it alone (so a rollback after
+ * a failure keeps the failure's reason); every failing call on a cache (and
+ * locks_cache_init / init_ext) sets it, to the status' name at least, so right after
+ * one of them fails the message is that call's. Other calls (the model loader, the
+ * engine) set it where they say why, and may leave an older message when they don't:
+ * call locks_clear_error first to tell. */
 const char *locks_last_error(void);
 void locks_clear_error(void);
 

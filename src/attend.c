@@ -826,16 +826,16 @@ locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id,
                                   int32_t n, const float *q, int32_t n_q_heads, float scale,
                                   float *out) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_prefill_attend: cache is NULL");
-    locks_cache_enter(c);
+    const uint32_t mark = locks_cache_enter(c);
     locks_status st = prefill_attend(c, layer, seq_id, pos, n, q, n_q_heads, scale, out);
-    return locks_cache_leave(c, st, "locks_prefill_attend");
+    return locks_cache_leave(c, st, "locks_prefill_attend", mark);
 }
 
 locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
                           int32_t n_q_heads, float scale, const int32_t *pages,
                           const int32_t *n_pages, int32_t max_pages, float *out, float *lse) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_attend: cache is NULL");
-    locks_cache_enter(c);
+    const uint32_t mark = locks_cache_enter(c);
     locks_status st = attend(c, layer, seq_id, q, n_q_heads, scale, pages, n_pages, max_pages, out, lse);
-    return locks_cache_leave(c, st, "locks_attend");
+    return locks_cache_leave(c, st, "locks_attend", mark);
 }

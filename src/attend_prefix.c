@@ -75,13 +75,13 @@ static locks_status attend_prefix_n(locks_cache *c, int32_t layer, int32_t seq_i
 locks_status locks_attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
                                  const float *q, int32_t n_q_heads, float *out) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_attend_prefix: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, attend_prefix(c, layer, seq_id, len, q, n_q_heads, out), "locks_attend_prefix");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, attend_prefix(c, layer, seq_id, len, q, n_q_heads, out), "locks_attend_prefix", mark);
 }
 
 locks_status locks_attend_prefix_n(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len, int32_t n,
                                    const float *q, int32_t n_q_heads, float *out) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_attend_prefix_n: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, attend_prefix_n(c, layer, seq_id, len, n, q, n_q_heads, out), "locks_attend_prefix_n");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, attend_prefix_n(c, layer, seq_id, len, n, q, n_q_heads, out), "locks_attend_prefix_n", mark);
 }

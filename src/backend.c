@@ -29,7 +29,7 @@ static locks_status sync_seq(locks_cache *c, int32_t seq_id, int32_t n_pages, in
 }
 
 locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
-    locks_clear_error();
+    const uint32_t mark = locks_error_mark();
     locks_status st = LOCKS_ERR_INVALID_ARG;
     locks_cache *c = NULL;
     if (params.backend != LOCKS_BACKEND_CPU && params.backend != LOCKS_BACKEND_CUDA) {
@@ -59,7 +59,7 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
     if (err) *err = LOCKS_OK;
     return c;
 fail:
-    locks_fail_call(st, "locks_cache_init");
+    locks_fail_call(st, "locks_cache_init", mark);
     if (st != LOCKS_ERR_OOM && st != LOCKS_OK && params.backend == LOCKS_BACKEND_CPU)
         locks_log(LOCKS_LOG_ERROR, "%s", locks_last_error());
     locks_cache_free(c);
@@ -156,32 +156,32 @@ static locks_status summary_get(const locks_cache *c, int32_t layer, int32_t kv_
 
 locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_seq_remove: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, seq_remove(c, seq_id), "locks_cache_seq_remove");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, seq_remove(c, seq_id), "locks_cache_seq_remove", mark);
 }
 
 locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_seq_truncate: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, seq_truncate(c, seq_id, len), "locks_cache_seq_truncate");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, seq_truncate(c, seq_id, len), "locks_cache_seq_truncate", mark);
 }
 
 locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_append: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, append_tokens(c, seq_id, n_tokens), "locks_cache_append");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, append_tokens(c, seq_id, n_tokens), "locks_cache_append", mark);
 }
 
 locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
                                int32_t n, const float *k, const float *v) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_write: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, write_kv(c, seq_id, layer, pos, n, k, v), "locks_cache_write");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, write_kv(c, seq_id, layer, pos, n, k, v), "locks_cache_write", mark);
 }
 
 locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,
                                      int32_t page, float *mu, float *basis, float *coef) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_summary_get: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, summary_get(c, layer, kv_head, page, mu, basis, coef), "locks_cache_summary_get");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, summary_get(c, layer, kv_head, page, mu, basis, coef), "locks_cache_summary_get", mark);
 }

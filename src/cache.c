@@ -77,15 +77,19 @@ static locks_status check_params(const locks_cache_params *p) {
 
 /* ---- the cache's lock (cache.h) ---- */
 
-void locks_cache_enter(const locks_cache *c) {
+void locks_cache_lock(const locks_cache *c) {
     pthread_mutex_lock((pthread_mutex_t *)&c->mu); /* c itself is never const: mu is the lock's state */
-    locks_clear_error();
 }
 
 void locks_cache_unlock(const locks_cache *c) { pthread_mutex_unlock((pthread_mutex_t *)&c->mu); }
 
-locks_status locks_cache_leave(const locks_cache *c, locks_status st, const char *call) {
-    locks_fail_call(st, call);
+uint32_t locks_cache_enter(const locks_cache *c) {
+    locks_cache_lock(c);
+    return locks_error_mark();
+}
+
+locks_status locks_cache_leave(const locks_cache *c, locks_status st, const char *call, uint32_t mark) {
+    locks_fail_call(st, call, mark);
     locks_cache_unlock(c);
     return st;
 }
@@ -333,18 +337,18 @@ void *locks_cache_scratch(locks_cache *c, int32_t i, size_t bytes) {
 
 locks_status locks_cache_seq_add(locks_cache *c, int32_t *seq_id) {
     if (!c || !seq_id) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_seq_add: NULL %s", c ? "seq_id" : "cache");
-    locks_cache_enter(c);
+    const uint32_t mark = locks_cache_enter(c);
     for (int32_t s = 0; s < c->p.max_seqs; s++) {
         if (!c->seqs[s].active) {
             c->seqs[s].active = 1;
             c->seqs[s].len = 0;
             c->seqs[s].n_pages = 0;
             *seq_id = s;
-            return locks_cache_leave(c, LOCKS_OK, "locks_cache_seq_add");
+            return locks_cache_leave(c, LOCKS_OK, "locks_cache_seq_add", mark);
         }
     }
     locks_fail(LOCKS_ERR_INVALID_ARG, "all %d sequence slots are taken (max_seqs)", c->p.max_seqs);
-    return locks_cache_leave(c, LOCKS_ERR_INVALID_ARG, "locks_cache_seq_add");
+    return locks_cache_leave(c, LOCKS_ERR_INVALID_ARG, "locks_cache_seq_add", mark);
 }
 
 void locks_cache_seq_hooks(locks_cache *c, int32_t seq_id, int32_t len) {
@@ -390,7 +394,7 @@ void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
 
 int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
     if (!c) return -1;
-    locks_cache_enter(c);
+    locks_cache_lock(c);
     const locks_seq *s = locks_cache_seq(c, seq_id);
     int32_t len = s ? s->len : -1;
     locks_cache_unlock(c);
@@ -399,7 +403,7 @@ int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
 
 const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int32_t *n_pages) {
     if (!c) return NULL;
-    locks_cache_enter(c);
+    locks_cache_lock(c);
     const locks_seq *s = locks_cache_seq(c, seq_id);
     if (s && n_pages) *n_pages = s->n_pages;
     locks_cache_unlock(c);
@@ -410,7 +414,7 @@ const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int
  * caller's): the pages no sequence's table holds. */
 int32_t locks_cache_free_pages(const locks_cache *c) {
     if (!c) return 0;
-    locks_cache_enter(c);
+    locks_cache_lock(c);
     int32_t n = c->n_free;
     uint8_t *used = c->ext ? locks_alloc((size_t)c->p.n_pages, 1) : NULL;
     if (used) {

@@ -124,13 +124,15 @@ struct locks_cache {
 
 /* ---- the cache's lock ---- */
 
-/* Takes the cache's lock and clears this thread's last error: the start of every
- * public call on a cache. */
-void locks_cache_enter(const locks_cache *c);
+/* Takes the cache's lock and returns this thread's error mark (locks_error_mark): the
+ * start of every public call on a cache that returns a status. */
+uint32_t locks_cache_enter(const locks_cache *c);
 /* Drops the lock and returns st, naming `call` in the last-error message if st is an
- * error (locks_fail_call). */
-locks_status locks_cache_leave(const locks_cache *c, locks_status st, const char *call);
-/* Drops the lock (for the calls that return no status). */
+ * error (locks_fail_call with the mark enter gave). */
+locks_status locks_cache_leave(const locks_cache *c, locks_status st, const char *call, uint32_t mark);
+/* The lock alone (calls that return no status, and the context-parallel step's local
+ * phases). */
+void locks_cache_lock(const locks_cache *c);
 void locks_cache_unlock(const locks_cache *c);
 
 /* ---- construction (called by backend.c) ---- */

@@ -329,7 +329,7 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
     const locks_seq *s = NULL;
     /* the cache's lock around each local part (never across a collective: ranks that
      * are threads may share one cache) */
-    locks_cache_enter(c);
+    locks_cache_lock(c);
     locks_status st = cp_check(shard, layer, q, n_q_heads, p, out, sel, &s);
     locks_cache_unlock(c);
 
@@ -391,7 +391,7 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
         w.s = s;
         w.q = q;
         w.scores = scores;
-        locks_cache_enter(c);
+        locks_cache_lock(c);
         st = locks_score_run(c, layer, &w, 1, hq, p->selector, scale, 0);
         locks_cache_unlock(c);
         for (int32_t h = 0; h < hq && st == LOCKS_OK; h++) {
@@ -516,7 +516,7 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
         w.max_pages = n_local + 1;
         w.out = o;
         w.lse = lse;
-        locks_cache_enter(c);
+        locks_cache_lock(c);
         st = locks_attend_run(c, layer, &w, 1, hq, scale);
         locks_cache_unlock(c);
     }

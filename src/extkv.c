@@ -40,7 +40,7 @@ static void layout_strides(locks_kv_layout layout, size_t hkv, size_t d, size_t 
 }
 
 locks_cache *locks_cache_init_ext(locks_cache_params params, const locks_ext_kv *kv, locks_status *err) {
-    locks_clear_error();
+    const uint32_t mark = locks_error_mark();
     locks_status st = LOCKS_ERR_INVALID_ARG;
     locks_cache *c = NULL;
     locks_ext_pages *e = NULL;
@@ -104,7 +104,7 @@ locks_cache *locks_cache_init_ext(locks_cache_params params, const locks_ext_kv 
     if (err) *err = LOCKS_OK;
     return c;
 fail:
-    locks_fail_call(st, "locks_cache_init_ext");
+    locks_fail_call(st, "locks_cache_init_ext", mark);
     locks_ext_pages_free(e);
     locks_cache_free(c);
     if (err) *err = st;
@@ -158,9 +158,9 @@ static locks_status seq_set_pages(locks_cache *c, int32_t seq_id, const int32_t 
 locks_status locks_cache_seq_set_pages(locks_cache *c, int32_t seq_id, const int32_t *block_table,
                                        int32_t n_pages, int32_t len) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_seq_set_pages: cache is NULL");
-    locks_cache_enter(c);
+    const uint32_t mark = locks_cache_enter(c);
     locks_status st = seq_set_pages(c, seq_id, block_table, n_pages, len);
-    return locks_cache_leave(c, st, "locks_cache_seq_set_pages");
+    return locks_cache_leave(c, st, "locks_cache_seq_set_pages", mark);
 }
 
 /* fp16 bits: exponent all ones is Inf or NaN */
@@ -212,9 +212,9 @@ static locks_status pages_filled(locks_cache *c, int32_t layer, const int32_t *p
 
 locks_status locks_cache_pages_filled(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_pages_filled: cache is NULL");
-    locks_cache_enter(c);
+    const uint32_t mark = locks_cache_enter(c);
     locks_status st = pages_filled(c, layer, pages, n);
-    return locks_cache_leave(c, st, "locks_cache_pages_filled");
+    return locks_cache_leave(c, st, "locks_cache_pages_filled", mark);
 }
 
 static locks_status pages_release(locks_cache *c, const int32_t *pages, int32_t n) {
@@ -230,9 +230,9 @@ static locks_status pages_release(locks_cache *c, const int32_t *pages, int32_t 
 
 locks_status locks_cache_pages_release(locks_cache *c, const int32_t *pages, int32_t n) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_pages_release: cache is NULL");
-    locks_cache_enter(c);
+    const uint32_t mark = locks_cache_enter(c);
     locks_status st = pages_release(c, pages, n);
-    return locks_cache_leave(c, st, "locks_cache_pages_release");
+    return locks_cache_leave(c, st, "locks_cache_pages_release", mark);
 }
 
 locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,

@@ -146,7 +146,7 @@ static locks_status score(locks_cache *c, int32_t layer, int32_t seq_id, const f
 locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
                          int32_t n_q_heads, const locks_step_params *p, float *mass) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_score: cache is NULL");
-    locks_cache_enter(c);
+    const uint32_t mark = locks_cache_enter(c);
     locks_status st = score(c, layer, seq_id, q, n_q_heads, p, mass);
-    return locks_cache_leave(c, st, "locks_score");
+    return locks_cache_leave(c, st, "locks_score", mark);
 }

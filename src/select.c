@@ -167,7 +167,7 @@ locks_status locks_select(const locks_cache *c, int32_t seq_id, const float *mas
                           const locks_step_params *p, int32_t *pages, int32_t *n_pages,
                           int32_t max_pages) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_select: cache is NULL");
-    locks_cache_enter(c);
+    const uint32_t mark = locks_cache_enter(c);
     locks_status st = select_pages(c, seq_id, mass, p, pages, n_pages, max_pages);
-    return locks_cache_leave(c, st, "locks_select");
+    return locks_cache_leave(c, st, "locks_select", mark);
 }

@@ -72,12 +72,16 @@ void locks_log_get(locks_log_fn *fn, void **user) {
 /* ---- last error (locks.h "Status, logging") ---- */
 
 static _Thread_local char last_error[512];
+static _Thread_local uint32_t error_gen; /* messages set on this thread so far */
 
 const char *locks_last_error(void) { return last_error; }
 
 void locks_clear_error(void) { last_error[0] = '\0'; }
 
+uint32_t locks_error_mark(void) { return error_gen; }
+
 locks_status locks_fail(locks_status st, const char *fmt, ...) {
+    error_gen++;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
@@ -85,13 +89,14 @@ locks_status locks_fail(locks_status st, const char *fmt, ...) {
     return st;
 }
 
-locks_status locks_fail_call(locks_status st, const char *call) {
+locks_status locks_fail_call(locks_status st, const char *call, uint32_t mark) {
     if (st == LOCKS_OK) return st;
     char msg[sizeof last_error + 128];
-    if (last_error[0] && strncmp(last_error, call, strlen(call)) != 0)
-        snprintf(msg, sizeof msg, "%s: %s", call, last_error);
-    else if (!last_error[0])
+    error_gen++;
+    if (error_gen - 1 == mark) /* the failing path said nothing: the status is the message */
         snprintf(msg, sizeof msg, "%s: %s", call, locks_status_str(st));
+    else if (strncmp(last_error, call, strlen(call)) != 0)
+        snprintf(msg, sizeof msg, "%s: %s", call, last_error);
     else
         return st; /* already names this call (a nested call of the same name) */
     size_t n = strlen(msg);

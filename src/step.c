@@ -152,7 +152,7 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
                                const locks_step_params *p, float *out, locks_selection *sel,
                                locks_step_stats *stats) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_decode_step: cache is NULL");
-    locks_cache_enter(c);
+    const uint32_t mark = locks_cache_enter(c);
     locks_status st = decode_step(c, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
-    return locks_cache_leave(c, st, "locks_decode_step");
+    return locks_cache_leave(c, st, "locks_decode_step", mark);
 }

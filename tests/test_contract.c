@@ -113,9 +113,13 @@ static void test_messages(void) {
     expect_msg(st, LOCKS_ERR_POOL_FULL, "locks_cache_append", "1000 more tokens");
     st = locks_cache_write(c, seq, 0, 1, 2, kv, kv);
     expect_msg(st, LOCKS_ERR_INVALID_ARG, "locks_cache_write", "not reserved");
-    /* a success clears the message of an earlier failure */
+    /* a success in between (a caller's rollback) keeps the failure's reason; the next
+     * failure has its own */
     CHECK(locks_cache_write(c, seq, 0, 0, 2, kv, kv));
-    test_cond(locks_last_error()[0] == '\0', "message after a success: \"%s\"", locks_last_error());
+    test_cond(strstr(locks_last_error(), "not reserved") != NULL, "reason lost after a success: \"%s\"",
+              locks_last_error());
+    st = locks_cache_seq_truncate(c, seq, 5);
+    expect_msg(st, LOCKS_ERR_INVALID_ARG, "locks_cache_seq_truncate", "len 5");
     locks_cache_free(c);
 }
 

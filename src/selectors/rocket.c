@@ -256,12 +256,12 @@ static locks_status cache_snapkv_keep_locked(locks_cache *c, int32_t seq_id, int
 locks_status locks_cache_snapkv_observe(locks_cache *c, int32_t seq_id, int32_t layer, const float *q_obs,
                                         int32_t n_obs, int32_t n_q_heads, float scale) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_snapkv_observe: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, cache_snapkv_observe_locked(c, seq_id, layer, q_obs, n_obs, n_q_heads, scale), "locks_cache_snapkv_observe");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, cache_snapkv_observe_locked(c, seq_id, layer, q_obs, n_obs, n_q_heads, scale), "locks_cache_snapkv_observe", mark);
 }
 
 locks_status locks_cache_snapkv_keep(locks_cache *c, int32_t seq_id, int32_t layer, int32_t keep_tokens) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_snapkv_keep: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, cache_snapkv_keep_locked(c, seq_id, layer, keep_tokens), "locks_cache_snapkv_keep");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, cache_snapkv_keep_locked(c, seq_id, layer, keep_tokens), "locks_cache_snapkv_keep", mark);
 }

@@ -383,6 +383,6 @@ void locks_sel_shadow_lm_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, f
 
 locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id) {
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_shadow_fit: cache is NULL");
-    locks_cache_enter(c);
-    return locks_cache_leave(c, cache_shadow_fit_locked(c, seq_id), "locks_cache_shadow_fit");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, cache_shadow_fit_locked(c, seq_id), "locks_cache_shadow_fit", mark);
 }
