@@ -446,6 +446,9 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
     const matmul_job *j = arg;
     int32_t r0 = task * MATMUL_ROWS_PER_TASK;
     int32_t r1 = r0 + MATMUL_ROWS_PER_TASK < j->w->rows ? r0 + MATMUL_ROWS_PER_TASK : j->w->rows;
+#ifdef MATMUL_X86
+    if (locks_have_avx512() && matmul_rows_avx512(j->w, j->a, j->y, j->ldy, r0, r1)) return;
+#endif
     if (quant_is_ext(j->w->type)) { /* Q5_x and K-quants: quant.c, SIMD inside */
         quant_rows(j->w, j->a, j->y, j->ldy, r0, r1);
         return;
