@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  run     generate text with a GGUF model through the LOCKS cache\n"
             "  demo    needle-in-a-haystack demo: full attention vs LOCKS\n"
             "  bench   per-step time, bytes and fidelity of dense vs sparse decode\n"
+            "  bench-matmul  a model's matrix products on each kernel path (portable, avx2, avx512)\n"
             "  eval    replay decode steps through every selector over a budget sweep\n"
             "\n"
             "`locks <command> --help` lists a command's options.\n");
@@ -37,6 +38,7 @@ int main(int argc, char **argv) {
         return cmd_bench(argc - 1, argv + 1);
     }
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-matmul")) return cmd_bench_matmul(argc - 1, argv + 1);
     fprintf(stderr, "locks: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

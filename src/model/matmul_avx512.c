@@ -141,11 +141,10 @@ AVX512_INLINE void chunk_scales(ggml_type t, const uint8_t *row, int32_t c, int 
     } else {
         /* the dword at each block's start: d, then m (Q4_1 / Q5_1) or quant bytes */
         size_t bb = bytes_of(t);
-        const int ib = (int)bb;
-        __m256i off = _mm256_setr_epi32(0, ib, 2 * ib, 3 * ib, 4 * ib, 5 * ib, 6 * ib, 7 * ib);
-        __mmask8 k = (__mmask8)((1u << nblk) - 1u);
-        __m256i g = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), k, off,
-                                                 (const void *)(row + (size_t)c * 8 * bb), 1);
+        const uint8_t *p = row + (size_t)c * 8 * bb;
+        uint32_t v[8];
+        for (int k = 0; k < 8; k++) v[k] = k < nblk ? rd32(p + k * bb) : 0;
+        __m256i g = _mm256_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6], (int)v[7]);
         *sl = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)));
         *mn = has_min(t) ? _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(g, 16))) : _mm256_setzero_ps();
     }
@@ -307,7 +306,17 @@ AVX512_INLINE void tile(ggml_type t, const matmul_weight *w, int32_t row, const 
     __m512 acc[TILE_R][TILE_T];
     for (int r = 0; r < NR; r++)
         for (int k = 0; k < NT; k++) acc[r][k] = _mm512_setzero_ps();
-    for (int32_t c = 0; c < nb / 8; c++) tile_chunk(t, rows, x, as, c, 8, acc, NR, NT);
+    /* The hardware prefetchers lose track of NR interleaved row streams: each chunk
+     * prefetches its share of the next tile's rows (contiguous after these). */
+    const int32_t n_chunks = (nb + 7) / 8;
+    const size_t span = (size_t)NR * w->row_bytes, step = (span + (size_t)n_chunks - 1) / (size_t)n_chunks;
+    const char *next = (const char *)rows[0] + span;
+    for (int32_t c = 0; c < nb / 8; c++) {
+        for (size_t o = (size_t)c * step; o < (size_t)(c + 1) * step; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+        tile_chunk(t, rows, x, as, c, 8, acc, NR, NT);
+    }
+    if (nb % 8)
+        for (size_t o = (size_t)(nb / 8) * step; o < span; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
     switch (nb % 8) { /* the K-quants have whole chunks (super-blocks) */
     case 1: tile_chunk(t, rows, x, as, nb / 8, 1, acc, NR, NT); break;
     case 2: tile_chunk(t, rows, x, as, nb / 8, 2, acc, NR, NT); break;
