@@ -96,7 +96,10 @@ static inline size_t bytes_of(ggml_type t) {
     case GGML_TYPE_Q4_1: return 20;
     case GGML_TYPE_Q5_0: return 22;
     case GGML_TYPE_Q5_1: return 24;
-    default: return quant_block_bytes(t);
+    case GGML_TYPE_Q4_K: return 144;
+    case GGML_TYPE_Q5_K: return 176;
+    case GGML_TYPE_Q6_K: return 210;
+    default: return 0;
     }
 }
 
