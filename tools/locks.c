@@ -2,9 +2,11 @@
  * locks — command-line front end: run a model, run the demo, benchmark, evaluate.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmds.h"
+#include "vmath.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -24,6 +26,16 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    /* LOCKS_ISA=portable|avx2|avx512 forces one kernel path (for comparisons) */
+    const char *isa_env = getenv("LOCKS_ISA");
+    if (isa_env && *isa_env) {
+        locks_isa isa;
+        if (locks_isa_parse(isa_env, &isa) != 0 || locks_cpu_set_isa(isa) != 0) {
+            fprintf(stderr, "locks: LOCKS_ISA=%s: not a kernel set this CPU has (portable, avx2, avx512, best)\n",
+                    isa_env);
+            return 2;
+        }
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
