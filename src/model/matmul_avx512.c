@@ -66,11 +66,13 @@ static const int32_t half_to_block[16] __attribute__((aligned(64))) = {0, 0, 1, 
 
 static inline int kind_of(ggml_type t) {
     switch (t) {
-    case GGML_TYPE_Q8_0: return KIND_Q8;
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1: return KIND_Q8; /* the two blocks one after the other */
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K: return KIND_KQ;
     case GGML_TYPE_Q6_K: return KIND_Q6K;
-    default: return KIND_NIB; /* Q4_0, Q4_1, Q5_0, Q5_1 */
+    default: return KIND_NIB; /* Q4_0, Q4_1: low nibbles of both blocks, then high */
     }
 }
 
@@ -166,23 +168,21 @@ AVX512_INLINE __m512i weight_unit(ggml_type t, const uint8_t *row, int32_t c, in
         return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
     }
     if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1) {
-        /* [low nibbles of b0, of b1, high nibbles of b0, of b1]: elements 0-15 of b0,
-         * 0-15 of b1, 16-31 of b0, 16-31 of b1 */
         size_t bb = bytes_of(t);
         int qoff = t == GGML_TYPE_Q4_0 ? 2 : t == GGML_TYPE_Q4_1 ? 4 : t == GGML_TYPE_Q5_0 ? 6 : 8;
         const uint8_t *b0 = row + ((size_t)c * 8 + 2 * (size_t)u) * bb;
         __m128i qa = _mm_loadu_si128((const __m128i *)(b0 + qoff));
         __m128i qb = two ? _mm_loadu_si128((const __m128i *)(b0 + bb + qoff)) : _mm_setzero_si128();
         __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
+        /* [low nibbles of b0, of b1, high nibbles of b0, of b1] */
         __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
-        w = _mm512_and_si512(w, m4);
-        if (t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1) { /* fifth bits, element j <- bit j */
-            int hoff = t == GGML_TYPE_Q5_0 ? 2 : 4;
-            uint32_t ha = rd32(b0 + hoff), hb = two ? rd32(b0 + bb + hoff) : 0;
-            uint64_t lo = (ha & 0xFFFFu) | hb << 16, hi = (ha >> 16) | (hb & 0xFFFF0000u);
-            w = _mm512_mask_add_epi8(w, (__mmask64)(lo | hi << 32), w, _mm512_set1_epi8(16));
-        }
-        return w;
+        if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1) /* elements 0-15 of b0, of b1, 16-31 of b0, of b1 */
+            return _mm512_and_si512(w, m4);
+        /* Q5: b0's 32 elements, then b1's, so that qh (element j <- bit j) is the byte mask */
+        w = _mm512_and_si512(_mm512_shuffle_i64x2(w, w, _MM_SHUFFLE(3, 1, 2, 0)), m4);
+        int hoff = t == GGML_TYPE_Q5_0 ? 2 : 4;
+        uint64_t bits = rd32(b0 + hoff) | (uint64_t)(two ? rd32(b0 + bb + hoff) : 0) << 32;
+        return _mm512_mask_add_epi8(w, (__mmask64)bits, w, _mm512_set1_epi8(16));
     }
     if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
         /* 64 bytes of qs hold sub-blocks 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3 (high) */
@@ -270,6 +270,8 @@ AVX512_INLINE void tile_chunk(ggml_type t, const uint8_t *const *rows, const mat
     for (int k = 0; k < NT; k++) {
         __m512 d8 = _mm512_castps256_ps512(_mm256_load_ps(&as->d[k][8 * c]));
         dxs[k] = kind == KIND_Q6K ? _mm512_permutexvar_ps(_mm512_load_si512((const void *)half_to_block), d8) : d8;
+        if (NT == 1) /* one token: d_x folds into the weight scales, once per chunk */
+            for (int r = 0; r < NR; r++) sl[r] = _mm512_mul_ps(sl[r], dxs[0]);
         if (mins) {
             __m256 ds8 = _mm256_load_ps(&as->ds[k][8 * c]);
             for (int r = 0; r < NR; r++)
@@ -294,7 +296,7 @@ AVX512_INLINE void tile_chunk(ggml_type t, const uint8_t *const *rows, const mat
             __m512 xs = _mm512_permutexvar_ps(idx, dxs[k]);
             for (int r = 0; r < NR; r++) {
                 __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, wq[r], xv));
-                acc[r][k] = _mm512_fmadd_ps(p, _mm512_mul_ps(ws[r], xs), acc[r][k]);
+                acc[r][k] = _mm512_fmadd_ps(p, NT == 1 ? ws[r] : _mm512_mul_ps(ws[r], xs), acc[r][k]);
             }
         }
     }
