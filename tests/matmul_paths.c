@@ -10,8 +10,8 @@
  *    32-row tasks), batches of 1..9 tokens (tails of the 4-token tiles), inline and on a
  *    pool of 2;
  *  - with `model`: the first and last rows of a tensor of every type in the two GGUFs
- *    (SmolLM2 Q4_1 / Q8_0, Gemma 3 Q5_0 / Q8_0 / Q4_K / Q6_K), the 262,144-row output
- *    matrix included.
+ *    (SmolLM2 Q4_1 / Q8_0, Gemma 3 Q5_0 / Q8_0 / Q4_K / Q6_K), and the whole output
+ *    matrix of each (Gemma's 262,144 rows: the one-row-at-a-time streaming path).
  * The reference multiplies the dequantized weights (matmul_row_f32, checked against the
  * gguf package in test_quant) with the activations the kernel sees: the int8 blocks
  * dequantized (d_x q_x) for block types, fp32 x for float types. The kernels' integer
@@ -212,6 +212,17 @@ static void test_model(locks_pool *pool, const char *isa) {
                     check_product(what, &w, x, n, pool);
                 }
             }
+        { /* the whole output matrix, one token: the kernels' path for weights too large for the cache */
+            const gguf_tensor *t = gguf_find_tensor(g, "token_embd.weight");
+            SETUP(t);
+            matmul_weight w;
+            SETUP(model_weight(g, "token_embd.weight", 0, (int32_t)t->ne[1], &w));
+            tu_fill_normal(x, (size_t)w.cols, 1.0);
+            char what[128];
+            snprintf(what, sizeof what, "%s %s token_embd.weight (%s) all %d rows n=1", isa, mi ? "gemma3" : "smollm2",
+                     ggml_type_name(w.type), w.rows);
+            check_product(what, &w, x, 1, pool);
+        }
         if (mi == 0) test_cond(seen[GGML_TYPE_Q4_1] && seen[GGML_TYPE_Q8_0], "SmolLM2 tensors: Q4_1 and Q8_0 seen");
         else
             test_cond(seen[GGML_TYPE_Q5_0] && seen[GGML_TYPE_Q8_0] && seen[GGML_TYPE_Q4_K] && seen[GGML_TYPE_Q6_K],

@@ -35,7 +35,11 @@
 
 #define TILE_R 4           /* weight rows per tile */
 #define TILE_T 4           /* tokens per tile */
-#define MAX_BLOCKS 2048    /* activation blocks per token the stack scratch holds (65,536 cols) */
+#define MAX_BLOCKS 2048    /* activation blocks per token the scratch holds (65,536 cols) */
+/* A single token against a weight above this streams it from memory: one row at a
+ * time then (interleaved A/B runs: ~15-20% faster on Gemma 3's 168 MB output matrix,
+ * ~25% slower on cache-resident ones, where the 4-row tile shares each activation). */
+#define STREAM_BYTES ((size_t)64 << 20)
 
 /* int32 lane -> scale slot of unit u, per layout (see the unit loaders). */
 enum { KIND_NIB, KIND_Q8, KIND_KQ, KIND_Q6K };
@@ -352,11 +356,12 @@ AVX512_INLINE void rows_q(ggml_type t, const matmul_weight *w, const matmul_act 
             for (; r < r1; r++) tile(t, w, r, x, as, yt, ldy, 1, TILE_T);
         } else {
             /* the last tokens one at a time (a decode token: this path alone) */
+            int stream = (size_t)w->rows * w->row_bytes > STREAM_BYTES;
             for (int k = 0; k < nt; k++) {
                 const matmul_q8 *xk[1] = {x[k]};
                 act_scales_fill(as, xk, 1, nb);
                 int32_t r = r0;
-                for (; r + TILE_R <= r1; r += TILE_R) tile(t, w, r, xk, as, yt + (size_t)k * ldy, ldy, TILE_R, 1);
+                for (; r + TILE_R <= r1 && !stream; r += TILE_R) tile(t, w, r, xk, as, yt + (size_t)k * ldy, ldy, TILE_R, 1);
                 for (; r < r1; r++) tile(t, w, r, xk, as, yt + (size_t)k * ldy, ldy, 1, 1);
             }
         }
