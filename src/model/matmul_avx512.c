@@ -17,8 +17,9 @@
  *
  * A tile is 4 weight rows x 4 tokens (16 accumulators): each weight unit is decoded once
  * and meets 4 activation vectors, each activation vector meets 4 rows (prefill as
- * matrix-matrix work; a decode token uses the 4 x 1 tile). The weights are read in the
- * file's layout: no repack.
+ * matrix-matrix work; a decode token uses the 4 x 1 tile, or 1 x 1 on a weight far
+ * larger than the cache, which it streams). Each tile prefetches the next tile's rows.
+ * The weights are read in the file's layout: no repack.
  */
 #include "matmul.h"
 
