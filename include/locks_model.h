@@ -212,6 +212,18 @@ int32_t locks_ctx_seq_len(const locks_ctx *c, int32_t seq);
  * failure midway truncates every sequence back. Stats count n_seqs decode tokens. */
 locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *logits);
 
+/* For serving (continuous batching): one token for each of the n sequences seqs[0, n)
+ * (distinct, 0 .. n_seqs - 1, any order), tokens[n] (tokens[i] goes to seqs[i]); logits
+ * (may be NULL): [n][n_vocab] in the same order. Sequences not named do not move. Checks
+ * and all-or-nothing as locks_ctx_decode_batch; on the CPU backend the sequences run one
+ * after the other (bit for bit separate decode calls). On the CUDA backend only the
+ * whole set in order (n == n_seqs, seqs[i] == i), else LOCKS_ERR_UNSUPPORTED. */
+locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens,
+                                   float *logits);
+/* As locks_ctx_truncate, for sequence seq (n = 0 empties it: a per-sequence reset).
+ * LOCKS_ERR_INVALID_ARG for a bad seq or n outside 0 .. its length. */
+locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n);
+
 /* KV traffic and time of the decode steps so far (summed over steps and layers). */
 typedef struct {
     int32_t n_prefill, n_decode;  /* tokens */

@@ -1,5 +1,5 @@
 /*
- * locks — command-line front end: run a model, run the demo, benchmark, evaluate.
+ * locks — command-line front end: run a model, run the demo, benchmark, evaluate, serve.
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +15,7 @@ static void usage(FILE *f) {
             "  demo    needle-in-a-haystack demo: full attention vs LOCKS\n"
             "  bench   per-step time, bytes and fidelity of dense vs sparse decode\n"
             "  eval    replay decode steps through every selector over a budget sweep\n"
+            "  serve   OpenAI-compatible HTTP server with continuous batching\n"
             "\n"
             "`locks <command> --help` lists a command's options.\n");
 }
@@ -37,6 +38,7 @@ int main(int argc, char **argv) {
         return cmd_bench(argc - 1, argv + 1);
     }
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "locks: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -1093,3 +1093,46 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
     locks_free(logits);
     return st;
 }
+
+/* ================================================================================ */
+/* Serving: a step over any subset of the sequences                                 */
+/* ================================================================================ */
+
+/* For a server's continuous batching: requests join and leave between steps, so a step
+ * decodes the sequences that are generating now, not all of them. Same checks and the
+ * same all-or-nothing rule as locks_ctx_decode_batch. */
+locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens, float *logits) {
+    if (!c || !seqs || !tokens || n < 1 || n > c->n_seqs || c->broken) return LOCKS_ERR_INVALID_ARG;
+    const int32_t V = c->m->info.n_vocab;
+    uint32_t seen = 0;
+    for (int32_t i = 0; i < n; i++) { /* everything checked before any sequence moves */
+        int32_t s = seqs[i];
+        if (s < 0 || s >= c->n_seqs || (seen >> s & 1u)) return LOCKS_ERR_INVALID_ARG;
+        seen |= 1u << s;
+        if (tokens[i] < 0 || tokens[i] >= V) return LOCKS_ERR_INVALID_ARG;
+        if (c->n_tokens[s] + 1 > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+    }
+    if (c->gpu) { /* the device pass decodes every sequence: only the whole set, in order */
+        for (int32_t i = 0; i < n; i++)
+            if (seqs[i] != i || n != c->n_seqs) return LOCKS_ERR_UNSUPPORTED;
+        return locks_ctx_decode_batch(c, tokens, logits);
+    }
+    double t0 = locks_now_ms(), c0 = cpu_ms();
+    locks_status st = LOCKS_OK;
+    for (int32_t i = 0; i < n && st == LOCKS_OK; i++) {
+        st = run_tokens(c, seqs[i], &tokens[i], 1, FWD_DECODE, logits ? logits + (size_t)i * (size_t)V : NULL, 0);
+        if (st != LOCKS_OK)
+            for (int32_t r = 0; r < i; r++)
+                if (truncate_seq(c, seqs[r], c->n_tokens[seqs[r]] - 1) != LOCKS_OK) c->broken = 1;
+    }
+    if (st != LOCKS_OK) return st;
+    c->stats.n_decode += n;
+    c->stats.decode_ms += locks_now_ms() - t0;
+    c->stats.decode_cpu_ms += cpu_ms() - c0;
+    return LOCKS_OK;
+}
+
+locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n) {
+    if (!c || seq < 0 || seq >= c->n_seqs) return LOCKS_ERR_INVALID_ARG;
+    return truncate_seq(c, seq, n);
+}
