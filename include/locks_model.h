@@ -220,6 +220,8 @@ locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *
  * whole set in order (n == n_seqs, seqs[i] == i), else LOCKS_ERR_UNSUPPORTED. */
 locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens,
                                    float *logits);
+/* As locks_ctx_prefill_all, into sequence seq (for locks_speculate_round). */
+locks_status locks_ctx_prefill_all_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits);
 /* As locks_ctx_truncate, for sequence seq (n = 0 empties it: a per-sequence reset).
  * LOCKS_ERR_INVALID_ARG for a bad seq or n outside 0 .. its length. */
 locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n);
@@ -317,6 +319,19 @@ typedef struct {
 locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
                              locks_sampler *s, const locks_spec_params *sp, locks_token_fn on_token,
                              void *user, int32_t *out, int32_t *n_out, locks_spec_stats *stats);
+
+/* One speculative round (as in locks_speculate) for sequence seq of any context, for a
+ * server interleaving rounds with other sequences' steps. seq holds n tokens and t0 is
+ * the next token (sampled, not fed). Drafts k >= 1 tokens with draft's step parameters
+ * (not FULL), rewinds, verifies t0 and the drafts in one dense pass, and keeps t0 and the
+ * accepted drafts (seq then holds n + 1 + a tokens, dense K/V). out[k + 1] receives the a
+ * accepted drafts and then the next token (the next round's t0); *n_out = a + 1. A
+ * caller that stops at accepted draft i (an end-of-generation token, a stop string)
+ * truncates seq to n + 1 + i. The context's step parameters are left as they were.
+ * LOCKS_ERR_INVALID_ARG for bad arguments, POOL_FULL if n + k + 1 exceeds n_ctx; on any
+ * error seq holds its n tokens again. */
+locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_t k, const locks_step_params *draft,
+                                   locks_sampler *s, int32_t *out, int32_t *n_out);
 
 /* ================================================================================ */
 /* Tokenizer                                                                         */

@@ -1136,3 +1136,8 @@ locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n) {
     if (!c || seq < 0 || seq >= c->n_seqs) return LOCKS_ERR_INVALID_ARG;
     return truncate_seq(c, seq, n);
 }
+
+locks_status locks_ctx_prefill_all_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits) {
+    if (!logits) return LOCKS_ERR_INVALID_ARG;
+    return prefill(c, seq, tokens, n, logits, 1, FWD_VERIFY);
+}

@@ -156,6 +156,34 @@ def test_stop_and_locks_object(srv):
     assert a[0] == a[1]
 
 
+def reference_full(prompt, n):
+    """`locks run --selector full --temp 0`: dense attention, what speculation must give."""
+    key = (prompt, n, "full")
+    if key not in _ref_cache:
+        cmd = [CLI, "run", "-m", MODEL, "-p", prompt, "-n", str(n), "--temp", "0", "-t", "2", "--selector", "full"]
+        out = subprocess.run(cmd, capture_output=True, check=True).stdout.decode("utf-8", "replace")
+        _ref_cache[key] = out[:-1]
+    return _ref_cache[key]
+
+
+def test_speculate_gives_dense_output(srv):
+    """locks.speculate: LOCKS drafts at a budget far below the context (some rejected),
+    dense verification: greedy output token for token dense attention's."""
+    doc = open(os.path.join(ROOT, "docs", "ENGINE.md")).read()[:1200] + "\nIn short,"
+    c = srv.client()
+    before = srv.metrics()
+    r = c.completions.create(model=ALIAS, prompt=doc, max_tokens=24, temperature=0,
+                             extra_body={"locks": {"speculate": 4, "budget": 64}})
+    assert r.choices[0].text == reference_full(doc, 24)
+    m = srv.metrics()
+    drafted = m["locks_spec_drafted_total"] - before["locks_spec_drafted_total"]
+    assert drafted > 0 and m["locks_spec_accepted_total"] - before["locks_spec_accepted_total"] <= drafted
+    st, body = srv.request("POST", "/v1/completions", {"prompt": "x", "locks": {"speculate": 2, "selector": "full"}})
+    assert st == 400 and json.loads(body)["error"]["param"] == "locks.speculate"
+    st, body = srv.request("POST", "/v1/completions", {"prompt": "x", "locks": {"budget": 32}})
+    assert st == 400 and json.loads(body)["error"]["param"] == "locks.budget"
+
+
 def test_concurrent_clients(srv):
     prompts = ["Once upon a time", "The best way to learn", "In the year 2050,", "Water boils at"]
     want = {p: reference(p, 20) for p in prompts}

@@ -97,6 +97,7 @@ static struct {
     uint64_t turn, next_id;
     /* metrics (srv.mu) */
     uint64_t m_requests, m_rejected, m_failed, m_cancelled, m_prompt, m_prefilled, m_cached, m_generated, m_steps;
+    uint64_t m_drafted, m_accepted; /* speculative rounds (locks.speculate) */
     locks_run_stats stats;
 } srv;
 
@@ -170,15 +171,15 @@ static size_t stop_holdback(const job *j) {
 }
 
 /* A token sampled for slot s (srv.mu held): publish its text, end the job or keep the
- * token to feed at the next step. */
-static void slot_emit(slot *s, int32_t tok) {
+ * token to feed at the next step. Returns 1 if the job goes on (s->pending = tok). */
+static int slot_emit(slot *s, int32_t tok) {
     job *j = s->j;
     j->n_gen++;
     srv.m_generated++;
     const locks_tokenizer *tk = locks_model_tokenizer(srv.m);
     if (locks_tokenizer_is_eog(tk, tok)) {
         slot_finish(s, "stop", NULL);
-        return;
+        return 0;
     }
     char piece[512];
     size_t n = 0;
@@ -189,7 +190,7 @@ static void slot_emit(slot *s, int32_t tok) {
         size_t from = j->len;
         if (!buf_add(&j->text, &j->len, &j->cap, piece, n)) {
             slot_finish(s, NULL, "out of memory");
-            return;
+            return 0;
         }
         for (int32_t k = 0; k < j->rq.n_stop; k++) { /* a stop string ending in the new bytes */
             size_t sl = strlen(j->rq.stop[k]);
@@ -200,16 +201,17 @@ static void slot_emit(slot *s, int32_t tok) {
                 j->text[j->len] = '\0';
                 s->dt.n_pending = 0; /* what follows the stop string is dropped */
                 slot_finish(s, "stop", NULL);
-                return;
+                return 0;
             }
         }
     }
     j->safe = j->len - stop_holdback(j);
     if (j->n_gen >= j->max_tokens || s->n_tokens + 1 > srv.slot_ctx) {
         slot_finish(s, "length", NULL);
-        return;
+        return 0;
     }
     s->pending = tok;
+    return 1;
 }
 
 static int32_t common_prefix(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
@@ -310,22 +312,65 @@ static void *engine_main(void *arg) {
             pthread_mutex_unlock(&srv.mu);
         }
 
-        /* one decode step for the generating slots, a group per step parameters */
+        /* a speculative round for each generating slot that asks for one (locks.speculate):
+         * sparse drafts, one dense verify pass, the accepted tokens are already fed */
         uint32_t todo = 0;
-        for (int32_t i = 0; i < srv.p.n_slots; i++)
-            if (srv.slots[i].j && srv.slots[i].pending >= 0) todo |= 1u << i;
+        for (int32_t i = 0; i < srv.p.n_slots; i++) {
+            slot *s = &srv.slots[i];
+            if (!s->j || s->pending < 0) continue;
+            int32_t k = s->j->rq.speculate;
+            if (k > srv.slot_ctx - s->n_tokens - 1) k = srv.slot_ctx - s->n_tokens - 1;
+            if (k > s->j->max_tokens - s->j->n_gen - 1) k = s->j->max_tokens - s->j->n_gen - 1;
+            if (k < 1) {
+                todo |= 1u << i; /* a plain decode step below */
+                continue;
+            }
+            int32_t out[64 + 1], n_out = 0;
+            if (k > 64) k = 64;
+            locks_status st = locks_speculate_round(srv.ctx, s->seq, s->pending, k, &s->j->rq.step, s->smp, out, &n_out);
+            pthread_mutex_lock(&srv.mu);
+            if (st != LOCKS_OK) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "speculative round failed: %s", locks_status_str(st));
+                slot_finish(s, NULL, msg);
+            } else {
+                srv.m_drafted += (uint64_t)k;
+                srv.m_accepted += (uint64_t)(n_out - 1);
+                s->tokens[s->n_tokens++] = s->pending; /* t0, fed by the round */
+                s->pending = -1;
+                for (int32_t t = 0; t < n_out; t++) {
+                    if (!slot_emit(s, out[t])) {
+                        /* an accepted draft ended it: the cache holds it, drop it */
+                        if (t < n_out - 1 && locks_ctx_truncate_seq(srv.ctx, s->seq, s->n_tokens) != LOCKS_OK) {
+                            s->n_tokens = 0; /* cannot happen (shorter is always possible); start empty */
+                            locks_ctx_truncate_seq(srv.ctx, s->seq, 0);
+                        }
+                        break;
+                    }
+                    if (t < n_out - 1) { /* accepted: already fed */
+                        s->tokens[s->n_tokens++] = out[t];
+                        s->pending = -1;
+                    }
+                }
+            }
+            pthread_mutex_unlock(&srv.mu);
+        }
+
+        /* one decode step for the other generating slots, a group per step parameters */
         while (todo) {
             int32_t seqs[LOCKS_CTX_MAX_SEQS], toks[LOCKS_CTX_MAX_SEQS], idx[LOCKS_CTX_MAX_SEQS], n = 0;
-            const locks_step_params *step = NULL;
+            locks_step_params step = {0};
             for (int32_t i = 0; i < srv.p.n_slots; i++) {
                 if (!(todo >> i & 1u)) continue;
                 slot *s = &srv.slots[i];
-                if (!step) step = &s->j->rq.step;
-                if (!same_step(step, &s->j->rq.step)) continue;
+                locks_step_params mine = s->j->rq.step;
+                if (s->j->rq.speculate > 0) mine.selector = LOCKS_SEL_FULL; /* speculation's output is dense's */
+                if (!n) step = mine;
+                if (!same_step(&step, &mine)) continue;
                 todo &= ~(1u << i);
                 seqs[n] = s->seq, toks[n] = s->pending, idx[n] = i, n++;
             }
-            locks_status st = locks_ctx_set_step(srv.ctx, *step);
+            locks_status st = locks_ctx_set_step(srv.ctx, step);
             if (st == LOCKS_OK) st = locks_ctx_decode_seqs(srv.ctx, seqs, n, toks, logits);
             pthread_mutex_lock(&srv.mu);
             srv.m_steps++;
@@ -629,9 +674,20 @@ static enum MHD_Result do_completion(struct MHD_Connection *con, const conn_stat
                          rq.model, srv.alias);
         goto out;
     }
-    if (rq.speculate > 0) {
+    if (rq.speculate > 0 && rq.step.selector == LOCKS_SEL_FULL) {
         ret = send_error(con, 400, "locks.speculate", NULL,
-                         "speculative decoding is not available in locks serve yet (use locks run --speculate)");
+                         "locks.speculate drafts with a sparse selector; the selector 'full' needs no draft");
+        goto out;
+    }
+    if (rq.step.budget < (rq.step.n_sink + rq.step.n_recent + 1) * LOCKS_PAGE) { /* + the page being filled */
+        ret = send_error(con, 400, "locks.budget", NULL,
+                         "locks.budget %d is below the pages always attended (%d sink, %d recent and the last "
+                         "page, of %d tokens each)",
+                         rq.step.budget, rq.step.n_sink, rq.step.n_recent, LOCKS_PAGE);
+        goto out;
+    }
+    if (rq.speculate > 64) {
+        ret = send_error(con, 400, "locks.speculate", NULL, "locks.speculate is at most 64 tokens a round");
         goto out;
     }
     if (!(srv.served >> rq.step.selector & 1u)) {
@@ -770,6 +826,8 @@ static enum MHD_Result do_metrics(struct MHD_Connection *con) {
         {"locks_prompt_tokens_cached_total", "counter", "prompt tokens reused from a slot's cache", (double)srv.m_cached},
         {"locks_tokens_generated_total", "counter", "tokens sampled", (double)srv.m_generated},
         {"locks_decode_steps_total", "counter", "batched decode steps", (double)srv.m_steps},
+        {"locks_spec_drafted_total", "counter", "tokens drafted by speculative rounds", (double)srv.m_drafted},
+        {"locks_spec_accepted_total", "counter", "drafted tokens dense verification kept", (double)srv.m_accepted},
         {"locks_prefill_tokens_per_second", "gauge", "prefill tokens per second of prefill time so far",
          s.prefill_ms > 0 ? s.n_prefill / (s.prefill_ms / 1e3) : 0.0},
         {"locks_decode_tokens_per_second", "gauge", "decode tokens per second of decode time so far",
