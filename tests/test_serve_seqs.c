@@ -11,7 +11,8 @@
  * truncated back and decoded again equals the reference truncated the same way. Bad
  * input (a repeated or out-of-range sequence, n outside 1..n_seqs, a bad token id, a
  * full sequence) moves nothing; a budget error in the second named sequence rolls the
- * first back.
+ * first back. Speculative rounds on one sequence (locks_speculate_round, greedy) give
+ * dense greedy decoding's tokens and leave the others alone.
  */
 #include "test_util.h"
 #include "tiny_llama.h"
@@ -180,6 +181,73 @@ static void check_bad_input(const locks_model *m) {
     free(lg);
 }
 
+/* Speculative rounds on sequence 2 of 3 (greedy): the tokens must be greedy decoding
+ * under `full` alone, the other sequences must not move, and a round's bad input must
+ * leave the sequence as it was. */
+static void check_speculate_round(const locks_model *m) {
+    const int32_t V = locks_model_get_info(m).n_vocab;
+    enum { PLEN = 150, GEN = 40 };
+    int32_t pr[PLEN];
+    for (int i = 0; i < PLEN; i++) pr[i] = tu_int(0, V - 1);
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    SETUP(lg);
+    locks_status st;
+    /* reference: greedy under full, alone */
+    int32_t ref[GEN];
+    locks_ctx *a = locks_ctx_init(m, params(LOCKS_SEL_FULL, 1), &st);
+    SETUP(a);
+    CHECK(locks_ctx_prefill(a, pr, PLEN, lg));
+    for (int i = 0; i < GEN; i++) {
+        ref[i] = argmax(lg, V);
+        if (i + 1 < GEN) CHECK(locks_ctx_decode(a, ref[i], lg));
+    }
+    locks_ctx_free(a);
+
+    locks_ctx_params p = params(LOCKS_SEL_LOCKS, 3); /* budget 64: drafts differ from dense at times */
+    locks_ctx *c = locks_ctx_init(m, p, &st);
+    SETUP(c);
+    locks_sampler_params sp = locks_sampler_default_params();
+    sp.temp = 0.0f;
+    locks_sampler *smp = locks_sampler_init(sp, V, &st);
+    SETUP(smp);
+    CHECK(locks_ctx_prefill_seq(c, 0, pr, 20, NULL));
+    CHECK(locks_ctx_prefill_seq(c, 2, pr, PLEN, lg));
+    int32_t got[GEN + 8], n_got = 0, out[5], n_out, rounds = 0, accepted = 0;
+    got[n_got++] = argmax(lg, V);
+    while (n_got < GEN) {
+        int32_t n = locks_ctx_seq_len(c, 2);
+        CHECK(locks_speculate_round(c, 2, got[n_got - 1], 4, &p.step, smp, out, &n_out));
+        test_cond(n_out >= 1 && n_out <= 5 && locks_ctx_seq_len(c, 2) == n + n_out, "round: %d out, length %d -> %d",
+                  n_out, n, locks_ctx_seq_len(c, 2));
+        for (int32_t i = 0; i < n_out; i++) got[n_got++] = out[i];
+        rounds++;
+        accepted += n_out - 1;
+    }
+    test_cond(!memcmp(got, ref, sizeof(int32_t) * GEN), "speculative rounds (greedy) != dense greedy decoding");
+    test_cond(locks_ctx_seq_len(c, 0) == 20 && locks_ctx_seq_len(c, 1) == 0, "other sequences moved");
+    test_cond(locks_ctx_get_params(c).step.selector == LOCKS_SEL_LOCKS && locks_ctx_get_params(c).step.budget == 64,
+              "the context's step parameters changed");
+    printf("  speculate_round: %d tokens in %d rounds of k 4, %d drafts accepted; = dense greedy\n", GEN, rounds,
+           accepted);
+    int32_t n = locks_ctx_seq_len(c, 2);
+    locks_step_params full = p.step;
+    full.selector = LOCKS_SEL_FULL;
+    test_cond(locks_speculate_round(c, 2, 1, 4, &full, smp, out, &n_out) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_len(c, 2) == n, "a FULL draft: INVALID_ARG, nothing moved");
+    test_cond(locks_speculate_round(c, 2, V, 4, &p.step, smp, out, &n_out) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_len(c, 2) == n, "a bad t0: INVALID_ARG, nothing moved");
+    test_cond(locks_speculate_round(c, 3, 1, 4, &p.step, smp, out, &n_out) == LOCKS_ERR_INVALID_ARG, "sequence 3 of 3");
+    test_cond(locks_speculate_round(c, 2, 1, NCTX, &p.step, smp, out, &n_out) == LOCKS_ERR_POOL_FULL &&
+                  locks_ctx_seq_len(c, 2) == n, "k past the context: POOL_FULL, nothing moved");
+    locks_step_params tiny = p.step;
+    tiny.budget = 16; /* below the forced pages: the draft fails after nothing was kept */
+    test_cond(locks_speculate_round(c, 2, 1, 4, &tiny, smp, out, &n_out) == LOCKS_ERR_BUDGET &&
+                  locks_ctx_seq_len(c, 2) == n, "a failing draft: BUDGET, the sequence as it was");
+    locks_sampler_free(smp);
+    locks_ctx_free(c);
+    free(lg);
+}
+
 int main(void) {
     tu_seed("test_serve_seqs");
     locks_status st;
@@ -189,6 +257,7 @@ int main(void) {
     check_subsets(m, LOCKS_SEL_FULL);
     check_subsets(m, LOCKS_SEL_LOCKS);
     check_bad_input(m);
+    check_speculate_round(m);
     locks_model_free(m);
     return test_report("test_serve_seqs");
 }
