@@ -99,7 +99,7 @@ _ref_cache = {}
 
 def reference(prompt, n, chat=False):
     """`locks run --temp 0`'s text for prompt (its trailing newline dropped)."""
-    key = (prompt, n, chat)
+    key = (MODEL, prompt, n, chat)
     if key not in _ref_cache:
         cmd = [CLI, "run", "-m", MODEL, "-p", prompt, "-n", str(n), "--temp", "0", "-t", "2"] + (["--chat"] if chat else [])
         out = subprocess.run(cmd, capture_output=True, check=True).stdout.decode("utf-8", "replace")
@@ -389,3 +389,25 @@ def test_readme_examples():
     finally:
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=30) == 0
+
+
+def test_gemma3_chat_template():
+    """Gemma 3 (its turns, <bos> from the template): chat and completions = `locks run`."""
+    gemma = os.environ.get("LOCKS_GEMMA3_MODEL") or subprocess.run(
+        ["scripts/fetch-model.sh", "gemma3-270m"], capture_output=True, text=True, check=True).stdout.strip()
+    global MODEL
+    saved, MODEL = MODEL, gemma
+    try:
+        s = Server("-np", "2", "-c", "2048")
+        try:
+            c = s.client()
+            q = "What is the capital of France?"
+            r = c.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": q}], max_tokens=16,
+                                          temperature=0)
+            assert r.choices[0].message.content == reference(q, 16, chat=True)
+            r = c.completions.create(model=ALIAS, prompt="The capital of France is", max_tokens=16, temperature=0)
+            assert r.choices[0].text == reference("The capital of France is", 16)
+        finally:
+            s.stop()
+    finally:
+        MODEL = saved
