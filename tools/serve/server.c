@@ -335,6 +335,7 @@ static void *engine_main(void *arg) {
                 slot_finish(s, NULL, msg);
             } else {
                 srv.m_drafted += (uint64_t)k;
+                srv.m_steps += (uint64_t)k; /* its draft steps (the verify pass is a prefill) */
                 srv.m_accepted += (uint64_t)(n_out - 1);
                 s->tokens[s->n_tokens++] = s->pending; /* t0, fed by the round */
                 s->pending = -1;
@@ -739,6 +740,11 @@ static enum MHD_Result do_completion(struct MHD_Connection *con, const conn_stat
     j->refs = 2;
 
     pthread_mutex_lock(&srv.mu);
+    if (srv.stopping) {
+        pthread_mutex_unlock(&srv.mu);
+        job_free(j);
+        return send_error(con, 503, NULL, NULL, "the server is shutting down");
+    }
     if (srv.n_queued >= srv.p.max_queue) {
         pthread_mutex_unlock(&srv.mu);
         job_free(j);
@@ -825,7 +831,7 @@ static enum MHD_Result do_metrics(struct MHD_Connection *con) {
         {"locks_prompt_tokens_prefilled_total", "counter", "prompt tokens run through prefill", (double)srv.m_prefilled},
         {"locks_prompt_tokens_cached_total", "counter", "prompt tokens reused from a slot's cache", (double)srv.m_cached},
         {"locks_tokens_generated_total", "counter", "tokens sampled", (double)srv.m_generated},
-        {"locks_decode_steps_total", "counter", "batched decode steps", (double)srv.m_steps},
+        {"locks_decode_steps_total", "counter", "decode steps (a batched step or a speculative draft step)", (double)srv.m_steps},
         {"locks_spec_drafted_total", "counter", "tokens drafted by speculative rounds", (double)srv.m_drafted},
         {"locks_spec_accepted_total", "counter", "drafted tokens dense verification kept", (double)srv.m_accepted},
         {"locks_prefill_tokens_per_second", "gauge", "prefill tokens per second of prefill time so far",
@@ -840,6 +846,8 @@ static enum MHD_Result do_metrics(struct MHD_Connection *con) {
         {"locks_kv_bytes_dense_total", "counter", "K/V bytes dense attention would have read", (double)s.bytes_dense},
         {"locks_kv_bytes_read_per_token", "gauge", "K/V and metadata bytes read per decoded token",
          s.n_decode ? (double)(s.bytes_kv + s.bytes_meta) / s.n_decode : 0.0},
+        {"locks_kv_bytes_read_per_step", "gauge", "K/V and metadata bytes read per batched decode step (all its slots)",
+         srv.m_steps ? (double)(s.bytes_kv + s.bytes_meta) / (double)srv.m_steps : 0.0},
         {"locks_pages_attended_ratio", "gauge", "pages attended / pages dense attention reads (K/V bytes ratio)",
          s.bytes_dense ? (double)s.bytes_kv / (double)s.bytes_dense : 0.0},
     };
