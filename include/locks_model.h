@@ -226,6 +226,18 @@ locks_status locks_ctx_prefill_all_seq(locks_ctx *c, int32_t seq, const int32_t 
  * LOCKS_ERR_INVALID_ARG for a bad seq or n outside 0 .. its length. */
 locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n);
 
+/* Sequence seq's K and V of one layer as stored (fp16 bits): k, v [len][n_kv_heads]
+ * [head_dim] (len = locks_ctx_seq_len). CPU backend (LOCKS_ERR_UNSUPPORTED on CUDA);
+ * LOCKS_ERR_INVALID_ARG for a bad seq or layer. For saving a slot. */
+locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t layer, uint16_t *k, uint16_t *v);
+/* Replaces sequence seq by n tokens with the given K/V, k and v [n_layers][n][n_kv_heads]
+ * [head_dim] fp16 bits as locks_ctx_seq_read_kv gives them; the summaries are rebuilt
+ * from the keys (the same values as when the tokens ran). For restoring a saved slot:
+ * decoding then goes on as if the tokens had been prefilled. CPU backend only.
+ * LOCKS_ERR_POOL_FULL past n_ctx (the sequence as it was), LOCKS_ERR_NONFINITE for
+ * non-finite K/V and other errors leave the sequence empty. */
+locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v);
+
 /* KV traffic and time of the decode steps so far (summed over steps and layers). */
 typedef struct {
     int32_t n_prefill, n_decode;  /* tokens */

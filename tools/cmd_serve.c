@@ -34,6 +34,8 @@ static void usage(FILE *f) {
             "                     context)\n"
             "  --api-key KEY      require 'Authorization: Bearer KEY' on every endpoint but /health\n"
             "  --alias NAME       the model's name in the API (default: the file's name)\n"
+            "  --slot-save-path DIR  POST /slots/{id}?action=save|restore {\"filename\": NAME}: a slot's\n"
+            "                     tokens and K/V to DIR/NAME and back (default: off)\n"
             "  --max-queue N      requests waiting for a slot before 503 (default 16)\n"
             "  --max-body BYTES   largest request body before 413 (default 4194304)\n"
             "  --selector NAME    default decode selector (default locks); a request may pick full, oracle,\n"
@@ -106,6 +108,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) ok = args_parse_int(v, 1, 1 << 26, &p.n_predict);
         else if (!strcmp(a, "--api-key")) p.api_key = *v ? v : NULL;
         else if (!strcmp(a, "--alias")) p.alias = v;
+        else if (!strcmp(a, "--slot-save-path")) p.slot_save_path = v;
         else if (!strcmp(a, "--max-queue")) ok = args_parse_int(v, 0, 1 << 20, &p.max_queue);
         else if (!strcmp(a, "--max-body")) ok = args_parse_int(v, 1, 1 << 30, &x), p.max_body = (size_t)x;
         else if (!strcmp(a, "--selector")) ok = locks_selector_parse(v, &p.step.selector) == LOCKS_OK;

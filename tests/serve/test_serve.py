@@ -411,3 +411,40 @@ def test_gemma3_chat_template():
             s.stop()
     finally:
         MODEL = saved
+
+
+def test_slot_save_restore_across_restarts(tmp_path):
+    """A slot's tokens and K/V to a file and back in a new server: the same prompt then
+    prefills only its last part and answers as `locks run`. Names that leave the folder,
+    truncated and foreign files are refused with 4xx; the server goes on."""
+    doc = open(os.path.join(ROOT, "README.md")).read()[:900] + "\nIn one sentence:"
+    a = Server("-np", "2", "-c", "4096", "--slot-save-path", str(tmp_path))
+    try:
+        r = a.client().completions.create(model=ALIAS, prompt=doc, max_tokens=6, temperature=0)
+        slot = r.model_extra["locks"]["id_slot"]
+        st, body = a.request("POST", f"/slots/{slot}?action=save", {"filename": "doc.slot"})
+        assert st == 200 and json.loads(body)["n_saved"] == r.usage.prompt_tokens + 5, body
+        for bad in ["../doc.slot", "/etc/passwd", ".hidden", "a/b", ""]:
+            st, body = a.request("POST", f"/slots/{slot}?action=save", {"filename": bad})
+            assert st == 400 and json.loads(body)["error"]["param"] == "filename", bad
+        assert a.request("POST", "/slots/9?action=save", {"filename": "x"})[0] == 400
+        assert a.request("POST", "/slots/0?action=drop", {"filename": "x"})[0] == 400
+    finally:
+        a.stop()
+    assert not (tmp_path.parent / "doc.slot").exists()
+    data = (tmp_path / "doc.slot").read_bytes()
+    (tmp_path / "cut.slot").write_bytes(data[:len(data) // 2])
+    (tmp_path / "junk.slot").write_bytes(os.urandom(4096))
+    b = Server("-np", "2", "-c", "4096", "--slot-save-path", str(tmp_path))
+    try:
+        for name, status in [("cut.slot", 400), ("junk.slot", 400), ("missing.slot", 404)]:
+            st, body = b.request("POST", "/slots/1?action=restore", {"filename": name})
+            assert st == status and json.loads(body)["error"]["message"], (name, body)
+        st, body = b.request("POST", "/slots/1?action=restore", {"filename": "doc.slot"})
+        assert st == 200 and json.loads(body)["n_restored"] > 100, body
+        r = b.client().completions.create(model=ALIAS, prompt=doc, max_tokens=6, temperature=0)
+        assert r.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 16
+        assert r.model_extra["locks"]["id_slot"] == 1
+        assert r.choices[0].text == reference(doc, 6)
+    finally:
+        b.stop()

@@ -38,6 +38,7 @@
 
 #include "request.h"
 #include "runutil.h"
+#include "util.h"
 
 /* ================================================================================ */
 /* State                                                                            */
@@ -58,12 +59,26 @@ struct job {
     char err[200];      /* non-empty: failed after admission */
     char *text;         /* generated text (stop sequences cut) */
     size_t len, cap, safe; /* text[0, safe) can be sent (the rest may begin a stop string) */
-    int32_t n_gen, n_cached;
+    int32_t n_gen, n_cached, slot;
     /* the connection's (streaming) */
     size_t sent;
     int sent_role, eos;
     char *ev; /* formatted events not yet handed to MHD */
     size_t ev_len, ev_off, ev_cap;
+};
+
+/* A slot save or restore (POST /slots/{id}?action=...), run by the engine thread. */
+typedef struct slot_op slot_op;
+struct slot_op {
+    int restore;
+    int32_t slot;
+    char path[4200];
+    int done, http; /* http: 200 or the error's status */
+    char err[240];
+    int32_t n_tokens;
+    size_t bytes;
+    double ms;
+    slot_op *next;
 };
 
 typedef struct {
@@ -92,6 +107,7 @@ static struct {
     pthread_cond_t wake; /* the engine: a job queued or cancelled, or stop */
     pthread_cond_t out;  /* connections: output published */
     job *queue_head, *queue_tail;
+    slot_op *ops; /* slot saves and restores waiting for the engine */
     int32_t n_queued;
     slot slots[LOCKS_CTX_MAX_SEQS];
     uint64_t turn, next_id;
@@ -259,6 +275,7 @@ static void admit(void) {
         best->last_used = ++srv.turn;
         memset(&best->dt, 0, sizeof best->dt);
         j->n_cached = keep;
+        j->slot = best->seq;
         srv.m_cached += (uint64_t)keep;
         locks_status se = LOCKS_OK;
         best->smp = locks_sampler_init(j->rq.sampling, srv.n_vocab, &se);
@@ -272,6 +289,157 @@ static int same_step(const locks_step_params *a, const locks_step_params *b) {
            a->n_recent == b->n_recent && a->scale == b->scale;
 }
 
+/* Slot files: a header, the tokens, then K of every layer and V of every layer as the
+ * cache stores them (fp16 bits, [n_layers][n][Hkv][d]). A file whose magic, shape,
+ * model name or size does not match is refused, never half-loaded. */
+#define SLOT_MAGIC "LOCKSLT1"
+typedef struct {
+    char magic[8];
+    uint32_t version, n_layers, n_kv_heads, head_dim, n_vocab, n_tokens;
+    char name[128];
+} slot_header;
+
+static void op_fail(slot_op *op, int http, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(op->err, sizeof op->err, fmt, ap);
+    va_end(ap);
+    op->http = http;
+}
+
+/* Runs one op on an idle slot (engine thread, srv.mu not held). */
+static void op_run(slot_op *op, slot *s) {
+    double t0 = locks_now_ms();
+    locks_model_info in = locks_model_get_info(srv.m);
+    slot_header h = {0}, want = {0};
+    memcpy(want.magic, SLOT_MAGIC, 8);
+    want.version = 1;
+    want.n_layers = (uint32_t)in.n_layers;
+    want.n_kv_heads = (uint32_t)in.n_kv_heads;
+    want.head_dim = (uint32_t)in.head_dim;
+    want.n_vocab = (uint32_t)in.n_vocab;
+    memcpy(want.name, in.name, sizeof want.name);
+    want.name[sizeof want.name - 1] = '\0';
+    op->http = 200;
+    FILE *f = NULL;
+    uint16_t *k = NULL, *v = NULL;
+    int32_t *toks = NULL;
+    if (!op->restore) {
+        int32_t n = s->n_tokens;
+        size_t per = (size_t)n * (size_t)in.n_kv_heads * (size_t)in.head_dim;
+        k = malloc(sizeof(uint16_t) * (per * (size_t)in.n_layers + 1));
+        v = malloc(sizeof(uint16_t) * (per * (size_t)in.n_layers + 1));
+        if (!k || !v) {
+            op_fail(op, 500, "out of memory");
+            goto out;
+        }
+        for (int32_t l = 0; l < in.n_layers; l++) {
+            locks_status st = locks_ctx_seq_read_kv(srv.ctx, s->seq, l, k + (size_t)l * per, v + (size_t)l * per);
+            if (st != LOCKS_OK) {
+                op_fail(op, 500, "reading the slot's K/V: %s", locks_status_str(st));
+                goto out;
+            }
+        }
+        want.n_tokens = (uint32_t)n;
+        char tmp[4300];
+        snprintf(tmp, sizeof tmp, "%s.tmp", op->path);
+        f = fopen(tmp, "wb");
+        int ok = f && fwrite(&want, sizeof want, 1, f) == 1 &&
+                 fwrite(s->tokens, sizeof(int32_t), (size_t)n, f) == (size_t)n &&
+                 fwrite(k, sizeof(uint16_t), per * (size_t)in.n_layers, f) == per * (size_t)in.n_layers &&
+                 fwrite(v, sizeof(uint16_t), per * (size_t)in.n_layers, f) == per * (size_t)in.n_layers;
+        if (f && fclose(f) != 0) ok = 0;
+        f = NULL;
+        if (!ok || rename(tmp, op->path) != 0) {
+            remove(tmp);
+            op_fail(op, 500, "cannot write %s: %s", op->path, strerror(errno));
+            goto out;
+        }
+        op->n_tokens = n;
+        op->bytes = sizeof want + sizeof(int32_t) * (size_t)n + 4 * per * (size_t)in.n_layers;
+        goto out;
+    }
+    f = fopen(op->path, "rb");
+    if (!f) {
+        op_fail(op, 404, "no slot file %s", strrchr(op->path, '/') + 1);
+        goto out;
+    }
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, SLOT_MAGIC, 8) != 0 || h.version != 1) {
+        op_fail(op, 400, "%s is not a locks slot file", strrchr(op->path, '/') + 1);
+        goto out;
+    }
+    h.name[sizeof h.name - 1] = '\0';
+    if (h.n_layers != want.n_layers || h.n_kv_heads != want.n_kv_heads || h.head_dim != want.head_dim ||
+        h.n_vocab != want.n_vocab || strcmp(h.name, want.name) != 0) {
+        op_fail(op, 400, "the slot file was saved with another model ('%.60s', %u layers)", h.name, h.n_layers);
+        goto out;
+    }
+    if (h.n_tokens > (uint32_t)srv.slot_ctx) {
+        op_fail(op, 400, "the slot file holds %u tokens, a slot here %d", h.n_tokens, srv.slot_ctx);
+        goto out;
+    }
+    int32_t n = (int32_t)h.n_tokens;
+    size_t per = (size_t)n * h.n_kv_heads * h.head_dim, total = per * h.n_layers;
+    long want_size = (long)(sizeof h + sizeof(int32_t) * (size_t)n + 4 * total), size = -1;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size != want_size || fseek(f, (long)sizeof h, SEEK_SET) != 0) {
+        op_fail(op, 400, "the slot file is %ld bytes, %ld expected (truncated?)", size, want_size);
+        goto out;
+    }
+    toks = malloc(sizeof(int32_t) * ((size_t)n + 1));
+    k = malloc(sizeof(uint16_t) * (total + 1));
+    v = malloc(sizeof(uint16_t) * (total + 1));
+    if (!toks || !k || !v) {
+        op_fail(op, 500, "out of memory");
+        goto out;
+    }
+    if (fread(toks, sizeof(int32_t), (size_t)n, f) != (size_t)n || fread(k, sizeof(uint16_t), total, f) != total ||
+        fread(v, sizeof(uint16_t), total, f) != total) {
+        op_fail(op, 400, "cannot read the slot file");
+        goto out;
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (toks[i] < 0 || toks[i] >= in.n_vocab) {
+            op_fail(op, 400, "the slot file has a token id %d outside the vocabulary", toks[i]);
+            goto out;
+        }
+    locks_status st = locks_ctx_seq_load_kv(srv.ctx, s->seq, n, k, v);
+    if (st != LOCKS_OK) { /* the slot is empty now, or as it was (POOL_FULL) */
+        s->n_tokens = locks_ctx_seq_len(srv.ctx, s->seq);
+        op_fail(op, 400, "cannot load the slot file: %s", locks_status_str(st));
+        goto out;
+    }
+    memcpy(s->tokens, toks, sizeof(int32_t) * (size_t)n);
+    s->n_tokens = n;
+    op->n_tokens = n;
+    op->bytes = (size_t)want_size;
+out:
+    if (f) fclose(f);
+    free(k);
+    free(v);
+    free(toks);
+    op->ms = locks_now_ms() - t0;
+}
+
+/* Runs the waiting slot ops (srv.mu held on entry and exit). */
+static void run_ops(void) {
+    while (srv.ops) {
+        slot_op *op = srv.ops;
+        srv.ops = op->next;
+        slot *s = &srv.slots[op->slot];
+        if (s->j) {
+            op_fail(op, 409, "slot %d is answering a request; try again when it is idle", op->slot);
+        } else {
+            s->last_used = ++srv.turn;
+            pthread_mutex_unlock(&srv.mu);
+            op_run(op, s);
+            pthread_mutex_lock(&srv.mu);
+        }
+        op->done = 1;
+        pthread_cond_broadcast(&srv.out);
+    }
+}
+
 static void *engine_main(void *arg) {
     (void)arg;
     float *logits = malloc(sizeof(float) * (size_t)srv.n_vocab * (size_t)srv.p.n_slots);
@@ -280,11 +448,12 @@ static void *engine_main(void *arg) {
         for (int32_t i = 0; i < srv.p.n_slots; i++) /* a client gone: its slot is free now */
             if (srv.slots[i].j && srv.slots[i].j->cancelled) slot_finish(&srv.slots[i], NULL, "cancelled");
         if (srv.stopping) break;
+        run_ops();
         admit();
         int busy = 0;
         for (int32_t i = 0; i < srv.p.n_slots; i++) busy += srv.slots[i].j != NULL;
         if (!busy) {
-            pthread_cond_wait(&srv.wake, &srv.mu);
+            if (!srv.ops) pthread_cond_wait(&srv.wake, &srv.mu);
             continue;
         }
         pthread_mutex_unlock(&srv.mu);
@@ -405,6 +574,11 @@ static void *engine_main(void *arg) {
     }
     srv.queue_tail = NULL;
     srv.n_queued = 0;
+    for (slot_op *op = srv.ops; op; op = op->next) {
+        op_fail(op, 503, "the server is shutting down");
+        op->done = 1;
+    }
+    srv.ops = NULL;
     pthread_cond_broadcast(&srv.out);
     pthread_mutex_unlock(&srv.mu);
     free(logits);
@@ -516,6 +690,7 @@ static cJSON *completion_json(const job *j, const char *text, size_t n, const ch
         cJSON_AddNumberToObject(l, "budget", j->rq.step.budget);
         cJSON_AddNumberToObject(l, "mass", j->rq.step.mass);
         cJSON_AddNumberToObject(l, "prompt_tokens_cached", j->n_cached);
+        cJSON_AddNumberToObject(l, "id_slot", j->slot);
     }
     return o;
 }
@@ -796,6 +971,63 @@ out:
     return ret;
 }
 
+/* POST /slots/{id}?action=save|restore, body {"filename": NAME}: NAME is a plain file
+ * name inside --slot-save-path (letters, digits, '.', '_', '-'; not starting with '.'). */
+static enum MHD_Result do_slot(struct MHD_Connection *con, const char *url, const conn_state *cs) {
+    if (!srv.p.slot_save_path)
+        return send_error(con, 400, NULL, NULL, "slot save/restore is off: start the server with --slot-save-path DIR");
+    char *end;
+    long id = strtol(url + 7, &end, 10);
+    if (end == url + 7 || *end || id < 0 || id >= srv.p.n_slots)
+        return send_error(con, 400, NULL, NULL, "no slot '%.40s' (0 .. %d)", url + 7, srv.p.n_slots - 1);
+    const char *action = MHD_lookup_connection_value(con, MHD_GET_ARGUMENT_KIND, "action");
+    if (!action || (strcmp(action, "save") && strcmp(action, "restore")))
+        return send_error(con, 400, "action", NULL, "?action= must be save or restore");
+    cJSON *body = cJSON_ParseWithLength(cs->body ? cs->body : "", cs->len);
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(body, "filename");
+    const char *name = cJSON_IsString(fn) ? fn->valuestring : NULL;
+    size_t nl = name ? strlen(name) : 0;
+    int ok = name && nl > 0 && nl <= 200 && name[0] != '.';
+    for (size_t i = 0; ok && i < nl; i++)
+        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+             (name[i] >= '0' && name[i] <= '9') || name[i] == '.' || name[i] == '_' || name[i] == '-';
+    if (!ok) {
+        cJSON_Delete(body);
+        return send_error(con, 400, "filename", NULL,
+                          "'filename' must be a plain file name (letters, digits, '.', '_', '-', not starting "
+                          "with '.') inside --slot-save-path");
+    }
+    slot_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        cJSON_Delete(body);
+        return send_error(con, 500, NULL, NULL, "out of memory");
+    }
+    op->restore = !strcmp(action, "restore");
+    op->slot = (int32_t)id;
+    snprintf(op->path, sizeof op->path, "%s/%s", srv.p.slot_save_path, name);
+    pthread_mutex_lock(&srv.mu);
+    op->next = srv.ops; /* order does not matter between slots; one op per request */
+    srv.ops = op;
+    pthread_cond_signal(&srv.wake);
+    while (!op->done) timed_wait(0.25);
+    pthread_mutex_unlock(&srv.mu);
+    enum MHD_Result ret;
+    if (op->http != 200) {
+        ret = send_error(con, (unsigned)op->http, op->http == 400 || op->http == 404 ? "filename" : NULL, NULL, "%s", op->err);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id_slot", (double)id);
+        cJSON_AddStringToObject(o, "filename", name);
+        cJSON_AddNumberToObject(o, op->restore ? "n_restored" : "n_saved", op->n_tokens);
+        cJSON_AddNumberToObject(o, op->restore ? "n_read" : "n_written", (double)op->bytes);
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "timings"), op->restore ? "restore_ms" : "save_ms", op->ms);
+        ret = send_json(con, 200, o);
+    }
+    cJSON_Delete(body);
+    free(op);
+    return ret;
+}
+
 static enum MHD_Result do_models(struct MHD_Connection *con) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
@@ -909,6 +1141,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
     if (completions || chat) {
         if (!post) return send_error(con, 405, NULL, NULL, "%s takes POST", url);
         return do_completion(con, cs, chat);
+    }
+    if (!strncmp(url, "/slots/", 7)) {
+        if (!post) return send_error(con, 405, NULL, NULL, "%s takes POST", url);
+        return do_slot(con, url, cs);
     }
     if (models || metrics) {
         if (strcmp(method, "GET")) return send_error(con, 405, NULL, NULL, "%s takes GET", url);
