@@ -12,7 +12,8 @@
  * input (a repeated or out-of-range sequence, n outside 1..n_seqs, a bad token id, a
  * full sequence) moves nothing; a budget error in the second named sequence rolls the
  * first back. Speculative rounds on one sequence (locks_speculate_round, greedy) give
- * dense greedy decoding's tokens and leave the others alone.
+ * dense greedy decoding's tokens and leave the others alone. A sequence's K/V read out
+ * and loaded into another context decodes on bit for bit as the original.
  */
 #include "test_util.h"
 #include "tiny_llama.h"
@@ -248,6 +249,56 @@ static void check_speculate_round(const locks_model *m) {
     free(lg);
 }
 
+/* A sequence's K/V read out (locks_ctx_seq_read_kv) and loaded into another context's
+ * sequence (locks_ctx_seq_load_kv): decoding there must go on bit for bit as in the
+ * original, under `locks` (summaries rebuilt from the keys: the same selections). */
+static void check_kv_roundtrip(const locks_model *m) {
+    const locks_model_info in = locks_model_get_info(m);
+    const int32_t V = in.n_vocab, PLEN = 173;
+    const size_t per = (size_t)PLEN * (size_t)in.n_kv_heads * (size_t)in.head_dim;
+    int32_t pr[173];
+    for (int i = 0; i < PLEN; i++) pr[i] = tu_int(0, V - 1);
+    uint16_t *k = malloc(sizeof(uint16_t) * per * (size_t)in.n_layers);
+    uint16_t *v = malloc(sizeof(uint16_t) * per * (size_t)in.n_layers);
+    float *a_lg = malloc(sizeof(float) * (size_t)V), *b_lg = malloc(sizeof(float) * (size_t)V);
+    SETUP(k && v && a_lg && b_lg);
+    locks_status st;
+    locks_ctx *a = locks_ctx_init(m, params(LOCKS_SEL_LOCKS, 2), &st), *b = locks_ctx_init(m, params(LOCKS_SEL_LOCKS, 3), &st);
+    SETUP(a && b);
+    CHECK(locks_ctx_prefill_seq(a, 1, pr, PLEN, NULL));
+    for (int32_t l = 0; l < in.n_layers; l++)
+        CHECK(locks_ctx_seq_read_kv(a, 1, l, k + (size_t)l * per, v + (size_t)l * per));
+    CHECK(locks_ctx_prefill_seq(b, 2, pr, 40, NULL)); /* replaced by the load */
+    CHECK(locks_ctx_prefill_seq(b, 0, pr, 9, NULL));
+    CHECK(locks_ctx_seq_load_kv(b, 2, PLEN, k, v));
+    test_cond(locks_ctx_seq_len(b, 2) == PLEN && locks_ctx_seq_len(b, 0) == 9, "load: lengths");
+    int same = 1;
+    int32_t tok = tu_int(0, V - 1), sa = 1, sb = 2;
+    for (int t = 0; t < 12; t++) {
+        CHECK(locks_ctx_decode_seqs(a, &sa, 1, &tok, a_lg));
+        CHECK(locks_ctx_decode_seqs(b, &sb, 1, &tok, b_lg));
+        same &= memcmp(a_lg, b_lg, sizeof(float) * (size_t)V) == 0;
+        tok = argmax(a_lg, V);
+    }
+    test_cond(same, "decoding after a K/V load differs from the original sequence");
+    test_cond(locks_ctx_seq_load_kv(b, 2, NCTX + 1, k, v) == LOCKS_ERR_POOL_FULL && locks_ctx_seq_len(b, 2) == PLEN + 12,
+              "a load past n_ctx: POOL_FULL, the sequence as it was");
+    test_cond(locks_ctx_seq_read_kv(a, 2, 0, k, v) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_read_kv(a, 0, in.n_layers, k, v) == LOCKS_ERR_INVALID_ARG,
+              "read_kv of a bad sequence or layer");
+    k[5] = 0x7c00; /* +inf */
+    test_cond(locks_ctx_seq_load_kv(b, 2, PLEN, k, v) == LOCKS_ERR_NONFINITE && locks_ctx_seq_len(b, 2) == 0 &&
+                  locks_ctx_seq_len(b, 0) == 9,
+              "non-finite K: NONFINITE, the sequence empty, the others as they were");
+    CHECK(locks_ctx_prefill_seq(b, 2, pr, 5, NULL)); /* and usable again */
+    locks_ctx_free(a);
+    locks_ctx_free(b);
+    free(k);
+    free(v);
+    free(a_lg);
+    free(b_lg);
+}
+
 int main(void) {
     tu_seed("test_serve_seqs");
     locks_status st;
@@ -258,6 +309,7 @@ int main(void) {
     check_subsets(m, LOCKS_SEL_LOCKS);
     check_bad_input(m);
     check_speculate_round(m);
+    check_kv_roundtrip(m);
     locks_model_free(m);
     return test_report("test_serve_seqs");
 }
