@@ -120,6 +120,11 @@ typedef struct {
                             * 0 launches the same kernels one by one (validation) */
     int32_t n_seqs;        /* sequences the context holds, 1 (default) .. LOCKS_CTX_MAX_SEQS,
                             * each up to n_ctx tokens: see "Several sequences" below */
+    int32_t swa_rollback;  /* models with sliding-window layers (Gemma 3): how many tokens
+                            * locks_ctx_truncate may drop at once, at least n_batch (default
+                            * 256; n_ctx: any). Those layers keep only the K/V of their
+                            * last window - 1 + max(n_batch, swa_rollback) positions (at
+                            * most n_ctx), not the whole context: see locks_ctx_truncate */
 } locks_ctx_params;
 
 /* The CUDA backend (backend = LOCKS_BACKEND_CUDA, builds with LOCKS_HAVE_CUDA): the
@@ -155,13 +160,26 @@ locks_status locks_ctx_reset(locks_ctx *c);
 int32_t locks_ctx_len(const locks_ctx *c);
 /* Drops every token after the first n (0 <= n <= locks_ctx_len, else
  * LOCKS_ERR_INVALID_ARG): the session goes on from n exactly as if the rest had never
- * been run (locks_cache_seq_truncate). For answering one prefill several ways. */
+ * been run (locks_cache_seq_truncate). For answering one prefill several ways. On a
+ * model with sliding-window layers, whose K/V the context keeps only for the last
+ * positions (locks_ctx_params.swa_rollback), a truncation that would need positions
+ * already overwritten — more than max(n_batch, swa_rollback) tokens back from the
+ * furthest position run since, unless n == 0 or nothing was overwritten yet — returns
+ * LOCKS_ERR_UNSUPPORTED (the log says how far back it can go) and changes nothing. */
 locks_status locks_ctx_truncate(locks_ctx *c, int32_t n);
 /* The model and the parameters the context was made with (step: as last set). */
 const locks_model *locks_ctx_model(const locks_ctx *c);
 locks_ctx_params locks_ctx_get_params(const locks_ctx *c);
-/* The cache, for inspection (summaries, pages, KV dumps). Owned by the context. */
+/* The cache, for inspection (summaries, pages, KV dumps). Owned by the context. It
+ * holds the global layers only: see locks_ctx_cache_layer. */
 locks_cache *locks_ctx_cache(locks_ctx *c);
+/* The cache layer holding model layer `layer`'s K/V; -1 for a sliding-window layer
+ * (kept by the context, not in the cache) or a layer outside 0 .. n_layers - 1. On a
+ * model without such layers, the identity. */
+int32_t locks_ctx_cache_layer(const locks_ctx *c, int32_t layer);
+/* Bytes of host memory the context keeps for the K/V of its sliding-window layers (all
+ * sequences; 0 without such layers): independent of n_ctx beyond the ring's size. */
+size_t locks_ctx_swa_bytes(const locks_ctx *c);
 int32_t locks_ctx_seq(const locks_ctx *c);
 /* Decode step parameters (selector, budget, ...) used by later decode calls.
  * LOCKS_ERR_NO_META for a selector the context's cache does not serve (neither
