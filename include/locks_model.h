@@ -13,10 +13,11 @@
  * Supported models: GGUF `general.architecture` = llama (Llama 2/3, SmolLM, TinyLlama,
  * ...), qwen2 (Qwen2 / Qwen2.5: Q/K/V biases, NeoX RoPE), qwen3 (QK-norm, NeoX RoPE) and
  * gemma3 (Gemma 3: QK-norm, post-branch norms, GeGLU, scaled embeddings, five of six
- * layers local with a sliding window attended exactly; the selector and budget act in the
- * global layers only), with F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K tensors,
- * head_dim 64/128/256, GQA, tied or separate output embeddings; tokenizers: byte-level
- * BPE (tokenizer.ggml.model gpt2) or SentencePiece BPE (llama). For llama, RoPE follows
+ * layers local with a sliding window attended exactly, their K/V kept for the last
+ * positions only (swa_rollback); the selector and budget act in the global layers only),
+ * with F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K tensors, head_dim
+ * 64/128/256, GQA, tied or separate output embeddings; tokenizers: byte-level BPE
+ * (tokenizer.ggml.model gpt2) or SentencePiece BPE (llama). For llama, RoPE follows
  * llama.cpp's GGUF convention: the converter permutes Q/K so that rotation acts on
  * adjacent pairs (x[2i], x[2i+1]).
  *
@@ -134,8 +135,8 @@ typedef struct {
  * tensor cores over the paged cache) and decode (the whole token, every layer, the
  * sampling included, one CUDA graph replayed while the sequence grows) there; K/V live in
  * a CUDA-backend locks_cache (fp16, quantized summaries). Selectors full and locks, rank
- * <= 8, no on_query / on_step callbacks, no locks_ctx_clone (LOCKS_ERR_UNSUPPORTED
- * otherwise). locks_generate samples on the device: same rule as the CPU sampler, top_k
+ * <= 8, no on_query / on_step callbacks, no locks_ctx_clone, no sliding-window layers
+ * (LOCKS_ERR_UNSUPPORTED otherwise). locks_generate samples on the device: same rule as the CPU sampler, top_k
  * capped at 1024 candidates, its own RNG stream (a seed reproduces a GPU run, not a CPU
  * one). locks_ctx_init fails, leaving nothing allocated, with LOCKS_ERR_UNSUPPORTED in a
  * build without CUDA, LOCKS_ERR_BACKEND when there is no GPU, and LOCKS_ERR_OOM (the log
