@@ -304,7 +304,9 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
  * under `full` (the verify pass reproduces dense decode steps bit for bit). The cache
  * afterwards holds exactly the tokens locks_generate would have fed, with dense K/V. */
 typedef struct {
-    int32_t k;               /* tokens drafted per round: 1 .. n_ctx - 1 */
+    int32_t k;               /* tokens drafted per round: 1 .. n_ctx - 1; with sliding-window
+                              * layers at most max(n_batch, swa_rollback) (else
+                              * LOCKS_ERR_UNSUPPORTED, nothing run) */
     locks_step_params draft; /* the drafts' step parameters; selector must not be FULL */
 } locks_spec_params;
 

@@ -379,6 +379,7 @@ static void test_swa_ring(const locks_model *m, const int32_t *tok, const int32_
     cp.n_batch = 8;
     cp.f32_act = 1;
     cp.step.selector = LOCKS_SEL_FULL;
+    cp.selectors = LOCKS_SEL_BIT(LOCKS_SEL_LOCKS); /* the drafts' selector below */
     cp.swa_rollback = cp.n_ctx;
     locks_ctx *full = locks_ctx_init(m, cp, &st);
     cp.swa_rollback = 0;
@@ -442,6 +443,30 @@ static void test_swa_ring(const locks_model *m, const int32_t *tok, const int32_
     CHECK(locks_ctx_reset(c));
     CHECK(locks_ctx_prefill_all(c, tok, T, got));
     tu_close("ring: verify pass logits vs float64", got, ref, (size_t)T * V, tol, 0.0);
+
+    /* speculation drafts K = 8 (the reach) and gives locks_generate's greedy tokens;
+     * K = 9 is refused before anything runs */
+    locks_sampler_params smp = locks_sampler_default_params();
+    smp.temp = 0.0f;
+    locks_sampler *s1 = locks_sampler_init(smp, VOCAB, NULL), *s2 = locks_sampler_init(smp, VOCAB, NULL);
+    SETUP(s1 && s2);
+    int32_t gen[40], spec[40], n_gen = 0, n_spec = 0;
+    CHECK(locks_ctx_reset(c));
+    CHECK(locks_generate(c, tok, 10, 40, s1, NULL, NULL, gen, &n_gen));
+    CHECK(locks_ctx_reset(c));
+    locks_spec_params spp = {9, locks_step_default_params()};
+    spp.draft.selector = LOCKS_SEL_LOCKS;
+    spp.draft.budget = 3 * LOCKS_PAGE; /* the forced pages: sink, recent, current */
+    st = locks_speculate(c, tok, 10, 40, s2, &spp, NULL, NULL, spec, &n_spec, NULL);
+    test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(c) == 0, "speculate K = 9 past the ring: %s, length %d",
+              locks_status_str(st), locks_ctx_len(c));
+    spp.k = 8;
+    CHECK(locks_speculate(c, tok, 10, 40, s2, &spp, NULL, NULL, spec, &n_spec, NULL));
+    test_cond(n_spec == n_gen && n_gen == 40 && !memcmp(spec, gen, sizeof(int32_t) * (size_t)n_gen),
+              "speculate K = 8: %d tokens, generate %d, same: %d", n_spec, n_gen,
+              n_spec == n_gen && !memcmp(spec, gen, sizeof(int32_t) * (size_t)n_gen));
+    locks_sampler_free(s1);
+    locks_sampler_free(s2);
 
     /* two sequences, each its own ring */
     locks_ctx_free(big);

@@ -68,6 +68,15 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
     if (K < 1 || K >= cp.n_ctx || sp->draft.selector == LOCKS_SEL_FULL || sp->draft.budget <= 0 ||
         !(sp->draft.mass == 0.0f || (sp->draft.mass > 0.0f && sp->draft.mass < 1.0f)))
         return LOCKS_ERR_INVALID_ARG;
+    /* a round drops up to K tokens again: sliding-window layers keep their K/V only for
+     * max(n_batch, swa_rollback) tokens back (locks_ctx_truncate) */
+    const locks_model_info in = locks_model_get_info(m);
+    const int32_t reach = cp.swa_rollback > cp.n_batch ? cp.swa_rollback : cp.n_batch;
+    if (in.swa_window > 0 && K > reach && (int64_t)in.swa_window - 1 + reach < cp.n_ctx) {
+        locks_log(LOCKS_LOG_ERROR, "speculate: K = %d drafts, but the sliding-window layers keep %d tokens back "
+                  "(max(n_batch, swa_rollback)): raise swa_rollback", K, reach);
+        return LOCKS_ERR_UNSUPPORTED;
+    }
     const locks_step_params saved = cp.step;
     locks_status st = locks_ctx_set_step(c, sp->draft);
     if (st != LOCKS_OK) return st;
