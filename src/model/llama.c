@@ -23,8 +23,9 @@
  * (locks_prefill_attend), a decode step through locks_decode_step with the context's
  * selector and budget. A local layer's K/V go into a ring of its own per sequence
  * (swa.h) that keeps the last swa_cap positions, enough for the window, a prefill chunk
- * and a rollback of max(n_batch, swa_rollback) tokens; no summaries are built for them. The logits are the
- * final rms-normed state times the output matrix (the token embeddings when tied).
+ * and a rollback of max(n_batch, swa_rollback) tokens; no summaries are built for them.
+ * The logits are the final rms-normed state times the output matrix (the token
+ * embeddings when tied).
  *
  * What always holds: a model holds only tensors whose shapes were checked against the
  * hyper-parameters at load, so the forward pass indexes without further checks. A
