@@ -207,7 +207,10 @@ locks_status locks_ctx_prefill_all(locks_ctx *c, const int32_t *tokens, int32_t 
  * POOL_FULL, LOCKS_ERR_BUDGET for a budget below the forced pages, ...) the session is as
  * before the call (a pass that failed midway is truncated back). Only if that cleanup
  * itself fails is the context broken: then every call returns INVALID_ARG until
- * locks_ctx_reset. */
+ * locks_ctx_reset. (That includes a prefill of more than max(n_batch, swa_rollback)
+ * tokens on a model with sliding-window layers failing in a later chunk: those layers
+ * cannot go back that far. Its inputs are checked first, so only an allocation failure
+ * or non-finite activations get there.) */
 locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits);
 
 /* ---- Several sequences (locks_ctx_params.n_seqs > 1) ----
