@@ -250,12 +250,17 @@ locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n);
 
 /* Sequence seq's K and V of one layer as stored (fp16 bits): k, v [len][n_kv_heads]
  * [head_dim] (len = locks_ctx_seq_len). CPU backend (LOCKS_ERR_UNSUPPORTED on CUDA);
- * LOCKS_ERR_INVALID_ARG for a bad seq or layer. For saving a slot. */
+ * LOCKS_ERR_INVALID_ARG for a bad seq or layer. For saving a slot. A sliding-window
+ * layer keeps only its last positions (locks_ctx_params.swa_rollback): the earlier ones,
+ * never attended again, read as 0. */
 locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t layer, uint16_t *k, uint16_t *v);
 /* Replaces sequence seq by n tokens with the given K/V, k and v [n_layers][n][n_kv_heads]
  * [head_dim] fp16 bits as locks_ctx_seq_read_kv gives them; the summaries are rebuilt
  * from the keys (the same values as when the tokens ran). For restoring a saved slot:
- * decoding then goes on as if the tokens had been prefilled. CPU backend only.
+ * decoding then goes on as if the tokens had been prefilled (a sliding-window layer
+ * takes the positions its ring holds; below n the sequence can then be truncated only to
+ * 0, as the earlier positions of the saved K/V may be the zeros of locks_ctx_seq_read_kv).
+ * CPU backend only.
  * LOCKS_ERR_POOL_FULL past n_ctx (the sequence as it was), LOCKS_ERR_NONFINITE for
  * non-finite K/V and other errors leave the sequence empty. */
 locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v);
@@ -364,7 +369,8 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
  * accepted drafts and then the next token (the next round's t0); *n_out = a + 1. A
  * caller that stops at accepted draft i (an end-of-generation token, a stop string)
  * truncates seq to n + 1 + i. The context's step parameters are left as they were.
- * LOCKS_ERR_INVALID_ARG for bad arguments, POOL_FULL if n + k + 1 exceeds n_ctx; on any
+ * LOCKS_ERR_INVALID_ARG for bad arguments, POOL_FULL if n + k + 1 exceeds n_ctx,
+ * UNSUPPORTED for k past the sliding-window layers' reach (locks_spec_params.k); on any
  * error seq holds its n tokens again. */
 locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_t k, const locks_step_params *draft,
                                    locks_sampler *s, int32_t *out, int32_t *n_out);

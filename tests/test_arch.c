@@ -433,6 +433,31 @@ static void test_swa_ring(const locks_model *m, const int32_t *tok, const int32_
         locks_ctx_free(cl);
     }
 
+    /* a slot saved (locks_ctx_seq_read_kv: the local layers' positions before the ring
+     * read as 0) and loaded into a new context decodes on as the whole history does;
+     * below the loaded length it truncates only to 0 */
+    {
+        const size_t per = (size_t)(T - 8) * HKV * HD;
+        uint16_t *ks = malloc(sizeof(uint16_t) * per * 6), *vs = malloc(sizeof(uint16_t) * per * 6);
+        SETUP(ks && vs);
+        for (int32_t l = 0; l < 6; l++) CHECK(locks_ctx_seq_read_kv(c, 0, l, ks + (size_t)l * per, vs + (size_t)l * per));
+        int zeros = 1; /* local layer 0, position 0: overwritten in the ring */
+        for (int i = 0; i < HKV * HD; i++) zeros &= ks[i] == 0;
+        test_cond(zeros, "read_kv: a local layer's position before the ring reads as 0");
+        locks_ctx *ld = locks_ctx_init(m, cp, &st);
+        SETUP(ld);
+        CHECK(locks_ctx_seq_load_kv(ld, 0, T - 8, ks, vs));
+        for (int t = T - 8; t < T; t++) CHECK(locks_ctx_decode(ld, tok[t], got + (size_t)t * V));
+        test_cond(!memcmp(got, want, sizeof(float) * (size_t)T * V), "loaded slot: logits differ");
+        st = locks_ctx_truncate(ld, T - 9);
+        test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(ld) == T, "loaded slot: truncate below it: %s",
+                  locks_status_str(st));
+        CHECK(locks_ctx_truncate(ld, 0));
+        locks_ctx_free(ld);
+        free(ks);
+        free(vs);
+    }
+
     /* to 0 always works; prefill (chunks of 8) and the verify pass (every logit) */
     CHECK(locks_ctx_truncate(c, 0));
     CHECK(locks_ctx_prefill(c, tok, T, got));
@@ -460,6 +485,12 @@ static void test_swa_ring(const locks_model *m, const int32_t *tok, const int32_
     st = locks_speculate(c, tok, 10, 40, s2, &spp, NULL, NULL, spec, &n_spec, NULL);
     test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(c) == 0, "speculate K = 9 past the ring: %s, length %d",
               locks_status_str(st), locks_ctx_len(c));
+    int32_t round_out[10], n_round = 0;
+    CHECK(locks_ctx_prefill(c, tok, 10, NULL));
+    st = locks_speculate_round(c, 0, tok[10], 9, &spp.draft, s2, round_out, &n_round);
+    test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(c) == 10, "speculate_round k = 9 past the ring: %s, length %d",
+              locks_status_str(st), locks_ctx_len(c));
+    CHECK(locks_ctx_reset(c));
     spp.k = 8;
     CHECK(locks_speculate(c, tok, 10, 40, s2, &spp, NULL, NULL, spec, &n_spec, NULL));
     test_cond(n_spec == n_gen && n_gen == 40 && !memcmp(spec, gen, sizeof(int32_t) * (size_t)n_gen),

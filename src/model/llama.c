@@ -1226,12 +1226,28 @@ locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t laye
         return LOCKS_ERR_INVALID_ARG;
     if (c->gpu) return LOCKS_ERR_UNSUPPORTED;
     const int32_t hkv = c->m->info.n_kv_heads, d = c->m->info.head_dim, n = c->n_tokens[seq];
+    if (c->m->layers[layer].local) { /* the ring's positions swa_lo .. n - 1; 0 before */
+        const swa_ring r = ctx_ring(c, seq, layer);
+        const size_t row = (size_t)hkv * (size_t)d;
+        for (int32_t t = 0; t < n; t++) {
+            size_t slot = (size_t)(t % r.cap);
+            if (t < c->swa_lo[seq]) {
+                memset(k + (size_t)t * row, 0, sizeof(uint16_t) * row);
+                memset(v + (size_t)t * row, 0, sizeof(uint16_t) * row);
+            } else {
+                memcpy(k + (size_t)t * row, r.k + slot * row, sizeof(uint16_t) * row);
+                memcpy(v + (size_t)t * row, r.v + slot * row, sizeof(uint16_t) * row);
+            }
+        }
+        return LOCKS_OK;
+    }
+    const int32_t cl = c->cache_layer[layer];
     int32_t n_pages = 0;
     const int32_t *bt = locks_cache_block_table(c->cache, c->seq[seq], &n_pages);
     if (!bt && n > 0) return LOCKS_ERR_INVALID_ARG;
     for (int32_t t = 0; t < n; t++) { /* page [Hkv][P][d] -> [t][Hkv][d] */
-        const uint16_t *kp = locks_cache_k_page(c->cache, layer, bt[t / LOCKS_PAGE]);
-        const uint16_t *vp = locks_cache_v_page(c->cache, layer, bt[t / LOCKS_PAGE]);
+        const uint16_t *kp = locks_cache_k_page(c->cache, cl, bt[t / LOCKS_PAGE]);
+        const uint16_t *vp = locks_cache_v_page(c->cache, cl, bt[t / LOCKS_PAGE]);
         if (!kp || !vp) return LOCKS_ERR_UNSUPPORTED;
         for (int32_t h = 0; h < hkv; h++) {
             size_t src = ((size_t)h * LOCKS_PAGE + (size_t)(t % LOCKS_PAGE)) * (size_t)d;
@@ -1259,11 +1275,28 @@ locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const u
             kf[i] = locks_f16_to_f32(k[(size_t)l * per_layer + i]);
             vf[i] = locks_f16_to_f32(v[(size_t)l * per_layer + i]);
         }
-        st = locks_cache_write(c->cache, c->seq[seq], l, 0, n, kf, vf);
+        if (c->m->layers[l].local) { /* the last positions the ring holds */
+            swa_ring r = ctx_ring(c, seq, l);
+            const int32_t m = n < r.cap ? n : r.cap;
+            const size_t off = (size_t)(n - m) * (size_t)hkv * (size_t)d;
+            st = swa_ring_write(&r, n - m, m, kf + off, vf + off);
+        } else {
+            st = locks_cache_write(c->cache, c->seq[seq], c->cache_layer[l], 0, n, kf, vf);
+        }
     }
-    if (st == LOCKS_OK) c->n_tokens[seq] = n;
-    else if (locks_cache_seq_truncate(c->cache, c->seq[seq], 0) == LOCKS_OK) c->n_tokens[seq] = 0;
-    else c->broken = 1;
+    /* the saved positions before a ring's last ones may have been zeros (not kept where
+     * they were read): only the window before n is known good, so no truncation below n
+     * (but to 0) after a load */
+    const int32_t lo = n - c->m->info.swa_window + 1;
+    if (st == LOCKS_OK) {
+        c->n_tokens[seq] = n;
+        c->swa_lo[seq] = lo > 0 ? lo : 0;
+    } else if (locks_cache_seq_truncate(c->cache, c->seq[seq], 0) == LOCKS_OK) {
+        c->n_tokens[seq] = 0;
+        c->swa_lo[seq] = 0;
+    } else {
+        c->broken = 1;
+    }
     locks_free(kf);
     locks_free(vf);
     return st;
