@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# gpu24_run.sh — issue 24's device calls (branch gpu24), from binaries built on the CPU
+# machine for sm_90 (-DLOCKS_WERROR=ON) and carried in .gpu-stage/gpu24/locks-bin.tar.xz.
+#   here:   (cd build-cuda && tar cf - locks liblocks.so test_gpu_* | xz -6 > STAGE/locks-bin.tar.xz)
+#           git rev-parse HEAD > STAGE/COMMIT; cp smollm2.part00 STAGE/ (split -n 2 -d of the GGUF)
+#   call 1: dev/cuda/gpu24_run.sh tests     every GPU test that needs no model; compute-sanitizer
+#                                           memcheck of test_gpu_ops and test_gpu_model_ops
+#   call 1: dev/cuda/gpu24_run.sh profile   ncu: the kernels of one LOCKS mid-page token and one
+#                                           page-fill token (llama3-8b, 128K), each kernel's
+#                                           gpu__time_duration; the engine bench of both shapes
+#                                           at 128K (page-fill prep / attention split)
+#   call 1: dev/cuda/gpu24_run.sh step      the step of one layer vs cuDNN SDPA (gpu-check.sh's
+#                                           bench + table, 128K and 1M, batch 1)
+#   call N: dev/cuda/gpu24_run.sh model PART SHA256   SmolLM2's other part (the first waits in
+#                                           $KEEP from an earlier call on the same warm machine)
+# Stages run in the order given: dev/cuda/gpu24_run.sh tests profile step. Everything a call
+# writes lands in $OUT/gpu24-<stages>.tar.gz; the output itself is the summary.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export KEEP=${KEEP:-/root/keep}
+FOUT=${OUT:-/tmp/locks-gpu24}
+STAGE=${STAGE:-.gpu-stage/gpu24}
+TAG=$(echo "$*" | tr ' ' '-' | tr -cd 'A-Za-z0-9-' | cut -c1-40)
+W=$KEEP/gpu24-$TAG
+B=$KEEP/bin
+mkdir -p "$W" "$B" "$FOUT"
+T0=$(date +%s)
+rc=0
+say() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+run_test() { # name timeout [env...]
+  local t=$1 lim=$2; shift 2
+  env "$@" timeout "$lim" "$B/$t" > "$W/$t.log" 2>&1; local r=$?
+  say "$t exit $r: $(tail -1 "$W/$t.log")"
+  [ $r = 0 ] || { rc=1; grep -m8 FAIL "$W/$t.log"; }
+}
+if [ -f "$STAGE/locks-bin.tar.xz" ]; then
+  rm -rf "${B:?}"/* && tar xJf "$STAGE/locks-bin.tar.xz" -C "$B" || { echo "cannot unpack the binaries"; exit 1; }
+  cp "$STAGE/COMMIT" "$KEEP/COMMIT" 2>/dev/null
+  [ -f "$STAGE/smollm2.part00" ] && cp "$STAGE/smollm2.part00" "$KEEP/"
+fi
+[ -x "$B/locks" ] || { echo "no binaries in $B (cold machine?)"; exit 1; }
+export LD_LIBRARY_PATH=$B:${LD_LIBRARY_PATH:-}
+{ date -u; cat "$KEEP/COMMIT" 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; } | tee "$W/env.log"
+while [ $# -gt 0 ]; do
+  stage=$1; shift
+  case $stage in
+  tests)
+    for t in test_gpu_ops test_gpu_truncate test_gpu_fault test_gpu_ext_pages test_gpu_plan test_gpu_batch test_gpu_model_ops; do
+      run_test $t 150
+    done
+    run_test test_gpu_cp 60 LOCKS_CP_RANKS=1
+    run_test test_gpu_verify 120        # without LOCKS_MODEL: the verify kernel against float64
+    run_test test_gpu_verify_exact 150  # without LOCKS_MODEL: tiny random models
+    for t in test_gpu_ops test_gpu_model_ops; do
+      say "compute-sanitizer memcheck $t"
+      timeout "${MEMCHECK_S:-150}" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$B/$t" \
+        > "$W/memcheck_$t.log" 2>&1; r=$?
+      say "memcheck $t exit $r (124: cut by the time limit): $(grep -m1 'ERROR SUMMARY' "$W/memcheck_$t.log"; tail -1 "$W/memcheck_$t.log")"
+      [ $r = 0 ] || [ $r = 124 ] || rc=1
+    done
+    ;;
+  profile)
+    say "ncu: one LOCKS mid-page token, then one page-fill token (llama3-8b 128K)"
+    timeout 240 ncu --clock-control none --profile-from-start off --graph-profiling node \
+      --metrics gpu__time_duration.sum --csv --log-file "$W/ncu_tokens.csv" \
+      "$B/locks" bench --backend cuda --model llama3-8b --context 128k --batch 1 --ttft 0 --trials 5 --profile \
+      > "$W/ncu_bench.txt" 2>&1 || { rc=1; tail -5 "$W/ncu_bench.txt"; }
+    python3 dev/cuda/gpu24_ncu.py "$W/ncu_tokens.csv" 2>&1 | tee "$W/ncu_summary.txt"
+    for m in llama3-8b glm4-9b; do
+      say "engine bench $m 128K"
+      timeout 120 "$B/locks" bench --backend cuda --model $m --context 128k --batch 1 --ttft 0 --trials 15 \
+        --csv "$W/engine_$m.csv" > "$W/engine_$m.txt" 2>&1 || rc=1
+      grep -E "ms/token|page-fill|phases" "$W/engine_$m.txt"
+    done
+    ;;
+  step)
+    say "the step of one layer vs cuDNN SDPA"
+    ( OUT=$W/step BUILD=$B GPU_CHECK_PREBUILT=1 GPU_CHECK_SKIP_TESTS=1 GPU_CHECK_QUICK=${QUICK:-1} timeout 240 scripts/gpu-check.sh ) \
+      > "$W/step.txt" 2>&1 || rc=1
+    sed -n '/== table/,$p' "$W/step.txt"
+    grep -E "step|score|select|attend" "$W/step/bench.log" | head -30
+    ;;
+  model)
+    part=$1 sha=$2; shift 2
+    cp "$part" "$KEEP/" || { echo "no $part"; exit 1; }
+    M=$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf
+    cat "$KEEP/smollm2.part00" "$KEEP/smollm2.part01" > "$M" || { echo "parts missing"; exit 1; }
+    echo "$sha  $M" | sha256sum -c - || { echo "SmolLM2 checksum differs"; exit 1; }
+    run_test test_gpu_model 240 LOCKS_MODEL=$M
+    grep -E "^  " "$W/test_gpu_model.log"
+    run_test test_gpu_verify 180 LOCKS_MODEL=$M
+    run_test test_gpu_verify_exact 150 LOCKS_MODEL=$M
+    timeout 60 "$B/locks" demo --backend cuda -m "$M" > "$W/demo.log" 2>&1 || rc=1
+    say "demo: $(grep -c 'found the needle' "$W/demo.log") of 2 answers found the needle"
+    ;;
+  *) echo "unknown stage $stage"; rc=1 ;;
+  esac
+done
+say "done (rc $rc)"
+tar czf "$FOUT/gpu24-$TAG.tar.gz" -C "$KEEP" "gpu24-$TAG" 2>/dev/null
+exit $rc
