@@ -2,7 +2,8 @@
 # gpu24_run.sh — issue 24's device calls (branch gpu24), from binaries built on the CPU
 # machine for sm_90 (-DLOCKS_WERROR=ON) and carried in .gpu-stage/gpu24/locks-bin.tar.xz.
 #   here:   (cd build-cuda && tar cf - locks liblocks.so test_gpu_* | xz -6 > STAGE/locks-bin.tar.xz)
-#           git rev-parse HEAD > STAGE/COMMIT; cp smollm2.part00 STAGE/ (split -n 2 -d of the GGUF)
+#           git rev-parse HEAD > STAGE/COMMIT; split -n 2 -d the GGUF: part00 in .gpu-stage/gpu24m0 (carried
+#           with the binaries), part01 in .gpu-stage/gpu24m1 (the next call, on the still-warm machine)
 #   call 1: dev/cuda/gpu24_run.sh tests     every GPU test that needs no model; compute-sanitizer
 #                                           memcheck of test_gpu_ops and test_gpu_model_ops
 #   call 1: dev/cuda/gpu24_run.sh profile   ncu: the kernels of one LOCKS mid-page token and one
@@ -13,10 +14,12 @@
 #                                           bench + table, 128K and 1M, batch 1)
 #   call N: dev/cuda/gpu24_run.sh model PART SHA256   SmolLM2's other part (the first waits in
 #                                           $KEEP from an earlier call on the same warm machine)
+# From a staged copy: ROOT=. bash .gpu-stage/gpu24/gpu24_run.sh STAGES (run in the repository root).
 # Stages run in the order given: dev/cuda/gpu24_run.sh tests profile step. Everything a call
 # writes lands in $OUT/gpu24-<stages>.tar.gz; the output itself is the summary.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+SD=$(cd "$(dirname "$0")" && pwd)  # this script's folder (dev/cuda, or its staged copy)
+cd "${ROOT:-$SD/../..}"  # the repository root (ROOT=. when run from a staged copy)
 export KEEP=${KEEP:-/root/keep}
 FOUT=${OUT:-/tmp/locks-gpu24}
 STAGE=${STAGE:-.gpu-stage/gpu24}
@@ -25,6 +28,7 @@ W=$KEEP/gpu24-$TAG
 B=$KEEP/bin
 mkdir -p "$W" "$B" "$FOUT"
 T0=$(date +%s)
+END=$((T0 + ${CALL_S:-560}))  # the call's own deadline: memcheck takes what is left
 rc=0
 say() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 run_test() { # name timeout [env...]
@@ -36,8 +40,8 @@ run_test() { # name timeout [env...]
 if [ -f "$STAGE/locks-bin.tar.xz" ]; then
   rm -rf "${B:?}"/* && tar xJf "$STAGE/locks-bin.tar.xz" -C "$B" || { echo "cannot unpack the binaries"; exit 1; }
   cp "$STAGE/COMMIT" "$KEEP/COMMIT" 2>/dev/null
-  [ -f "$STAGE/smollm2.part00" ] && cp "$STAGE/smollm2.part00" "$KEEP/"
 fi
+[ -f .gpu-stage/gpu24m0/smollm2.part00 ] && cp .gpu-stage/gpu24m0/smollm2.part00 "$KEEP/"
 [ -x "$B/locks" ] || { echo "no binaries in $B (cold machine?)"; exit 1; }
 export LD_LIBRARY_PATH=$B:${LD_LIBRARY_PATH:-}
 { date -u; cat "$KEEP/COMMIT" 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; } | tee "$W/env.log"
@@ -52,8 +56,10 @@ while [ $# -gt 0 ]; do
     run_test test_gpu_verify 120        # without LOCKS_MODEL: the verify kernel against float64
     run_test test_gpu_verify_exact 150  # without LOCKS_MODEL: tiny random models
     for t in test_gpu_ops test_gpu_model_ops; do
-      say "compute-sanitizer memcheck $t"
-      timeout "${MEMCHECK_S:-150}" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$B/$t" \
+      lim=$(( END - $(date +%s) )); [ "$lim" -gt "${MEMCHECK_S:-150}" ] && lim=${MEMCHECK_S:-150}
+      [ "$lim" -lt 20 ] && { say "memcheck $t skipped: the call's time is up"; continue; }
+      say "compute-sanitizer memcheck $t (limit $lim s)"
+      timeout "$lim" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$B/$t" \
         > "$W/memcheck_$t.log" 2>&1; r=$?
       say "memcheck $t exit $r (124: cut by the time limit): $(grep -m1 'ERROR SUMMARY' "$W/memcheck_$t.log"; tail -1 "$W/memcheck_$t.log")"
       [ $r = 0 ] || [ $r = 124 ] || rc=1
@@ -65,7 +71,7 @@ while [ $# -gt 0 ]; do
       --metrics gpu__time_duration.sum --csv --log-file "$W/ncu_tokens.csv" \
       "$B/locks" bench --backend cuda --model llama3-8b --context 128k --batch 1 --ttft 0 --trials 5 --profile \
       > "$W/ncu_bench.txt" 2>&1 || { rc=1; tail -5 "$W/ncu_bench.txt"; }
-    python3 dev/cuda/gpu24_ncu.py "$W/ncu_tokens.csv" 2>&1 | tee "$W/ncu_summary.txt"
+    python3 "$SD/gpu24_ncu.py" "$W/ncu_tokens.csv" 2>&1 | tee "$W/ncu_summary.txt"
     for m in llama3-8b glm4-9b; do
       say "engine bench $m 128K"
       timeout 120 "$B/locks" bench --backend cuda --model $m --context 128k --batch 1 --ttft 0 --trials 15 \
@@ -95,6 +101,7 @@ while [ $# -gt 0 ]; do
     ;;
   *) echo "unknown stage $stage"; rc=1 ;;
   esac
+  tar czf "$FOUT/gpu24-$TAG.tar.gz" -C "$KEEP" "gpu24-$TAG" 2>/dev/null  # after every stage
 done
 say "done (rc $rc)"
 tar czf "$FOUT/gpu24-$TAG.tar.gz" -C "$KEEP" "gpu24-$TAG" 2>/dev/null
