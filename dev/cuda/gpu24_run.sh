@@ -83,10 +83,11 @@ while [ $# -gt 0 ]; do
     say "ncu: the summary build of a page-fill token (llama3-8b 128K): warp stalls, instruction stats"
     timeout 200 ncu --clock-control none --profile-from-start off --graph-profiling node -k regex:summary2 -c 4 \
       --section SpeedOfLight --section WarpStateStats --section InstructionStats --section LaunchStats \
-      --metrics smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__pcsamp_warps_issue_stalled_no_instructions,smsp__pcsamp_warps_issue_stalled_branch_resolving,l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_miss.sum \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
       "$B/locks" bench --backend cuda --model llama3-8b --context 128k --batch 1 --ttft 0 --trials 3 --profile \
       > "$W/ncu_stalls.txt" 2>&1 || rc=1
-    grep -E "summary2_kernel|Duration|Stall|Warp Cycles Per Issued|Executed Instructions |no_instruction|branch_resolving|Registers|Issue Slots" "$W/ncu_stalls.txt" | head -60
+    grep -E "summary2_kernel|Duration|Warp Cycles Per Issued|Executed Instructions |Registers Per|Issue Slots Busy" "$W/ncu_stalls.txt" | head -24
+    grep -E "stalled_" "$W/ncu_stalls.txt" | sort -k3 -rn | awk '$3 > 0.5' | head -30
     ;;
   targets)
     for m in llama3-8b:32k,256k glm4-9b:32k,256k,1024k; do
