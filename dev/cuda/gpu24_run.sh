@@ -80,8 +80,8 @@ while [ $# -gt 0 ]; do
     done
     ;;
   stalls)
-    say "ncu: the summary build of a page-fill token (llama3-8b 128K): warp stalls, instruction stats"
-    timeout 200 ncu --clock-control none --profile-from-start off --graph-profiling node -k regex:summary2 -c 4 \
+    say "ncu: the summary build, the last 2 of a mid-page token and the first 4 of a page-fill token (llama3-8b 128K): warp stalls"
+    timeout 200 ncu --clock-control none --profile-from-start off --graph-profiling node -k regex:summary2 --launch-skip 30 -c 6 \
       --section SpeedOfLight --section WarpStateStats --section InstructionStats --section LaunchStats \
       --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
       "$B/locks" bench --backend cuda --model llama3-8b --context 128k --batch 1 --ttft 0 --trials 3 --profile \
