@@ -89,6 +89,26 @@ while [ $# -gt 0 ]; do
     grep -E "summary2_kernel|Duration|Warp Cycles Per Issued|Executed Instructions |Registers Per|Issue Slots Busy" "$W/ncu_stalls.txt" | head -24
     grep -E "stalled_" "$W/ncu_stalls.txt" | sort -k3 -rn | awk '$3 > 0.5' | head -30
     ;;
+  sass)
+    say "SASS of summary2_kernel<128, bf16, 8> with line info (code bytes per source line)"
+    mkdir -p "$W/cubin" && ( cd "$W/cubin" && cuobjdump -xelf all "$B/liblocks.so" > /dev/null 2>&1 )
+    for f in "$W"/cubin/*.cubin; do
+      grep -q summary2_kernel "$f" || continue
+      nvdisasm -gi "$f" 2>/dev/null | awk '/^\t*\.section\t*\.text\./{on = index($0, "_Z15summary2_kernelILi128E13__nv_bfloat16Li8E") > 0} on' \
+        > "$W/summary2_128_bf16_8.sass"
+    done
+    rm -rf "$W/cubin"
+    python3 - "$W/summary2_128_bf16_8.sass" <<'PY' | tee "$W/summary2_lines.txt"
+import re, sys, collections
+n = collections.Counter(); cur = None; tot = 0
+for l in open(sys.argv[1]):
+    m = re.search(r'line (\d+)', l)
+    if m and ('//## File' in l or '.loc' in l): cur = int(m.group(1))
+    if re.search(r'/\*[0-9a-f]{4,}\*/', l): n[cur] += 16; tot += 16
+print(f"summary2_kernel<128, bf16, 8>: {tot} bytes of SASS")
+for k, v in sorted(n.items(), key=lambda x: -x[1])[:40]: print(f"  line {k}: {v} bytes")
+PY
+    ;;
   targets)
     for m in llama3-8b:32k,256k glm4-9b:32k,256k,1024k; do
       say "engine bench ${m%%:*} ${m#*:}"
