@@ -12,6 +12,7 @@
 #                                           at 128K (page-fill prep / attention split)
 #   call 1: dev/cuda/gpu24_run.sh step      the step of one layer vs cuDNN SDPA (gpu-check.sh's
 #                                           bench + table, 128K and 1M, batch 1)
+#   next:   dev/cuda/gpu24_run.sh roll      the page-fill token with and without LOCKS_CUDA_SUMMARY_ROLL=64
 #   call N: dev/cuda/gpu24_run.sh model PART SHA256   SmolLM2's other part (the first waits in
 #                                           $KEEP from an earlier call on the same warm machine)
 # From a staged copy: ROOT=. bash .gpu-stage/gpu24/gpu24_run.sh STAGES (run in the repository root).
@@ -55,6 +56,12 @@ while [ $# -gt 0 ]; do
     run_test test_gpu_cp 60 LOCKS_CP_RANKS=1
     run_test test_gpu_verify 120        # without LOCKS_MODEL: the verify kernel against float64
     run_test test_gpu_verify_exact 150  # without LOCKS_MODEL: tiny random models
+    # every summary build through the rolled basis loop (summary.cu, LOCKS_CUDA_SUMMARY_ROLL)
+    for t in test_gpu_ops:1000000000 test_gpu_model_ops:64; do
+      LOCKS_CUDA_SUMMARY_ROLL=${t#*:} timeout 150 "$B/${t%%:*}" > "$W/${t%%:*}_roll.log" 2>&1; r=$?
+      say "${t%%:*} with LOCKS_CUDA_SUMMARY_ROLL=${t#*:} exit $r: $(tail -1 "$W/${t%%:*}_roll.log")"
+      [ $r = 0 ] || { rc=1; grep -m8 FAIL "$W/${t%%:*}_roll.log"; }
+    done
     for t in test_gpu_ops test_gpu_model_ops; do
       lim=$(( END - $(date +%s) )); [ "$lim" -gt "${MEMCHECK_S:-150}" ] && lim=${MEMCHECK_S:-150}
       [ "$lim" -lt 20 ] && { say "memcheck $t skipped: the call's time is up"; continue; }
@@ -108,6 +115,14 @@ for l in open(sys.argv[1]):
 print(f"summary2_kernel<128, bf16, 8>: {tot} bytes of SASS")
 for k, v in sorted(n.items(), key=lambda x: -x[1])[:40]: print(f"  line {k}: {v} bytes")
 PY
+    ;;
+  roll)
+    for m in llama3-8b glm4-9b; do for v in 0 64 0 64; do  # A/B twice, interleaved
+      say "engine bench $m 128K, LOCKS_CUDA_SUMMARY_ROLL=$v"
+      LOCKS_CUDA_SUMMARY_ROLL=$v timeout 120 "$B/locks" bench --backend cuda --model $m --context 128k --batch 1 --ttft 0 \
+        --trials 15 > "$W/roll_${m}_$v.txt" 2>&1 || rc=1
+      grep -E "locks .*ms/token|page-fill" "$W/roll_${m}_$v.txt" | grep -A1 " locks "
+    done; done
     ;;
   targets)
     for m in llama3-8b:32k,256k glm4-9b:32k,256k,1024k; do
