@@ -96,11 +96,123 @@ __attribute__((target("avx2,fma,f16c"))) static void block_accum_avx2(const uint
         }
     }
 }
+
+/* AVX-512. Logits: 4 keys x up to 4 heads (HN, a constant per instantiation) make up
+ * to 16 accumulators of 16 channels each, so a key row is converted once per 4 heads
+ * and every product is register to register; the 16 accumulators are then summed
+ * lane-wise into one vector by a transpose-and-add tree (reduce16) instead of a
+ * horizontal sum per product. Every accumulator goes through the same sequence of
+ * additions whatever its slot, so a (head, key) logit does not depend on which other
+ * heads or keys share its call (the verify pass relies on that). */
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+/* r[4 q + m] = sum of the 16 lanes of a[4 m + q]. */
+AVX512_TARGET static inline __m512 reduce16(const __m512 *a) {
+    __m512 b[8], c[4], e[2];
+    for (int i = 0; i < 8; i++) /* 256-bit halves: lane j + lane j + 8 */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++) /* 128-bit quarters: + lane j + 4 */
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++) /* within quarters: + lane j + 2 */
+        e[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44), _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x88), _mm512_shuffle_ps(e[0], e[1], 0xDD)); /* + lane j + 1 */
+}
+
+/* 16 fp16 values from p (the first 8 only, the rest 0, when half is set). */
+AVX512_TARGET static inline __m512 load_f16x16(const uint16_t *p, int half) {
+    return half ? _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p)))
+                : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+/* logit[g0 + i][t] for heads g0 .. g0 + HN - 1 and every key t < nt. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+logits_heads_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale,
+                    float (*logit)[P], const int HN) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int32_t t0 = 0; t0 < nt; t0 += 4) {
+        __m512 a[16];
+        for (int s = 0; s < 16; s++) a[s] = _mm512_setzero_ps();
+        const uint16_t *k[4];
+        for (int j = 0; j < 4; j++) k[j] = kb + (size_t)(t0 + j < nt ? t0 + j : nt - 1) * d;
+        for (int32_t c = 0; c < d; c += 16) {
+            const int half = d - c < 16;
+            const __mmask16 m = half ? 0x00ff : 0xffff;
+            __m512 kv[4];
+            for (int j = 0; j < 4; j++) kv[j] = load_f16x16(k[j] + c, half);
+            for (int i = 0; i < HN; i++) {
+                const __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + i) * d + c);
+                for (int j = 0; j < 4; j++) a[4 * i + j] = _mm512_fmadd_ps(qv, kv[j], a[4 * i + j]);
+            }
+        }
+        float r[16];
+        _mm512_storeu_ps(r, _mm512_mul_ps(reduce16(a), vs));
+        for (int i = 0; i < HN; i++) /* accumulator 4 i + j (head i, key j) sits at r[4 j + i] */
+            for (int j = 0; j < 4 && t0 + j < nt; j++) logit[g0 + i][t0 + j] = r[4 * j + i];
+    }
+}
+
+AVX512_TARGET static void block_logits_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
+                                              float scale, float (*logit)[P]) {
+    int32_t g0 = 0;
+    for (; g0 + 4 <= G; g0 += 4) logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 4);
+    switch (G - g0) {
+    case 3: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 3); break;
+    case 2: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 2); break;
+    case 1: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 1); break;
+    default: break;
+    }
+}
+
+/* acc[g0 + i] += sum_t w[g0 + i][t] v_t for HN heads: 64 channels (4 vectors, the
+ * ones past d masked off) of every head held in registers across the keys. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+accum_heads_avx512(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t g0, int32_t d, float *acc,
+                   const int HN) {
+    for (int32_t c0 = 0; c0 < d; c0 += 64) {
+        __mmask16 m[4];
+        for (int v = 0; v < 4; v++) {
+            const int32_t left = d - c0 - 16 * v;
+            m[v] = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        }
+        __m512 a[4][4];
+        for (int i = 0; i < HN; i++)
+            for (int v = 0; v < 4; v++) a[i][v] = _mm512_maskz_loadu_ps(m[v], acc + (size_t)(g0 + i) * d + c0 + 16 * v);
+        for (int32_t t = 0; t < nt; t++) {
+            __m512 vv[4];
+            for (int v = 0; v < 4; v++)
+                vv[v] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[v], vb + (size_t)t * d + c0 + 16 * v));
+            for (int i = 0; i < HN; i++) {
+                const __m512 wt = _mm512_set1_ps(w[g0 + i][t]);
+                for (int v = 0; v < 4; v++) a[i][v] = _mm512_fmadd_ps(wt, vv[v], a[i][v]);
+            }
+        }
+        for (int i = 0; i < HN; i++)
+            for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(acc + (size_t)(g0 + i) * d + c0 + 16 * v, m[v], a[i][v]);
+    }
+}
+
+AVX512_TARGET static void block_accum_avx512(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t G,
+                                             int32_t d, float *acc) {
+    int32_t g0 = 0;
+    for (; g0 + 4 <= G; g0 += 4) accum_heads_avx512(vb, nt, w, g0, d, acc, 4);
+    switch (G - g0) {
+    case 3: accum_heads_avx512(vb, nt, w, g0, d, acc, 3); break;
+    case 2: accum_heads_avx512(vb, nt, w, g0, d, acc, 2); break;
+    case 1: accum_heads_avx512(vb, nt, w, g0, d, acc, 1); break;
+    default: break;
+    }
+}
 #endif
 
 void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
                         float scale, float (*logit)[LOCKS_PAGE]) {
 #ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        block_logits_avx512(kb, nt, q, G, d, scale, logit);
+        return;
+    }
     if (locks_have_avx2()) {
         block_logits_avx2(kb, nt, q, G, d, scale, logit);
         return;
@@ -115,6 +227,10 @@ void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t 
 static void block_accum(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t G, int32_t d,
                         float *acc) {
 #ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        block_accum_avx512(vb, nt, w, G, d, acc);
+        return;
+    }
     if (locks_have_avx2()) {
         block_accum_avx2(vb, nt, w, G, d, acc);
         return;

@@ -5,6 +5,8 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "util.h"
 
@@ -13,13 +15,28 @@
 #include <immintrin.h>
 #endif
 
-/* -1: not checked yet; bit 0: AVX2/FMA/F16C kernels; bit 1: AVX-VNNI too. */
+/* -1: not checked yet; bit 0: AVX2/FMA/F16C kernels; bit 1: AVX-VNNI too; bit 2: AVX-512. */
+enum { SIMD_AVX2 = 1, SIMD_AVXVNNI = 2, SIMD_AVX512 = 4, SIMD_ALL = 7 };
 static atomic_int simd_state = -1;
-static atomic_int simd_mask = 3; /* what locks_simd_enable allows */
+static atomic_int simd_mask = -1; /* what locks_simd_enable / locks_cpu_set_isa allow; -1: LOCKS_CPU_ISA */
 
 void locks_simd_enable(int on) {
-    atomic_store_explicit(&simd_mask, on == 0 ? 0 : on == 2 ? 1 : 3, memory_order_relaxed);
+    atomic_store_explicit(&simd_mask, on == 0 ? 0 : on == 2 ? SIMD_AVX2 : SIMD_ALL, memory_order_relaxed);
     atomic_store_explicit(&simd_state, -1, memory_order_relaxed);
+}
+
+void locks_cpu_set_isa(locks_isa max) {
+    int m = max == LOCKS_ISA_PORTABLE ? 0 : max == LOCKS_ISA_AVX2 ? SIMD_AVX2 | SIMD_AVXVNNI : SIMD_ALL;
+    atomic_store_explicit(&simd_mask, m, memory_order_relaxed);
+    atomic_store_explicit(&simd_state, -1, memory_order_relaxed);
+}
+
+static int env_mask(void) {
+    const char *e = getenv("LOCKS_CPU_ISA");
+    if (!e) return SIMD_ALL;
+    if (!strcmp(e, "portable")) return 0;
+    if (!strcmp(e, "avx2")) return SIMD_AVX2 | SIMD_AVXVNNI;
+    return SIMD_ALL;
 }
 
 static int simd_get(void) {
@@ -29,17 +46,35 @@ static int simd_get(void) {
 #ifdef LOCKS_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        st = 1;
-        if (__builtin_cpu_supports("avxvnni")) st |= 2;
+        st = SIMD_AVX2;
+        if (__builtin_cpu_supports("avxvnni")) st |= SIMD_AVXVNNI;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+            st |= SIMD_AVX512;
     }
 #endif
-    st &= atomic_load_explicit(&simd_mask, memory_order_relaxed);
+    int mask = atomic_load_explicit(&simd_mask, memory_order_relaxed);
+    if (mask < 0) {
+        mask = env_mask();
+        atomic_store_explicit(&simd_mask, mask, memory_order_relaxed);
+    }
+    st &= mask;
     atomic_store_explicit(&simd_state, st, memory_order_relaxed);
     return st;
 }
 
-int locks_have_avx2(void) { return simd_get() & 1; }
-int locks_have_avxvnni(void) { return (simd_get() >> 1) & 1; }
+int locks_have_avx2(void) { return simd_get() & SIMD_AVX2; }
+int locks_have_avxvnni(void) { return (simd_get() & SIMD_AVXVNNI) != 0; }
+int locks_have_avx512(void) { return (simd_get() & SIMD_AVX512) != 0; }
+
+locks_isa locks_cpu_isa(void) {
+    const int st = simd_get();
+    return (st & SIMD_AVX512) ? LOCKS_ISA_AVX512 : (st & SIMD_AVX2) ? LOCKS_ISA_AVX2 : LOCKS_ISA_PORTABLE;
+}
+
+const char *locks_isa_name(locks_isa isa) {
+    return isa == LOCKS_ISA_AVX512 ? "avx512" : isa == LOCKS_ISA_AVX2 ? "avx2" : "portable";
+}
 
 #ifdef LOCKS_X86
 __attribute__((target("avx2,fma,f16c"))) static void f16_to_f32_avx2(const uint16_t *src, float *dst,

@@ -9,7 +9,9 @@
  *    each query, across page boundaries and chunk-size changes;
  *  - locks_prefill_attend (causal) over a chunk of positions; and chunks that start
  *    mid-page, span more than one query tile and end in a partial tile, G in {1, 3, 4},
- *    d in {64, 128}, both kernel sets.
+ *    d in {64, 128};
+ *  - G in {1, 3, 4, 8} x d in {64, 128} for page lists, dense decode and verify;
+ * each on every kernel set (portable, AVX2, AVX-512: locks_cpu_set_isa).
  */
 #include "test_util.h"
 
@@ -17,6 +19,9 @@
 #include "vmath.h"
 
 enum { P = LOCKS_PAGE };
+
+/* every kernel set, widest first (capped to what the CPU has) */
+static const locks_isa isas[3] = {LOCKS_ISA_AVX512, LOCKS_ISA_AVX2, LOCKS_ISA_PORTABLE};
 
 typedef struct {
     int32_t H, G, d, len;
@@ -231,7 +236,7 @@ static void test_prefill(const fixture *f, int32_t pos, int32_t n) {
         }
     }
     if (tu_failures != before)
-        fprintf(stderr, "  prefill H=%d G=%d d=%d pos=%d n=%d simd=%d\n", H, G, d, pos, n, locks_have_avx2());
+        fprintf(stderr, "  prefill H=%d G=%d d=%d pos=%d n=%d kernels %s\n", H, G, d, pos, n, locks_isa_name(locks_cpu_isa()));
     free(q);
     free(out);
 }
@@ -241,8 +246,8 @@ static void test_prefill(const fixture *f, int32_t pos, int32_t n) {
  * G in {1, 3, 4}, d in {64, 128}, both kernel sets, two threads. */
 static void test_prefill_tiles(void) {
     const int32_t groups[3] = {1, 3, 4}, dims[2] = {64, 128};
-    for (int32_t simd = 1; simd >= 0; simd--) {
-        locks_simd_enable(simd);
+    for (int32_t ii = 0; ii < 3; ii++) {
+        locks_cpu_set_isa(isas[ii]);
         for (int32_t gi = 0; gi < 3; gi++)
             for (int32_t di = 0; di < 2; di++) {
                 const int32_t G = groups[gi], T = 64 / G, H = tu_int(1, 3), len = tu_int(2 * T + 16, 2 * T + 60);
@@ -251,8 +256,8 @@ static void test_prefill_tiles(void) {
                 if (n % T == 0) n++;
                 int32_t pos = tu_int(1, len - n);
                 if (pos % P == 0) pos--; /* mid-page start */
-                printf("  prefill tiles: H=%d G=%d d=%d len=%d pos=%d n=%d simd=%d\n", H, G, dims[di], len, pos, n,
-                       locks_have_avx2());
+                printf("  prefill tiles: H=%d G=%d d=%d len=%d pos=%d n=%d kernels %s\n", H, G, dims[di], len, pos, n,
+                       locks_isa_name(locks_cpu_isa()));
                 test_prefill(&f, pos, n);
                 if (di == 0) test_prefill(&f, 0, len);
                 free_fixture(&f);
@@ -324,6 +329,29 @@ static void perf_verify(int32_t len) {
     free_fixture(&f);
 }
 
+/* The GQA ratios and head sizes of common models (G in {1, 3, 4, 8}, d in {64, 128}),
+ * every kernel set, a length crossing pages with a partial last one, two threads (so
+ * the decode splits into chunks merged by log-sum-exp): page lists, dense decode and
+ * verify against the float64 reference / the single-query path. */
+static void test_gqa_shapes(void) {
+    const int32_t groups[4] = {1, 3, 4, 8}, dims[3] = {64, 128, 72 /* a masked tail */};
+    for (int32_t ii = 0; ii < 3; ii++) {
+        locks_cpu_set_isa(isas[ii]);
+        for (int32_t gi = 0; gi < 4; gi++)
+            for (int32_t di = 0; di < 3; di++) {
+                const int32_t H = tu_int(1, 2), len = 16 * tu_int(3, 12) + tu_int(1, 15);
+                fixture f = make_fixture(H, groups[gi], dims[di], len, 2, LOCKS_SUMMARY_Q, 8);
+                printf("  gqa: H=%d G=%d d=%d len=%d kernels %s\n", H, groups[gi], dims[di], len,
+                       locks_isa_name(locks_cpu_isa()));
+                test_page_lists(&f);
+                test_dense(&f);
+                test_prefix_n(&f, 6);
+                free_fixture(&f);
+            }
+    }
+    locks_cpu_set_isa(LOCKS_ISA_AVX512);
+}
+
 int main(void) {
     tu_seed("test_attend");
     const char *vperf = getenv("LOCKS_VERIFY_PERF");
@@ -337,11 +365,11 @@ int main(void) {
         return 0;
     }
     const int32_t dims[3] = {64, 128, 256};
-    for (int32_t trial = 0; trial < 6; trial++) {
-        locks_simd_enable(trial < 3); /* AVX2 kernels (where the CPU has them), then portable */
+    for (int32_t trial = 0; trial < 9; trial++) {
+        locks_cpu_set_isa(isas[trial / 3]); /* AVX-512, AVX2 (where the CPU has them), then portable */
         int32_t H = tu_int(1, 3), G = tu_int(1, 9), d = dims[trial % 3], len = tu_int(40, 400);
-        fixture f = make_fixture(H, G, d, len, 1 + trial % 2, trial == 1 ? LOCKS_SUMMARY_F32 : LOCKS_SUMMARY_Q, 8);
-        printf("  H=%d G=%d d=%d len=%d simd=%d\n", H, G, d, len, locks_have_avx2());
+        fixture f = make_fixture(H, G, d, len, 1 + trial % 2, trial % 3 == 1 ? LOCKS_SUMMARY_F32 : LOCKS_SUMMARY_Q, 8);
+        printf("  H=%d G=%d d=%d len=%d kernels %s\n", H, G, d, len, locks_isa_name(locks_cpu_isa()));
         test_storage(&f);
         test_page_lists(&f);
         test_dense(&f);
@@ -350,14 +378,15 @@ int main(void) {
         test_prefill(&f, tu_int(0, f.len - n), n);
         free_fixture(&f);
     }
+    test_gqa_shapes();
     test_prefill_tiles();
-    for (int32_t simd = 1; simd >= 0; simd--) { /* chunk sizes that change within a verify range, G > 64 / n */
-        locks_simd_enable(simd);
+    for (int32_t ii = 0; ii < 3; ii++) { /* chunk sizes that change within a verify range, G > 64 / n */
+        locks_cpu_set_isa(isas[ii]);
         fixture f = make_fixture(2, 9, 64, 16 * 200 + 7, 2, LOCKS_SUMMARY_Q, 8);
-        printf("  verify: H=2 G=9 d=64 len=%d simd=%d\n", f.len, locks_have_avx2());
+        printf("  verify: H=2 G=9 d=64 len=%d kernels %s\n", f.len, locks_isa_name(locks_cpu_isa()));
         test_prefix_n(&f, 60);
         free_fixture(&f);
     }
-    locks_simd_enable(1);
+    locks_cpu_set_isa(LOCKS_ISA_AVX512);
     return test_report("test_attend");
 }
