@@ -352,8 +352,49 @@ static void test_gqa_shapes(void) {
     locks_cpu_set_isa(LOCKS_ISA_AVX512);
 }
 
+/* LOCKS_DECODE_PERF=len: CPU seconds (best of 7, 1 thread, the kernel sets interleaved
+ * round by round) of one dense decode attention (locks_attend_prefix) at a context of
+ * len, for SmolLM2-135M's shape (H=3 G=3 d=64) and Gemma 3 270M's (H=1 G=4 d=256);
+ * with LOCKS_CPU_ISA=<set>, that set alone and 20x longer (for perf stat's counts). */
+static void perf_decode(int32_t len) {
+    const int32_t shapes[2][3] = {{3, 3, 64}, {1, 4, 256}};
+    /* with LOCKS_CPU_ISA set, that kernel set alone, 20x the rounds: for perf stat */
+    const char *only = getenv("LOCKS_CPU_ISA");
+    const locks_isa only_isa = locks_cpu_isa();
+    const int32_t reps = only ? 20 : 1;
+    for (int32_t si = 0; si < 2; si++) {
+        const int32_t H = shapes[si][0], G = shapes[si][1], d = shapes[si][2], Hq = H * G;
+        fixture f = make_fixture(H, G, d, len, 1, LOCKS_SUMMARY_Q, 8);
+        float *q = malloc(sizeof(float) * (size_t)Hq * d), *out = malloc(sizeof(float) * (size_t)Hq * d);
+        tu_fill_normal(q, (size_t)Hq * d, 1.0);
+        double best[3] = {1e30, 1e30, 1e30};
+        for (int32_t rep = 0; rep < 7 * reps; rep++)
+            for (int32_t ii = 0; ii < 3; ii++) {
+                if (only && isas[ii] != only_isa) continue;
+                locks_cpu_set_isa(isas[ii]);
+                struct timespec t0, t1;
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+                for (int32_t k = 0; k < 4; k++) CHECK(locks_attend_prefix(f.c, 0, f.seq, len, q, Hq, out));
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+                double sec = ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)) / 4;
+                best[ii] = sec < best[ii] ? sec : best[ii];
+            }
+        printf("perf: dense decode attention, context %d, H=%d G=%d d=%d: avx512 %.3f ms, avx2 %.3f ms, portable %.3f "
+               "ms per layer\n", len, H, G, d, 1e3 * best[0], 1e3 * best[1], 1e3 * best[2]);
+        free(q);
+        free(out);
+        free_fixture(&f);
+    }
+    locks_cpu_set_isa(LOCKS_ISA_AVX512);
+}
+
 int main(void) {
     tu_seed("test_attend");
+    const char *dperf = getenv("LOCKS_DECODE_PERF");
+    if (dperf && atoi(dperf) > 0) {
+        perf_decode(atoi(dperf));
+        return 0;
+    }
     const char *vperf = getenv("LOCKS_VERIFY_PERF");
     if (vperf && atoi(vperf) > 0) {
         perf_verify(atoi(vperf));
