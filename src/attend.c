@@ -726,11 +726,100 @@ __attribute__((target("avx2,fma"))) static void tile_accum_avx2(const float *w, 
         }
     }
 }
+
+/* AVX-512: lg[r][t] for four rows and NV (a constant: nk / 16) vectors of 16 keys, the
+ * whole block's keys of four rows in 16 accumulators; the last group of fewer rows
+ * repeats its last row and drops the extra results. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+tile_logits_rows_avx512(const float *q, int32_t R, const float *kt, int32_t d, float scale, float *lg, const int NV) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int32_t r0 = 0; r0 < R; r0 += 4) {
+        const int32_t rn = R - r0 < 4 ? R - r0 : 4;
+        const float *qr[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) qr[i] = q + (size_t)(r0 + (i < rn ? i : rn - 1)) * d;
+        __m512 a[4][4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            #pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) a[i][v] = _mm512_setzero_ps();
+        for (int32_t c = 0; c < d; c++) {
+            __m512 kv[4];
+            #pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) kv[v] = _mm512_loadu_ps(kt + (size_t)c * KB + 16 * v);
+            #pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const __m512 x = _mm512_set1_ps(qr[i][c]);
+                #pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) a[i][v] = _mm512_fmadd_ps(x, kv[v], a[i][v]);
+            }
+        }
+        #pragma GCC unroll 4
+        for (int i = 0; i < rn; i++)
+            #pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) _mm512_storeu_ps(lg + (size_t)(r0 + i) * KB + 16 * v, _mm512_mul_ps(a[i][v], vs));
+    }
+}
+
+AVX512_TARGET static void tile_logits_avx512(const float *q, int32_t R, const float *kt, int32_t d, int32_t nk,
+                                             float scale, float *lg) {
+    switch (nk / 16) {
+    case 4: tile_logits_rows_avx512(q, R, kt, d, scale, lg, 4); break;
+    case 3: tile_logits_rows_avx512(q, R, kt, d, scale, lg, 3); break;
+    case 2: tile_logits_rows_avx512(q, R, kt, d, scale, lg, 2); break;
+    default: tile_logits_rows_avx512(q, R, kt, d, scale, lg, 1); break;
+    }
+}
+
+/* acc[r] += sum_{t < nk} w[r][t] v_t: four rows x 64 channels (4 vectors, those past d
+ * masked off) in 16 accumulators across the keys. */
+AVX512_TARGET static void tile_accum_avx512(const float *w, int32_t R, int32_t nk, const float *v, int32_t d,
+                                            float *acc) {
+    for (int32_t r0 = 0; r0 < R; r0 += 4) {
+        const int32_t rn = R - r0 < 4 ? R - r0 : 4;
+        const float *wr[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) wr[i] = w + (size_t)(r0 + (i < rn ? i : rn - 1)) * KB;
+        for (int32_t c0 = 0; c0 < d; c0 += 64) {
+            __mmask16 m[4];
+            #pragma GCC unroll 4
+            for (int x = 0; x < 4; x++) {
+                const int32_t left = d - c0 - 16 * x;
+                m[x] = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            }
+            __m512 a[4][4];
+            #pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                #pragma GCC unroll 4
+                for (int x = 0; x < 4; x++)
+                    a[i][x] = _mm512_maskz_loadu_ps(m[x], acc + (size_t)(r0 + (i < rn ? i : rn - 1)) * d + c0 + 16 * x);
+            for (int32_t t = 0; t < nk; t++) {
+                __m512 vv[4];
+                #pragma GCC unroll 4
+                for (int x = 0; x < 4; x++) vv[x] = _mm512_maskz_loadu_ps(m[x], v + (size_t)t * d + c0 + 16 * x);
+                #pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    const __m512 wt = _mm512_set1_ps(wr[i][t]);
+                    #pragma GCC unroll 4
+                    for (int x = 0; x < 4; x++) a[i][x] = _mm512_fmadd_ps(wt, vv[x], a[i][x]);
+                }
+            }
+            #pragma GCC unroll 4
+            for (int i = 0; i < rn; i++)
+                #pragma GCC unroll 4
+                for (int x = 0; x < 4; x++) _mm512_mask_storeu_ps(acc + (size_t)(r0 + i) * d + c0 + 16 * x, m[x], a[i][x]);
+        }
+    }
+}
 #endif
 
 static void tile_logits(const float *q, int32_t R, const float *kt, int32_t d, int32_t nk, float scale,
                         float *lg) {
 #ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        tile_logits_avx512(q, R, kt, d, nk, scale, lg);
+        return;
+    }
     if (locks_have_avx2()) {
         tile_logits_avx2(q, R, kt, d, nk, scale, lg);
         return;
@@ -747,6 +836,10 @@ static void tile_logits(const float *q, int32_t R, const float *kt, int32_t d, i
 
 static void tile_accum(const float *w, int32_t R, int32_t nk, const float *v, int32_t d, float *acc) {
 #ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        tile_accum_avx512(w, R, nk, v, d, acc);
+        return;
+    }
     if (locks_have_avx2()) {
         tile_accum_avx2(w, R, nk, v, d, acc);
         return;

@@ -268,11 +268,14 @@ static void test_prefill_tiles(void) {
 /* Perf mode (LOCKS_ATTEND_PERF=<tokens>, not part of the checks): one layer of
  * SmolLM2-135M's prefill attention (3 KV heads, G = 3, d = 64), the context written
  * in chunks of 64 tokens and each chunk attended as the engine does; prints CPU
- * seconds (best of 3) per kernel set. */
+ * seconds (best of 3) per kernel set (LOCKS_CPU_ISA=<set>: that one alone). */
 static void perf_prefill(int32_t len) {
     const int32_t H = 3, G = 3, d = 64, Hq = H * G, chunk = 64;
-    for (int32_t simd = 1; simd >= 0; simd--) {
-        locks_simd_enable(simd);
+    const char *only = getenv("LOCKS_CPU_ISA"); /* that kernel set alone (for perf record) */
+    const locks_isa only_isa = locks_cpu_isa();
+    for (int32_t ii = 0; ii < 3; ii++) {
+        if (only && isas[ii] != only_isa) continue;
+        locks_cpu_set_isa(isas[ii]);
         fixture f = make_fixture(H, G, d, len, 1, LOCKS_SUMMARY_Q, 8);
         float *q = malloc(sizeof(float) * (size_t)chunk * Hq * d), *out = malloc(sizeof(float) * (size_t)chunk * Hq * d);
         tu_fill_normal(q, (size_t)chunk * Hq * d, 1.0);
@@ -288,13 +291,13 @@ static void perf_prefill(int32_t len) {
             double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
             best = s < best ? s : best;
         }
-        printf("perf: prefill attention, %d tokens (chunks of %d), H=%d G=%d d=%d, simd=%d: %.3f CPU-s per layer\n",
-               len, chunk, H, G, d, locks_have_avx2(), best);
+        printf("perf: prefill attention, %d tokens (chunks of %d), H=%d G=%d d=%d, kernels %s: %.3f CPU-s per layer\n",
+               len, chunk, H, G, d, locks_isa_name(locks_cpu_isa()), best);
         free(q);
         free(out);
         free_fixture(&f);
     }
-    locks_simd_enable(1);
+    locks_cpu_set_isa(LOCKS_ISA_AVX512);
 }
 
 /* LOCKS_VERIFY_PERF=len: CPU seconds (best of 5, 1 thread, AVX2) of the verify attention
