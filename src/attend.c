@@ -813,6 +813,125 @@ AVX512_TARGET static void tile_accum_avx512(const float *w, int32_t R, int32_t n
 }
 #endif
 
+#ifdef LOCKS_X86
+/* kt[c][t] = k[t][c] for the nt <= 16 fp16 rows of a K block ([P][d]); rows nt..15 give
+ * zeros. 16 x 16 transposes in registers: pairs, quads, then 128-bit lanes twice. */
+AVX512_TARGET static void transpose_k_avx512(const uint16_t *k, int32_t nt, int32_t d, float *kt) {
+    for (int32_t c0 = 0; c0 < d; c0 += 16) {
+        const int half = d - c0 < 16;
+        __m512 r[16], t[16], u[16], v[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) r[i] = i < nt ? load_f16x16(k + (size_t)i * d + c0, half) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int i = 0; i < 16; i += 2) {
+            t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+        }
+        /* u[4 g + j], 128-bit lane L: column 4 L + j of rows 4 g .. 4 g + 3 */
+#pragma GCC unroll 4
+        for (int g = 0; g < 16; g += 4) {
+            u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+            u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+            u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+            u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);      /* lanes 0, 2 of rows 0-7 */
+            v[4 + j] = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);  /* lanes 1, 3 */
+            v[8 + j] = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+            v[12 + j] = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        }
+        float *o = kt + (size_t)c0 * KB;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            _mm512_storeu_ps(o + (size_t)j * KB, _mm512_shuffle_f32x4(v[j], v[8 + j], 0x88));
+            _mm512_storeu_ps(o + (size_t)(4 + j) * KB, _mm512_shuffle_f32x4(v[4 + j], v[12 + j], 0x88));
+            if (!half) {
+                _mm512_storeu_ps(o + (size_t)(8 + j) * KB, _mm512_shuffle_f32x4(v[j], v[8 + j], 0xDD));
+                _mm512_storeu_ps(o + (size_t)(12 + j) * KB, _mm512_shuffle_f32x4(v[4 + j], v[12 + j], 0xDD));
+            }
+        }
+    }
+}
+
+/* exp(x) for 16 floats: vmath's exp8, 16 lanes wide (the same operations, so the same
+ * values). */
+AVX512_TARGET static inline __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+}
+
+/* One row's online-softmax update over its nv visible logits of lr [nkp] (see
+ * prefill_row_update): lr becomes the weights, 0 from nv on. */
+AVX512_TARGET static void prefill_row_avx512(float *lr, int32_t nv, int32_t nkp, float *m, float *l, float *acc,
+                                             int32_t d) {
+    if (nv > 0) {
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int32_t t = 0; t < nv; t += 16) {
+            const __mmask16 k = nv - t >= 16 ? 0xffff : (__mmask16)((1u << (nv - t)) - 1);
+            mx = _mm512_mask_max_ps(mx, k, mx, _mm512_loadu_ps(lr + t));
+        }
+        const float mxs = _mm512_reduce_max_ps(mx);
+        if (mxs > *m) {
+            const float corr = expf(*m - mxs); /* 0 on the row's first block (m = -inf) */
+            *l *= corr;
+            for (int32_t x = 0; x < d; x++) acc[x] *= corr;
+            *m = mxs;
+        }
+        const __m512 vm = _mm512_set1_ps(*m);
+        __m512 sum = _mm512_setzero_ps();
+        for (int32_t t = 0; t < nkp; t += 16) {
+            const int32_t left = nv - t;
+            const __mmask16 k = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_loadu_ps(lr + t), vm)));
+            _mm512_storeu_ps(lr + t, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        *l += _mm512_reduce_add_ps(sum);
+    } else {
+        for (int32_t t = 0; t < nkp; t += 16) _mm512_storeu_ps(lr + t, _mm512_setzero_ps());
+    }
+}
+#endif
+
+/* The online-softmax update of one row given its logits lr [nkp] of a key block, of which
+ * the first nv are visible: m, l and acc [d] rescaled to the new maximum, lr replaced by
+ * the weights exp(lr - m) (0 from nv on, the causal mask). */
+static void prefill_row_update(float *lr, int32_t nv, int32_t nkp, float *m, float *l, float *acc, int32_t d) {
+#ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        prefill_row_avx512(lr, nv, nkp, m, l, acc, d);
+        return;
+    }
+#endif
+    if (nv > 0) {
+        const float mx = locks_max_n(lr, (size_t)nv);
+        if (mx > *m) {
+            const float corr = expf(*m - mx); /* 0 on the row's first block (m = -inf) */
+            *l *= corr;
+            for (int32_t x = 0; x < d; x++) acc[x] *= corr;
+            *m = mx;
+        }
+        *l += (float)locks_exp_sum_n(lr, (size_t)nv, *m);
+    }
+    for (int32_t t = nv; t < nkp; t++) lr[t] = 0.0f; /* masked */
+}
+
 static void tile_logits(const float *q, int32_t R, const float *kt, int32_t d, int32_t nk, float scale,
                         float *lg) {
 #ifdef LOCKS_X86
@@ -874,12 +993,17 @@ static int32_t prefill_load_block(const prefill_job *j, const prefill_scratch *s
     for (int32_t p0 = 0; p0 < nkp; p0 += P) {
         const int32_t lp = (k0 + p0) / P, phys = j->s->table[lp], nt = nk - p0 < P ? nk - p0 : P;
         float *vb = sc->v + (size_t)p0 * d;
-        locks_f16_to_f32_n(locks_cache_kblock(j->c, j->layer, phys, h), sc->kf, (size_t)nt * d);
+        const uint16_t *kb = locks_cache_kblock(j->c, j->layer, phys, h);
         locks_f16_to_f32_n(locks_cache_vblock(j->c, j->layer, phys, h), vb, (size_t)nt * d);
-        if (nt < P) {
-            memset(sc->kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
-            memset(vb + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+        if (nt < P) memset(vb + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+#ifdef LOCKS_X86
+        if (locks_have_avx512()) {
+            transpose_k_avx512(kb, nt, d, sc->kt + p0);
+            continue;
         }
+#endif
+        locks_f16_to_f32_n(kb, sc->kf, (size_t)nt * d);
+        if (nt < P) memset(sc->kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
         for (int32_t t = 0; t < P; t++)
             for (int32_t c = 0; c < d; c++) sc->kt[(size_t)c * KB + p0 + t] = sc->kf[(size_t)t * d + c];
     }
@@ -915,21 +1039,9 @@ static void prefill_task(void *arg, int32_t task, int32_t thread) {
         tile_logits(sc.q, R, sc.kt, d, nkp, j->scale, sc.lg);
         /* online softmax per row over its visible keys [k0, min(k0 + nk, query + 1)) */
         for (int32_t r = 0; r < R; r++) {
-            float *lr = sc.lg + (size_t)r * KB;
             int32_t nv = first + r / G + 1 - k0;
             nv = nv < 0 ? 0 : nv > nk ? nk : nv;
-            if (nv > 0) {
-                const float mx = locks_max_n(lr, (size_t)nv);
-                if (mx > sc.m[r]) {
-                    const float corr = expf(sc.m[r] - mx); /* 0 on the row's first block (m = -inf) */
-                    float *a = sc.acc + (size_t)r * d;
-                    sc.l[r] *= corr;
-                    for (int32_t x = 0; x < d; x++) a[x] *= corr;
-                    sc.m[r] = mx;
-                }
-                sc.l[r] += (float)locks_exp_sum_n(lr, (size_t)nv, sc.m[r]);
-            }
-            for (int32_t t = nv; t < nkp; t++) lr[t] = 0.0f; /* masked */
+            prefill_row_update(sc.lg + (size_t)r * KB, nv, nkp, &sc.m[r], &sc.l[r], sc.acc + (size_t)r * d, d);
         }
         tile_accum(sc.lg, R, nkp, sc.v, d, sc.acc);
     }

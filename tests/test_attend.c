@@ -334,8 +334,8 @@ static void perf_verify(int32_t len) {
 
 /* The GQA ratios and head sizes of common models (G in {1, 3, 4, 8}, d in {64, 128}),
  * every kernel set, a length crossing pages with a partial last one, two threads (so
- * the decode splits into chunks merged by log-sum-exp): page lists, dense decode and
- * verify against the float64 reference / the single-query path. */
+ * the decode splits into chunks merged by log-sum-exp): page lists, dense decode, verify
+ * and a prefill chunk against the float64 reference / the single-query path. */
 static void test_gqa_shapes(void) {
     const int32_t groups[4] = {1, 3, 4, 8}, dims[3] = {64, 128, 72 /* a masked tail */};
     for (int32_t ii = 0; ii < 3; ii++) {
@@ -348,7 +348,9 @@ static void test_gqa_shapes(void) {
                        locks_isa_name(locks_cpu_isa()));
                 test_page_lists(&f);
                 test_dense(&f);
-                test_prefix_n(&f, 6);
+                test_prefix_n(&f, 20);
+                const int32_t n = tu_int(1, 40);
+                test_prefill(&f, tu_int(0, f.len - n), n);
                 free_fixture(&f);
             }
     }
