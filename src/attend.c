@@ -143,13 +143,23 @@ logits_heads_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t g0, 
             for (int j = 0; j < 4; j++) kv[j] = load_f16x16(k[j] + c, half);
             for (int i = 0; i < HN; i++) {
                 const __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + i) * d + c);
-                for (int j = 0; j < 4; j++) a[4 * i + j] = _mm512_fmadd_ps(qv, kv[j], a[4 * i + j]);
+                for (int j = 0; j < 4; j++) a[4 * j + i] = _mm512_fmadd_ps(qv, kv[j], a[4 * j + i]);
             }
         }
-        float r[16];
-        _mm512_storeu_ps(r, _mm512_mul_ps(reduce16(a), vs));
-        for (int i = 0; i < HN; i++) /* accumulator 4 i + j (head i, key j) sits at r[4 j + i] */
-            for (int j = 0; j < 4 && t0 + j < nt; j++) logit[g0 + i][t0 + j] = r[4 * j + i];
+        /* accumulator 4 j + i (head i, key j) sums into lane 4 i + j: a head's 4 logits
+         * are one 128-bit lane */
+        const __m512 r = _mm512_mul_ps(reduce16(a), vs);
+        if (t0 + 4 <= nt) {
+            _mm_storeu_ps(&logit[g0][t0], _mm512_castps512_ps128(r));
+            if (HN > 1) _mm_storeu_ps(&logit[g0 + 1][t0], _mm512_extractf32x4_ps(r, 1));
+            if (HN > 2) _mm_storeu_ps(&logit[g0 + 2][t0], _mm512_extractf32x4_ps(r, 2));
+            if (HN > 3) _mm_storeu_ps(&logit[g0 + 3][t0], _mm512_extractf32x4_ps(r, 3));
+        } else {
+            float rs[16];
+            _mm512_storeu_ps(rs, r);
+            for (int i = 0; i < HN; i++)
+                for (int j = 0; t0 + j < nt; j++) logit[g0 + i][t0 + j] = rs[4 * i + j];
+        }
     }
 }
 
