@@ -106,8 +106,8 @@ flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c
 } | tee "$LOG" >&2
 
 # ntok FILE MODEL: tokens of FILE's text with our tokenizer (BOS included if the model wants
-# one); `locks run -c 1` stops right after tokenizing.
-ntok() { "$LOCKS" run -m "$2" -f "$1" -c 1 -n 1 2>&1 | sed -n 's/.*the prompt has \([0-9]*\) tokens.*/\1/p'; }
+# one; at least 16); `locks run -c 16` stops right after tokenizing a longer prompt.
+ntok() { { "$LOCKS" run -m "$2" -f "$1" -c 16 -n 1 2>&1 || true; } | sed -n 's/.*the prompt has \([0-9]*\) tokens.*/\1/p'; }
 # doc N MODEL FILE: the haystack's first bytes, cut to about N tokens (at most N).
 doc() {
     local n=$1 m=$2 f=$3 bytes=$(($1 * 4)) t
@@ -148,11 +148,11 @@ for model in $models; do
             run "$model-d0-llama" "$LB" -m "$M" -t "$THREADS" -p 0 -n "$NGEN" -r "$REPS" -o json
             lts=$(lb_ts "$RUN/$model-d0-llama.out" | awk '$2 > 0 { print $4 }')
             result "$model" decode "decode at depth 0, dense" "$ts" "$lts" tok/s
-            doc "$MAXD" "$M" "$RUN/$model-doc-decode.txt" > /dev/null
+            doc $((MAXD + 64)) "$M" "$RUN/$model-doc-decode.txt" > /dev/null # --max-tokens cuts it exactly
             run "$model-long-ours" "$LOCKS" eval --fidelity "$RUN/$model-doc-decode.txt" -m "$M" --selectors full,locks \
                 --budgets 256,2048 --max-tokens "$MAXD" --window 32 --stride 4 --at "$DEPTHS" -t "$THREADS" \
                 --csv "$RUN/$model-long-ours.csv"
-            ld=$(echo "$DEPTHS" | tr ',' '\n' | awk '{ printf "%s%d", NR > 1 ? "," : "", $1 - 16 }')
+            ld=$(echo "$DEPTHS" | tr ',' '\n' | awk '{ printf "%s%d", (NR > 1 ? "," : ""), $1 - 16 }')
             run "$model-long-llama" "$LB" -m "$M" -t "$THREADS" -p 0 -n 16 -d "$ld" -r "$REPS" -o json
             for L in ${DEPTHS//,/ }; do
                 lts=$(lb_ts "$RUN/$model-long-llama.out" | awk -v d=$((L - 16)) '$2 > 0 && $3 == d { print $4 }')
