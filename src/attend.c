@@ -126,6 +126,27 @@ AVX512_TARGET static inline __m512 load_f16x16(const uint16_t *p, int half) {
                 : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
+/* exp(x) for 16 floats: vmath's exp8, 16 lanes wide (the same operations, so the same
+ * values). */
+AVX512_TARGET static inline __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+}
+
 /* logit[g0 + i][t] for heads g0 .. g0 + HN - 1 and every key t < nt. */
 AVX512_TARGET static inline __attribute__((always_inline)) void
 logits_heads_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale,
@@ -270,10 +291,39 @@ static void prefetch_blocks(const uint16_t *kb, const uint16_t *vb, size_t bytes
 }
 
 /* Folds the first nt tokens of one (page, KV head) block into the state of G heads. */
+#ifdef LOCKS_X86
+/* attend_block's softmax step, one head's 16 logits as one vector: masked max, exp16,
+ * the sum by a fixed tree; logits from nt on become 0. */
+AVX512_TARGET static void block_softmax_avx512(float (*logit)[P], int32_t nt, int32_t G, int32_t d, attn_state st) {
+    const __mmask16 k = (__mmask16)((1u << nt) - 1);
+    for (int32_t g = 0; g < G; g++) {
+        const __m512 x = _mm512_maskz_loadu_ps(k, logit[g]);
+        float mx = _mm512_mask_reduce_max_ps(k, x);
+        if (mx > st.m[g]) {
+            const float corr = expf(st.m[g] - mx); /* 0 on the first block (m = -inf) */
+            float *acc = st.acc + (size_t)g * d;
+            st.l[g] *= corr;
+            for (int32_t i = 0; i < d; i++) acc[i] *= corr;
+            st.m[g] = mx;
+        }
+        const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(x, _mm512_set1_ps(st.m[g]))));
+        _mm512_storeu_ps(logit[g], e);
+        st.l[g] += _mm512_reduce_add_ps(e);
+    }
+}
+#endif
+
 static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, const float *q,
                          int32_t G, int32_t d, float scale, attn_state st) {
     float logit[64][P]; /* G <= 64 (checked by the callers) */
     locks_block_logits(kb, nt, q, G, d, scale, logit);
+#ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        block_softmax_avx512(logit, nt, G, d, st);
+        block_accum(vb, nt, (const float(*)[P])logit, G, d, st.acc);
+        return;
+    }
+#endif
     for (int32_t g = 0; g < G; g++) {
         float mx = st.m[g];
         for (int32_t t = 0; t < nt; t++) mx = logit[g][t] > mx ? logit[g][t] : mx;
@@ -863,27 +913,6 @@ AVX512_TARGET static void transpose_k_avx512(const uint16_t *k, int32_t nt, int3
             }
         }
     }
-}
-
-/* exp(x) for 16 floats: vmath's exp8, 16 lanes wide (the same operations, so the same
- * values). */
-AVX512_TARGET static inline __m512 exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
-    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
 }
 
 /* One row's online-softmax update over its nv visible logits of lr [nkp] (see
