@@ -10,7 +10,7 @@
 # Models: smollm2 (SmolLM2-135M Q4_1), gemma3 (Gemma 3 270M Q4_K_M).
 # Parts:
 #   decode   tok/s at depth 0 (ours `locks run --selector full`; llama-bench -p 0 -n NGEN)
-#            and at the long depths (SmolLM2 7.5K; Gemma 16K, 32K): ours from one
+#            and at the long depths (SmolLM2 7.5K; Gemma 13.4K, 16K, 32K): ours from one
 #            prefill by `locks eval --fidelity --at` (full, LOCKS@256, LOCKS@2048, decode
 #            calls interleaved position by position over the last 32 positions before
 #            each depth, every 4th, logits included), llama-bench -p 0 -n 16 -d depth-16
@@ -131,7 +131,7 @@ for model in $models; do
     smollm2)
         M=$HOME/.cache/locks/SmolLM2-135M-Instruct.Q4_1.gguf DEPTHS=7500 RSS_BUDGET=256 ;;
     gemma3)
-        M=$HOME/.cache/locks/gemma-3-270m-q4_k_m.gguf DEPTHS=16384,32768 RSS_BUDGET=2048 ;;
+        M=$HOME/.cache/locks/gemma-3-270m-q4_k_m.gguf DEPTHS=13400,16384,32768 RSS_BUDGET=2048 ;;
     esac
     PP=512 LONG=16384 SPEC=6479
     if [ "$TINY" = 1 ]; then
