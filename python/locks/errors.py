@@ -73,6 +73,20 @@ class NoMetaError(LocksError):
     that selector in ``selectors``)."""
 
 
+class IntRangeError(InvalidArgError, OverflowError):
+    """An integer argument outside int32 (it would wrap on the way into the library): both
+    an :class:`InvalidArgError` and an ``OverflowError``; the message gives the range."""
+
+
+class ClosedError(LocksError, ValueError):
+    """A call on a closed :class:`locks.Cache` (or a :class:`locks.StepPlan` of one), like
+    Python's ValueError for a closed file. ``status`` is LOCKS_ERR_INVALID_ARG."""
+
+    def __init__(self, call: str, what: str = "cache") -> None:
+        self.status, self.name, self.call = 1, STATUS_NAMES[1], call
+        RuntimeError.__init__(self, f"{call}: the {what} is closed")
+
+
 _BY_STATUS: Dict[int, Type[LocksError]] = {
     1: InvalidArgError, 2: OOMError, 3: PoolFullError, 4: NonFiniteError, 5: BudgetError,
     6: NoSeqError, 7: UnsupportedError, 8: LocksIOError, 9: FormatError, 10: BackendError,

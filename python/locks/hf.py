@@ -23,26 +23,72 @@ work through a :class:`locks.StepPlan` (no host synchronisation): a forward
 with ``torch.cuda.graph`` and replayed (bench/hf_decode.py, python/tests/test_hf.py).
 The prompt comes first, in one forward (dense attention; it creates the plan).
 
-Limits: the prompt must come in one forward (no chunked prefill into a LocksCache), a
-batch must be unpadded (equal prompt lengths, no left padding), no beam search, and
-``output_attentions`` is not available for decode steps.
+Limits, each refused with an error before anything is written (the checks are in
+:mod:`locks._hfcheck`): the prompt must come in one forward (no chunked prefill into a
+LocksCache); a batch must be unpadded (equal prompt lengths, no left padding:
+``attention_mask`` with zeros); no beam search (``num_beams > 1``); sliding-window
+layers (Mistral ``sliding_window``, Qwen2 ``use_sliding_window``, Gemma 3's local
+layers) stay transformers' own exact window attention in a :class:`LocksCache` (LOCKS
+serves the full-attention layers), and are refused in a :class:`LocksStaticCache` when
+``max_cache_len`` exceeds the window; a :class:`LocksStaticCache` holds at most
+``max_cache_len`` tokens. ``output_attentions``
+is not available for decode steps, and no gradient flows through them (a forward
+outside ``torch.no_grad()`` works; the library's attention is not differentiable).
+Several caches may serve one model in turn: each forward's attention reads the cache
+that the same layer's update just wrote.
 """
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Any, List, Optional, Tuple
+import threading
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 from transformers import AttentionInterface
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicSlidingWindowLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from . import LOCKS_PAGE
+from ._hfcheck import check_generate, check_step_params, check_window, text_config, window_layers
 from .cache import Cache as LocksKV
 from .cache import PagedCache, StepPlan
 
 ATTN_NAME = "locks"
+
+# The cache a decoder layer's attention call must read: set by the layer's update
+# (cache, layer index, new tokens, the key tensor update returned), taken by
+# locks_attention_forward right after, in the same module's forward, which passes that
+# very key tensor on. Per thread, so two caches (or two models) never see each other's
+# (the model is not told which cache is current).
+_fresh = threading.local()
+
+
+def _mark_fresh(cache: Any, layer: int, n_new: int, key: Any) -> None:
+    _fresh.slot = (cache, layer, n_new, key)
+
+
+def _take_fresh(layer: int, key: Any) -> Tuple[Any, int]:
+    slot = getattr(_fresh, "slot", None)
+    _fresh.slot = None
+    if slot is None or slot[1] != layer or slot[3] is not key:
+        return None, 0
+    return slot[0], slot[2]
+
+
+def _host(x: torch.Tensor) -> Any:
+    """A float32 numpy copy (a tensor that requires grad is detached first)."""
+    return x.detach().float().contiguous().cpu().numpy()
+
+
+def _padding_in(mask: Optional[torch.Tensor]) -> bool:
+    """Whether a prefill's 4-d attention mask hides some key from the last query (with
+    causal attention over the prompt, the last query sees every key unless padded)."""
+    if mask is None or not hasattr(mask, "dtype") or mask.dim() != 4:
+        return False
+    last = mask[..., -1, :]
+    return bool((~last).any()) if last.dtype == torch.bool else bool((last < 0).any())
 
 
 class LocksLayer(CacheLayerMixin):
@@ -51,9 +97,9 @@ class LocksLayer(CacheLayerMixin):
     is_sliding = False
     is_compileable = False
 
-    def __init__(self, owner: "LocksCache", layer_idx: int) -> None:
+    def __init__(self, owner: "LocksCache", layer_idx: int, lib_layer: int) -> None:
         super().__init__()
-        self.owner, self.layer_idx = owner, layer_idx
+        self.owner, self.layer_idx, self.lib_layer = owner, layer_idx, lib_layer  # model's, library cache's
         self.n_tokens = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -69,10 +115,16 @@ class LocksLayer(CacheLayerMixin):
         b, _, s, _ = key_states.shape
         if self.n_tokens > 0 and s > 1:
             raise NotImplementedError("LocksCache: prefill must come in one forward (no chunked prefill)")
-        self.owner._write(self.layer_idx, self.n_tokens, key_states, value_states)
+        self.owner._write(self.lib_layer, self.n_tokens, key_states, value_states)
         self.n_tokens += s
-        self.owner._fresh[self.layer_idx] = s  # the attention call that follows reads it
+        _mark_fresh(self.owner, self.layer_idx, s, key_states)  # the attention call that follows reads it
         return key_states, value_states
+
+    def _no_beams(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("LocksCache: beam search and batch reordering are not supported "
+                                  "(a LOCKS cache cannot reorder, repeat or crop its sequences)")
+
+    reorder_cache = batch_repeat_interleave = batch_select_indices = crop = _no_beams
 
     def get_mask_sizes(self, query_length: int) -> Tuple[int, int]:
         return self.n_tokens + query_length, 0
@@ -91,12 +143,21 @@ class LocksCache(Cache):
     """A transformers ``Cache`` whose K/V live in one LOCKS cache (all layers share its
     page pool). ``budget``: tokens attended per (sequence, KV head) in each decode step;
     ``max_new_tokens`` sizes the pool beyond the prompt; ``selector``, ``n_sink``,
-    ``n_recent``, ``rank`` as in the C API (locks.h)."""
+    ``n_recent``, ``rank`` as in the C API (locks.h); ``selectors``: the selectors whose
+    page metadata the cache keeps (default: ``selector``'s, so ``selector="quest"``
+    works). The parameters are checked here, before anything is written.
+
+    Sliding-window layers (Mistral ``sliding_window``, Qwen2 ``use_sliding_window``,
+    Gemma 3's local layers: :func:`locks._hfcheck.window_layers`) keep transformers' own
+    ``DynamicSlidingWindowLayer`` and its exact attention over the window; only the
+    full-attention layers live in the LOCKS cache (``lib_layers``: their indices)."""
 
     def __init__(self, model: Any, budget: int = 2048, max_new_tokens: int = 256,
                  selector: str = "locks", n_sink: int = 1, n_recent: int = 1, rank: int = 8,
-                 n_threads: int = 1) -> None:
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+                 n_threads: int = 1, selectors: Optional[Sequence[str]] = None) -> None:
+        self.selectors = check_step_params(budget, n_sink, n_recent, rank, selector, selectors)
+        cfg = text_config(model.config)
+        self.config = cfg
         self.n_layers = cfg.num_hidden_layers
         self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -104,9 +165,11 @@ class LocksCache(Cache):
         self.rank, self.n_threads, self.max_new_tokens = rank, n_threads, max_new_tokens
         self.kv: Optional[LocksKV] = None
         self.seqs: List[int] = []
-        self._fresh: dict = {}
-        super().__init__(layers=[LocksLayer(self, i) for i in range(self.n_layers)])
-        attach(model, self)  # the model's "locks" attention reads this cache from now on
+        window, sliding = window_layers(cfg)
+        self.lib_layers = [i for i in range(self.n_layers) if i not in sliding]
+        self._lib = {i: j for j, i in enumerate(self.lib_layers)}  # model layer -> library layer
+        super().__init__(layers=[DynamicSlidingWindowLayer(sliding_window=window) if i in sliding
+                                 else LocksLayer(self, i, self._lib[i]) for i in range(self.n_layers)])
 
     # the pool is sized at the prefill, when the batch and the prompt length are known
     def _open(self, key_states: torch.Tensor) -> None:
@@ -115,12 +178,12 @@ class LocksCache(Cache):
         pages = b * (math.ceil((s + self.max_new_tokens) / LOCKS_PAGE) + 1)
         if dev.type == "cuda":
             kv_dtype = "bf16" if key_states.dtype == torch.bfloat16 else "f16"
-            self.kv = LocksKV(self.n_layers, self.n_kv_heads, self.head_dim, pages, max_seqs=b,
+            self.kv = LocksKV(len(self.lib_layers), self.n_kv_heads, self.head_dim, pages, max_seqs=b,
                               rank=self.rank, kv_dtype=kv_dtype, backend="cuda",
-                              device=dev.index or 0)
+                              device=dev.index or 0, selectors=self.selectors)
         else:
-            self.kv = LocksKV(self.n_layers, self.n_kv_heads, self.head_dim, pages, max_seqs=b,
-                              rank=self.rank, n_threads=self.n_threads)
+            self.kv = LocksKV(len(self.lib_layers), self.n_kv_heads, self.head_dim, pages, max_seqs=b,
+                              rank=self.rank, n_threads=self.n_threads, selectors=self.selectors)
         self.seqs = [self.kv.seq_add() for _ in range(b)]
 
     def _write(self, layer: int, pos: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -135,24 +198,33 @@ class LocksCache(Cache):
                 kv.append(seq, s)
         cuda = kv.backend == "cuda"
         for i, seq in enumerate(self.seqs):
-            k = key_states[i].transpose(0, 1).float().contiguous()  # [s, Hkv, d]
-            v = value_states[i].transpose(0, 1).float().contiguous()
-            if not cuda:
-                k, v = k.cpu().numpy(), v.cpu().numpy()
+            k, v = key_states[i].transpose(0, 1), value_states[i].transpose(0, 1)  # [s, Hkv, d]
+            if cuda:
+                k, v = k.detach().float().contiguous(), v.detach().float().contiguous()
+            else:
+                k, v = _host(k), _host(v)
             kv.write(seq, layer, pos, k, v)
 
     def decode(self, layer: int, query: torch.Tensor, scaling: float) -> torch.Tensor:
-        """LOCKS attention of one decode step: query [b, Hq, 1, d] -> [b, 1, Hq, d]."""
+        """LOCKS attention of one decode step of model layer ``layer``: query [b, Hq, 1, d]
+        -> [b, 1, Hq, d]."""
         b, hq, _, d = query.shape
-        q = query.reshape(b, hq, d).float().contiguous()
+        layer = self._lib[layer]
+        q = query.detach().reshape(b, hq, d).float().contiguous()
         if self.kv.backend == "cuda":
             out = self.kv.decode_step(layer, self.seqs, q, budget=self.budget, selector=self.selector,
                                       n_sink=self.n_sink, n_recent=self.n_recent, scale=scaling)
         else:
-            out = torch.from_numpy(self.kv.decode_step(layer, self.seqs, q.cpu().numpy(), budget=self.budget,
+            out = torch.from_numpy(self.kv.decode_step(layer, self.seqs, _host(q), budget=self.budget,
                                                        selector=self.selector, n_sink=self.n_sink,
                                                        n_recent=self.n_recent, scale=scaling))
         return out.to(device=query.device, dtype=query.dtype).reshape(b, 1, hq, d)
+
+    def _no_beams(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("LocksCache: beam search and batch reordering are not supported "
+                                  "(a LOCKS cache cannot reorder, repeat or crop its sequences)")
+
+    reorder_cache = batch_repeat_interleave = batch_select_indices = crop = _no_beams
 
     def reset(self) -> None:
         super().reset()
@@ -204,33 +276,42 @@ class LocksStaticCache(Cache):
     LOCKS cache is a :class:`locks.PagedCache` over them, and every per-token operation
     is a device operation: the K/V write (``index_copy_`` at the device length), the
     lengths and the summary of a page the token fills (:class:`locks.StepPlan`), the
-    sparse attention. ``budget``, ``n_sink``, ``n_recent``, ``rank`` as in the C API."""
+    sparse attention. ``budget``, ``n_sink``, ``n_recent``, ``rank`` as in the C API.
+
+    At most ``max_cache_len`` tokens: an eager forward past it raises before writing; a
+    replayed CUDA graph cannot stop on the host, so a token past it is written into a
+    spare page that no sequence reads (never into the next sequence's pages) and
+    :meth:`check` raises :class:`locks.DeviceStatusError` (BAD_LEN)."""
 
     def __init__(self, model: Any, max_cache_len: int, batch_size: int = 1, budget: int = 2048,
                  n_sink: int = 1, n_recent: int = 1, rank: int = 8) -> None:
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        check_step_params(budget, n_sink, n_recent, rank)
+        cfg = text_config(model.config)
         self.n_layers = cfg.num_hidden_layers
         self.n_q_heads = cfg.num_attention_heads
         self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        if not isinstance(max_cache_len, int) or max_cache_len < 1:
+            raise ValueError(f"LocksStaticCache: max_cache_len = {max_cache_len!r}, a positive integer")
+        check_window(cfg, max_cache_len, "LocksStaticCache")
         self.pages_per_seq = math.ceil(max_cache_len / LOCKS_PAGE)
         self.max_len = self.pages_per_seq * LOCKS_PAGE
+        self.n_host = 0  # tokens written by eager forwards (a graph replay is not counted)
         self.n_batch, self.budget, self.n_sink, self.n_recent, self.rank = batch_size, budget, n_sink, n_recent, rank
         self.kv: Optional[PagedCache] = None
         self.plan: Optional[StepPlan] = None
         self.length: Optional[torch.Tensor] = None  # tokens so far (int64 scalar, device)
-        self._fresh: dict = {}
         mods = _attention_modules(model)
         self.scaling = float(getattr(mods[0], "scaling", self.head_dim ** -0.5)) if mods else self.head_dim ** -0.5
         super().__init__(layers=[LocksStaticLayer(self, i) for i in range(self.n_layers)])
-        attach(model, self)
 
     def _open(self, key_states: torch.Tensor) -> None:
         dev, dt = key_states.device, key_states.dtype
         if dev.type != "cuda" or dt not in (torch.bfloat16, torch.float16):
             raise ValueError("LocksStaticCache: a CUDA model in bf16 or fp16")
         b, n = self.n_batch, self.n_batch * self.pages_per_seq
-        shape = (n, LOCKS_PAGE, self.n_kv_heads, self.head_dim)
+        # pages [i P, (i + 1) P) are sequence i's; page n is the spare one (see the class)
+        shape = (n + 1, LOCKS_PAGE, self.n_kv_heads, self.head_dim)
         self.k_pages = [torch.zeros(shape, dtype=dt, device=dev) for _ in range(self.n_layers)]
         self.v_pages = [torch.zeros(shape, dtype=dt, device=dev) for _ in range(self.n_layers)]
         self.kv = PagedCache(self.k_pages, self.v_pages, layout="NHD", max_seqs=b, rank=self.rank)
@@ -238,6 +319,7 @@ class LocksStaticCache(Cache):
         # sequence i's block table: its own pages, in order
         self.tables = torch.arange(n, dtype=torch.int32, device=dev).reshape(b, self.pages_per_seq)
         self.base = (torch.arange(b, device=dev) * self.max_len)[:, None]  # [b, 1] flat slot of token 0
+        self.spare = n * LOCKS_PAGE  # flat slot of the spare page
         self.length = torch.zeros((), dtype=torch.int64, device=dev)
         self.lens32 = torch.zeros(b, dtype=torch.int32, device=dev)
 
@@ -251,13 +333,18 @@ class LocksStaticCache(Cache):
         b, _, s, d = key_states.shape
         if b != self.n_batch:
             raise ValueError(f"LocksStaticCache holds {self.n_batch} sequences, got a batch of {b}")
+        if layer == 0 and self.n_host + s > self.max_len:
+            raise ValueError(f"LocksStaticCache: {self.n_host} + {s} tokens exceed max_cache_len "
+                             f"({self.max_len}); nothing was written")
         prefill = self.plan is None and s > 1
         if layer == 0:
+            self.n_host += s
             self.length.add_(s)
             self.lens32.copy_(self.length.to(torch.int32).expand(b))
-        # flat token slots (NHD pages viewed as [pages * 16, Hkv, d]) of the s new tokens
+        # flat token slots (NHD pages viewed as [pages * 16, Hkv, d]) of the s new tokens;
+        # a position past max_len (only a graph replay gets there) goes to the spare page
         pos = self.length - s + torch.arange(s, device=self.length.device)
-        idx = (self.base + pos[None, :]).reshape(-1)
+        idx = torch.where(pos[None, :] < self.max_len, self.base + pos[None, :], self.spare).reshape(-1)
         kf = self.k_pages[layer].view(-1, self.n_kv_heads, d)
         vf = self.v_pages[layer].view(-1, self.n_kv_heads, d)
         kf.index_copy_(0, idx, key_states.transpose(1, 2).reshape(b * s, self.n_kv_heads, d))
@@ -277,7 +364,7 @@ class LocksStaticCache(Cache):
             if layer == 0:
                 self.plan.set_lens(self.lens32, self.tables)
             self.plan.pages_filled(layer, 1)
-            self._fresh[layer] = 1
+            _mark_fresh(self, layer, 1, key_states)
         else:
             raise NotImplementedError("LocksStaticCache: one prompt forward, then one token per forward")
         return key_states, value_states
@@ -287,7 +374,7 @@ class LocksStaticCache(Cache):
         b, hq, _, d = query.shape
         if abs(scaling - self.scaling) > 1e-6 * self.scaling:
             raise ValueError(f"LocksStaticCache: softmax scale {scaling}, the plan has {self.scaling}")
-        q = query.reshape(b, hq, d).float().contiguous()
+        q = query.detach().reshape(b, hq, d).float().contiguous()
         out = self.plan.decode(layer, q)
         return out.to(query.dtype).reshape(b, 1, hq, d)
 
@@ -299,6 +386,11 @@ class LocksStaticCache(Cache):
     def get_seq_length(self, layer_idx: int = 0) -> Any:
         return self.length if self.length is not None else 0
 
+    def _no_beams(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("LocksStaticCache: beam search and batch reordering are not supported")
+
+    reorder_cache = batch_repeat_interleave = batch_select_indices = crop = _no_beams
+
 
 def locks_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                             value: torch.Tensor, attention_mask: Optional[torch.Tensor],
@@ -307,12 +399,14 @@ def locks_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: t
     """The "locks" attention function: a decode step (one query token) with a LocksCache
     runs in the library; everything else (prefill, or another cache) is transformers'
     SDPA. Returns (attn_output [b, s, Hq, d], None) as transformers' functions do."""
-    cache = getattr(module, "_locks_cache", None)
-    # only right after this cache's own update of this layer (another cache: SDPA)
-    fresh = cache._fresh.pop(module.layer_idx, 0) if cache is not None else 0
+    # only right after a LOCKS cache's own update of this layer (another cache: SDPA)
+    cache, fresh = _take_fresh(module.layer_idx, key)
     if fresh == 1 and query.shape[2] == 1:
         d = query.shape[-1]
         return cache.decode(module.layer_idx, query, scaling or d ** -0.5), None
+    if fresh > 1 and isinstance(cache, LocksCache) and _padding_in(attention_mask):
+        raise NotImplementedError("LocksCache: a padded batch (the attention mask hides prompt tokens) is not "
+                                  "supported: the LOCKS cache would attend the padding")
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                   scaling=scaling, **kwargs)
 
@@ -326,17 +420,27 @@ def _attention_modules(model: torch.nn.Module) -> List[torch.nn.Module]:
 
 
 def attach(model: torch.nn.Module, cache: Optional[LocksCache]) -> None:
-    """Points the model's attention layers at ``cache`` (None detaches); a LocksCache
-    attaches itself to the model it is made for."""
-    for m in _attention_modules(model):
-        m._locks_cache = cache
+    """Kept for older callers; does nothing: a forward's attention reads the cache that
+    the same layer's update wrote, whichever model or cache that is."""
+
+
+_CACHE_KW = set(inspect.signature(LocksCache.__init__).parameters) - {"self", "model", "budget", "max_new_tokens"}
 
 
 def enable(model: Any, budget: int = 2048, **cache_kw: Any) -> None:
-    """Makes ``model`` (a transformers 5.x causal LM of the Llama / Qwen2 / Mistral
-    family) decode through LOCKS: attention implementation "locks", and ``generate``
-    creates a :class:`LocksCache` (``budget`` and ``cache_kw`` passed on, with
-    ``max_new_tokens`` taken from the call) unless given ``past_key_values``."""
+    """Makes ``model`` (a transformers 5.x causal LM of the Llama / Qwen2 / Mistral /
+    Gemma 3 family) decode through LOCKS: attention implementation "locks", and
+    ``generate`` creates a :class:`LocksCache` (``budget`` and ``cache_kw`` passed on:
+    ``selector``, ``selectors``, ``n_sink``, ``n_recent``, ``rank``, ``n_threads``)
+    unless given ``past_key_values``, its pool sized from the call's ``max_new_tokens``
+    or ``max_length``. The parameters are checked here (``budget=0`` is refused), a
+    ``generate`` call before it runs (beam search and padded batches: errors)."""
+    unknown = set(cache_kw) - _CACHE_KW
+    if unknown:
+        raise TypeError(f"locks.hf.enable: unknown LocksCache arguments {sorted(unknown)}; "
+                        f"known: {sorted(_CACHE_KW)}")
+    check_step_params(budget, cache_kw.get("n_sink", 1), cache_kw.get("n_recent", 1), cache_kw.get("rank", 8),
+                      cache_kw.get("selector", "locks"), cache_kw.get("selectors"))
     if not _attention_modules(model):
         raise ValueError("locks.hf.enable: no attention layers with q_proj/layer_idx in this model")
     model.set_attn_implementation(ATTN_NAME)
@@ -346,7 +450,7 @@ def enable(model: Any, budget: int = 2048, **cache_kw: Any) -> None:
 
     def generate(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("past_key_values") is None:
-            new = kwargs.get("max_new_tokens") or model.generation_config.max_new_tokens or 256
+            new = check_generate(args, kwargs, getattr(model, "generation_config", None))
             kwargs["past_key_values"] = LocksCache(model, budget=budget, max_new_tokens=new, **cache_kw)
         return orig(*args, **kwargs)
 
@@ -358,5 +462,4 @@ def disable(model: Any, attn_implementation: str = "sdpa") -> None:
     if hasattr(model, "_locks_generate"):
         model.generate = model._locks_generate
         del model._locks_generate
-    attach(model, None)
     model.set_attn_implementation(attn_implementation)

@@ -22,7 +22,10 @@ def test_readme_python_example(rng, capsys):
     exec(compile(code, "README.md", "exec"), ns)
     k, v, q, out, sel = ns["k"], ns["v"], ns["q"], ns["out"], ns["sel"]
     n = k.shape[0]
-    ref = ref_attention(q[0], f16(k), f16(v), selected_tokens(sel.pages[0], sel.n_pages[0], n))
+    tokens = selected_tokens(sel.pages[0], sel.n_pages[0], n)
+    ref = ref_attention(q[0], f16(k), f16(v), tokens)
     assert np.max(np.abs(out[0] - ref)) / np.max(np.abs(ref)) < 2e-5
-    assert all(16 * (c - 1) + n % 16 <= 1024 for c in sel.n_pages[0])
+    # the tokens each KV head attended, counted page by page (a full last page counts
+    # 16: the old bound 16 (c - 1) + n % 16 let one page too many through at n = 4000)
+    assert all(len(t) <= 1024 for t in tokens), [len(t) for t in tokens]
     assert "(1, 32, 128)" in capsys.readouterr().out

@@ -191,3 +191,21 @@ def test_plan_in_torch_cuda_graph(rng, dtype):
         plan.check()
     assert e.value.names == ["NONFINITE"]
     plan.close()
+
+
+def test_close_cache_with_live_plan(rng):
+    """Cache.close() with a StepPlan alive closes the plan first: the plan's calls then
+    raise ClosedError instead of reading the freed cache (issue 21)."""
+    c = locks.Cache(1, 1, 64, 8, backend="cuda", kv_dtype="bf16")
+    s = c.seq_add()
+    c.extend(s, [(torch.randn(40, 1, 64, device="cuda"), torch.randn(40, 1, 64, device="cuda"))])
+    plan = c.plan([s], 2, budget=64, max_ctx=128)
+    q = torch.randn(1, 2, 64, device="cuda")
+    plan.decode(0, q)
+    c.close()
+    assert plan._p is None
+    with pytest.raises(locks.ClosedError, match="closed"):
+        plan.decode(0, q)
+    with pytest.raises(locks.ClosedError):
+        plan.status()
+    plan.close()  # and closing again is harmless
