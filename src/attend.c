@@ -104,7 +104,7 @@ __attribute__((target("avx2,fma,f16c"))) static void block_accum_avx2(const uint
  * horizontal sum per product. Every accumulator goes through the same sequence of
  * additions whatever its slot, so a (head, key) logit does not depend on which other
  * heads or keys share its call (the verify pass relies on that). */
-#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 /* r[4 q + m] = sum of the 16 lanes of a[4 m + q]. */
 AVX512_TARGET static inline __m512 reduce16(const __m512 *a) {

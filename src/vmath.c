@@ -5,7 +5,6 @@
 
 #include <math.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -15,65 +14,79 @@
 #include <immintrin.h>
 #endif
 
-/* -1: not checked yet; bit 0: AVX2/FMA/F16C kernels; bit 1: AVX-VNNI too; bit 2: AVX-512. */
-enum { SIMD_AVX2 = 1, SIMD_AVXVNNI = 2, SIMD_AVX512 = 4, SIMD_ALL = 7 };
+/* -1: not checked yet; bit 0: AVX2/FMA/F16C kernels; bit 1: AVX-VNNI too; bit 2: the
+ * AVX-512 kernels (F, BW, VL and VNNI); bit 3: AVX512-BF16 too. */
 static atomic_int simd_state = -1;
-static atomic_int simd_mask = -1; /* what locks_simd_enable / locks_cpu_set_isa allow; -1: LOCKS_CPU_ISA */
+static atomic_int simd_mask = 15; /* what locks_simd_enable / locks_cpu_set_isa allow */
 
-void locks_simd_enable(int on) {
-    atomic_store_explicit(&simd_mask, on == 0 ? 0 : on == 2 ? SIMD_AVX2 : SIMD_ALL, memory_order_relaxed);
+static int simd_cpu(void) {
+    int st = 0;
+#ifdef LOCKS_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        st = 1;
+        if (__builtin_cpu_supports("avxvnni")) st |= 2;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+            st |= 4;
+            if (__builtin_cpu_supports("avx512bf16")) st |= 8;
+        }
+    }
+#endif
+    return st;
+}
+
+static void simd_set_mask(int mask) {
+    atomic_store_explicit(&simd_mask, mask, memory_order_relaxed);
     atomic_store_explicit(&simd_state, -1, memory_order_relaxed);
 }
 
-void locks_cpu_set_isa(locks_isa max) {
-    int m = max == LOCKS_ISA_PORTABLE ? 0 : max == LOCKS_ISA_AVX2 ? SIMD_AVX2 | SIMD_AVXVNNI : SIMD_ALL;
-    atomic_store_explicit(&simd_mask, m, memory_order_relaxed);
-    atomic_store_explicit(&simd_state, -1, memory_order_relaxed);
-}
-
-static int env_mask(void) {
-    const char *e = getenv("LOCKS_CPU_ISA");
-    if (!e) return SIMD_ALL;
-    if (!strcmp(e, "portable")) return 0;
-    if (!strcmp(e, "avx2")) return SIMD_AVX2 | SIMD_AVXVNNI;
-    return SIMD_ALL;
-}
+void locks_simd_enable(int on) { simd_set_mask(on == 0 ? 0 : on == 2 ? 1 : 15); }
 
 static int simd_get(void) {
     int st = atomic_load_explicit(&simd_state, memory_order_relaxed);
     if (st >= 0) return st;
-    st = 0;
-#ifdef LOCKS_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        st = SIMD_AVX2;
-        if (__builtin_cpu_supports("avxvnni")) st |= SIMD_AVXVNNI;
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-            st |= SIMD_AVX512;
-    }
-#endif
-    int mask = atomic_load_explicit(&simd_mask, memory_order_relaxed);
-    if (mask < 0) {
-        mask = env_mask();
-        atomic_store_explicit(&simd_mask, mask, memory_order_relaxed);
-    }
-    st &= mask;
+    st = simd_cpu() & atomic_load_explicit(&simd_mask, memory_order_relaxed);
     atomic_store_explicit(&simd_state, st, memory_order_relaxed);
     return st;
 }
 
-int locks_have_avx2(void) { return simd_get() & SIMD_AVX2; }
-int locks_have_avxvnni(void) { return (simd_get() & SIMD_AVXVNNI) != 0; }
-int locks_have_avx512(void) { return (simd_get() & SIMD_AVX512) != 0; }
+int locks_have_avx2(void) { return simd_get() & 1; }
+int locks_have_avxvnni(void) { return (simd_get() >> 1) & 1; }
+int locks_have_avx512(void) { return (simd_get() >> 2) & 1; }
+int locks_have_avx512bf16(void) { return (simd_get() >> 3) & 1; }
+
+int locks_cpu_set_isa(locks_isa isa) {
+    static const int mask[] = {0, 3, 15, 15}; /* PORTABLE, AVX2 (with AVX-VNNI), AVX512, BEST */
+    if ((int)isa < 0 || (int)isa > LOCKS_ISA_BEST) return -1;
+    int cpu = simd_cpu();
+    if ((isa == LOCKS_ISA_AVX2 && !(cpu & 1)) || (isa == LOCKS_ISA_AVX512 && !(cpu & 4))) return -1;
+    simd_set_mask(mask[isa]);
+    return 0;
+}
 
 locks_isa locks_cpu_isa(void) {
-    const int st = simd_get();
-    return (st & SIMD_AVX512) ? LOCKS_ISA_AVX512 : (st & SIMD_AVX2) ? LOCKS_ISA_AVX2 : LOCKS_ISA_PORTABLE;
+    int st = simd_get();
+    return st & 4 ? LOCKS_ISA_AVX512 : st & 1 ? LOCKS_ISA_AVX2 : LOCKS_ISA_PORTABLE;
 }
 
 const char *locks_isa_name(locks_isa isa) {
-    return isa == LOCKS_ISA_AVX512 ? "avx512" : isa == LOCKS_ISA_AVX2 ? "avx2" : "portable";
+    switch (isa) {
+    case LOCKS_ISA_PORTABLE: return "portable";
+    case LOCKS_ISA_AVX2: return "avx2";
+    case LOCKS_ISA_AVX512: return "avx512";
+    case LOCKS_ISA_BEST: return "best";
+    }
+    return "?";
+}
+
+int locks_isa_parse(const char *s, locks_isa *isa) {
+    for (int i = 0; i <= LOCKS_ISA_BEST; i++)
+        if (s && !strcmp(s, locks_isa_name((locks_isa)i))) {
+            *isa = (locks_isa)i;
+            return 0;
+        }
+    return -1;
 }
 
 #ifdef LOCKS_X86

@@ -11,31 +11,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The kernel sets of the CPU code, narrowest first. A module uses the widest one it has
- * at or below locks_cpu_isa(): the CPU's own (checked once, at first use), capped by
- * locks_cpu_set_isa or, before any call of it, by the environment variable
- * LOCKS_CPU_ISA=portable|avx2|avx512 (another value is ignored). */
-typedef enum {
-    LOCKS_ISA_PORTABLE = 0, /* plain C */
-    LOCKS_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C (and AVX-VNNI where present) */
-    LOCKS_ISA_AVX512 = 2    /* on top of those AVX-512 F/BW/VL/DQ */
-} locks_isa;
-locks_isa locks_cpu_isa(void);
-/* Caps the kernel sets at max (tests and benchmarks force each path with it;
- * LOCKS_ISA_AVX512 restores the CPU check). Call with no step running. */
-void locks_cpu_set_isa(locks_isa max);
-/* "portable", "avx2" or "avx512". */
-const char *locks_isa_name(locks_isa isa);
-
 /* 1 when the AVX2/FMA/F16C kernels are in use (cached after the first call). */
 int locks_have_avx2(void);
 /* 1 when, on top of those, AVX-VNNI (vpdpbusd, VEX) is there and in use. */
 int locks_have_avxvnni(void);
-/* 1 when the AVX-512 (F/BW/VL/DQ) kernels are in use. */
+/* 1 when the AVX-512 kernels (F, BW, VL, VNNI: 512-bit vpdpbusd) are in use; and when
+ * AVX512-BF16 is there too. */
 int locks_have_avx512(void);
+int locks_have_avx512bf16(void);
 /* Tests only: 0 forces the portable kernels, 1 restores the CPU check, 2 keeps AVX2
  * but neither AVX-VNNI nor AVX-512. Call with no step running. */
 void locks_simd_enable(int on);
+
+/* The kernel sets a process may use, for tests and tools that force one path: PORTABLE
+ * (plain C), AVX2 (AVX2/FMA/F16C, AVX-VNNI where present), AVX512 (all of the above and
+ * the AVX-512 kernels), BEST (whatever the CPU has; the default). */
+typedef enum { LOCKS_ISA_PORTABLE = 0, LOCKS_ISA_AVX2 = 1, LOCKS_ISA_AVX512 = 2, LOCKS_ISA_BEST = 3 } locks_isa;
+/* Forces isa for every kernel from now on (call with no step running). Returns 0, or -1
+ * (nothing changed) when isa is not a locks_isa or this CPU lacks it. */
+int locks_cpu_set_isa(locks_isa isa);
+/* The widest set in use now (never BEST). */
+locks_isa locks_cpu_isa(void);
+/* "portable", "avx2", "avx512", "best"; locks_isa_parse is the inverse (0, or -1 for a
+ * name it does not know, *isa untouched). */
+const char *locks_isa_name(locks_isa isa);
+int locks_isa_parse(const char *s, locks_isa *isa);
 /* 1 if all n values are finite (no NaN, no Inf). */
 int locks_all_finite(const float *x, size_t n);
 /* dst[i] = half_to_float(src[i]) for i < n. */

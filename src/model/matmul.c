@@ -6,7 +6,7 @@
  * (locks_have_avx2; the build never assumes the host CPU), using AVX-VNNI's byte dot
  * product when present (locks_have_avxvnni). Both compute the same
  * integer block sums; only the float accumulation order differs. Rows are cut into
- * tasks of MATMUL_ROWS_PER_TASK for the pool; inside a task, ROW_TILE rows are held in
+ * a few tasks per pool thread; inside a task, ROW_TILE rows are held in
  * cache while every vector of the batch passes over them.
  */
 #include "matmul.h"
@@ -24,7 +24,11 @@
 #include <immintrin.h>
 #endif
 
-#define MATMUL_ROWS_PER_TASK 32
+/* Rows are cut into TASKS_PER_THREAD tasks per pool thread (dynamic: a thread the
+ * machine slows down takes fewer), each a multiple of 4 rows (the AVX-512 tile) and at
+ * least MIN_TASK_ROWS. */
+#define TASKS_PER_THREAD 4
+#define MIN_TASK_ROWS 16
 #define ROW_TILE 8
 
 /* ================================================================================ */
@@ -427,6 +431,7 @@ typedef struct {
     const matmul_act *a;
     float *y;
     int32_t ldy;
+    int32_t task_rows;
 } matmul_job;
 
 /* Rows [r0, r1) for every vector of the batch: a tile of rows stays in L1 while the
@@ -444,8 +449,11 @@ static void matmul_rows_c(const matmul_weight *w, const matmul_act *a, float *y,
 static void matmul_task(void *arg, int32_t task, int32_t thread) {
     (void)thread;
     const matmul_job *j = arg;
-    int32_t r0 = task * MATMUL_ROWS_PER_TASK;
-    int32_t r1 = r0 + MATMUL_ROWS_PER_TASK < j->w->rows ? r0 + MATMUL_ROWS_PER_TASK : j->w->rows;
+    int32_t r0 = task * j->task_rows;
+    int32_t r1 = r0 + j->task_rows < j->w->rows ? r0 + j->task_rows : j->w->rows;
+#ifdef MATMUL_X86
+    if (locks_have_avx512() && matmul_rows_avx512(j->w, j->a, j->y, j->ldy, r0, r1)) return;
+#endif
     if (quant_is_ext(j->w->type)) { /* Q5_x and K-quants: quant.c, SIMD inside */
         quant_rows(j->w, j->a, j->y, j->ldy, r0, r1);
         return;
@@ -463,8 +471,11 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
 
 void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy) {
     matmul_init_tables(); /* once; an atomic check after that */
-    matmul_job job = {w, a, y, ldy};
-    int32_t n_tasks = (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
+    int32_t threads = pool ? locks_pool_threads(pool) : 1;
+    int32_t per = (w->rows + threads * TASKS_PER_THREAD - 1) / (threads * TASKS_PER_THREAD);
+    per = per < MIN_TASK_ROWS ? MIN_TASK_ROWS : (per + 3) & ~3;
+    matmul_job job = {w, a, y, ldy, per};
+    int32_t n_tasks = (w->rows + per - 1) / per;
     if (pool) {
         locks_pool_run(pool, n_tasks, matmul_task, &job);
     } else {

@@ -60,6 +60,12 @@ int matmul_wants_q8(ggml_type type);
  * Runs on the pool (NULL: inline). */
 void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy);
 
+/* Rows [r0, r1) of y as matmul computes them, with the AVX-512 kernels
+ * (matmul_avx512.c; call only when locks_have_avx512()). Returns 0, doing nothing, for
+ * what they do not cover (block types without int8 activations, rows of more than
+ * 65,536 columns, non-x86 builds). */
+int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1);
+
 /* Row r of W dequantized to fp32 (out[cols]); for embeddings. */
 void matmul_row_f32(const matmul_weight *w, int32_t r, float *out);
 

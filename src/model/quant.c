@@ -226,6 +226,13 @@ AVX2_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* fp16 -> fp32 with F16C (h2f calls util's portable conversion: a call per sub-block) */
+AVX2_INLINE float h2f_f16c(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
 /* 32 bits -> 32 bytes, 0xFF where the bit is set (byte j <- bit j). */
 AVX2_INLINE __m256i bits_to_bytes(uint32_t bits) {
     const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL,
@@ -246,14 +253,14 @@ AVX2_INLINE void decode_sub_avx2(ggml_type type, const uint8_t *row, int32_t b, 
     if (type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1) {
         const uint8_t *blk = row + (size_t)b * (type == GGML_TYPE_Q5_1 ? 24 : 22);
         int off = type == GGML_TYPE_Q5_1 ? 4 : 2;
-        float d = h2f(blk);
+        float d = h2f_f16c(blk);
         __m128i raw = _mm_loadu_si128((const __m128i *)(blk + off + 4));
         const __m128i m4 = _mm_set1_epi8(0x0F);
         __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
         __m256i hi = _mm256_and_si256(bits_to_bytes(rd_u32(blk + off)), _mm256_set1_epi8(0x10));
         *q = _mm256_or_si256(nib, hi);
         *s = _mm256_set1_ps(d);
-        *o = type == GGML_TYPE_Q5_1 ? h2f(blk + 2) : -16.0f * d;
+        *o = type == GGML_TYPE_Q5_1 ? h2f_f16c(blk + 2) : -16.0f * d;
     } else if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) {
         const uint8_t *blk = row + (size_t)(b / 8) * (type == GGML_TYPE_Q5_K ? 176 : 144);
         int sb = b % 8, sc, m;
@@ -265,8 +272,8 @@ AVX2_INLINE void decode_sub_avx2(ggml_type type, const uint8_t *row, int32_t b, 
             v = _mm256_or_si256(v, _mm256_slli_epi16(h, 4)); /* h is 0/1 per byte: no carry */
         }
         *q = v;
-        *s = _mm256_set1_ps(h2f(blk) * (float)sc);
-        *o = -h2f(blk + 2) * (float)m;
+        *s = _mm256_set1_ps(h2f_f16c(blk) * (float)sc);
+        *o = -h2f_f16c(blk + 2) * (float)m;
     } else { /* Q6_K */
         const uint8_t *blk = row + (size_t)(b / 8) * 210;
         int h = (b % 8) / 4, k = b % 4;
@@ -274,7 +281,7 @@ AVX2_INLINE void decode_sub_avx2(ggml_type type, const uint8_t *row, int32_t b, 
         __m256i hb = srl_bytes(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)), 2 * k, 3);
         *q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(32));
         const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h + 2 * k;
-        float d = h2f(blk + 208);
+        float d = h2f_f16c(blk + 208);
         *s = _mm256_set_m128(_mm_set1_ps(d * (float)sc[1]), _mm_set1_ps(d * (float)sc[0]));
         *o = 0.0f;
     }

@@ -1,0 +1,448 @@
+/*
+ * matmul_avx512.c — the AVX-512 kernels (F, BW, VL, VNNI) of matmul.c, for every block
+ * type with int8 activations (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) and the
+ * float types (F32, F16, BF16). Compiled with target attributes and chosen at run time
+ * (locks_have_avx512); matmul.c keeps the AVX2 and portable versions.
+ *
+ * One 512-bit vpdpbusd takes 64 weight bytes, two 32-element blocks (a "unit"): the
+ * weights as unsigned bytes u_j = q_j + bias (bias 128 for Q8_0, 8 for Q4_0, 16 for
+ * Q5_0, 32 for Q6_K, 0 for the types with a float offset), the activations as signed
+ * bytes, and its 16 int32 lanes start from -bias * (sum of the lane's 4 activations) so
+ * that they end as the exact integer sums of q_j x_j that the portable loops form. A
+ * chunk is 8 blocks (one super-block for the K-quants), 4 units. Each lane is scaled by
+ * its weight scale (d, or d sc_s for K-quants, per 16-element half for Q6_K: a "slot")
+ * times the activation block's d_x, and the float offsets (Q4_1 / Q5_1: m; Q4_K / Q5_K:
+ * -dmin m_s) add m * d_x sum(q_x) once per chunk. Only the fp32 accumulation order
+ * differs from the portable loops.
+ *
+ * A tile is 4 weight rows x 4 tokens (16 accumulators): each weight unit is decoded once
+ * and meets 4 activation vectors, each activation vector meets 4 rows (prefill as
+ * matrix-matrix work; a decode token uses the 4 x 1 tile, or 1 x 1 on a weight far
+ * larger than the cache, which it streams). Each tile prefetches the next tile's rows.
+ * The weights are read in the file's layout: no repack.
+ */
+#include "matmul.h"
+
+#include <string.h>
+
+#include "quant.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define AVX512_TARGET "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+#define AVX512 __attribute__((target(AVX512_TARGET)))
+#define AVX512_INLINE __attribute__((target(AVX512_TARGET), always_inline)) static inline
+
+#define TILE_R 4           /* weight rows per tile */
+#define TILE_T 4           /* tokens per tile */
+#define MAX_BLOCKS 2048    /* activation blocks per token the scratch holds (65,536 cols) */
+/* A single token against a weight above this streams it from memory: one row at a
+ * time then (interleaved A/B runs: ~15-20% faster on Gemma 3's 168 MB output matrix,
+ * ~25% slower on cache-resident ones, where the 4-row tile shares each activation). */
+#define STREAM_BYTES ((size_t)64 << 20)
+
+/* int32 lane -> scale slot of unit u, per layout (see the unit loaders). */
+enum { KIND_NIB, KIND_Q8, KIND_KQ, KIND_Q6K };
+static const int32_t slot_of_lane[4][4][16] __attribute__((aligned(64))) = {
+    /* NIB */ {{0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1},
+               {2, 2, 2, 2, 3, 3, 3, 3, 2, 2, 2, 2, 3, 3, 3, 3},
+               {4, 4, 4, 4, 5, 5, 5, 5, 4, 4, 4, 4, 5, 5, 5, 5},
+               {6, 6, 6, 6, 7, 7, 7, 7, 6, 6, 6, 6, 7, 7, 7, 7}},
+    /* Q8 */ {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+              {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+              {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+              {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7}},
+    /* KQ */ {{0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2},
+              {1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3},
+              {4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6},
+              {5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7}},
+    /* Q6K */ {{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3},
+               {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7},
+               {8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11},
+               {12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15}}};
+/* Q6_K's 16 slots are half blocks: slot j takes the d_x of block j / 2. */
+static const int32_t half_to_block[16] __attribute__((aligned(64))) = {0, 0, 1, 1, 2, 2, 3, 3,
+                                                                       4, 4, 5, 5, 6, 6, 7, 7};
+
+/* ================================================================================ */
+/* Types                                                                            */
+/* ================================================================================ */
+
+static inline int kind_of(ggml_type t) {
+    switch (t) {
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1: return KIND_Q8; /* the two blocks one after the other */
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K: return KIND_KQ;
+    case GGML_TYPE_Q6_K: return KIND_Q6K;
+    default: return KIND_NIB; /* Q4_0, Q4_1: low nibbles of both blocks, then high */
+    }
+}
+
+static inline int bias_of(ggml_type t) {
+    switch (t) {
+    case GGML_TYPE_Q8_0: return 128;
+    case GGML_TYPE_Q4_0: return 8;
+    case GGML_TYPE_Q5_0: return 16;
+    case GGML_TYPE_Q6_K: return 32;
+    default: return 0;
+    }
+}
+
+/* 1 when the type has a float offset per block (m or -dmin m_s). */
+static inline int has_min(ggml_type t) {
+    return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
+}
+
+static inline size_t bytes_of(ggml_type t) {
+    switch (t) {
+    case GGML_TYPE_Q8_0: return 34;
+    case GGML_TYPE_Q4_0: return 18;
+    case GGML_TYPE_Q4_1: return 20;
+    case GGML_TYPE_Q5_0: return 22;
+    case GGML_TYPE_Q5_1: return 24;
+    case GGML_TYPE_Q4_K: return 144;
+    case GGML_TYPE_Q5_K: return 176;
+    case GGML_TYPE_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+static inline uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+AVX512_INLINE float rdh(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* ================================================================================ */
+/* Weights: chunk scales and units                                                  */
+/* ================================================================================ */
+
+/* Chunk c of a row: *sl the weight scale of each slot (8 blocks / sub-blocks, 16 half
+ * blocks for Q6_K), *mn the float offset of each of the 8 blocks (has_min types). nblk
+ * (< 8 only in the last chunk of a 32-element type) blocks are there. */
+AVX512_INLINE void chunk_scales(ggml_type t, const uint8_t *row, int32_t c, int nblk, __m512 *sl, __m256 *mn) {
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
+        const uint8_t *blk = row + (size_t)c * bytes_of(t);
+        uint32_t u0 = rd32(blk + 4), u1 = rd32(blk + 8), u2 = rd32(blk + 12);
+        /* six-bit scales and mins of the 8 sub-blocks (quant.h), four per u32 */
+        uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+        uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+        uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+        __m128i sc = _mm_cvtsi64_si128((long long)((uint64_t)sc_hi << 32 | sc_lo));
+        __m128i m = _mm_cvtsi64_si128((long long)((uint64_t)m_hi << 32 | m_lo));
+        __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc));
+        __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m));
+        *sl = _mm512_castps256_ps512(_mm256_mul_ps(scf, _mm256_set1_ps(rdh(blk))));
+        *mn = _mm256_mul_ps(mf, _mm256_set1_ps(-rdh(blk + 2)));
+    } else if (t == GGML_TYPE_Q6_K) {
+        const uint8_t *blk = row + (size_t)c * 210;
+        __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192))));
+        *sl = _mm512_mul_ps(sc, _mm512_set1_ps(rdh(blk + 208)));
+        *mn = _mm256_setzero_ps();
+    } else {
+        /* the dword at each block's start: d, then m (Q4_1 / Q5_1) or quant bytes */
+        size_t bb = bytes_of(t);
+        const uint8_t *p = row + (size_t)c * 8 * bb;
+        uint32_t v[8];
+        for (int k = 0; k < 8; k++) v[k] = k < nblk ? rd32(p + k * bb) : 0;
+        __m256i g = _mm256_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6], (int)v[7]);
+        *sl = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)));
+        *mn = has_min(t) ? _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(g, 16))) : _mm256_setzero_ps();
+    }
+}
+
+/* Unit u (< 4) of chunk c as 64 unsigned bytes, in the order of the unit's activation
+ * vector (act_unit). two: the unit's second block is there (the last chunk of a
+ * 32-element type may end after one). */
+AVX512_INLINE __m512i weight_unit(ggml_type t, const uint8_t *row, int32_t c, int u, int two) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    if (t == GGML_TYPE_Q8_0) {
+        const uint8_t *b0 = row + ((size_t)c * 8 + 2 * (size_t)u) * 34 + 2;
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)b0);
+        __m256i w1 = two ? _mm256_loadu_si256((const __m256i *)(b0 + 34)) : _mm256_set1_epi8((char)0x80);
+        __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+        return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
+    }
+    if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1) {
+        size_t bb = bytes_of(t);
+        int qoff = t == GGML_TYPE_Q4_0 ? 2 : t == GGML_TYPE_Q4_1 ? 4 : t == GGML_TYPE_Q5_0 ? 6 : 8;
+        const uint8_t *b0 = row + ((size_t)c * 8 + 2 * (size_t)u) * bb;
+        __m128i qa = _mm_loadu_si128((const __m128i *)(b0 + qoff));
+        __m128i qb = two ? _mm_loadu_si128((const __m128i *)(b0 + bb + qoff)) : _mm_setzero_si128();
+        __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
+        /* [low nibbles of b0, of b1, high nibbles of b0, of b1] */
+        __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+        if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1) /* elements 0-15 of b0, of b1, 16-31 of b0, of b1 */
+            return _mm512_and_si512(w, m4);
+        /* Q5: b0's 32 elements, then b1's, so that qh (element j <- bit j) is the byte mask */
+        w = _mm512_and_si512(_mm512_shuffle_i64x2(w, w, _MM_SHUFFLE(3, 1, 2, 0)), m4);
+        int hoff = t == GGML_TYPE_Q5_0 ? 2 : 4;
+        uint64_t bits = rd32(b0 + hoff) | (uint64_t)(two ? rd32(b0 + bb + hoff) : 0) << 32;
+        return _mm512_mask_add_epi8(w, (__mmask64)bits, w, _mm512_set1_epi8(16));
+    }
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
+        /* 64 bytes of qs hold sub-blocks 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3 (high) */
+        const uint8_t *blk = row + (size_t)c * bytes_of(t);
+        int h = u >> 1, hi = u & 1;
+        __m512i z = _mm512_loadu_si512((const void *)(blk + (t == GGML_TYPE_Q5_K ? 48 : 16) + 64 * h));
+        __m512i w = _mm512_and_si512(hi ? _mm512_srli_epi16(z, 4) : z, m4);
+        if (t == GGML_TYPE_Q5_K) { /* bit s of qh[l] is the fifth bit of sub-block s */
+            __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
+            int s0 = 4 * h + hi;
+            __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << s0)), _mm256_set1_epi8((char)(1 << (s0 + 2))), 1);
+            w = _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(qh, sel), w, _mm512_set1_epi8(16));
+        }
+        return w;
+    }
+    /* Q6_K: ql[64 h ..] low nibbles are blocks 4h, 4h + 1, high nibbles 4h + 2, 4h + 3;
+     * qh[32 h + l] bits 2k, 2k + 1 are the top bits of block 4h + k */
+    const uint8_t *blk = row + (size_t)c * 210;
+    int h = u >> 1, hi = u & 1;
+    __m512i l = _mm512_loadu_si512((const void *)(blk + 64 * h));
+    __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
+    __m512i top;
+    if (hi) {
+        l = _mm512_srli_epi16(l, 4);
+        top = _mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
+    } else {
+        top = _mm512_sllv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1));
+    }
+    /* (l & 0x0F) | (top & 0x30) */
+    return _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), top, _mm512_set1_epi8(0x30), 0xF8);
+}
+
+/* ================================================================================ */
+/* Activations                                                                      */
+/* ================================================================================ */
+
+/* The activation bytes of unit u of chunk c (x: the token's blocks), in weight_unit's order. */
+AVX512_INLINE __m512i act_unit(ggml_type t, const matmul_q8 *x, int32_t c, int u, int two) {
+    int32_t b0, b1;
+    int kind = kind_of(t);
+    if (kind == KIND_KQ) {
+        b0 = 8 * c + 4 * (u >> 1) + (u & 1);
+        b1 = b0 + 2;
+    } else {
+        b0 = 8 * c + 2 * u;
+        b1 = b0 + 1;
+    }
+    __m256i xa = _mm256_loadu_si256((const __m256i *)x[b0].q);
+    __m256i xb = two ? _mm256_loadu_si256((const __m256i *)x[b1].q) : _mm256_setzero_si256();
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(xa), xb, 1);
+    if (kind == KIND_NIB) v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)); /* a.lo b.lo a.hi b.hi */
+    return v;
+}
+
+/* Per token of a tile: the block scales d_x and d_x sum(q_x) as arrays (8-aligned,
+ * zero past nb), for the 8-wide loads of a chunk. */
+typedef struct {
+    float d[TILE_T][MAX_BLOCKS] __attribute__((aligned(64)));
+    float ds[TILE_T][MAX_BLOCKS] __attribute__((aligned(64)));
+} act_scales;
+
+static void act_scales_fill(act_scales *s, const matmul_q8 *const *x, int nt, int32_t nb) {
+    int32_t nbp = (nb + 7) & ~7;
+    for (int k = 0; k < nt; k++) {
+        for (int32_t b = 0; b < nb; b++) {
+            s->d[k][b] = x[k][b].d;
+            s->ds[k][b] = x[k][b].ds;
+        }
+        for (int32_t b = nb; b < nbp; b++) s->d[k][b] = s->ds[k][b] = 0.0f;
+    }
+}
+
+/* ================================================================================ */
+/* The tile                                                                         */
+/* ================================================================================ */
+
+/* Chunk c (nblk blocks) of NR rows x NT tokens into acc. */
+AVX512_INLINE void tile_chunk(ggml_type t, const uint8_t *const *rows, const matmul_q8 *const *x, const act_scales *as,
+                              int32_t c, const int nblk, __m512 acc[TILE_R][TILE_T], const int NR, const int NT) {
+    const int kind = kind_of(t), bias = bias_of(t), mins = has_min(t);
+    __m512 sl[TILE_R];
+    __m256 mn[TILE_R];
+    for (int r = 0; r < NR; r++) chunk_scales(t, rows[r], c, nblk, &sl[r], &mn[r]);
+    __m512 dxs[TILE_T];
+    for (int k = 0; k < NT; k++) {
+        __m512 d8 = _mm512_castps256_ps512(_mm256_load_ps(&as->d[k][8 * c]));
+        dxs[k] = kind == KIND_Q6K ? _mm512_permutexvar_ps(_mm512_load_si512((const void *)half_to_block), d8) : d8;
+        if (NT == 1) /* one token: d_x folds into the weight scales, once per chunk */
+            for (int r = 0; r < NR; r++) sl[r] = _mm512_mul_ps(sl[r], dxs[0]);
+        if (mins) {
+            __m256 ds8 = _mm256_load_ps(&as->ds[k][8 * c]);
+            for (int r = 0; r < NR; r++)
+                acc[r][k] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(mn[r]), _mm512_castps256_ps512(ds8),
+                                                  acc[r][k], 0xFF);
+        }
+    }
+    for (int u = 0; u < (nblk + 1) / 2; u++) {
+        const int two = 2 * u + 1 < nblk;
+        __m512i idx = _mm512_load_si512((const void *)slot_of_lane[kind][u]);
+        __m512i wq[TILE_R];
+        __m512 ws[TILE_R];
+        for (int r = 0; r < NR; r++) {
+            wq[r] = weight_unit(t, rows[r], c, u, two);
+            ws[r] = _mm512_permutexvar_ps(idx, sl[r]);
+        }
+        for (int k = 0; k < NT; k++) {
+            __m512i xv = act_unit(t, x[k], c, u, two);
+            __m512i start = _mm512_setzero_si512();
+            if (bias) /* -bias * (sum of each lane's 4 activations) */
+                start = _mm512_sub_epi32(start, _mm512_dpbusd_epi32(start, _mm512_set1_epi8((char)bias), xv));
+            __m512 xs = _mm512_permutexvar_ps(idx, dxs[k]);
+            for (int r = 0; r < NR; r++) {
+                __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, wq[r], xv));
+                acc[r][k] = _mm512_fmadd_ps(p, NT == 1 ? ws[r] : _mm512_mul_ps(ws[r], xs), acc[r][k]);
+            }
+        }
+    }
+}
+
+/* y[t][r] for NR rows (from row) x NT tokens (x[t]), both compile-time constants. */
+AVX512_INLINE void tile(ggml_type t, const matmul_weight *w, int32_t row, const matmul_q8 *const *x,
+                        const act_scales *as, float *y, int32_t ldy, const int NR, const int NT) {
+    const int32_t nb = w->cols / GGML_QBLOCK;
+    const uint8_t *rows[TILE_R];
+    for (int r = 0; r < NR; r++) rows[r] = w->data + (size_t)(row + r) * w->row_bytes;
+    __m512 acc[TILE_R][TILE_T];
+    for (int r = 0; r < NR; r++)
+        for (int k = 0; k < NT; k++) acc[r][k] = _mm512_setzero_ps();
+    /* The hardware prefetchers lose track of NR interleaved row streams: each chunk
+     * prefetches its share of the next tile's rows (contiguous after these). */
+    const int32_t n_chunks = (nb + 7) / 8;
+    const size_t span = (size_t)NR * w->row_bytes, step = (span + (size_t)n_chunks - 1) / (size_t)n_chunks;
+    const char *next = (const char *)rows[0] + span;
+    for (int32_t c = 0; c < nb / 8; c++) {
+        for (size_t o = (size_t)c * step; o < (size_t)(c + 1) * step; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+        tile_chunk(t, rows, x, as, c, 8, acc, NR, NT);
+    }
+    if (nb % 8)
+        for (size_t o = (size_t)(nb / 8) * step; o < span; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+    switch (nb % 8) { /* the K-quants have whole chunks (super-blocks) */
+    case 1: tile_chunk(t, rows, x, as, nb / 8, 1, acc, NR, NT); break;
+    case 2: tile_chunk(t, rows, x, as, nb / 8, 2, acc, NR, NT); break;
+    case 3: tile_chunk(t, rows, x, as, nb / 8, 3, acc, NR, NT); break;
+    case 4: tile_chunk(t, rows, x, as, nb / 8, 4, acc, NR, NT); break;
+    case 5: tile_chunk(t, rows, x, as, nb / 8, 5, acc, NR, NT); break;
+    case 6: tile_chunk(t, rows, x, as, nb / 8, 6, acc, NR, NT); break;
+    case 7: tile_chunk(t, rows, x, as, nb / 8, 7, acc, NR, NT); break;
+    default: break;
+    }
+    for (int r = 0; r < NR; r++)
+        for (int k = 0; k < NT; k++) y[(size_t)k * ldy + row + r] = _mm512_reduce_add_ps(acc[r][k]);
+}
+
+/* Rows [r0, r1) x every token, for one block type (a constant after inlining). */
+AVX512_INLINE void rows_q(ggml_type t, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
+                          int32_t r0, int32_t r1, act_scales *as) {
+    int32_t nb = w->cols / GGML_QBLOCK;
+    for (int32_t t0 = 0; t0 < a->n; t0 += TILE_T) {
+        int nt = a->n - t0 < TILE_T ? a->n - t0 : TILE_T;
+        const matmul_q8 *x[TILE_T];
+        for (int k = 0; k < nt; k++) x[k] = a->xq + (size_t)(t0 + k) * nb;
+        float *yt = y + (size_t)t0 * ldy;
+        if (nt == TILE_T) {
+            act_scales_fill(as, x, nt, nb);
+            int32_t r = r0;
+            for (; r + TILE_R <= r1; r += TILE_R) tile(t, w, r, x, as, yt, ldy, TILE_R, TILE_T);
+            for (; r < r1; r++) tile(t, w, r, x, as, yt, ldy, 1, TILE_T);
+        } else {
+            /* the last tokens one at a time (a decode token: this path alone) */
+            int stream = (size_t)w->rows * w->row_bytes > STREAM_BYTES;
+            for (int k = 0; k < nt; k++) {
+                const matmul_q8 *xk[1] = {x[k]};
+                act_scales_fill(as, xk, 1, nb);
+                int32_t r = r0;
+                for (; r + TILE_R <= r1 && !stream; r += TILE_R) tile(t, w, r, xk, as, yt + (size_t)k * ldy, ldy, TILE_R, 1);
+                for (; r < r1; r++) tile(t, w, r, xk, as, yt + (size_t)k * ldy, ldy, 1, 1);
+            }
+        }
+    }
+}
+
+#define ROWS_Q(name, type)                                                                                        \
+    AVX512 static void name(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,       \
+                            int32_t r1, act_scales *as) {                                                         \
+        rows_q(type, w, a, y, ldy, r0, r1, as);                                                                   \
+    }
+ROWS_Q(rows_q4_0, GGML_TYPE_Q4_0)
+ROWS_Q(rows_q4_1, GGML_TYPE_Q4_1)
+ROWS_Q(rows_q5_0, GGML_TYPE_Q5_0)
+ROWS_Q(rows_q5_1, GGML_TYPE_Q5_1)
+ROWS_Q(rows_q8_0, GGML_TYPE_Q8_0)
+ROWS_Q(rows_q4_k, GGML_TYPE_Q4_K)
+ROWS_Q(rows_q5_k, GGML_TYPE_Q5_K)
+ROWS_Q(rows_q6_k, GGML_TYPE_Q6_K)
+#undef ROWS_Q
+
+/* ================================================================================ */
+/* Float weights                                                                    */
+/* ================================================================================ */
+
+/* 16 weights from column j of a float-type row as fp32 (n < 16: the rest zero). */
+AVX512_INLINE __m512 float_weights(ggml_type t, const uint8_t *row, int32_t j, int n) {
+    __mmask16 k = (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
+    if (t == GGML_TYPE_F32) return _mm512_maskz_loadu_ps(k, row + 4 * (size_t)j);
+    __m256i h = _mm256_maskz_loadu_epi16(k, row + 2 * (size_t)j);
+    if (t == GGML_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* BF16 */
+}
+
+/* 4 rows at a time, every token: W (fp32 once loaded) . x, 16 columns per step. */
+AVX512 static void rows_float(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
+                              int32_t r1) {
+    ggml_type t = w->type;
+    int32_t n = w->cols;
+    for (int32_t r = r0; r < r1; r += TILE_R) {
+        int nr = r1 - r < TILE_R ? r1 - r : TILE_R;
+        for (int32_t k = 0; k < a->n; k++) {
+            const float *x = a->x + (size_t)k * n;
+            __m512 acc[TILE_R] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int32_t j = 0; j < n; j += 16) {
+                int m = n - j < 16 ? n - j : 16;
+                __m512 xv = _mm512_maskz_loadu_ps((__mmask16)(m == 16 ? 0xFFFFu : (1u << m) - 1u), x + j);
+                for (int i = 0; i < nr; i++) {
+                    const uint8_t *row = w->data + (size_t)(r + i) * w->row_bytes;
+                    acc[i] = _mm512_fmadd_ps(float_weights(t, row, j, m), xv, acc[i]);
+                }
+            }
+            for (int i = 0; i < nr; i++) y[(size_t)k * ldy + r + i] = _mm512_reduce_add_ps(acc[i]);
+        }
+    }
+}
+
+int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1) {
+    ggml_type t = w->type;
+    if (t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) {
+        rows_float(w, a, y, ldy, r0, r1);
+        return 1;
+    }
+    if (!a->xq || w->cols / GGML_QBLOCK > MAX_BLOCKS) return 0;
+    static _Thread_local act_scales as; /* 64 KB: too much for a worker's stack */
+    switch (t) {
+    case GGML_TYPE_Q4_0: rows_q4_0(w, a, y, ldy, r0, r1, &as); return 1;
+    case GGML_TYPE_Q4_1: rows_q4_1(w, a, y, ldy, r0, r1, &as); return 1;
+    case GGML_TYPE_Q5_0: rows_q5_0(w, a, y, ldy, r0, r1, &as); return 1;
+    case GGML_TYPE_Q5_1: rows_q5_1(w, a, y, ldy, r0, r1, &as); return 1;
+    case GGML_TYPE_Q8_0: rows_q8_0(w, a, y, ldy, r0, r1, &as); return 1;
+    case GGML_TYPE_Q4_K: rows_q4_k(w, a, y, ldy, r0, r1, &as); return 1;
+    case GGML_TYPE_Q5_K: rows_q5_k(w, a, y, ldy, r0, r1, &as); return 1;
+    case GGML_TYPE_Q6_K: rows_q6_k(w, a, y, ldy, r0, r1, &as); return 1;
+    default: return 0;
+    }
+}
+#else
+int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1) {
+    (void)w, (void)a, (void)y, (void)ldy, (void)r0, (void)r1;
+    return 0;
+}
+#endif

@@ -1,0 +1,258 @@
+/*
+ * matmul_paths.c — every weight type's product on one forced kernel path, against a
+ * float64 reference. `test_matmul_paths ISA [model]`, ISA one of portable, avx2, avx512
+ * (locks_cpu_set_isa); ctest runs each path as its own entry (test_matmul_paths_ISA)
+ * and exits 77 (skipped) when this CPU lacks it.
+ *
+ *  - random weights of every type (random bytes, finite random fp16 scales, so random
+ *    six-bit K-quant scales and mins), column counts whose block count leaves every
+ *    remainder of the kernels' 8-block chunks, 37 rows (tails of the 4-row tiles and the
+ *    32-row tasks), batches of 1..9 tokens (tails of the 4-token tiles), inline and on a
+ *    pool of 2;
+ *  - with `model`: the first and last rows of a tensor of every type in the two GGUFs
+ *    (SmolLM2 Q4_1 / Q8_0, Gemma 3 Q5_0 / Q8_0 / Q4_K / Q6_K), and the whole output
+ *    matrix of each (Gemma's 262,144 rows: the one-row-at-a-time streaming path).
+ * The reference multiplies the dequantized weights (matmul_row_f32, checked against the
+ * gguf package in test_quant) with the activations the kernel sees: the int8 blocks
+ * dequantized (d_x q_x) for block types, fp32 x for float types. The kernels' integer
+ * sums are exact, so the only error is fp32 rounding: |y - ref| <= 2e-6 sum |w_j x_j|.
+ */
+#include "test_util.h"
+#include "test_model_util.h"
+
+#include "model/gguf.h"
+#include "model/matmul.h"
+#include "model/quant.h"
+#include "pool.h"
+#include "util.h"
+#include "vmath.h"
+
+#define TMAX 9
+
+static const ggml_type TYPES[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                  GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+                                  GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16};
+#define N_TYPES ((int)(sizeof TYPES / sizeof TYPES[0]))
+
+static int is_kquant(ggml_type t) { return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K; }
+
+static void set_f16(uint8_t *p, float v) {
+    uint16_t h = locks_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* rows x cols random weights: random bytes, then finite scales where the type has them. */
+static uint8_t *random_weight(ggml_type type, int32_t rows, int32_t cols) {
+    size_t rb = ggml_row_bytes(type, cols), n = (size_t)rows * rb;
+    uint8_t *w = malloc(n);
+    SETUP(w);
+    for (size_t i = 0; i < n; i++) w[i] = (uint8_t)tu_next();
+    if (type == GGML_TYPE_F32) {
+        for (size_t i = 0; i < n / 4; i++) {
+            float v = (float)tu_normal();
+            memcpy(w + 4 * i, &v, 4);
+        }
+        return w;
+    }
+    if (type == GGML_TYPE_F16 || type == GGML_TYPE_BF16) {
+        for (size_t i = 0; i < n / 2; i++) {
+            float v = (float)tu_normal();
+            uint16_t h;
+            if (type == GGML_TYPE_F16) {
+                h = locks_f32_to_f16(v);
+            } else {
+                uint32_t u;
+                memcpy(&u, &v, 4);
+                h = (uint16_t)(u >> 16);
+            }
+            memcpy(w + 2 * i, &h, 2);
+        }
+        return w;
+    }
+    size_t bb = quant_is_ext(type) ? quant_block_bytes(type) : type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_0 ? 18 : 20;
+    for (size_t b = 0; b < n / bb; b++) {
+        uint8_t *blk = w + b * bb;
+        float d = (float)(0.002 + 0.05 * tu_uniform()) * (tu_next() & 1 ? 1.0f : -1.0f);
+        float m = (float)(0.05 * tu_uniform()) - 0.025f;
+        if (type == GGML_TYPE_Q6_K) {
+            set_f16(blk + 208, d);
+            continue;
+        }
+        set_f16(blk, d);
+        if (type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K)
+            set_f16(blk + 2, type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K ? fabsf(m) : m);
+    }
+    return w;
+}
+
+/* y = W x on the current path for the n tokens of x, checked against float64. */
+static void check_product(const char *what, const matmul_weight *w, const float *x, int32_t n, locks_pool *pool) {
+    int32_t R = w->rows, C = w->cols, nb = C / GGML_QBLOCK;
+    int q8 = matmul_wants_q8(w->type);
+    matmul_q8 *xq = q8 ? malloc(sizeof(matmul_q8) * (size_t)n * nb) : NULL;
+    double *xr = malloc(sizeof(double) * (size_t)n * C);
+    float *row = malloc(sizeof(float) * C), *y = malloc(sizeof(float) * (size_t)n * R);
+    double *ref = malloc(sizeof(double) * (size_t)n * R), *mag = malloc(sizeof(double) * (size_t)n * R);
+    SETUP(xr && row && y && ref && mag && (xq || !q8));
+    if (q8) {
+        matmul_quantize(x, n, C, xq);
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t c = 0; c < C; c++) {
+                const matmul_q8 *b = &xq[(size_t)t * nb + c / 32];
+                xr[(size_t)t * C + c] = (double)b->d * b->q[c % 32];
+            }
+    } else {
+        for (size_t i = 0; i < (size_t)n * C; i++) xr[i] = x[i];
+    }
+    for (int32_t r = 0; r < R; r++) {
+        matmul_row_f32(w, r, row);
+        for (int32_t t = 0; t < n; t++) {
+            double s = 0.0, sa = 0.0;
+            for (int32_t c = 0; c < C; c++) {
+                double p = (double)row[c] * xr[(size_t)t * C + c];
+                s += p;
+                sa += fabs(p);
+            }
+            ref[(size_t)t * R + r] = s;
+            mag[(size_t)t * R + r] = sa;
+        }
+    }
+    for (size_t i = 0; i < (size_t)n * R; i++) y[i] = NAN;
+    matmul_act a = {x, xq, n, C};
+    matmul(pool, w, &a, y, R);
+    size_t bad = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < (size_t)n * R; i++) {
+        double err = fabs((double)y[i] - ref[i]) / (mag[i] + 1e-30);
+        if (!(err <= 2e-6)) {
+            if (bad < 3)
+                fprintf(stderr, "  %s: y[%zu] (token %zu, row %zu) = %.9g, want %.9g (sum|wx| %.3g)\n", what, i,
+                        i / (size_t)R, i % (size_t)R, (double)y[i], ref[i], mag[i]);
+            bad++;
+        }
+        if (err > worst || err != err) worst = err;
+    }
+    test_cond(bad == 0, "%s: %zu of %zu outputs off (worst error %.3g of sum |w x|)", what, bad, (size_t)n * R,
+              worst);
+    free(xq);
+    free(xr);
+    free(row);
+    free(y);
+    free(ref);
+    free(mag);
+}
+
+static void test_random(locks_pool *pool, const char *isa) {
+    /* 32-element types: 8, 9, ..., 15 blocks and 18 (SmolLM2's 576); K-quants 1-3 super-blocks */
+    static const int32_t cols_b[] = {256, 288, 320, 352, 384, 416, 448, 480, 576, 32};
+    static const int32_t cols_k[] = {256, 512, 768};
+    static const int32_t ns[] = {1, 4, 5, 9};
+    enum { R = 37 };
+    float *x = malloc(sizeof(float) * TMAX * 768);
+    SETUP(x);
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        ggml_type type = TYPES[ti];
+        int kq = is_kquant(type);
+        int n_cols = kq ? 3 : 10;
+        for (int ci = 0; ci < n_cols; ci++) {
+            int32_t C = kq ? cols_k[ci] : cols_b[ci];
+            uint8_t *wd = random_weight(type, R, C);
+            matmul_weight w = {wd, type, R, C, ggml_row_bytes(type, C)};
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+                tu_fill_normal(x, (size_t)ns[k] * C, 1.0);
+                x[3] = 9.0f; /* an outlier, as real activations have */
+                char what[96];
+                snprintf(what, sizeof what, "%s %s %dx%d n=%d%s", isa, ggml_type_name(type), R, C, ns[k],
+                         pool ? " pool" : "");
+                check_product(what, &w, x, ns[k], pool);
+            }
+            free(wd);
+        }
+    }
+    free(x);
+}
+
+/* Rows [first, first + rows) of the named tensor as a weight. */
+static int model_weight(const gguf *g, const char *name, int64_t first, int32_t rows, matmul_weight *w) {
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) return 0;
+    size_t rb = ggml_row_bytes(t->type, t->ne[0]);
+    if (first < 0) first += t->ne[1];
+    *w = (matmul_weight){(const uint8_t *)t->data + (size_t)first * rb, t->type, rows, (int32_t)t->ne[0], rb};
+    return 1;
+}
+
+static void test_model(locks_pool *pool, const char *isa) {
+    static const char *const smol[] = {"blk.0.attn_q.weight", "blk.3.ffn_down.weight", "token_embd.weight"};
+    static const char *const gemma[] = {"blk.0.attn_q.weight",   "blk.0.attn_v.weight",  "blk.1.attn_v.weight",
+                                        "blk.0.ffn_down.weight", "blk.1.ffn_down.weight", "blk.2.attn_output.weight",
+                                        "token_embd.weight"};
+    char path[1024];
+    float *x = malloc(sizeof(float) * 4 * 2048);
+    SETUP(x);
+    for (int mi = 0; mi < 2; mi++) {
+        int ok = mi == 0 ? tu_find_model(path, sizeof path) : tu_find_gemma3(path, sizeof path);
+        SETUP(ok);
+        locks_status st;
+        gguf *g = gguf_open(path, &st);
+        SETUP(g);
+        const char *const *names = mi == 0 ? smol : gemma;
+        int n_names = mi == 0 ? 3 : 7;
+        int seen[64] = {0};
+        for (int i = 0; i < n_names; i++)
+            for (int end = 0; end < 2; end++) { /* the first 36 rows, and the last 36 */
+                matmul_weight w;
+                SETUP(model_weight(g, names[i], end ? -36 : 0, 36, &w));
+                seen[w.type & 63] = 1;
+                for (int32_t n = 1; n <= 4; n += 3) {
+                    tu_fill_normal(x, (size_t)n * w.cols, 1.0);
+                    char what[128];
+                    snprintf(what, sizeof what, "%s %s %s (%s) rows %s n=%d", isa, mi ? "gemma3" : "smollm2", names[i],
+                             ggml_type_name(w.type), end ? "last" : "first", n);
+                    check_product(what, &w, x, n, pool);
+                }
+            }
+        { /* the whole output matrix, one token: the kernels' path for weights too large for the cache */
+            const gguf_tensor *t = gguf_find_tensor(g, "token_embd.weight");
+            SETUP(t);
+            matmul_weight w;
+            SETUP(model_weight(g, "token_embd.weight", 0, (int32_t)t->ne[1], &w));
+            tu_fill_normal(x, (size_t)w.cols, 1.0);
+            char what[128];
+            snprintf(what, sizeof what, "%s %s token_embd.weight (%s) all %d rows n=1", isa, mi ? "gemma3" : "smollm2",
+                     ggml_type_name(w.type), w.rows);
+            check_product(what, &w, x, 1, pool);
+        }
+        if (mi == 0) test_cond(seen[GGML_TYPE_Q4_1] && seen[GGML_TYPE_Q8_0], "SmolLM2 tensors: Q4_1 and Q8_0 seen");
+        else
+            test_cond(seen[GGML_TYPE_Q5_0] && seen[GGML_TYPE_Q8_0] && seen[GGML_TYPE_Q4_K] && seen[GGML_TYPE_Q6_K],
+                      "Gemma 3 tensors: Q5_0, Q8_0, Q4_K and Q6_K seen");
+        gguf_close(g);
+    }
+    free(x);
+}
+
+int main(int argc, char **argv) {
+    locks_isa isa;
+    if (argc < 2 || locks_isa_parse(argv[1], &isa) != 0 || isa == LOCKS_ISA_BEST) {
+        fprintf(stderr, "usage: test_matmul_paths portable|avx2|avx512 [model]\n");
+        return 2;
+    }
+    if (locks_cpu_set_isa(isa) != 0) {
+        printf("test_matmul_paths: this CPU has no %s kernels: skipped\n", argv[1]);
+        return 77;
+    }
+    tu_seed("test_matmul_paths");
+    matmul_init_tables();
+    test_cond(locks_cpu_isa() == isa, "path in use: %s, asked for %s", locks_isa_name(locks_cpu_isa()), argv[1]);
+    locks_pool *pool = locks_pool_init(2);
+    SETUP(pool);
+    if (argc > 2 && !strcmp(argv[2], "model")) {
+        test_model(pool, argv[1]);
+    } else {
+        test_random(NULL, argv[1]);
+        test_random(pool, argv[1]);
+    }
+    locks_pool_free(pool);
+    return test_report("test_matmul_paths");
+}
