@@ -212,6 +212,32 @@ int32_t locks_ctx_seq_len(const locks_ctx *c, int32_t seq);
  * failure midway truncates every sequence back. Stats count n_seqs decode tokens. */
 locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *logits);
 
+/* For serving (continuous batching): one token for each of the n sequences seqs[0, n)
+ * (distinct, 0 .. n_seqs - 1, any order), tokens[n] (tokens[i] goes to seqs[i]); logits
+ * (may be NULL): [n][n_vocab] in the same order. Sequences not named do not move. Checks
+ * and all-or-nothing as locks_ctx_decode_batch; on the CPU backend the sequences run one
+ * after the other (bit for bit separate decode calls). On the CUDA backend only the
+ * whole set in order (n == n_seqs, seqs[i] == i), else LOCKS_ERR_UNSUPPORTED. */
+locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens,
+                                   float *logits);
+/* As locks_ctx_prefill_all, into sequence seq (for locks_speculate_round). */
+locks_status locks_ctx_prefill_all_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits);
+/* As locks_ctx_truncate, for sequence seq (n = 0 empties it: a per-sequence reset).
+ * LOCKS_ERR_INVALID_ARG for a bad seq or n outside 0 .. its length. */
+locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n);
+
+/* Sequence seq's K and V of one layer as stored (fp16 bits): k, v [len][n_kv_heads]
+ * [head_dim] (len = locks_ctx_seq_len). CPU backend (LOCKS_ERR_UNSUPPORTED on CUDA);
+ * LOCKS_ERR_INVALID_ARG for a bad seq or layer. For saving a slot. */
+locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t layer, uint16_t *k, uint16_t *v);
+/* Replaces sequence seq by n tokens with the given K/V, k and v [n_layers][n][n_kv_heads]
+ * [head_dim] fp16 bits as locks_ctx_seq_read_kv gives them; the summaries are rebuilt
+ * from the keys (the same values as when the tokens ran). For restoring a saved slot:
+ * decoding then goes on as if the tokens had been prefilled. CPU backend only.
+ * LOCKS_ERR_POOL_FULL past n_ctx (the sequence as it was), LOCKS_ERR_NONFINITE for
+ * non-finite K/V and other errors leave the sequence empty. */
+locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v);
+
 /* KV traffic and time of the decode steps so far (summed over steps and layers). */
 typedef struct {
     int32_t n_prefill, n_decode;  /* tokens */
@@ -305,6 +331,19 @@ typedef struct {
 locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
                              locks_sampler *s, const locks_spec_params *sp, locks_token_fn on_token,
                              void *user, int32_t *out, int32_t *n_out, locks_spec_stats *stats);
+
+/* One speculative round (as in locks_speculate) for sequence seq of any context, for a
+ * server interleaving rounds with other sequences' steps. seq holds n tokens and t0 is
+ * the next token (sampled, not fed). Drafts k >= 1 tokens with draft's step parameters
+ * (not FULL), rewinds, verifies t0 and the drafts in one dense pass, and keeps t0 and the
+ * accepted drafts (seq then holds n + 1 + a tokens, dense K/V). out[k + 1] receives the a
+ * accepted drafts and then the next token (the next round's t0); *n_out = a + 1. A
+ * caller that stops at accepted draft i (an end-of-generation token, a stop string)
+ * truncates seq to n + 1 + i. The context's step parameters are left as they were.
+ * LOCKS_ERR_INVALID_ARG for bad arguments, POOL_FULL if n + k + 1 exceeds n_ctx; on any
+ * error seq holds its n tokens again. */
+locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_t k, const locks_step_params *draft,
+                                   locks_sampler *s, int32_t *out, int32_t *n_out);
 
 /* ================================================================================ */
 /* Tokenizer                                                                         */

@@ -14,6 +14,8 @@ int cmd_demo(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 /* `locks bench-matmul` (cmd_bench_matmul.c): a model's matrix products per kernel path. */
 int cmd_bench_matmul(int argc, char **argv);
+/* `locks serve` (cmd_serve.c, tools/serve/): the OpenAI-compatible server. */
+int cmd_serve(int argc, char **argv);
 /* `locks eval --fidelity FILE...` (tools/cmd_fidelity.c): 1 when argv asks for it. */
 int fidelity_wanted(int argc, char **argv);
 int fidelity_main(int argc, char **argv);

@@ -1,5 +1,5 @@
 /*
- * locks — command-line front end: run a model, run the demo, benchmark, evaluate.
+ * locks — command-line front end: run a model, run the demo, benchmark, evaluate, serve.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "  bench   per-step time, bytes and fidelity of dense vs sparse decode\n"
             "  bench-matmul  a model's matrix products on each kernel path (portable, avx2, avx512)\n"
             "  eval    replay decode steps through every selector over a budget sweep\n"
+            "  serve   OpenAI-compatible HTTP server with continuous batching\n"
             "\n"
             "`locks <command> --help` lists a command's options.\n");
 }
@@ -51,6 +52,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-matmul")) return cmd_bench_matmul(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "locks: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -1093,3 +1093,101 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
     locks_free(logits);
     return st;
 }
+
+/* ================================================================================ */
+/* Serving: a step over any subset of the sequences                                 */
+/* ================================================================================ */
+
+/* For a server's continuous batching: requests join and leave between steps, so a step
+ * decodes the sequences that are generating now, not all of them. Same checks and the
+ * same all-or-nothing rule as locks_ctx_decode_batch. */
+locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens, float *logits) {
+    if (!c || !seqs || !tokens || n < 1 || n > c->n_seqs || c->broken) return LOCKS_ERR_INVALID_ARG;
+    const int32_t V = c->m->info.n_vocab;
+    uint32_t seen = 0;
+    for (int32_t i = 0; i < n; i++) { /* everything checked before any sequence moves */
+        int32_t s = seqs[i];
+        if (s < 0 || s >= c->n_seqs || (seen >> s & 1u)) return LOCKS_ERR_INVALID_ARG;
+        seen |= 1u << s;
+        if (tokens[i] < 0 || tokens[i] >= V) return LOCKS_ERR_INVALID_ARG;
+        if (c->n_tokens[s] + 1 > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+    }
+    if (c->gpu) { /* the device pass decodes every sequence: only the whole set, in order */
+        for (int32_t i = 0; i < n; i++)
+            if (seqs[i] != i || n != c->n_seqs) return LOCKS_ERR_UNSUPPORTED;
+        return locks_ctx_decode_batch(c, tokens, logits);
+    }
+    double t0 = locks_now_ms(), c0 = cpu_ms();
+    locks_status st = LOCKS_OK;
+    for (int32_t i = 0; i < n && st == LOCKS_OK; i++) {
+        st = run_tokens(c, seqs[i], &tokens[i], 1, FWD_DECODE, logits ? logits + (size_t)i * (size_t)V : NULL, 0);
+        if (st != LOCKS_OK)
+            for (int32_t r = 0; r < i; r++)
+                if (truncate_seq(c, seqs[r], c->n_tokens[seqs[r]] - 1) != LOCKS_OK) c->broken = 1;
+    }
+    if (st != LOCKS_OK) return st;
+    c->stats.n_decode += n;
+    c->stats.decode_ms += locks_now_ms() - t0;
+    c->stats.decode_cpu_ms += cpu_ms() - c0;
+    return LOCKS_OK;
+}
+
+locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n) {
+    if (!c || seq < 0 || seq >= c->n_seqs) return LOCKS_ERR_INVALID_ARG;
+    return truncate_seq(c, seq, n);
+}
+
+locks_status locks_ctx_prefill_all_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits) {
+    if (!logits) return LOCKS_ERR_INVALID_ARG;
+    return prefill(c, seq, tokens, n, logits, 1, FWD_VERIFY);
+}
+
+/* ---- A sequence's K/V out and back in (slot save / restore) ---- */
+
+locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t layer, uint16_t *k, uint16_t *v) {
+    if (!c || !k || !v || seq < 0 || seq >= c->n_seqs || layer < 0 || layer >= c->m->info.n_layers || c->broken)
+        return LOCKS_ERR_INVALID_ARG;
+    if (c->gpu) return LOCKS_ERR_UNSUPPORTED;
+    const int32_t hkv = c->m->info.n_kv_heads, d = c->m->info.head_dim, n = c->n_tokens[seq];
+    int32_t n_pages = 0;
+    const int32_t *bt = locks_cache_block_table(c->cache, c->seq[seq], &n_pages);
+    if (!bt && n > 0) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t t = 0; t < n; t++) { /* page [Hkv][P][d] -> [t][Hkv][d] */
+        const uint16_t *kp = locks_cache_k_page(c->cache, layer, bt[t / LOCKS_PAGE]);
+        const uint16_t *vp = locks_cache_v_page(c->cache, layer, bt[t / LOCKS_PAGE]);
+        if (!kp || !vp) return LOCKS_ERR_UNSUPPORTED;
+        for (int32_t h = 0; h < hkv; h++) {
+            size_t src = ((size_t)h * LOCKS_PAGE + (size_t)(t % LOCKS_PAGE)) * (size_t)d;
+            size_t dst = ((size_t)t * hkv + (size_t)h) * (size_t)d;
+            memcpy(k + dst, kp + src, sizeof(uint16_t) * (size_t)d);
+            memcpy(v + dst, vp + src, sizeof(uint16_t) * (size_t)d);
+        }
+    }
+    return LOCKS_OK;
+}
+
+locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v) {
+    if (!c || seq < 0 || seq >= c->n_seqs || n < 0 || (n > 0 && (!k || !v)) || c->broken) return LOCKS_ERR_INVALID_ARG;
+    if (c->gpu) return LOCKS_ERR_UNSUPPORTED;
+    if (n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+    const int32_t L = c->m->info.n_layers, hkv = c->m->info.n_kv_heads, d = c->m->info.head_dim;
+    const size_t per_layer = (size_t)n * (size_t)hkv * (size_t)d;
+    float *kf = locks_alloc(per_layer ? per_layer : 1, sizeof(float));
+    float *vf = locks_alloc(per_layer ? per_layer : 1, sizeof(float));
+    locks_status st = kf && vf ? LOCKS_OK : LOCKS_ERR_OOM;
+    if (st == LOCKS_OK) st = truncate_seq(c, seq, 0);
+    if (st == LOCKS_OK && n > 0) st = locks_cache_append(c->cache, c->seq[seq], n);
+    for (int32_t l = 0; l < L && st == LOCKS_OK && n > 0; l++) {
+        for (size_t i = 0; i < per_layer; i++) {
+            kf[i] = locks_f16_to_f32(k[(size_t)l * per_layer + i]);
+            vf[i] = locks_f16_to_f32(v[(size_t)l * per_layer + i]);
+        }
+        st = locks_cache_write(c->cache, c->seq[seq], l, 0, n, kf, vf);
+    }
+    if (st == LOCKS_OK) c->n_tokens[seq] = n;
+    else if (locks_cache_seq_truncate(c->cache, c->seq[seq], 0) == LOCKS_OK) c->n_tokens[seq] = 0;
+    else c->broken = 1;
+    locks_free(kf);
+    locks_free(vf);
+    return st;
+}

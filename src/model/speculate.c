@@ -162,3 +162,68 @@ done:
     locks_free(fed);
     return st;
 }
+
+/* One round of the loop above for one sequence of a several-sequence context, for a
+ * server that interleaves rounds with the other sequences' decode steps: the same
+ * draft, rewind, verify and accept, without the emitting (the caller emits out[] and
+ * truncates if a token among them ends the generation). */
+locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_t k, const locks_step_params *draft,
+                                   locks_sampler *s, int32_t *out, int32_t *n_out) {
+    if (n_out) *n_out = 0;
+    if (!c || !s || !draft || !out || !n_out || k < 1 || draft->selector == LOCKS_SEL_FULL) return LOCKS_ERR_INVALID_ARG;
+    const locks_ctx_params cp = locks_ctx_get_params(c);
+    const int32_t n_vocab = locks_model_get_info(locks_ctx_model(c)).n_vocab;
+    const int32_t n = locks_ctx_seq_len(c, seq);
+    if (n < 0 || t0 < 0 || t0 >= n_vocab) return LOCKS_ERR_INVALID_ARG;
+    if (n + k + 1 > cp.n_ctx) return LOCKS_ERR_POOL_FULL;
+    const locks_step_params saved = cp.step;
+    locks_status st = locks_ctx_set_step(c, *draft);
+    if (st != LOCKS_OK) return st;
+    float *q = locks_alloc((size_t)k * (size_t)n_vocab, sizeof(float));
+    float *p = locks_alloc((size_t)(k + 1) * (size_t)n_vocab, sizeof(float));
+    float *logits = locks_alloc((size_t)n_vocab, sizeof(float));
+    int32_t *fed = locks_alloc((size_t)k + 1, sizeof(int32_t));
+    if (!q || !p || !logits || !fed) {
+        st = LOCKS_ERR_OOM;
+        goto done;
+    }
+    /* draft */
+    fed[0] = t0;
+    for (int32_t i = 0; i < k && st == LOCKS_OK; i++) {
+        st = locks_ctx_decode_seqs(c, &seq, 1, &fed[i], logits);
+        if (st != LOCKS_OK) break;
+        locks_sampler_probs(s, logits, q + (size_t)i * n_vocab);
+        fed[i + 1] = locks_sampler_draw(s, q + (size_t)i * n_vocab);
+    }
+    locks_status rw = locks_ctx_truncate_seq(c, seq, n);
+    if (st == LOCKS_OK) st = rw;
+    if (st != LOCKS_OK) goto done;
+    /* verify: one dense pass over t0 and the drafts */
+    if ((st = locks_ctx_prefill_all_seq(c, seq, fed, k + 1, p)) != LOCKS_OK) goto done;
+    int32_t acc = 0, next = -1;
+    for (; acc <= k; acc++) {
+        float *pa = p + (size_t)acc * n_vocab;
+        memcpy(logits, pa, sizeof(float) * (size_t)n_vocab);
+        locks_sampler_probs(s, logits, pa);
+        if (acc == k) {
+            next = locks_sampler_draw(s, pa);
+            break;
+        }
+        int ok;
+        next = locks_spec_accept(s, pa, q + (size_t)acc * n_vocab, fed[acc + 1], n_vocab, &ok);
+        if (!ok) break;
+    }
+    /* keep t0 and the accepted drafts */
+    if ((st = locks_ctx_truncate_seq(c, seq, n + 1 + acc)) != LOCKS_OK) goto done;
+    memcpy(out, fed + 1, sizeof(int32_t) * (size_t)acc);
+    out[acc] = next;
+    *n_out = acc + 1;
+done:
+    if (st != LOCKS_OK && locks_ctx_seq_len(c, seq) != n) locks_ctx_truncate_seq(c, seq, n);
+    if (locks_ctx_set_step(c, saved) != LOCKS_OK && st == LOCKS_OK) st = LOCKS_ERR_INVALID_ARG;
+    locks_free(q);
+    locks_free(p);
+    locks_free(logits);
+    locks_free(fed);
+    return st;
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""serve_bench.py — N concurrent streaming clients against an OpenAI-compatible server
+(`locks serve` or llama.cpp's llama-server): aggregate decode tok/s, time to first token
+p50/p99, and the time to first token of the same prompts asked again (prefix reuse).
+Standard library only (urllib, threads). Used by scripts/serve-bench.sh.
+
+    serve_bench.py --url http://127.0.0.1:8080 --clients 4 --prompt-tokens 4096 --max-tokens 64
+
+Prompts: the README and docs of this repository, cut to about --prompt-tokens tokens
+(4 bytes a token), a different cut per client so they share no prefix. Prints one JSON
+object per round.
+"""
+import argparse
+import json
+import os
+import threading
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def corpus():
+    text = ""
+    for name in ["README.md", "docs/DESIGN.md", "docs/ENGINE.md", "docs/CONTEXT_PARALLEL.md", "eval/RESULTS.md"]:
+        p = os.path.join(ROOT, name)
+        if os.path.exists(p):
+            text += open(p, encoding="utf-8", errors="replace").read() + "\n"
+    return text
+
+
+def stream_one(url, model, prompt, max_tokens, out):
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                       "stream": True, "cache_prompt": True}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    t0 = time.time()
+    first, n = None, 0
+    with urllib.request.urlopen(req, timeout=3600) as r:
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ch = json.loads(line[6:])
+            if ch.get("choices") and ch["choices"][0].get("text"):
+                n += 1  # one event per token (both servers send a token per event)
+                if first is None:
+                    first = time.time()
+    out.append({"ttft": (first or time.time()) - t0, "tokens": n, "decode_s": time.time() - (first or t0)})
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--model", default="model")
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--prompt-tokens", type=int, default=4096)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    text = corpus()
+    size = a.prompt_tokens * 4
+    while len(text) < size * a.clients + size:
+        text += text
+    prompts = [text[i * size:(i + 1) * size] for i in range(a.clients)]
+    for rnd in ["first", "again"]:
+        res = []
+        t0 = time.time()
+        ts = [threading.Thread(target=stream_one, args=(a.url, a.model, p, a.max_tokens, res)) for p in prompts]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        wall = time.time() - t0
+        ttft = [r["ttft"] for r in res]
+        toks = sum(r["tokens"] for r in res)
+        # aggregate decode rate: tokens after the first over the span from the first
+        # client's first token to the last client's end
+        span = max(r["ttft"] + r["decode_s"] for r in res) - min(ttft)
+        print(json.dumps({"label": a.label, "round": rnd, "clients": a.clients, "prompt_tokens": a.prompt_tokens,
+                          "tokens": toks, "wall_s": round(wall, 3),
+                          "decode_tok_s": round((toks - len(res)) / span, 2) if span > 0 else None,
+                          "ttft_p50_s": round(pct(ttft, 0.5), 3), "ttft_p99_s": round(pct(ttft, 0.99), 3)}),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

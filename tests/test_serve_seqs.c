@@ -1,0 +1,315 @@
+/*
+ * test_serve_seqs.c — what `locks serve` needs of the engine: a decode step over any
+ * subset of a context's sequences (locks_ctx_decode_seqs) and a per-sequence truncate
+ * (locks_ctx_truncate_seq), on the CPU backend with a random tiny Llama model
+ * (tests/tiny_llama.h; runs in CI and under ASan).
+ *
+ * Reference: each sequence alone in its own context. Random subsets in random order,
+ * step after step (sequences joining late and leaving early, as requests do), must give
+ * each sequence the logits it gets alone, bit for bit, under `full` and under `locks`
+ * with a budget below the context; sequences not named do not move. A sequence
+ * truncated back and decoded again equals the reference truncated the same way. Bad
+ * input (a repeated or out-of-range sequence, n outside 1..n_seqs, a bad token id, a
+ * full sequence) moves nothing; a budget error in the second named sequence rolls the
+ * first back. Speculative rounds on one sequence (locks_speculate_round, greedy) give
+ * dense greedy decoding's tokens and leave the others alone. A sequence's K/V read out
+ * and loaded into another context decodes on bit for bit as the original.
+ */
+#include "test_util.h"
+#include "tiny_llama.h"
+
+#include "locks_model.h"
+
+enum { NS = 4, STEPS = 20, NCTX = 384 };
+
+static const tiny_shape SHAPE = {2, 256, 4, 2, 64, 512, 300};
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static locks_ctx_params params(locks_selector sel, int32_t n_seqs) {
+    locks_ctx_params p = locks_ctx_default_params();
+    p.n_ctx = NCTX;
+    p.n_batch = 32;
+    p.n_seqs = n_seqs;
+    p.step.selector = sel;
+    p.step.budget = sel == LOCKS_SEL_FULL ? NCTX : 64;
+    return p;
+}
+
+typedef struct {
+    int32_t toks[NCTX]; /* what the sequence was fed */
+    int32_t n;
+    float last[300];    /* its logits after the last step */
+} seq_log;
+
+/* Random subsets step after step; every sequence's tokens and logits logged, then
+ * replayed alone. Halfway, sequence 1 drops up to 9 of its decoded tokens. */
+static void check_subsets(const locks_model *m, locks_selector sel) {
+    const int32_t V = locks_model_get_info(m).n_vocab;
+    const int32_t plen[NS] = {120, 33, 0, 70};
+    static seq_log lg[NS];
+    memset(lg, 0, sizeof lg);
+    float *out = malloc(sizeof(float) * (size_t)NS * V), *ref = malloc(sizeof(float) * (size_t)V);
+    /* the logits of every (sequence, position) decoded together: [NS][NCTX][V] */
+    float *all = calloc((size_t)NS * NCTX * V, sizeof(float));
+    SETUP(out && ref && all && V <= 300);
+    locks_status st;
+    locks_ctx *c = locks_ctx_init(m, params(sel, NS), &st);
+    SETUP(c);
+    for (int s = 0; s < NS; s++) {
+        for (int32_t i = 0; i < plen[s]; i++) lg[s].toks[i] = tu_int(0, V - 1);
+        if (plen[s]) CHECK(locks_ctx_prefill_seq(c, s, lg[s].toks, plen[s], lg[s].last));
+        else for (int32_t i = 0; i < V; i++) lg[s].last[i] = (float)tu_int(0, 1000);
+        lg[s].n = plen[s];
+    }
+    int moved_ok = 1, steps_run = 0;
+    for (int t = 0; t < STEPS; t++) {
+        int32_t seqs[NS], toks[NS], n = 0;
+        for (int s = 0; s < NS; s++) /* a random subset ... */
+            if (tu_int(0, 2) > 0) seqs[n++] = s;
+        if (!n) seqs[n++] = tu_int(0, NS - 1);
+        for (int i = n - 1; i > 0; i--) { /* ... in a random order */
+            int k = tu_int(0, i), x = seqs[i];
+            seqs[i] = seqs[k], seqs[k] = x;
+        }
+        for (int i = 0; i < n; i++) toks[i] = argmax(lg[seqs[i]].last, V);
+        int32_t before[NS];
+        for (int s = 0; s < NS; s++) before[s] = locks_ctx_seq_len(c, s);
+        CHECK(locks_ctx_decode_seqs(c, seqs, n, toks, out));
+        steps_run += n;
+        for (int i = 0; i < n; i++) {
+            seq_log *q = &lg[seqs[i]];
+            q->toks[q->n] = toks[i];
+            memcpy(all + ((size_t)seqs[i] * NCTX + (size_t)q->n) * V, out + (size_t)i * V, sizeof(float) * (size_t)V);
+            memcpy(q->last, out + (size_t)i * V, sizeof(float) * (size_t)V);
+            q->n++;
+        }
+        for (int s = 0; s < NS; s++) moved_ok &= locks_ctx_seq_len(c, s) == lg[s].n && lg[s].n - before[s] <= 1;
+        if (t == STEPS / 2) { /* a request leaves, the next reuses the first tokens */
+            int32_t keep = lg[1].n - 9 < plen[1] ? plen[1] : lg[1].n - 9; /* into the decoded part */
+            CHECK(locks_ctx_truncate_seq(c, 1, keep));
+            lg[1].n = keep;
+            for (int32_t i = 0; i < V; i++) lg[1].last[i] = (float)tu_int(0, 1000);
+            moved_ok &= locks_ctx_seq_len(c, 1) == keep && locks_ctx_seq_len(c, 0) == lg[0].n;
+        }
+    }
+    test_cond(moved_ok, "%s: only the named sequences moved, one token each", locks_selector_name(sel));
+    test_cond(locks_ctx_stats(c).n_decode == steps_run, "%s: stats count %d decode tokens, expected %d",
+              locks_selector_name(sel), locks_ctx_stats(c).n_decode, steps_run);
+    locks_ctx_free(c);
+
+    /* alone: prefill the prompt, then decode what the sequence was fed; compare every
+     * position logged (sequence 1's positions after the truncation were overwritten) */
+    double maxd = 0.0;
+    int same = 1, compared = 0;
+    for (int s = 0; s < NS; s++) {
+        locks_ctx *a = locks_ctx_init(m, params(sel, 1), &st);
+        SETUP(a);
+        if (plen[s]) CHECK(locks_ctx_prefill(a, lg[s].toks, plen[s], NULL));
+        for (int32_t i = plen[s]; i < lg[s].n; i++) {
+            CHECK(locks_ctx_decode(a, lg[s].toks[i], ref));
+            const float *got = all + ((size_t)s * NCTX + (size_t)i) * V;
+            for (int32_t k = 0; k < V; k++) {
+                double d = fabs((double)got[k] - (double)ref[k]);
+                if (d > maxd) maxd = d;
+            }
+            same &= memcmp(got, ref, sizeof(float) * (size_t)V) == 0;
+            compared++;
+        }
+        locks_ctx_free(a);
+    }
+    test_cond(same && compared > NS, "%s: subsets decoded together differ from alone (max |dlogit| %.3g, %d positions)",
+              locks_selector_name(sel), maxd, compared);
+    printf("  %s: %d sequences, %d random subset steps, %d positions vs alone: max |dlogit| %.3g\n",
+           locks_selector_name(sel), NS, STEPS, compared, maxd);
+    free(out);
+    free(ref);
+    free(all);
+}
+
+static void check_bad_input(const locks_model *m) {
+    const int32_t V = locks_model_get_info(m).n_vocab;
+    locks_status st;
+    locks_ctx_params p = params(LOCKS_SEL_LOCKS, 3);
+    p.n_ctx = 128;
+    locks_ctx *c = locks_ctx_init(m, p, &st);
+    SETUP(c);
+    int32_t pr[128];
+    for (int i = 0; i < 128; i++) pr[i] = tu_int(0, V - 1);
+    float *lg = malloc(sizeof(float) * 3 * (size_t)V);
+    SETUP(lg);
+    CHECK(locks_ctx_prefill_seq(c, 0, pr, 5, NULL));
+    CHECK(locks_ctx_prefill_seq(c, 1, pr, 100, NULL));
+    CHECK(locks_ctx_prefill_seq(c, 2, pr, 20, NULL));
+#define LENS(a, b, d) (locks_ctx_seq_len(c, 0) == (a) && locks_ctx_seq_len(c, 1) == (b) && locks_ctx_seq_len(c, 2) == (d))
+    int32_t dup[2] = {2, 2}, oob[2] = {0, 3}, neg[1] = {-1}, ok2[2] = {2, 0}, tk[3] = {7, 9, 11};
+    int32_t badtok[2] = {7, V};
+    test_cond(locks_ctx_decode_seqs(c, dup, 2, tk, lg) == LOCKS_ERR_INVALID_ARG && LENS(5, 100, 20), "repeated sequence");
+    test_cond(locks_ctx_decode_seqs(c, oob, 2, tk, lg) == LOCKS_ERR_INVALID_ARG && LENS(5, 100, 20), "sequence 3 of 3");
+    test_cond(locks_ctx_decode_seqs(c, neg, 1, tk, lg) == LOCKS_ERR_INVALID_ARG && LENS(5, 100, 20), "sequence -1");
+    test_cond(locks_ctx_decode_seqs(c, ok2, 0, tk, lg) == LOCKS_ERR_INVALID_ARG && LENS(5, 100, 20), "n = 0");
+    test_cond(locks_ctx_decode_seqs(c, ok2, 4, tk, lg) == LOCKS_ERR_INVALID_ARG && LENS(5, 100, 20), "n = 4 > n_seqs");
+    test_cond(locks_ctx_decode_seqs(c, ok2, 2, badtok, lg) == LOCKS_ERR_INVALID_ARG && LENS(5, 100, 20),
+              "a bad token id in the second named sequence");
+    test_cond(locks_ctx_decode_seqs(c, ok2, 2, tk, NULL) == LOCKS_OK && LENS(6, 100, 21), "logits NULL decodes");
+
+    /* budget 16: fine for sequence 0 (6 tokens: dense), below sequence 1's forced pages */
+    locks_step_params sp = p.step;
+    sp.budget = 16;
+    CHECK(locks_ctx_set_step(c, sp));
+    int32_t s01[2] = {0, 1};
+    st = locks_ctx_decode_seqs(c, s01, 2, tk, lg);
+    test_cond(st == LOCKS_ERR_BUDGET && LENS(6, 100, 21), "budget error in the second named sequence: %s, rolled back",
+              locks_status_str(st));
+    CHECK(locks_ctx_set_step(c, p.step));
+
+    /* a full sequence 1: POOL_FULL before anything moves */
+    CHECK(locks_ctx_prefill_seq(c, 1, pr, 28, NULL));
+    int32_t s21[2] = {2, 1};
+    st = locks_ctx_decode_seqs(c, s21, 2, tk, lg);
+    test_cond(st == LOCKS_ERR_POOL_FULL && LENS(6, 128, 21), "a full sequence: %s, nothing moved", locks_status_str(st));
+
+    test_cond(locks_ctx_truncate_seq(c, 3, 0) == LOCKS_ERR_INVALID_ARG, "truncate_seq of sequence 3");
+    test_cond(locks_ctx_truncate_seq(c, 2, 22) == LOCKS_ERR_INVALID_ARG && LENS(6, 128, 21), "truncate_seq past the end");
+    test_cond(locks_ctx_truncate_seq(c, 1, 0) == LOCKS_OK && LENS(6, 0, 21), "truncate_seq to 0 empties one sequence");
+#undef LENS
+    locks_ctx_free(c);
+    free(lg);
+}
+
+/* Speculative rounds on sequence 2 of 3 (greedy): the tokens must be greedy decoding
+ * under `full` alone, the other sequences must not move, and a round's bad input must
+ * leave the sequence as it was. */
+static void check_speculate_round(const locks_model *m) {
+    const int32_t V = locks_model_get_info(m).n_vocab;
+    enum { PLEN = 150, GEN = 40 };
+    int32_t pr[PLEN];
+    for (int i = 0; i < PLEN; i++) pr[i] = tu_int(0, V - 1);
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    SETUP(lg);
+    locks_status st;
+    /* reference: greedy under full, alone */
+    int32_t ref[GEN];
+    locks_ctx *a = locks_ctx_init(m, params(LOCKS_SEL_FULL, 1), &st);
+    SETUP(a);
+    CHECK(locks_ctx_prefill(a, pr, PLEN, lg));
+    for (int i = 0; i < GEN; i++) {
+        ref[i] = argmax(lg, V);
+        if (i + 1 < GEN) CHECK(locks_ctx_decode(a, ref[i], lg));
+    }
+    locks_ctx_free(a);
+
+    locks_ctx_params p = params(LOCKS_SEL_LOCKS, 3); /* budget 64: drafts differ from dense at times */
+    locks_ctx *c = locks_ctx_init(m, p, &st);
+    SETUP(c);
+    locks_sampler_params sp = locks_sampler_default_params();
+    sp.temp = 0.0f;
+    locks_sampler *smp = locks_sampler_init(sp, V, &st);
+    SETUP(smp);
+    CHECK(locks_ctx_prefill_seq(c, 0, pr, 20, NULL));
+    CHECK(locks_ctx_prefill_seq(c, 2, pr, PLEN, lg));
+    int32_t got[GEN + 8], n_got = 0, out[5], n_out, rounds = 0, accepted = 0;
+    got[n_got++] = argmax(lg, V);
+    while (n_got < GEN) {
+        int32_t n = locks_ctx_seq_len(c, 2);
+        CHECK(locks_speculate_round(c, 2, got[n_got - 1], 4, &p.step, smp, out, &n_out));
+        test_cond(n_out >= 1 && n_out <= 5 && locks_ctx_seq_len(c, 2) == n + n_out, "round: %d out, length %d -> %d",
+                  n_out, n, locks_ctx_seq_len(c, 2));
+        for (int32_t i = 0; i < n_out; i++) got[n_got++] = out[i];
+        rounds++;
+        accepted += n_out - 1;
+    }
+    test_cond(!memcmp(got, ref, sizeof(int32_t) * GEN), "speculative rounds (greedy) != dense greedy decoding");
+    test_cond(locks_ctx_seq_len(c, 0) == 20 && locks_ctx_seq_len(c, 1) == 0, "other sequences moved");
+    test_cond(locks_ctx_get_params(c).step.selector == LOCKS_SEL_LOCKS && locks_ctx_get_params(c).step.budget == 64,
+              "the context's step parameters changed");
+    printf("  speculate_round: %d tokens in %d rounds of k 4, %d drafts accepted; = dense greedy\n", GEN, rounds,
+           accepted);
+    int32_t n = locks_ctx_seq_len(c, 2);
+    locks_step_params full = p.step;
+    full.selector = LOCKS_SEL_FULL;
+    test_cond(locks_speculate_round(c, 2, 1, 4, &full, smp, out, &n_out) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_len(c, 2) == n, "a FULL draft: INVALID_ARG, nothing moved");
+    test_cond(locks_speculate_round(c, 2, V, 4, &p.step, smp, out, &n_out) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_len(c, 2) == n, "a bad t0: INVALID_ARG, nothing moved");
+    test_cond(locks_speculate_round(c, 3, 1, 4, &p.step, smp, out, &n_out) == LOCKS_ERR_INVALID_ARG, "sequence 3 of 3");
+    test_cond(locks_speculate_round(c, 2, 1, NCTX, &p.step, smp, out, &n_out) == LOCKS_ERR_POOL_FULL &&
+                  locks_ctx_seq_len(c, 2) == n, "k past the context: POOL_FULL, nothing moved");
+    locks_step_params tiny = p.step;
+    tiny.budget = 16; /* below the forced pages: the draft fails after nothing was kept */
+    test_cond(locks_speculate_round(c, 2, 1, 4, &tiny, smp, out, &n_out) == LOCKS_ERR_BUDGET &&
+                  locks_ctx_seq_len(c, 2) == n, "a failing draft: BUDGET, the sequence as it was");
+    locks_sampler_free(smp);
+    locks_ctx_free(c);
+    free(lg);
+}
+
+/* A sequence's K/V read out (locks_ctx_seq_read_kv) and loaded into another context's
+ * sequence (locks_ctx_seq_load_kv): decoding there must go on bit for bit as in the
+ * original, under `locks` (summaries rebuilt from the keys: the same selections). */
+static void check_kv_roundtrip(const locks_model *m) {
+    const locks_model_info in = locks_model_get_info(m);
+    const int32_t V = in.n_vocab, PLEN = 173;
+    const size_t per = (size_t)PLEN * (size_t)in.n_kv_heads * (size_t)in.head_dim;
+    int32_t pr[173];
+    for (int i = 0; i < PLEN; i++) pr[i] = tu_int(0, V - 1);
+    uint16_t *k = malloc(sizeof(uint16_t) * per * (size_t)in.n_layers);
+    uint16_t *v = malloc(sizeof(uint16_t) * per * (size_t)in.n_layers);
+    float *a_lg = malloc(sizeof(float) * (size_t)V), *b_lg = malloc(sizeof(float) * (size_t)V);
+    SETUP(k && v && a_lg && b_lg);
+    locks_status st;
+    locks_ctx *a = locks_ctx_init(m, params(LOCKS_SEL_LOCKS, 2), &st), *b = locks_ctx_init(m, params(LOCKS_SEL_LOCKS, 3), &st);
+    SETUP(a && b);
+    CHECK(locks_ctx_prefill_seq(a, 1, pr, PLEN, NULL));
+    for (int32_t l = 0; l < in.n_layers; l++)
+        CHECK(locks_ctx_seq_read_kv(a, 1, l, k + (size_t)l * per, v + (size_t)l * per));
+    CHECK(locks_ctx_prefill_seq(b, 2, pr, 40, NULL)); /* replaced by the load */
+    CHECK(locks_ctx_prefill_seq(b, 0, pr, 9, NULL));
+    CHECK(locks_ctx_seq_load_kv(b, 2, PLEN, k, v));
+    test_cond(locks_ctx_seq_len(b, 2) == PLEN && locks_ctx_seq_len(b, 0) == 9, "load: lengths");
+    int same = 1;
+    int32_t tok = tu_int(0, V - 1), sa = 1, sb = 2;
+    for (int t = 0; t < 12; t++) {
+        CHECK(locks_ctx_decode_seqs(a, &sa, 1, &tok, a_lg));
+        CHECK(locks_ctx_decode_seqs(b, &sb, 1, &tok, b_lg));
+        same &= memcmp(a_lg, b_lg, sizeof(float) * (size_t)V) == 0;
+        tok = argmax(a_lg, V);
+    }
+    test_cond(same, "decoding after a K/V load differs from the original sequence");
+    test_cond(locks_ctx_seq_load_kv(b, 2, NCTX + 1, k, v) == LOCKS_ERR_POOL_FULL && locks_ctx_seq_len(b, 2) == PLEN + 12,
+              "a load past n_ctx: POOL_FULL, the sequence as it was");
+    test_cond(locks_ctx_seq_read_kv(a, 2, 0, k, v) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_read_kv(a, 0, in.n_layers, k, v) == LOCKS_ERR_INVALID_ARG,
+              "read_kv of a bad sequence or layer");
+    k[5] = 0x7c00; /* +inf */
+    test_cond(locks_ctx_seq_load_kv(b, 2, PLEN, k, v) == LOCKS_ERR_NONFINITE && locks_ctx_seq_len(b, 2) == 0 &&
+                  locks_ctx_seq_len(b, 0) == 9,
+              "non-finite K: NONFINITE, the sequence empty, the others as they were");
+    CHECK(locks_ctx_prefill_seq(b, 2, pr, 5, NULL)); /* and usable again */
+    locks_ctx_free(a);
+    locks_ctx_free(b);
+    free(k);
+    free(v);
+    free(a_lg);
+    free(b_lg);
+}
+
+int main(void) {
+    tu_seed("test_serve_seqs");
+    locks_status st;
+    locks_model *m = tiny_llama(&SHAPE, &st);
+    test_cond(m != NULL, "tiny model: %s", locks_status_str(st));
+    if (!m) return test_report("test_serve_seqs");
+    check_subsets(m, LOCKS_SEL_FULL);
+    check_subsets(m, LOCKS_SEL_LOCKS);
+    check_bad_input(m);
+    check_speculate_round(m);
+    check_kv_roundtrip(m);
+    locks_model_free(m);
+    return test_report("test_serve_seqs");
+}
