@@ -13,10 +13,11 @@
  * Supported models: GGUF `general.architecture` = llama (Llama 2/3, SmolLM, TinyLlama,
  * ...), qwen2 (Qwen2 / Qwen2.5: Q/K/V biases, NeoX RoPE), qwen3 (QK-norm, NeoX RoPE) and
  * gemma3 (Gemma 3: QK-norm, post-branch norms, GeGLU, scaled embeddings, five of six
- * layers local with a sliding window attended exactly; the selector and budget act in the
- * global layers only), with F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K tensors,
- * head_dim 64/128/256, GQA, tied or separate output embeddings; tokenizers: byte-level
- * BPE (tokenizer.ggml.model gpt2) or SentencePiece BPE (llama). For llama, RoPE follows
+ * layers local with a sliding window attended exactly, their K/V kept for the last
+ * positions only (swa_rollback); the selector and budget act in the global layers only),
+ * with F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K tensors, head_dim
+ * 64/128/256, GQA, tied or separate output embeddings; tokenizers: byte-level BPE
+ * (tokenizer.ggml.model gpt2) or SentencePiece BPE (llama). For llama, RoPE follows
  * llama.cpp's GGUF convention: the converter permutes Q/K so that rotation acts on
  * adjacent pairs (x[2i], x[2i+1]).
  *
@@ -120,6 +121,11 @@ typedef struct {
                             * 0 launches the same kernels one by one (validation) */
     int32_t n_seqs;        /* sequences the context holds, 1 (default) .. LOCKS_CTX_MAX_SEQS,
                             * each up to n_ctx tokens: see "Several sequences" below */
+    int32_t swa_rollback;  /* models with sliding-window layers (Gemma 3): how many tokens
+                            * locks_ctx_truncate may drop at once, at least n_batch (default
+                            * 256; n_ctx: any). Those layers keep only the K/V of their
+                            * last window - 1 + max(n_batch, swa_rollback) positions (at
+                            * most n_ctx), not the whole context: see locks_ctx_truncate */
 } locks_ctx_params;
 
 /* The CUDA backend (backend = LOCKS_BACKEND_CUDA, builds with LOCKS_HAVE_CUDA): the
@@ -129,8 +135,8 @@ typedef struct {
  * tensor cores over the paged cache) and decode (the whole token, every layer, the
  * sampling included, one CUDA graph replayed while the sequence grows) there; K/V live in
  * a CUDA-backend locks_cache (fp16, quantized summaries). Selectors full and locks, rank
- * <= 8, no on_query / on_step callbacks, no locks_ctx_clone (LOCKS_ERR_UNSUPPORTED
- * otherwise). locks_generate samples on the device: same rule as the CPU sampler, top_k
+ * <= 8, no on_query / on_step callbacks, no locks_ctx_clone, no sliding-window layers
+ * (LOCKS_ERR_UNSUPPORTED otherwise). locks_generate samples on the device: same rule as the CPU sampler, top_k
  * capped at 1024 candidates, its own RNG stream (a seed reproduces a GPU run, not a CPU
  * one). locks_ctx_init fails, leaving nothing allocated, with LOCKS_ERR_UNSUPPORTED in a
  * build without CUDA, LOCKS_ERR_BACKEND when there is no GPU, and LOCKS_ERR_OOM (the log
@@ -155,13 +161,26 @@ locks_status locks_ctx_reset(locks_ctx *c);
 int32_t locks_ctx_len(const locks_ctx *c);
 /* Drops every token after the first n (0 <= n <= locks_ctx_len, else
  * LOCKS_ERR_INVALID_ARG): the session goes on from n exactly as if the rest had never
- * been run (locks_cache_seq_truncate). For answering one prefill several ways. */
+ * been run (locks_cache_seq_truncate). For answering one prefill several ways. On a
+ * model with sliding-window layers, whose K/V the context keeps only for the last
+ * positions (locks_ctx_params.swa_rollback), a truncation that would need positions
+ * already overwritten — more than max(n_batch, swa_rollback) tokens back from the
+ * furthest position run since, unless n == 0 or nothing was overwritten yet — returns
+ * LOCKS_ERR_UNSUPPORTED (the log says how far back it can go) and changes nothing. */
 locks_status locks_ctx_truncate(locks_ctx *c, int32_t n);
 /* The model and the parameters the context was made with (step: as last set). */
 const locks_model *locks_ctx_model(const locks_ctx *c);
 locks_ctx_params locks_ctx_get_params(const locks_ctx *c);
-/* The cache, for inspection (summaries, pages, KV dumps). Owned by the context. */
+/* The cache, for inspection (summaries, pages, KV dumps). Owned by the context. It
+ * holds the global layers only: see locks_ctx_cache_layer. */
 locks_cache *locks_ctx_cache(locks_ctx *c);
+/* The cache layer holding model layer `layer`'s K/V; -1 for a sliding-window layer
+ * (kept by the context, not in the cache) or a layer outside 0 .. n_layers - 1. On a
+ * model without such layers, the identity. */
+int32_t locks_ctx_cache_layer(const locks_ctx *c, int32_t layer);
+/* Bytes of host memory the context keeps for the K/V of its sliding-window layers (all
+ * sequences; 0 without such layers): independent of n_ctx beyond the ring's size. */
+size_t locks_ctx_swa_bytes(const locks_ctx *c);
 int32_t locks_ctx_seq(const locks_ctx *c);
 /* Decode step parameters (selector, budget, ...) used by later decode calls.
  * LOCKS_ERR_NO_META for a selector the context's cache does not serve (neither
@@ -188,7 +207,10 @@ locks_status locks_ctx_prefill_all(locks_ctx *c, const int32_t *tokens, int32_t 
  * POOL_FULL, LOCKS_ERR_BUDGET for a budget below the forced pages, ...) the session is as
  * before the call (a pass that failed midway is truncated back). Only if that cleanup
  * itself fails is the context broken: then every call returns INVALID_ARG until
- * locks_ctx_reset. */
+ * locks_ctx_reset. (That includes a prefill of more than max(n_batch, swa_rollback)
+ * tokens on a model with sliding-window layers failing in a later chunk: those layers
+ * cannot go back that far. Its inputs are checked first, so only an allocation failure
+ * or non-finite activations get there.) */
 locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits);
 
 /* ---- Several sequences (locks_ctx_params.n_seqs > 1) ----
@@ -228,12 +250,17 @@ locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n);
 
 /* Sequence seq's K and V of one layer as stored (fp16 bits): k, v [len][n_kv_heads]
  * [head_dim] (len = locks_ctx_seq_len). CPU backend (LOCKS_ERR_UNSUPPORTED on CUDA);
- * LOCKS_ERR_INVALID_ARG for a bad seq or layer. For saving a slot. */
+ * LOCKS_ERR_INVALID_ARG for a bad seq or layer. For saving a slot. A sliding-window
+ * layer keeps only its last positions (locks_ctx_params.swa_rollback): the earlier ones,
+ * never attended again, read as 0. */
 locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t layer, uint16_t *k, uint16_t *v);
 /* Replaces sequence seq by n tokens with the given K/V, k and v [n_layers][n][n_kv_heads]
  * [head_dim] fp16 bits as locks_ctx_seq_read_kv gives them; the summaries are rebuilt
  * from the keys (the same values as when the tokens ran). For restoring a saved slot:
- * decoding then goes on as if the tokens had been prefilled. CPU backend only.
+ * decoding then goes on as if the tokens had been prefilled (a sliding-window layer
+ * takes the positions its ring holds; below n the sequence can then be truncated only to
+ * 0, as the earlier positions of the saved K/V may be the zeros of locks_ctx_seq_read_kv).
+ * CPU backend only.
  * LOCKS_ERR_POOL_FULL past n_ctx (the sequence as it was), LOCKS_ERR_NONFINITE for
  * non-finite K/V and other errors leave the sequence empty. */
 locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v);
@@ -313,7 +340,9 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
  * under `full` (the verify pass reproduces dense decode steps bit for bit). The cache
  * afterwards holds exactly the tokens locks_generate would have fed, with dense K/V. */
 typedef struct {
-    int32_t k;               /* tokens drafted per round: 1 .. n_ctx - 1 */
+    int32_t k;               /* tokens drafted per round: 1 .. n_ctx - 1; with sliding-window
+                              * layers at most max(n_batch, swa_rollback) (else
+                              * LOCKS_ERR_UNSUPPORTED, nothing run) */
     locks_step_params draft; /* the drafts' step parameters; selector must not be FULL */
 } locks_spec_params;
 
@@ -342,7 +371,8 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
  * accepted drafts and then the next token (the next round's t0); *n_out = a + 1. A
  * caller that stops at accepted draft i (an end-of-generation token, a stop string)
  * truncates seq to n + 1 + i. The context's step parameters are left as they were.
- * LOCKS_ERR_INVALID_ARG for bad arguments, POOL_FULL if n + k + 1 exceeds n_ctx; on any
+ * LOCKS_ERR_INVALID_ARG for bad arguments, POOL_FULL if n + k + 1 exceeds n_ctx,
+ * UNSUPPORTED for k past the sliding-window layers' reach (locks_spec_params.k); on any
  * error seq holds its n tokens again. */
 locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_t k, const locks_step_params *draft,
                                    locks_sampler *s, int32_t *out, int32_t *n_out);

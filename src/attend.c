@@ -96,11 +96,154 @@ __attribute__((target("avx2,fma,f16c"))) static void block_accum_avx2(const uint
         }
     }
 }
+
+/* AVX-512. Logits: 4 keys x up to 4 heads (HN, a constant per instantiation) make up
+ * to 16 accumulators of 16 channels each, so a key row is converted once per 4 heads
+ * and every product is register to register; the 16 accumulators are then summed
+ * lane-wise into one vector by a transpose-and-add tree (reduce16) instead of a
+ * horizontal sum per product. Every accumulator goes through the same sequence of
+ * additions whatever its slot, so a (head, key) logit does not depend on which other
+ * heads or keys share its call (the verify pass relies on that). */
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+/* r[4 q + m] = sum of the 16 lanes of a[4 m + q]. */
+AVX512_TARGET static inline __m512 reduce16(const __m512 *a) {
+    __m512 b[8], c[4], e[2];
+    for (int i = 0; i < 8; i++) /* 256-bit halves: lane j + lane j + 8 */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++) /* 128-bit quarters: + lane j + 4 */
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++) /* within quarters: + lane j + 2 */
+        e[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44), _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x88), _mm512_shuffle_ps(e[0], e[1], 0xDD)); /* + lane j + 1 */
+}
+
+/* 16 fp16 values from p (the first 8 only, the rest 0, when half is set). */
+AVX512_TARGET static inline __m512 load_f16x16(const uint16_t *p, int half) {
+    return half ? _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p)))
+                : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+/* exp(x) for 16 floats: vmath's exp8, 16 lanes wide (the same operations, so the same
+ * values). */
+AVX512_TARGET static inline __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+}
+
+/* logit[g0 + i][t] for heads g0 .. g0 + HN - 1 and every key t < nt. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+logits_heads_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale,
+                    float (*logit)[P], const int HN) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int32_t t0 = 0; t0 < nt; t0 += 4) {
+        __m512 a[16];
+        for (int s = 0; s < 16; s++) a[s] = _mm512_setzero_ps();
+        const uint16_t *k[4];
+        for (int j = 0; j < 4; j++) k[j] = kb + (size_t)(t0 + j < nt ? t0 + j : nt - 1) * d;
+        for (int32_t c = 0; c < d; c += 16) {
+            const int half = d - c < 16;
+            const __mmask16 m = half ? 0x00ff : 0xffff;
+            __m512 kv[4];
+            for (int j = 0; j < 4; j++) kv[j] = load_f16x16(k[j] + c, half);
+            for (int i = 0; i < HN; i++) {
+                const __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + i) * d + c);
+                for (int j = 0; j < 4; j++) a[4 * j + i] = _mm512_fmadd_ps(qv, kv[j], a[4 * j + i]);
+            }
+        }
+        /* accumulator 4 j + i (head i, key j) sums into lane 4 i + j: a head's 4 logits
+         * are one 128-bit lane */
+        const __m512 r = _mm512_mul_ps(reduce16(a), vs);
+        if (t0 + 4 <= nt) {
+            _mm_storeu_ps(&logit[g0][t0], _mm512_castps512_ps128(r));
+            if (HN > 1) _mm_storeu_ps(&logit[g0 + 1][t0], _mm512_extractf32x4_ps(r, 1));
+            if (HN > 2) _mm_storeu_ps(&logit[g0 + 2][t0], _mm512_extractf32x4_ps(r, 2));
+            if (HN > 3) _mm_storeu_ps(&logit[g0 + 3][t0], _mm512_extractf32x4_ps(r, 3));
+        } else {
+            float rs[16];
+            _mm512_storeu_ps(rs, r);
+            for (int i = 0; i < HN; i++)
+                for (int j = 0; t0 + j < nt; j++) logit[g0 + i][t0 + j] = rs[4 * i + j];
+        }
+    }
+}
+
+AVX512_TARGET static void block_logits_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
+                                              float scale, float (*logit)[P]) {
+    int32_t g0 = 0;
+    for (; g0 + 4 <= G; g0 += 4) logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 4);
+    switch (G - g0) {
+    case 3: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 3); break;
+    case 2: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 2); break;
+    case 1: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 1); break;
+    default: break;
+    }
+}
+
+/* acc[g0 + i] += sum_t w[g0 + i][t] v_t for HN heads: 64 channels (4 vectors, the
+ * ones past d masked off) of every head held in registers across the keys. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+accum_heads_avx512(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t g0, int32_t d, float *acc,
+                   const int HN) {
+    for (int32_t c0 = 0; c0 < d; c0 += 64) {
+        __mmask16 m[4];
+        for (int v = 0; v < 4; v++) {
+            const int32_t left = d - c0 - 16 * v;
+            m[v] = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        }
+        __m512 a[4][4];
+        for (int i = 0; i < HN; i++)
+            for (int v = 0; v < 4; v++) a[i][v] = _mm512_maskz_loadu_ps(m[v], acc + (size_t)(g0 + i) * d + c0 + 16 * v);
+        for (int32_t t = 0; t < nt; t++) {
+            __m512 vv[4];
+            for (int v = 0; v < 4; v++)
+                vv[v] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[v], vb + (size_t)t * d + c0 + 16 * v));
+            for (int i = 0; i < HN; i++) {
+                const __m512 wt = _mm512_set1_ps(w[g0 + i][t]);
+                for (int v = 0; v < 4; v++) a[i][v] = _mm512_fmadd_ps(wt, vv[v], a[i][v]);
+            }
+        }
+        for (int i = 0; i < HN; i++)
+            for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(acc + (size_t)(g0 + i) * d + c0 + 16 * v, m[v], a[i][v]);
+    }
+}
+
+AVX512_TARGET static void block_accum_avx512(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t G,
+                                             int32_t d, float *acc) {
+    int32_t g0 = 0;
+    for (; g0 + 4 <= G; g0 += 4) accum_heads_avx512(vb, nt, w, g0, d, acc, 4);
+    switch (G - g0) {
+    case 3: accum_heads_avx512(vb, nt, w, g0, d, acc, 3); break;
+    case 2: accum_heads_avx512(vb, nt, w, g0, d, acc, 2); break;
+    case 1: accum_heads_avx512(vb, nt, w, g0, d, acc, 1); break;
+    default: break;
+    }
+}
 #endif
 
 void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
                         float scale, float (*logit)[LOCKS_PAGE]) {
 #ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        block_logits_avx512(kb, nt, q, G, d, scale, logit);
+        return;
+    }
     if (locks_have_avx2()) {
         block_logits_avx2(kb, nt, q, G, d, scale, logit);
         return;
@@ -115,6 +258,10 @@ void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t 
 static void block_accum(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t G, int32_t d,
                         float *acc) {
 #ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        block_accum_avx512(vb, nt, w, G, d, acc);
+        return;
+    }
     if (locks_have_avx2()) {
         block_accum_avx2(vb, nt, w, G, d, acc);
         return;
@@ -144,10 +291,39 @@ static void prefetch_blocks(const uint16_t *kb, const uint16_t *vb, size_t bytes
 }
 
 /* Folds the first nt tokens of one (page, KV head) block into the state of G heads. */
+#ifdef LOCKS_X86
+/* attend_block's softmax step, one head's 16 logits as one vector: masked max, exp16,
+ * the sum by a fixed tree; logits from nt on become 0. */
+AVX512_TARGET static void block_softmax_avx512(float (*logit)[P], int32_t nt, int32_t G, int32_t d, attn_state st) {
+    const __mmask16 k = (__mmask16)((1u << nt) - 1);
+    for (int32_t g = 0; g < G; g++) {
+        const __m512 x = _mm512_maskz_loadu_ps(k, logit[g]);
+        float mx = _mm512_mask_reduce_max_ps(k, x);
+        if (mx > st.m[g]) {
+            const float corr = expf(st.m[g] - mx); /* 0 on the first block (m = -inf) */
+            float *acc = st.acc + (size_t)g * d;
+            st.l[g] *= corr;
+            for (int32_t i = 0; i < d; i++) acc[i] *= corr;
+            st.m[g] = mx;
+        }
+        const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(x, _mm512_set1_ps(st.m[g]))));
+        _mm512_storeu_ps(logit[g], e);
+        st.l[g] += _mm512_reduce_add_ps(e);
+    }
+}
+#endif
+
 static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, const float *q,
                          int32_t G, int32_t d, float scale, attn_state st) {
     float logit[64][P]; /* G <= 64 (checked by the callers) */
     locks_block_logits(kb, nt, q, G, d, scale, logit);
+#ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        block_softmax_avx512(logit, nt, G, d, st);
+        block_accum(vb, nt, (const float(*)[P])logit, G, d, st.acc);
+        return;
+    }
+#endif
     for (int32_t g = 0; g < G; g++) {
         float mx = st.m[g];
         for (int32_t t = 0; t < nt; t++) mx = logit[g][t] > mx ? logit[g][t] : mx;
@@ -610,11 +786,198 @@ __attribute__((target("avx2,fma"))) static void tile_accum_avx2(const float *w, 
         }
     }
 }
+
+/* AVX-512: lg[r][t] for four rows and NV (a constant: nk / 16) vectors of 16 keys, the
+ * whole block's keys of four rows in 16 accumulators; the last group of fewer rows
+ * repeats its last row and drops the extra results. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+tile_logits_rows_avx512(const float *q, int32_t R, const float *kt, int32_t d, float scale, float *lg, const int NV) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int32_t r0 = 0; r0 < R; r0 += 4) {
+        const int32_t rn = R - r0 < 4 ? R - r0 : 4;
+        const float *qr[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) qr[i] = q + (size_t)(r0 + (i < rn ? i : rn - 1)) * d;
+        __m512 a[4][4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            #pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) a[i][v] = _mm512_setzero_ps();
+        for (int32_t c = 0; c < d; c++) {
+            __m512 kv[4];
+            #pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) kv[v] = _mm512_loadu_ps(kt + (size_t)c * KB + 16 * v);
+            #pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const __m512 x = _mm512_set1_ps(qr[i][c]);
+                #pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) a[i][v] = _mm512_fmadd_ps(x, kv[v], a[i][v]);
+            }
+        }
+        #pragma GCC unroll 4
+        for (int i = 0; i < rn; i++)
+            #pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) _mm512_storeu_ps(lg + (size_t)(r0 + i) * KB + 16 * v, _mm512_mul_ps(a[i][v], vs));
+    }
+}
+
+AVX512_TARGET static void tile_logits_avx512(const float *q, int32_t R, const float *kt, int32_t d, int32_t nk,
+                                             float scale, float *lg) {
+    switch (nk / 16) {
+    case 4: tile_logits_rows_avx512(q, R, kt, d, scale, lg, 4); break;
+    case 3: tile_logits_rows_avx512(q, R, kt, d, scale, lg, 3); break;
+    case 2: tile_logits_rows_avx512(q, R, kt, d, scale, lg, 2); break;
+    default: tile_logits_rows_avx512(q, R, kt, d, scale, lg, 1); break;
+    }
+}
+
+/* acc[r] += sum_{t < nk} w[r][t] v_t: four rows x 64 channels (4 vectors, those past d
+ * masked off) in 16 accumulators across the keys. */
+AVX512_TARGET static void tile_accum_avx512(const float *w, int32_t R, int32_t nk, const float *v, int32_t d,
+                                            float *acc) {
+    for (int32_t r0 = 0; r0 < R; r0 += 4) {
+        const int32_t rn = R - r0 < 4 ? R - r0 : 4;
+        const float *wr[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) wr[i] = w + (size_t)(r0 + (i < rn ? i : rn - 1)) * KB;
+        for (int32_t c0 = 0; c0 < d; c0 += 64) {
+            __mmask16 m[4];
+            #pragma GCC unroll 4
+            for (int x = 0; x < 4; x++) {
+                const int32_t left = d - c0 - 16 * x;
+                m[x] = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            }
+            __m512 a[4][4];
+            #pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                #pragma GCC unroll 4
+                for (int x = 0; x < 4; x++)
+                    a[i][x] = _mm512_maskz_loadu_ps(m[x], acc + (size_t)(r0 + (i < rn ? i : rn - 1)) * d + c0 + 16 * x);
+            for (int32_t t = 0; t < nk; t++) {
+                __m512 vv[4];
+                #pragma GCC unroll 4
+                for (int x = 0; x < 4; x++) vv[x] = _mm512_maskz_loadu_ps(m[x], v + (size_t)t * d + c0 + 16 * x);
+                #pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    const __m512 wt = _mm512_set1_ps(wr[i][t]);
+                    #pragma GCC unroll 4
+                    for (int x = 0; x < 4; x++) a[i][x] = _mm512_fmadd_ps(wt, vv[x], a[i][x]);
+                }
+            }
+            #pragma GCC unroll 4
+            for (int i = 0; i < rn; i++)
+                #pragma GCC unroll 4
+                for (int x = 0; x < 4; x++) _mm512_mask_storeu_ps(acc + (size_t)(r0 + i) * d + c0 + 16 * x, m[x], a[i][x]);
+        }
+    }
+}
 #endif
+
+#ifdef LOCKS_X86
+/* kt[c][t] = k[t][c] for the nt <= 16 fp16 rows of a K block ([P][d]); rows nt..15 give
+ * zeros. 16 x 16 transposes in registers: pairs, quads, then 128-bit lanes twice. */
+AVX512_TARGET static void transpose_k_avx512(const uint16_t *k, int32_t nt, int32_t d, float *kt) {
+    for (int32_t c0 = 0; c0 < d; c0 += 16) {
+        const int half = d - c0 < 16;
+        __m512 r[16], t[16], u[16], v[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) r[i] = i < nt ? load_f16x16(k + (size_t)i * d + c0, half) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int i = 0; i < 16; i += 2) {
+            t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+        }
+        /* u[4 g + j], 128-bit lane L: column 4 L + j of rows 4 g .. 4 g + 3 */
+#pragma GCC unroll 4
+        for (int g = 0; g < 16; g += 4) {
+            u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+            u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+            u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+            u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);      /* lanes 0, 2 of rows 0-7 */
+            v[4 + j] = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);  /* lanes 1, 3 */
+            v[8 + j] = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+            v[12 + j] = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        }
+        float *o = kt + (size_t)c0 * KB;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            _mm512_storeu_ps(o + (size_t)j * KB, _mm512_shuffle_f32x4(v[j], v[8 + j], 0x88));
+            _mm512_storeu_ps(o + (size_t)(4 + j) * KB, _mm512_shuffle_f32x4(v[4 + j], v[12 + j], 0x88));
+            if (!half) {
+                _mm512_storeu_ps(o + (size_t)(8 + j) * KB, _mm512_shuffle_f32x4(v[j], v[8 + j], 0xDD));
+                _mm512_storeu_ps(o + (size_t)(12 + j) * KB, _mm512_shuffle_f32x4(v[4 + j], v[12 + j], 0xDD));
+            }
+        }
+    }
+}
+
+/* One row's online-softmax update over its nv visible logits of lr [nkp] (see
+ * prefill_row_update): lr becomes the weights, 0 from nv on. */
+AVX512_TARGET static void prefill_row_avx512(float *lr, int32_t nv, int32_t nkp, float *m, float *l, float *acc,
+                                             int32_t d) {
+    if (nv > 0) {
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int32_t t = 0; t < nv; t += 16) {
+            const __mmask16 k = nv - t >= 16 ? 0xffff : (__mmask16)((1u << (nv - t)) - 1);
+            mx = _mm512_mask_max_ps(mx, k, mx, _mm512_loadu_ps(lr + t));
+        }
+        const float mxs = _mm512_reduce_max_ps(mx);
+        if (mxs > *m) {
+            const float corr = expf(*m - mxs); /* 0 on the row's first block (m = -inf) */
+            *l *= corr;
+            for (int32_t x = 0; x < d; x++) acc[x] *= corr;
+            *m = mxs;
+        }
+        const __m512 vm = _mm512_set1_ps(*m);
+        __m512 sum = _mm512_setzero_ps();
+        for (int32_t t = 0; t < nkp; t += 16) {
+            const int32_t left = nv - t;
+            const __mmask16 k = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_loadu_ps(lr + t), vm)));
+            _mm512_storeu_ps(lr + t, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        *l += _mm512_reduce_add_ps(sum);
+    } else {
+        for (int32_t t = 0; t < nkp; t += 16) _mm512_storeu_ps(lr + t, _mm512_setzero_ps());
+    }
+}
+#endif
+
+/* The online-softmax update of one row given its logits lr [nkp] of a key block, of which
+ * the first nv are visible: m, l and acc [d] rescaled to the new maximum, lr replaced by
+ * the weights exp(lr - m) (0 from nv on, the causal mask). */
+static void prefill_row_update(float *lr, int32_t nv, int32_t nkp, float *m, float *l, float *acc, int32_t d) {
+#ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        prefill_row_avx512(lr, nv, nkp, m, l, acc, d);
+        return;
+    }
+#endif
+    if (nv > 0) {
+        const float mx = locks_max_n(lr, (size_t)nv);
+        if (mx > *m) {
+            const float corr = expf(*m - mx); /* 0 on the row's first block (m = -inf) */
+            *l *= corr;
+            for (int32_t x = 0; x < d; x++) acc[x] *= corr;
+            *m = mx;
+        }
+        *l += (float)locks_exp_sum_n(lr, (size_t)nv, *m);
+    }
+    for (int32_t t = nv; t < nkp; t++) lr[t] = 0.0f; /* masked */
+}
 
 static void tile_logits(const float *q, int32_t R, const float *kt, int32_t d, int32_t nk, float scale,
                         float *lg) {
 #ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        tile_logits_avx512(q, R, kt, d, nk, scale, lg);
+        return;
+    }
     if (locks_have_avx2()) {
         tile_logits_avx2(q, R, kt, d, nk, scale, lg);
         return;
@@ -631,6 +994,10 @@ static void tile_logits(const float *q, int32_t R, const float *kt, int32_t d, i
 
 static void tile_accum(const float *w, int32_t R, int32_t nk, const float *v, int32_t d, float *acc) {
 #ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        tile_accum_avx512(w, R, nk, v, d, acc);
+        return;
+    }
     if (locks_have_avx2()) {
         tile_accum_avx2(w, R, nk, v, d, acc);
         return;
@@ -665,12 +1032,17 @@ static int32_t prefill_load_block(const prefill_job *j, const prefill_scratch *s
     for (int32_t p0 = 0; p0 < nkp; p0 += P) {
         const int32_t lp = (k0 + p0) / P, phys = j->s->table[lp], nt = nk - p0 < P ? nk - p0 : P;
         float *vb = sc->v + (size_t)p0 * d;
-        locks_f16_to_f32_n(locks_cache_kblock(j->c, j->layer, phys, h), sc->kf, (size_t)nt * d);
+        const uint16_t *kb = locks_cache_kblock(j->c, j->layer, phys, h);
         locks_f16_to_f32_n(locks_cache_vblock(j->c, j->layer, phys, h), vb, (size_t)nt * d);
-        if (nt < P) {
-            memset(sc->kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
-            memset(vb + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+        if (nt < P) memset(vb + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+#ifdef LOCKS_X86
+        if (locks_have_avx512()) {
+            transpose_k_avx512(kb, nt, d, sc->kt + p0);
+            continue;
         }
+#endif
+        locks_f16_to_f32_n(kb, sc->kf, (size_t)nt * d);
+        if (nt < P) memset(sc->kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
         for (int32_t t = 0; t < P; t++)
             for (int32_t c = 0; c < d; c++) sc->kt[(size_t)c * KB + p0 + t] = sc->kf[(size_t)t * d + c];
     }
@@ -706,21 +1078,9 @@ static void prefill_task(void *arg, int32_t task, int32_t thread) {
         tile_logits(sc.q, R, sc.kt, d, nkp, j->scale, sc.lg);
         /* online softmax per row over its visible keys [k0, min(k0 + nk, query + 1)) */
         for (int32_t r = 0; r < R; r++) {
-            float *lr = sc.lg + (size_t)r * KB;
             int32_t nv = first + r / G + 1 - k0;
             nv = nv < 0 ? 0 : nv > nk ? nk : nv;
-            if (nv > 0) {
-                const float mx = locks_max_n(lr, (size_t)nv);
-                if (mx > sc.m[r]) {
-                    const float corr = expf(sc.m[r] - mx); /* 0 on the row's first block (m = -inf) */
-                    float *a = sc.acc + (size_t)r * d;
-                    sc.l[r] *= corr;
-                    for (int32_t x = 0; x < d; x++) a[x] *= corr;
-                    sc.m[r] = mx;
-                }
-                sc.l[r] += (float)locks_exp_sum_n(lr, (size_t)nv, sc.m[r]);
-            }
-            for (int32_t t = nv; t < nkp; t++) lr[t] = 0.0f; /* masked */
+            prefill_row_update(sc.lg + (size_t)r * KB, nv, nkp, &sc.m[r], &sc.l[r], sc.acc + (size_t)r * d, d);
         }
         tile_accum(sc.lg, R, nkp, sc.v, d, sc.acc);
     }

@@ -362,6 +362,164 @@ static locks_model *load_buf(const buf *b, const char *tag, locks_status *st) {
     return m;
 }
 
+/* Gemma 3's local layers keep their K/V in a ring of window - 1 + max(n_batch,
+ * swa_rollback) positions: with n_batch 8 and swa_rollback 0 that is 27 of the 50, so it
+ * wraps. Every result must equal, bit for bit, that of a context whose rings hold the
+ * whole history (swa_rollback = n_ctx), and the float64 reference: decode and prefill
+ * paths, the verify pass, truncation within the ring's reach (and refusal beyond it,
+ * changing nothing), clone, two sequences; the rings' bytes do not grow with n_ctx. */
+static void test_swa_ring(const locks_model *m, const int32_t *tok, const int32_t *tok2, int T, const double *ref,
+                          const double *ref2, double span) {
+    enum { CAP = WINDOW - 1 + 8, N_LOCAL = 5 };
+    const double tol = 3e-3 * span;
+    const size_t V = VOCAB;
+    locks_status st;
+    locks_ctx_params cp = locks_ctx_default_params();
+    cp.n_ctx = 128;
+    cp.n_batch = 8;
+    cp.f32_act = 1;
+    cp.step.selector = LOCKS_SEL_FULL;
+    cp.selectors = LOCKS_SEL_BIT(LOCKS_SEL_LOCKS); /* the drafts' selector below */
+    cp.swa_rollback = cp.n_ctx;
+    locks_ctx *full = locks_ctx_init(m, cp, &st);
+    cp.swa_rollback = 0;
+    locks_ctx *c = locks_ctx_init(m, cp, &st);
+    cp.n_ctx = 4096;
+    locks_ctx *big = locks_ctx_init(m, cp, &st);
+    float *want = malloc(sizeof(float) * (size_t)T * V), *got = malloc(sizeof(float) * (size_t)T * V);
+    SETUP(full && c && big && want && got);
+
+    /* memory: the cache holds the one global layer (5); the rings 5 x CAP positions */
+    const size_t ring_bytes = (size_t)N_LOCAL * 2 * CAP * HKV * HD * sizeof(uint16_t);
+    test_cond(locks_ctx_swa_bytes(c) == ring_bytes && locks_ctx_swa_bytes(big) == ring_bytes &&
+                  locks_ctx_swa_bytes(full) == (size_t)N_LOCAL * 2 * 128 * HKV * HD * sizeof(uint16_t),
+              "ring bytes %zu (n_ctx 128), %zu (n_ctx 4096), %zu (whole history); want %zu", locks_ctx_swa_bytes(c),
+              locks_ctx_swa_bytes(big), locks_ctx_swa_bytes(full), ring_bytes);
+    test_cond(locks_cache_get_params(locks_ctx_cache(c)).n_layers == 1 && locks_ctx_cache_layer(c, 5) == 0 &&
+                  locks_ctx_cache_layer(c, 0) == -1 && locks_ctx_cache_layer(c, 4) == -1 &&
+                  locks_ctx_cache_layer(c, 6) == -1,
+              "the cache holds the global layer only (%d layers)", locks_cache_get_params(locks_ctx_cache(c)).n_layers);
+
+    /* decode path, every position */
+    for (int t = 0; t < T; t++) {
+        CHECK(locks_ctx_decode(full, tok[t], want + (size_t)t * V));
+        CHECK(locks_ctx_decode(c, tok[t], got + (size_t)t * V));
+    }
+    test_cond(!memcmp(got, want, sizeof(float) * (size_t)T * V), "ring vs whole history: decode logits differ");
+    tu_close("ring: decode logits vs float64", got, ref, (size_t)T * V, tol, 0.0);
+
+    /* truncation: 8 back (n_batch) is within reach, 9 is not */
+    last_error[0] = '\0';
+    st = locks_ctx_truncate(c, T - 9);
+    test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(c) == T && strstr(last_error, "sliding-window"),
+              "truncate 9 back past the ring: %s, length %d, log: %s", locks_status_str(st), locks_ctx_len(c),
+              last_error);
+    CHECK(locks_ctx_truncate(c, T - 8));
+    for (int t = T - 8; t < T; t++) CHECK(locks_ctx_decode(c, tok[t], got + (size_t)t * V));
+    test_cond(!memcmp(got, want, sizeof(float) * (size_t)T * V), "after truncating 8 back: logits differ");
+    /* twice in a row: the second truncation counts from the furthest position run */
+    CHECK(locks_ctx_truncate(c, T - 4));
+    st = locks_ctx_truncate(c, T - 12);
+    test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(c) == T - 4, "truncate 8 back from T - 4: %s",
+              locks_status_str(st));
+    CHECK(locks_ctx_truncate(c, T - 8));
+
+    /* clone of a wrapped ring: both go on as the whole history does */
+    locks_ctx *cl = locks_ctx_clone(c, &st);
+    test_cond(cl != NULL, "clone: %s", locks_status_str(st));
+    if (cl) {
+        for (int t = T - 8; t < T; t++) CHECK(locks_ctx_decode(cl, tok[t], got + (size_t)t * V));
+        test_cond(!memcmp(got, want, sizeof(float) * (size_t)T * V), "clone: logits differ");
+        locks_ctx_free(cl);
+    }
+
+    /* a slot saved (locks_ctx_seq_read_kv: the local layers' positions before the ring
+     * read as 0) and loaded into a new context decodes on as the whole history does;
+     * below the loaded length it truncates only to 0 */
+    {
+        const size_t per = (size_t)(T - 8) * HKV * HD;
+        uint16_t *ks = malloc(sizeof(uint16_t) * per * 6), *vs = malloc(sizeof(uint16_t) * per * 6);
+        SETUP(ks && vs);
+        for (int32_t l = 0; l < 6; l++) CHECK(locks_ctx_seq_read_kv(c, 0, l, ks + (size_t)l * per, vs + (size_t)l * per));
+        int zeros = 1; /* local layer 0, position 0: overwritten in the ring */
+        for (int i = 0; i < HKV * HD; i++) zeros &= ks[i] == 0;
+        test_cond(zeros, "read_kv: a local layer's position before the ring reads as 0");
+        locks_ctx *ld = locks_ctx_init(m, cp, &st);
+        SETUP(ld);
+        CHECK(locks_ctx_seq_load_kv(ld, 0, T - 8, ks, vs));
+        for (int t = T - 8; t < T; t++) CHECK(locks_ctx_decode(ld, tok[t], got + (size_t)t * V));
+        test_cond(!memcmp(got, want, sizeof(float) * (size_t)T * V), "loaded slot: logits differ");
+        st = locks_ctx_truncate(ld, T - 9);
+        test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(ld) == T, "loaded slot: truncate below it: %s",
+                  locks_status_str(st));
+        CHECK(locks_ctx_truncate(ld, 0));
+        locks_ctx_free(ld);
+        free(ks);
+        free(vs);
+    }
+
+    /* to 0 always works; prefill (chunks of 8) and the verify pass (every logit) */
+    CHECK(locks_ctx_truncate(c, 0));
+    CHECK(locks_ctx_prefill(c, tok, T, got));
+    CHECK(locks_ctx_reset(full));
+    CHECK(locks_ctx_prefill(full, tok, T, want));
+    test_cond(!memcmp(got, want, sizeof(float) * V), "ring vs whole history: prefill logits differ");
+    tu_close("ring: prefill logits vs float64", got, ref + (size_t)(T - 1) * V, V, tol, 0.0);
+    CHECK(locks_ctx_reset(c));
+    CHECK(locks_ctx_prefill_all(c, tok, T, got));
+    tu_close("ring: verify pass logits vs float64", got, ref, (size_t)T * V, tol, 0.0);
+
+    /* speculation drafts K = 8 (the reach) and gives locks_generate's greedy tokens;
+     * K = 9 is refused before anything runs */
+    locks_sampler_params smp = locks_sampler_default_params();
+    smp.temp = 0.0f;
+    locks_sampler *s1 = locks_sampler_init(smp, VOCAB, NULL), *s2 = locks_sampler_init(smp, VOCAB, NULL);
+    SETUP(s1 && s2);
+    int32_t gen[40], spec[40], n_gen = 0, n_spec = 0;
+    CHECK(locks_ctx_reset(c));
+    CHECK(locks_generate(c, tok, 10, 40, s1, NULL, NULL, gen, &n_gen));
+    CHECK(locks_ctx_reset(c));
+    locks_spec_params spp = {9, locks_step_default_params()};
+    spp.draft.selector = LOCKS_SEL_LOCKS;
+    spp.draft.budget = 3 * LOCKS_PAGE; /* the forced pages: sink, recent, current */
+    st = locks_speculate(c, tok, 10, 40, s2, &spp, NULL, NULL, spec, &n_spec, NULL);
+    test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(c) == 0, "speculate K = 9 past the ring: %s, length %d",
+              locks_status_str(st), locks_ctx_len(c));
+    int32_t round_out[10], n_round = 0;
+    CHECK(locks_ctx_prefill(c, tok, 10, NULL));
+    st = locks_speculate_round(c, 0, tok[10], 9, &spp.draft, s2, round_out, &n_round);
+    test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(c) == 10, "speculate_round k = 9 past the ring: %s, length %d",
+              locks_status_str(st), locks_ctx_len(c));
+    CHECK(locks_ctx_reset(c));
+    spp.k = 8;
+    CHECK(locks_speculate(c, tok, 10, 40, s2, &spp, NULL, NULL, spec, &n_spec, NULL));
+    test_cond(n_spec == n_gen && n_gen == 40 && !memcmp(spec, gen, sizeof(int32_t) * (size_t)n_gen),
+              "speculate K = 8: %d tokens, generate %d, same: %d", n_spec, n_gen,
+              n_spec == n_gen && !memcmp(spec, gen, sizeof(int32_t) * (size_t)n_gen));
+    locks_sampler_free(s1);
+    locks_sampler_free(s2);
+
+    /* two sequences, each its own ring */
+    locks_ctx_free(big);
+    cp.n_ctx = 128;
+    cp.n_seqs = 2;
+    big = locks_ctx_init(m, cp, &st);
+    SETUP(big);
+    test_cond(locks_ctx_swa_bytes(big) == 2 * ring_bytes, "two sequences: ring bytes %zu", locks_ctx_swa_bytes(big));
+    CHECK(locks_ctx_prefill_seq(big, 0, tok, T - 1, NULL));
+    CHECK(locks_ctx_prefill_seq(big, 1, tok2, T - 1, NULL));
+    int32_t last[2] = {tok[T - 1], tok2[T - 1]};
+    CHECK(locks_ctx_decode_batch(big, last, got));
+    tu_close("two sequences: sequence 0 vs float64", got, ref + (size_t)(T - 1) * V, V, tol, 0.0);
+    tu_close("two sequences: sequence 1 vs float64", got + V, ref2 + (size_t)(T - 1) * V, V, tol, 0.0);
+
+    locks_ctx_free(big);
+    locks_ctx_free(c);
+    locks_ctx_free(full);
+    free(want);
+    free(got);
+}
+
 static void test_variant(const variant *v) {
     weights w;
     make_weights(v, &w);
@@ -416,6 +574,15 @@ static void test_variant(const variant *v) {
         snprintf(what, sizeof what, "%s: prefill logits vs float64", v->arch);
         tu_close(what, got, ref + (size_t)(T - 1) * VOCAB, VOCAB, 3e-3 * span, 0.0);
         locks_ctx_free(c);
+        if (v->swa) {
+            int32_t tok2[T];
+            for (int t = 0; t < T; t++) tok2[t] = tu_int(0, VOCAB - 1);
+            double *ref2 = malloc(sizeof(double) * T * VOCAB);
+            SETUP(ref2);
+            ref_forward(v, &w, tok2, T, ref2);
+            test_swa_ring(m, tok, tok2, T, ref, ref2, span);
+            free(ref2);
+        }
         free(ref);
         free(got);
         locks_model_free(m);

@@ -9,7 +9,9 @@
  *    each query, across page boundaries and chunk-size changes;
  *  - locks_prefill_attend (causal) over a chunk of positions; and chunks that start
  *    mid-page, span more than one query tile and end in a partial tile, G in {1, 3, 4},
- *    d in {64, 128}, both kernel sets.
+ *    d in {64, 128};
+ *  - G in {1, 3, 4, 8} x d in {64, 128} for page lists, dense decode and verify;
+ * each on every kernel set (portable, AVX2, AVX-512: locks_cpu_set_isa).
  */
 #include "test_util.h"
 
@@ -17,6 +19,23 @@
 #include "vmath.h"
 
 enum { P = LOCKS_PAGE };
+
+/* every kernel set, widest first (capped to what the CPU has) */
+static const locks_isa isas[3] = {LOCKS_ISA_AVX512, LOCKS_ISA_AVX2, LOCKS_ISA_PORTABLE};
+
+/* Forces kernel set isa: 1, or 0 (said so) when this CPU lacks it. */
+static int use_isa(locks_isa isa) {
+    if (locks_cpu_set_isa(isa) == 0) return 1;
+    printf("  (no %s kernels on this CPU: skipped)\n", locks_isa_name(isa));
+    return 0;
+}
+
+/* The perf modes: LOCKS_ISA=<set> times that set alone (-1: every set). */
+static int perf_only(void) {
+    const char *e = getenv("LOCKS_ISA");
+    locks_isa isa;
+    return e && locks_isa_parse(e, &isa) == 0 ? (int)isa : -1;
+}
 
 typedef struct {
     int32_t H, G, d, len;
@@ -231,7 +250,7 @@ static void test_prefill(const fixture *f, int32_t pos, int32_t n) {
         }
     }
     if (tu_failures != before)
-        fprintf(stderr, "  prefill H=%d G=%d d=%d pos=%d n=%d simd=%d\n", H, G, d, pos, n, locks_have_avx2());
+        fprintf(stderr, "  prefill H=%d G=%d d=%d pos=%d n=%d kernels %s\n", H, G, d, pos, n, locks_isa_name(locks_cpu_isa()));
     free(q);
     free(out);
 }
@@ -241,8 +260,8 @@ static void test_prefill(const fixture *f, int32_t pos, int32_t n) {
  * G in {1, 3, 4}, d in {64, 128}, both kernel sets, two threads. */
 static void test_prefill_tiles(void) {
     const int32_t groups[3] = {1, 3, 4}, dims[2] = {64, 128};
-    for (int32_t simd = 1; simd >= 0; simd--) {
-        locks_simd_enable(simd);
+    for (int32_t ii = 0; ii < 3; ii++) {
+        if (!use_isa(isas[ii])) continue;
         for (int32_t gi = 0; gi < 3; gi++)
             for (int32_t di = 0; di < 2; di++) {
                 const int32_t G = groups[gi], T = 64 / G, H = tu_int(1, 3), len = tu_int(2 * T + 16, 2 * T + 60);
@@ -251,8 +270,8 @@ static void test_prefill_tiles(void) {
                 if (n % T == 0) n++;
                 int32_t pos = tu_int(1, len - n);
                 if (pos % P == 0) pos--; /* mid-page start */
-                printf("  prefill tiles: H=%d G=%d d=%d len=%d pos=%d n=%d simd=%d\n", H, G, dims[di], len, pos, n,
-                       locks_have_avx2());
+                printf("  prefill tiles: H=%d G=%d d=%d len=%d pos=%d n=%d kernels %s\n", H, G, dims[di], len, pos, n,
+                       locks_isa_name(locks_cpu_isa()));
                 test_prefill(&f, pos, n);
                 if (di == 0) test_prefill(&f, 0, len);
                 free_fixture(&f);
@@ -263,11 +282,12 @@ static void test_prefill_tiles(void) {
 /* Perf mode (LOCKS_ATTEND_PERF=<tokens>, not part of the checks): one layer of
  * SmolLM2-135M's prefill attention (3 KV heads, G = 3, d = 64), the context written
  * in chunks of 64 tokens and each chunk attended as the engine does; prints CPU
- * seconds (best of 3) per kernel set. */
+ * seconds (best of 3) per kernel set (LOCKS_ISA=<set>: that one alone). */
 static void perf_prefill(int32_t len) {
     const int32_t H = 3, G = 3, d = 64, Hq = H * G, chunk = 64;
-    for (int32_t simd = 1; simd >= 0; simd--) {
-        locks_simd_enable(simd);
+    const int only = perf_only();
+    for (int32_t ii = 0; ii < 3; ii++) {
+        if ((only >= 0 && (int)isas[ii] != only) || !use_isa(isas[ii])) continue;
         fixture f = make_fixture(H, G, d, len, 1, LOCKS_SUMMARY_Q, 8);
         float *q = malloc(sizeof(float) * (size_t)chunk * Hq * d), *out = malloc(sizeof(float) * (size_t)chunk * Hq * d);
         tu_fill_normal(q, (size_t)chunk * Hq * d, 1.0);
@@ -283,13 +303,13 @@ static void perf_prefill(int32_t len) {
             double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
             best = s < best ? s : best;
         }
-        printf("perf: prefill attention, %d tokens (chunks of %d), H=%d G=%d d=%d, simd=%d: %.3f CPU-s per layer\n",
-               len, chunk, H, G, d, locks_have_avx2(), best);
+        printf("perf: prefill attention, %d tokens (chunks of %d), H=%d G=%d d=%d, kernels %s: %.3f CPU-s per layer\n",
+               len, chunk, H, G, d, locks_isa_name(locks_cpu_isa()), best);
         free(q);
         free(out);
         free_fixture(&f);
     }
-    locks_simd_enable(1);
+    locks_cpu_set_isa(LOCKS_ISA_BEST);
 }
 
 /* LOCKS_VERIFY_PERF=len: CPU seconds (best of 5, 1 thread, AVX2) of the verify attention
@@ -324,8 +344,73 @@ static void perf_verify(int32_t len) {
     free_fixture(&f);
 }
 
+/* The GQA ratios and head sizes of common models (G in {1, 3, 4, 8}, d in {64, 128}),
+ * every kernel set, a length crossing pages with a partial last one, two threads (so
+ * the decode splits into chunks merged by log-sum-exp): page lists, dense decode, verify
+ * and a prefill chunk against the float64 reference / the single-query path. */
+static void test_gqa_shapes(void) {
+    const int32_t groups[4] = {1, 3, 4, 8}, dims[3] = {64, 128, 72 /* a masked tail */};
+    for (int32_t ii = 0; ii < 3; ii++) {
+        if (!use_isa(isas[ii])) continue;
+        for (int32_t gi = 0; gi < 4; gi++)
+            for (int32_t di = 0; di < 3; di++) {
+                const int32_t H = tu_int(1, 2), len = 16 * tu_int(3, 12) + tu_int(1, 15);
+                fixture f = make_fixture(H, groups[gi], dims[di], len, 2, LOCKS_SUMMARY_Q, 8);
+                printf("  gqa: H=%d G=%d d=%d len=%d kernels %s\n", H, groups[gi], dims[di], len,
+                       locks_isa_name(locks_cpu_isa()));
+                test_page_lists(&f);
+                test_dense(&f);
+                test_prefix_n(&f, 20);
+                const int32_t n = tu_int(1, 40);
+                test_prefill(&f, tu_int(0, f.len - n), n);
+                free_fixture(&f);
+            }
+    }
+    locks_cpu_set_isa(LOCKS_ISA_BEST);
+}
+
+/* LOCKS_DECODE_PERF=len: CPU seconds (best of 7, 1 thread, the kernel sets interleaved
+ * round by round) of one dense decode attention (locks_attend_prefix) at a context of
+ * len, for SmolLM2-135M's shape (H=3 G=3 d=64) and Gemma 3 270M's (H=1 G=4 d=256);
+ * with LOCKS_ISA=<set>, that set alone and 20x longer (for perf's samples). */
+static void perf_decode(int32_t len) {
+    const int32_t shapes[2][3] = {{3, 3, 64}, {1, 4, 256}};
+    const int only = perf_only();
+    const int32_t reps = only >= 0 ? 20 : 1;
+    for (int32_t si = 0; si < 2; si++) {
+        const int32_t H = shapes[si][0], G = shapes[si][1], d = shapes[si][2], Hq = H * G;
+        fixture f = make_fixture(H, G, d, len, 1, LOCKS_SUMMARY_Q, 8);
+        float *q = malloc(sizeof(float) * (size_t)Hq * d), *out = malloc(sizeof(float) * (size_t)Hq * d);
+        tu_fill_normal(q, (size_t)Hq * d, 1.0);
+        double best[3] = {1e30, 1e30, 1e30};
+        for (int32_t rep = 0; rep < 7 * reps; rep++)
+            for (int32_t ii = 0; ii < 3; ii++) {
+                if ((only >= 0 && (int)isas[ii] != only) || !use_isa(isas[ii])) continue;
+                struct timespec t0, t1;
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+                for (int32_t k = 0; k < 4; k++) CHECK(locks_attend_prefix(f.c, 0, f.seq, len, q, Hq, out));
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+                double sec = ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)) / 4;
+                best[ii] = sec < best[ii] ? sec : best[ii];
+            }
+        printf("perf: dense decode attention, context %d, H=%d G=%d d=%d, per layer:", len, H, G, d);
+        for (int32_t ii = 0; ii < 3; ii++)
+            if (best[ii] < 1e29) printf(" %s %.3f ms", locks_isa_name(isas[ii]), 1e3 * best[ii]);
+        printf("\n");
+        free(q);
+        free(out);
+        free_fixture(&f);
+    }
+    locks_cpu_set_isa(LOCKS_ISA_BEST);
+}
+
 int main(void) {
     tu_seed("test_attend");
+    const char *dperf = getenv("LOCKS_DECODE_PERF");
+    if (dperf && atoi(dperf) > 0) {
+        perf_decode(atoi(dperf));
+        return 0;
+    }
     const char *vperf = getenv("LOCKS_VERIFY_PERF");
     if (vperf && atoi(vperf) > 0) {
         perf_verify(atoi(vperf));
@@ -337,11 +422,11 @@ int main(void) {
         return 0;
     }
     const int32_t dims[3] = {64, 128, 256};
-    for (int32_t trial = 0; trial < 6; trial++) {
-        locks_simd_enable(trial < 3); /* AVX2 kernels (where the CPU has them), then portable */
+    for (int32_t trial = 0; trial < 9; trial++) {
+        if (!use_isa(isas[trial / 3])) continue; /* AVX-512, AVX2 (where the CPU has them), then portable */
         int32_t H = tu_int(1, 3), G = tu_int(1, 9), d = dims[trial % 3], len = tu_int(40, 400);
-        fixture f = make_fixture(H, G, d, len, 1 + trial % 2, trial == 1 ? LOCKS_SUMMARY_F32 : LOCKS_SUMMARY_Q, 8);
-        printf("  H=%d G=%d d=%d len=%d simd=%d\n", H, G, d, len, locks_have_avx2());
+        fixture f = make_fixture(H, G, d, len, 1 + trial % 2, trial % 3 == 1 ? LOCKS_SUMMARY_F32 : LOCKS_SUMMARY_Q, 8);
+        printf("  H=%d G=%d d=%d len=%d kernels %s\n", H, G, d, len, locks_isa_name(locks_cpu_isa()));
         test_storage(&f);
         test_page_lists(&f);
         test_dense(&f);
@@ -350,14 +435,15 @@ int main(void) {
         test_prefill(&f, tu_int(0, f.len - n), n);
         free_fixture(&f);
     }
+    test_gqa_shapes();
     test_prefill_tiles();
-    for (int32_t simd = 1; simd >= 0; simd--) { /* chunk sizes that change within a verify range, G > 64 / n */
-        locks_simd_enable(simd);
+    for (int32_t ii = 0; ii < 3; ii++) { /* chunk sizes that change within a verify range, G > 64 / n */
+        if (!use_isa(isas[ii])) continue;
         fixture f = make_fixture(2, 9, 64, 16 * 200 + 7, 2, LOCKS_SUMMARY_Q, 8);
-        printf("  verify: H=2 G=9 d=64 len=%d simd=%d\n", f.len, locks_have_avx2());
-        test_prefix_n(&f, 60);
+        printf("  verify: H=2 G=9 d=64 len=%d kernels %s\n", f.len, locks_isa_name(locks_cpu_isa()));
+        test_prefix_n(&f, 40); /* 3 kernel sets x 40: the 2 x 60 of before */
         free_fixture(&f);
     }
-    locks_simd_enable(1);
+    locks_cpu_set_isa(LOCKS_ISA_BEST);
     return test_report("test_attend");
 }

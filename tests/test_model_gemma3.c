@@ -16,6 +16,9 @@
  *     prompt longer than the 512-token sliding window so local and global layers differ;
  *     decode = prefill; every selector decodes at budget 256 (pages selected in the 3
  *     global layers only; the local layers read their window whatever the selector).
+ *  4. The local layers' K/V rings: a ring that wraps within the prompt gives the logits of
+ *     one holding the whole history bit for bit (prefill, and decode after truncation);
+ *     truncation past it is refused; ring bytes independent of n_ctx, 3 cache layers.
  */
 #include "test_util.h"
 #include "test_model_util.h"
@@ -156,6 +159,51 @@ static int argmax(const float *x, int32_t n) {
     return b;
 }
 
+/* The local layers' K/V in rings of 511 + 64 = 575 positions (n_batch 64, swa_rollback 0),
+ * which wrap within the prompt: the prefill's logits and those of the last 40 tokens
+ * decoded again equal, bit for bit, those of the context holding the whole history
+ * (want_prefill, want_decode); truncating further back than the ring holds is refused
+ * and changes nothing; the cache holds the 3 global layers, and the rings' bytes do not
+ * depend on n_ctx. */
+static void test_ring(const locks_model *m, const locks_ctx_params *full, const float *want_prefill,
+                      const float *want_decode, int32_t n) {
+    locks_model_info in = locks_model_get_info(m);
+    locks_ctx_params cp = *full;
+    cp.on_step = NULL;
+    cp.swa_rollback = 0;
+    locks_status st;
+    locks_ctx *c = locks_ctx_init(m, cp, &st);
+    cp.n_ctx = 32768;
+    locks_ctx *big = locks_ctx_init(m, cp, &st);
+    float *lg = malloc(sizeof(float) * (size_t)in.n_vocab);
+    SETUP(c && big && lg);
+    const size_t cap = (size_t)in.swa_window - 1 + (size_t)cp.n_batch;
+    const size_t want_bytes = 15 * 2 * cap * (size_t)in.n_kv_heads * (size_t)in.head_dim * sizeof(uint16_t);
+    printf("gemma3 local layers: ring of %zu positions, %.2f MB at n_ctx %d and %d; cache: %d layers\n", cap,
+           (double)locks_ctx_swa_bytes(c) / 1e6, full->n_ctx, cp.n_ctx,
+           locks_cache_get_params(locks_ctx_cache(c)).n_layers);
+    test_cond(locks_ctx_swa_bytes(c) == want_bytes && locks_ctx_swa_bytes(big) == want_bytes,
+              "ring bytes %zu (n_ctx %d), %zu (n_ctx %d), want %zu", locks_ctx_swa_bytes(c), full->n_ctx,
+              locks_ctx_swa_bytes(big), cp.n_ctx, want_bytes);
+    test_cond(locks_cache_get_params(locks_ctx_cache(c)).n_layers == 3 &&
+                  locks_cache_get_params(locks_ctx_cache(big)).n_layers == 3,
+              "the cache holds the 3 global layers");
+    locks_ctx_free(big);
+    SETUP((size_t)n > cap);
+    CHECK(locks_ctx_prefill(c, ref_prompt, n, lg));
+    test_cond(!memcmp(lg, want_prefill, sizeof(float) * (size_t)in.n_vocab),
+              "ring vs whole history: prefill logits differ");
+    st = locks_ctx_truncate(c, n - 65);
+    test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(c) == n, "truncate 65 back: %s, length %d",
+              locks_status_str(st), locks_ctx_len(c));
+    CHECK(locks_ctx_truncate(c, n - 40));
+    for (int32_t t = n - 40; t < n; t++) CHECK(locks_ctx_decode(c, ref_prompt[t], lg));
+    test_cond(!memcmp(lg, want_decode, sizeof(float) * (size_t)in.n_vocab),
+              "ring vs whole history: decode logits differ");
+    locks_ctx_free(c);
+    free(lg);
+}
+
 static void test_logits(const char *path) {
     locks_status st;
     locks_model *m = locks_model_load(path, &st);
@@ -174,6 +222,7 @@ static void test_logits(const char *path) {
     cp.on_step = count_step;
     cp.on_step_user = &in;
     cp.selectors = LOCKS_SEL_ALL; /* the loop below switches through every selector */
+    cp.swa_rollback = cp.n_ctx;   /* the local layers' rings hold the whole history */
     locks_ctx *c = locks_ctx_init(m, cp, &st);
     SETUP(c);
     float *lg = malloc(sizeof(float) * (size_t)in.n_vocab), *lg2 = malloc(sizeof(float) * (size_t)in.n_vocab);
@@ -202,6 +251,7 @@ static void test_logits(const char *path) {
     for (int32_t i = 0; i < in.n_vocab; i++) dd = fmax(dd, fabs((double)lg[i] - (double)lg2[i]));
     printf("gemma3 decode vs prefill: max |dlogit| %.4f\n", dd);
     test_cond(dd < 1.0 && argmax(lg2, in.n_vocab) == argmax(lg, in.n_vocab), "decode vs prefill: max |dlogit| %.4f", dd);
+    test_ring(m, &cp, lg, lg2, n);
 
     /* every selector decodes past the window with a budget below the context */
     for (int sel = 0; sel < LOCKS_SEL_COUNT; sel++) {

@@ -65,18 +65,21 @@ typedef struct {
     int32_t gemv[3];
     int n_ctx, n_batch, n_ttft, n_gemv;
     int32_t budget, trials, spec;
+    int profile; /* --profile: one LOCKS token at mid-page, then one page-fill token, in profiler ranges */
     const char *csv;
 } mopts;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b [--context 32k,128k,...] [--batch 1,8]\n"
                "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0] [--csv FILE]\n"
-               "                   [--speculate K]\n"
+               "                   [--speculate K] [--profile]\n"
                "  --gemv LIST: the decode products through cuBLAS and the small kernels (0), through gemv.cu (1),\n"
                "               or gemv.cu with programmatic dependent launch (2), one after the other on the same\n"
                "               cache (sets LOCKS_CUDA_GEMV); default: the environment\n"
                "  --speculate K: batch 1: the cost of a LOCKS draft token and of a dense verify of K + 1 tokens,\n"
-               "               and the per-token speed of speculation as a function of the acceptance rate\n");
+               "               and the per-token speed of speculation as a function of the acceptance rate\n"
+               "  --profile: after the timings, one LOCKS mid-page token and then one page-fill token, each alone\n"
+               "               between cudaProfilerStart/Stop (for ncu --profile-from-start off)\n");
 }
 
 static int parse(int argc, char **argv, mopts *o) {
@@ -127,6 +130,8 @@ static int parse(int argc, char **argv, mopts *o) {
         } else if (!strcmp(a, "--speculate") && v) {
             if (!args_parse_int(v, 1, 15, &o->spec)) return 2;
             i++;
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = 1;
         } else if (!strcmp(a, "--csv") && v) {
             o->csv = v;
             i++;
@@ -349,7 +354,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
         const double wb = weight_bytes(s);
         /* per selector: the parts at a mid-page token; then (all sequences at N tokens) the
          * token that fills a page, whose summary the graph builds in every layer */
-        double t_all[2], t_gemm[2], t_attn[2], t_prep[2], t_step[2], t_fill[2], t_fill_prep[2];
+        double t_all[2], t_gemm[2], t_attn[2], t_prep[2], t_step[2], t_fill[2], t_fill_prep[2], t_fill_attn[2];
         locks_step_params ps[2];
         for (int pass = 0; pass < 2; pass++) {
             if (pass == 1)
@@ -363,6 +368,8 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
                 if (pass == 1) {
                     TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &t_fill[sel]));
                     TRY(lg_time_decode(e, LG_PART_PREP, o->trials, &t_fill_prep[sel]));
+                    TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &t_fill_attn[sel]));
+                    if (sel && o->profile) TRY(lg_profile_decode(e, LG_PART_ALL));
                     continue;
                 }
                 TRY(lg_time_decode(e, LG_PART_ALL, o->trials, &t_all[sel]));
@@ -370,6 +377,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
                 TRY(lg_time_decode(e, LG_PART_ATTN, o->trials, &t_attn[sel]));
                 TRY(lg_time_decode(e, LG_PART_PREP, o->trials, &t_prep[sel]));
                 TRY(lg_time_decode(e, LG_PART_STEP, o->trials, &t_step[sel]));
+                if (sel && o->profile) TRY(lg_profile_decode(e, LG_PART_ALL));
             }
         }
         for (int32_t b = 0; b < B; b++) TRY(locks_cache_seq_truncate(c, b, N - 8)); /* for the next engine */
@@ -388,8 +396,8 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
                    all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms,
                    100.0 * limit_ms / avg_ms);
             printf("  mean of one page of tokens: 15 mid-page tokens %.3f ms (split above) + the page-fill token %.3f ms "
-                   "(its prep %.4f ms/layer)\n",
-                   all_ms, t_fill[sel], t_fill_prep[sel] / s->n_layers);
+                   "(its prep %.4f ms/layer, its attention %.4f ms/layer)\n",
+                   all_ms, t_fill[sel], t_fill_prep[sel] / s->n_layers, t_fill_attn[sel] / s->n_layers);
             printf("  attention phases at a mid-page token (graphs of each alone), per layer: prep %.4f ms (RoPE, K/V "
                    "write, summary launch, qprep)  step %.4f ms  (sum %.4f of %.4f together)\n",
                    t_prep[sel] / s->n_layers, t_step[sel] / s->n_layers, (t_prep[sel] + t_step[sel]) / s->n_layers,

@@ -279,6 +279,7 @@ int cmd_demo(int argc, char **argv) {
 
     locks_ctx_params cp = locks_ctx_default_params();
     cp.n_ctx = n + n_max;
+    cp.swa_rollback = n_max + 1; /* back to the prompt after the full answer */
     cp.n_threads = n_threads;
     cp.rank = rank;
     cp.progress = ru_progress;

@@ -463,6 +463,7 @@ int fidelity_main(int argc, char **argv) {
             if (at[k] <= n || k == 0) max_at = (int32_t)(at[k] < n ? at[k] : n);
         locks_ctx_params cp = locks_ctx_default_params();
         cp.n_ctx = max_at + 1;
+        cp.swa_rollback = cp.n_ctx; /* back to any evaluated position */
         cp.n_threads = n_threads;
         cp.rank = rank;
         cp.n_batch = 64;

@@ -401,6 +401,9 @@ int cmd_run(int argc, char **argv) {
     cp.progress = ru_progress;
     cp.backend = backend;
     cp.cuda_graph = !no_graph;
+    /* how far back a run truncates: speculation drops its drafts, --compare the dense answer */
+    if (speculate + 1 > cp.swa_rollback) cp.swa_rollback = speculate + 1;
+    if (compare && n_predict + 1 > cp.swa_rollback) cp.swa_rollback = n_predict + 1;
     if (dump_path) {
         rec.n_layers = in.n_layers;
         rec.max_steps = n_predict;
@@ -479,9 +482,17 @@ int cmd_run(int argc, char **argv) {
          * would score attention the model never computes. dump layer i = model layer
          * layers[i]; the recorded queries are compacted to [n_dump][steps][Hq][d]. */
         int32_t *layers = malloc(sizeof(int32_t) * (size_t)in.n_layers), n_dump = 0;
-        if (!layers) goto done;
+        int32_t *cache_layers = malloc(sizeof(int32_t) * (size_t)in.n_layers); /* where they sit in the cache */
+        if (!layers || !cache_layers) {
+            free(layers);
+            free(cache_layers);
+            goto done;
+        }
         for (int32_t l = 0; l < in.n_layers; l++)
-            if (!(in.swa_window > 0 && (l + 1) % in.swa_period != 0)) layers[n_dump++] = l;
+            if (!(in.swa_window > 0 && (l + 1) % in.swa_period != 0)) {
+                cache_layers[n_dump] = locks_ctx_cache_layer(ctx, l);
+                layers[n_dump++] = l;
+            }
         for (int32_t i = 0; i < n_dump; i++) {
             memmove(rec.q + (size_t)i * steps * rec.qsize, rec.q + (size_t)layers[i] * rec.max_steps * rec.qsize,
                     sizeof(float) * (size_t)steps * rec.qsize);
@@ -501,8 +512,9 @@ int cmd_run(int argc, char **argv) {
         memcpy(sh.model, in.name, sizeof sh.model - 1); /* truncated, NUL-padded */
         sh.n_obs = rec.n_obs;
         st = locks_dump_write_cache_layers(dump_path, &sh, locks_ctx_cache(ctx), locks_ctx_seq(ctx), NULL, rec.q,
-                                           rec.q_obs, layers);
+                                           rec.q_obs, cache_layers);
         free(layers);
+        free(cache_layers);
         if (st != LOCKS_OK) {
             fprintf(stderr, "locks run: writing %s failed: %s\n", dump_path, tool_why(st));
             goto done;

@@ -522,7 +522,7 @@ static void on_step(int32_t layer, const float *q, int32_t n_q_heads, const lock
     locks_kv_src src;
     locks_attn_ref ref;
     memset(&ref, 0, sizeof ref);
-    locks_status st = locks_kv_src_cache(cache, seq, layer, &src);
+    locks_status st = locks_kv_src_cache(cache, seq, locks_ctx_cache_layer(R->ctx, layer), &src);
     if (!st) st = locks_attn_ref_compute(&src, q, n_q_heads, 0.0f, 1, &ref);
     locks_sel_metrics m;
     if (!st)
@@ -901,6 +901,7 @@ int eval_tasks_main(int argc, char **argv) {
     for (int i = 0; i < o.n_contexts; i++) max_ctx = o.contexts[i] > max_ctx ? o.contexts[i] : max_ctx;
     locks_ctx_params cp = locks_ctx_default_params();
     cp.n_ctx = max_ctx + 512 + 2 * LOCKS_PAGE;
+    cp.swa_rollback = 512 + 2; /* back to the prefill after an answer (at most 512 tokens) */
     cp.n_threads = o.threads;
     cp.rank = o.rank;
     cp.summary_prec = o.prec;

@@ -142,6 +142,9 @@ locks_status lg_sample_prefill(lg_ctx *e, int32_t seq, int32_t *tok);
 /* Benchmark: device ms of one decode token through a graph of the given parts, median of
  * trials replays (no host bookkeeping in between: the sequences keep their length). */
 locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double *median_ms);
+/* Profiling: one replay of that graph (after a warm-up replay) between cudaProfilerStart
+ * and cudaProfilerStop, so `ncu --profile-from-start off` sees exactly one token's kernels. */
+locks_status lg_profile_decode(lg_ctx *e, int parts);
 
 /* ---- the decode products for 1..8 rows (gemv.cu) -------------------------------------- */
 

@@ -27,6 +27,7 @@
 #include "model_ops.cuh"
 
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -957,6 +958,22 @@ extern "C" locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double 
     }
     qsort(t, (size_t)trials, sizeof t[0], cmp_d);
     *median_ms = t[trials / 2];
+    return LOCKS_OK;
+}
+
+extern "C" locks_status lg_profile_decode(lg_ctx *e, int parts) {
+    if (!e || parts < 1 || (parts & ~LG_PART_ALL)) return LOCKS_ERR_INVALID_ARG;
+    LOCKS_TRY(check_lengths(e));
+    LOCKS_TRY(own_slots(e));
+    if (!e->graph[parts]) LOCKS_TRY(capture(e, parts));
+    CU_TRY(cudaGraphLaunch(e->graph[parts], e->st)); /* warm-up, outside the range */
+    CU_TRY(cudaStreamSynchronize(e->st));
+    CU_TRY(cudaProfilerStart());
+    const cudaError_t le = cudaGraphLaunch(e->graph[parts], e->st);
+    const cudaError_t se = cudaStreamSynchronize(e->st);
+    CU_TRY(cudaProfilerStop()); /* stopped also when the replay failed */
+    CU_TRY(le);
+    CU_TRY(se);
     return LOCKS_OK;
 }
 

@@ -424,7 +424,7 @@ static __device__ __forceinline__ void jacobi_sweep(float (&b)[16], float (&ub)[
     jacobi_round<15>(b, ub, li, active);
 }
 
-template <int D, typename T, int RS>
+template <int D, typename T, int RS, bool ROLL>
 static __global__ void __launch_bounds__(SUMM2_WARPS * 32)
 summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t *__restrict__ pages, int32_t n,
                 int32_t hkv, int32_t n_pages_pool, int32_t rank, summary_out o) {
@@ -583,8 +583,8 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
         }
     }
     /* 7. basis vectors and coefficients */
-    float cvals[RS]; /* lane li: c_(li) k */
-#pragma unroll
+    float cvals[RS]; /* lane li: c_(li) k; ROLL: the loop is not unrolled (cvals then on the stack) */
+#pragma unroll(ROLL ? 1 : RS)
     for (int k = 0; k < RS; k++) {
         cvals[k] = 0.f;
         if (k >= rank) {
@@ -713,6 +713,22 @@ static bool summary_old_kernel(void) {
     return old != 0;
 }
 
+/* Builds of at most this many page-heads (rank slots 8) take summary2_kernel with its basis
+ * loop rolled: 99 KB of SASS instead of 166 KB (D 128, bf16; nvdisasm), meant for the
+ * latency-bound build of a decode token, whose code is cold after the token's weights
+ * streamed through L2 (bench/RESULTS.md, issue 24: 65-70 us a layer in the token against
+ * ~40 us warm). Lab switch LOCKS_CUDA_SUMMARY_ROLL=N, read once per process; unset or 0:
+ * never (the unrolled kernel, as before). Same arithmetic in the same order either way. */
+static int64_t summary_roll_items(void) {
+    static int64_t roll = -1; /* read once: not a call to repeat inside a graph capture */
+    if (roll < 0) {
+        const char *e = getenv("LOCKS_CUDA_SUMMARY_ROLL");
+        const long long v = e ? atoll(e) : 0;
+        roll = v > 0 ? (int64_t)v : 0;
+    }
+    return roll;
+}
+
 template <int D, typename T, int RS>
 static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages,
                                      int32_t n, cudaStream_t st) {
@@ -741,14 +757,29 @@ static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const i
     }
     if (!summary_old_kernel()) {
         const size_t smem2 = sizeof(summ2_smem<D>) * 2 * SUMM2_WARPS;
+        const unsigned blocks2 = (unsigned)((items + 2 * SUMM2_WARPS - 1) / (2 * SUMM2_WARPS));
+        if constexpr (RS == LOCKS_CUDA_MAX_RANK) { /* the rolled basis loop (summary_roll_items) */
+            if (items <= summary_roll_items()) {
+                static bool roll_set = false;
+                if (!roll_set) {
+                    CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS, true>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2));
+                    roll_set = true;
+                }
+                summary2_kernel<D, T, RS, true><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(
+                    cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv, c->p.n_pages, c->rank, o);
+                CU_LAUNCH_CHECK(summary2_kernel);
+                return LOCKS_OK;
+            }
+        }
         static bool smem2_set = false;
         if (!smem2_set) {
-            CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2));
+            CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem2));
             smem2_set = true;
         }
-        const unsigned blocks2 = (unsigned)((items + 2 * SUMM2_WARPS - 1) / (2 * SUMM2_WARPS));
-        summary2_kernel<D, T, RS><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(cache_layer_k(c, layer), cache_strides(c),
-                                                                             d_pages, n, hkv, c->p.n_pages, c->rank, o);
+        summary2_kernel<D, T, RS, false><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(
+            cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv, c->p.n_pages, c->rank, o);
         CU_LAUNCH_CHECK(summary2_kernel);
         return LOCKS_OK;
     }

@@ -18,17 +18,22 @@
  * sliding_window tokens, exactly (swa.c), with their own RoPE base, whatever the
  * selector; the selector and its budget act in the global layers only.
  *
- * K (after RoPE) and V go into the cache;
- * a prefill chunk attends causally and densely (locks_prefill_attend), a decode step
- * through locks_decode_step with the context's selector and budget. The logits are the
- * final rms-normed state times the output matrix (the token embeddings when tied).
+ * K (after RoPE) and V of a global layer go into the cache (which holds only those
+ * layers: its layer cache_layer[l]); a prefill chunk attends causally and densely
+ * (locks_prefill_attend), a decode step through locks_decode_step with the context's
+ * selector and budget. A local layer's K/V go into a ring of its own per sequence
+ * (swa.h) that keeps the last swa_cap positions, enough for the window, a prefill chunk
+ * and a rollback of max(n_batch, swa_rollback) tokens; no summaries are built for them.
+ * The logits are the final rms-normed state times the output matrix (the token
+ * embeddings when tied).
  *
  * What always holds: a model holds only tensors whose shapes were checked against the
  * hyper-parameters at load, so the forward pass indexes without further checks. A
  * context's sequence s (0 .. n_seqs - 1, cache sequence seq[s]) holds exactly
- * n_tokens[s] tokens of K/V in every layer; a failed prefill/decode leaves every sequence
- * as it was (the cache is truncated back), and only if that truncation fails is the
- * context broken until locks_ctx_reset.
+ * n_tokens[s] tokens of K/V in every global layer, and in every local layer's ring
+ * positions swa_lo[s] .. n_tokens[s] - 1 (swa_lo[s] >= n_tokens[s] - swa_cap); a failed
+ * prefill/decode leaves every sequence as it was (the cache is truncated back), and only
+ * if that truncation fails is the context broken until locks_ctx_reset.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -471,7 +476,22 @@ struct locks_ctx {
                            * only, dense (`full`) at the others (locks_ctx_set_sparse_layer) */
 
     engine_cuda *gpu;    /* the device engine when p.backend is CUDA (engine_cuda.c), else NULL */
+
+    /* sliding-window (local) layers: K/V in rings (swa.h), not in the cache */
+    int32_t *cache_layer; /* (n_layers,) a global layer's cache layer, a local one's ring index */
+    int32_t n_local;      /* local layers */
+    int32_t swa_cap;      /* ring slots: min(n_ctx, window - 1 + max(n_batch, swa_rollback)) */
+    uint16_t *swa_kv;     /* (n_seqs, n_local, 2 (K, V), swa_cap, Hkv, d) fp16 */
+    int32_t swa_lo[LOCKS_CTX_MAX_SEQS]; /* the rings hold positions swa_lo .. n_tokens - 1 */
 };
+
+/* The ring of local layer l (a local layer's index into the model) of sequence s. */
+static swa_ring ctx_ring(const locks_ctx *c, int32_t s, int32_t l) {
+    const locks_model_info *in = &c->m->info;
+    size_t half = (size_t)c->swa_cap * (size_t)in->n_kv_heads * (size_t)in->head_dim;
+    uint16_t *k = c->swa_kv + ((size_t)s * (size_t)c->n_local + (size_t)c->cache_layer[l]) * 2 * half;
+    return (swa_ring){k, k + half, c->swa_cap, in->n_kv_heads, in->head_dim};
+}
 
 locks_ctx_params locks_ctx_default_params(void) {
     locks_ctx_params p = {
@@ -490,6 +510,7 @@ locks_ctx_params locks_ctx_default_params(void) {
         .backend = LOCKS_BACKEND_CPU,
         .cuda_graph = 1,
         .n_seqs = 1,
+        .swa_rollback = 256,
     };
     return p;
 }
@@ -507,7 +528,7 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     locks_status st = LOCKS_OK;
     locks_ctx *c = NULL;
     if (!m || p.n_ctx <= 0 || p.n_threads <= 0 || p.n_threads > 256 || p.n_batch <= 0 ||
-        p.n_batch > 4096 || p.n_seqs < 1 || p.n_seqs > LOCKS_CTX_MAX_SEQS || !step_ok(&p.step)) {
+        p.n_batch > 4096 || p.n_seqs < 1 || p.n_seqs > LOCKS_CTX_MAX_SEQS || p.swa_rollback < 0 || !step_ok(&p.step)) {
         st = LOCKS_ERR_INVALID_ARG;
         goto fail;
     }
@@ -523,8 +544,35 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     for (int32_t s = 0; s < LOCKS_CTX_MAX_SEQS; s++) c->seq[s] = -1;
     c->sparse_layer = -1;
 
+    /* the cache holds the global layers; each local one gets a ring per sequence */
+    c->cache_layer = locks_alloc((size_t)in->n_layers, sizeof(int32_t));
+    if (!c->cache_layer) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    int32_t n_global = 0;
+    for (int32_t l = 0; l < in->n_layers; l++)
+        c->cache_layer[l] = m->layers[l].local ? c->n_local++ : n_global++;
+    if (c->n_local > 0) {
+        if (p.backend == LOCKS_BACKEND_CUDA) {
+            locks_log(LOCKS_LOG_ERROR, "model: the GPU engine runs no sliding-window layers (%s): use the CPU backend",
+                      in->arch);
+            st = LOCKS_ERR_UNSUPPORTED;
+            goto fail;
+        }
+        int64_t keep = p.swa_rollback > p.n_batch ? p.swa_rollback : p.n_batch;
+        int64_t cap = (int64_t)in->swa_window - 1 + keep;
+        c->swa_cap = (int32_t)(cap < p.n_ctx ? cap : p.n_ctx);
+        c->swa_kv = locks_alloc((size_t)p.n_seqs * (size_t)c->n_local,
+                                swa_ring_bytes(c->swa_cap, in->n_kv_heads, in->head_dim));
+        if (!c->swa_kv) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+    }
+
     locks_cache_params cp = locks_cache_default_params();
-    cp.n_layers = in->n_layers;
+    cp.n_layers = n_global > 0 ? n_global : 1;
     cp.n_kv_heads = in->n_kv_heads;
     cp.head_dim = in->head_dim;
     cp.n_pages = p.n_seqs * ((p.n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE);
@@ -614,6 +662,8 @@ void locks_ctx_free(locks_ctx *c) {
     if (!c) return;
     engine_cuda_free(c->gpu);
     locks_cache_free(c->cache);
+    locks_free(c->cache_layer);
+    locks_free(c->swa_kv);
     locks_pool_free(c->pool);
     locks_free(c->x);
     locks_free(c->xb);
@@ -639,6 +689,7 @@ locks_status locks_ctx_reset(locks_ctx *c) {
         if (c->seq[s] >= 0 && (st = locks_cache_seq_remove(c->cache, c->seq[s])) != LOCKS_OK) return st;
         c->seq[s] = -1;
         c->n_tokens[s] = 0;
+        c->swa_lo[s] = 0;
     }
     c->broken = 1;
     for (int32_t s = 0; s < c->n_seqs; s++)
@@ -653,12 +704,23 @@ int32_t locks_ctx_seq_len(const locks_ctx *c, int32_t seq) {
     return c && seq >= 0 && seq < c->n_seqs ? c->n_tokens[seq] : -1;
 }
 
-/* Drops every token of sequence s after the first n. */
+/* Drops every token of sequence s after the first n. The local layers' rings need no
+ * change, only the window before n still in them: positions n - window + 1 .. n - 1. */
 static locks_status truncate_seq(locks_ctx *c, int32_t s, int32_t n) {
     if (!c || c->broken || n < 0 || n > c->n_tokens[s]) return LOCKS_ERR_INVALID_ARG;
+    int32_t need = n - c->m->info.swa_window + 1;
+    if (c->n_local > 0 && n > 0 && (need > 0 ? need : 0) < c->swa_lo[s]) {
+        locks_log(LOCKS_LOG_ERROR,
+                  "model: cannot truncate to %d tokens: the sliding-window layers keep positions %d .. %d only "
+                  "(window %d; truncate to >= %d or to 0, or raise swa_rollback, now %d)",
+                  n, c->swa_lo[s], c->n_tokens[s] - 1, c->m->info.swa_window,
+                  c->swa_lo[s] + c->m->info.swa_window - 1, c->p.swa_rollback);
+        return LOCKS_ERR_UNSUPPORTED;
+    }
     locks_status st = locks_cache_seq_truncate(c->cache, c->seq[s], n);
     if (st != LOCKS_OK) return st;
     c->n_tokens[s] = n;
+    if (n == 0) c->swa_lo[s] = 0;
     return LOCKS_OK;
 }
 
@@ -666,6 +728,14 @@ locks_status locks_ctx_truncate(locks_ctx *c, int32_t n) { return truncate_seq(c
 const locks_model *locks_ctx_model(const locks_ctx *c) { return c->m; }
 locks_ctx_params locks_ctx_get_params(const locks_ctx *c) { return c->p; }
 locks_cache *locks_ctx_cache(locks_ctx *c) { return c->cache; }
+int32_t locks_ctx_cache_layer(const locks_ctx *c, int32_t layer) {
+    if (!c || layer < 0 || layer >= c->m->info.n_layers || c->m->layers[layer].local) return -1;
+    return c->cache_layer[layer];
+}
+size_t locks_ctx_swa_bytes(const locks_ctx *c) {
+    const locks_model_info *in = &c->m->info;
+    return (size_t)c->n_seqs * (size_t)c->n_local * swa_ring_bytes(c->swa_cap, in->n_kv_heads, in->head_dim);
+}
 int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq[0]; }
 
 locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
@@ -701,6 +771,10 @@ locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
     int32_t n = src->n_tokens[0];
     c->stats = src->stats;
     if (n == 0) goto done;
+    if (c->n_local > 0) { /* same parameters: same ring size */
+        memcpy(c->swa_kv, src->swa_kv, locks_ctx_swa_bytes(src));
+        c->swa_lo[0] = src->swa_lo[0];
+    }
     const locks_model_info *in = &src->m->info;
     int32_t hkv = in->n_kv_heads, hd = in->head_dim;
     k = locks_alloc((size_t)n * hkv * hd, sizeof(float));
@@ -712,7 +786,7 @@ locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
     if ((st = locks_cache_append(c->cache, c->seq[0], n)) != LOCKS_OK) goto fail;
     int32_t n_pages;
     const int32_t *bt = locks_cache_block_table(src->cache, src->seq[0], &n_pages);
-    for (int32_t l = 0; l < in->n_layers; l++) {
+    for (int32_t l = 0; l < locks_cache_get_params(src->cache).n_layers; l++) { /* cache layers */
         /* pages are [Hkv][P][d] fp16; the write wants tokens [n][Hkv][d] fp32 */
         for (int32_t t = 0; t < n; t++) {
             const uint16_t *kp = locks_cache_k_page(src->cache, l, bt[t / LOCKS_PAGE]);
@@ -872,15 +946,18 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
         const float *inv_freq = L->local ? c->inv_freq_swa : c->inv_freq;
         rope(c->q, n, hq, hd, m->n_rot, inv_freq, pos, m->arch->rope_neox);
         rope(c->k, n, hkv, hd, m->n_rot, inv_freq, pos, m->arch->rope_neox);
-        if ((st = locks_cache_write(c->cache, c->seq[sq], l, pos, n, c->k, c->v)) != LOCKS_OK) return st;
+        const int32_t cl = c->cache_layer[l]; /* cache layer, or ring of a local layer */
+        if (!L->local && (st = locks_cache_write(c->cache, c->seq[sq], cl, pos, n, c->k, c->v)) != LOCKS_OK) return st;
         if (L->local) {
             /* sliding window: every key of the window, exactly, whatever the selector */
+            swa_ring r = ctx_ring(c, sq, l);
+            if ((st = swa_ring_write(&r, pos, n, c->k, c->v)) != LOCKS_OK) return st;
+            if (pos + n - c->swa_cap > c->swa_lo[sq]) c->swa_lo[sq] = pos + n - c->swa_cap; /* overwritten */
             if (c->p.on_query)
                 for (int32_t t = 0; t < n; t++)
                     c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
             double t0 = locks_now_ms();
-            st = swa_attend(c->pool, c->cache, l, c->seq[sq], pos, n, c->q, hq, scale, in->swa_window, c->swa_scratch,
-                            c->att);
+            st = swa_attend(c->pool, &r, pos, n, c->q, hq, scale, in->swa_window, c->swa_scratch, c->att);
             if (st != LOCKS_OK) return st;
             if (decode) { /* dense and sparse decoding both read the window */
                 int32_t nk = pos + 1 < in->swa_window ? pos + 1 : in->swa_window;
@@ -897,7 +974,7 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
             locks_step_params dense_step = c->p.step;
             dense_step.selector = LOCKS_SEL_FULL;
             const locks_step_params *sp = c->sparse_layer < 0 || c->sparse_layer == l ? &c->p.step : &dense_step;
-            st = locks_decode_step(c->cache, l, &c->seq[sq], 1, c->q, hq, sp, c->att, sel, &ss);
+            st = locks_decode_step(c->cache, cl, &c->seq[sq], 1, c->q, hq, sp, c->att, sel, &ss);
             if (st != LOCKS_OK) return st;
             if (c->p.on_step) c->p.on_step(l, c->q, hq, sel, c->p.on_step_user);
             c->stats.attn_ms += locks_now_ms() - t0;
@@ -909,9 +986,9 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
                 for (int32_t t = 0; t < n; t++)
                     c->p.on_query(l, pos + t, c->q + (size_t)t * (size_t)q_dim, c->p.on_query_user);
             if (mode == FWD_VERIFY) { /* token t over [0, pos + t], as its decode step */
-                st = locks_attend_prefix_n(c->cache, l, c->seq[sq], pos + 1, n, c->q, hq, c->att);
+                st = locks_attend_prefix_n(c->cache, cl, c->seq[sq], pos + 1, n, c->q, hq, c->att);
             } else {
-                st = locks_prefill_attend(c->cache, l, c->seq[sq], pos, n, c->q, hq, scale, c->att);
+                st = locks_prefill_attend(c->cache, cl, c->seq[sq], pos, n, c->q, hq, scale, c->att);
             }
             if (st != LOCKS_OK) return st;
         }
@@ -1171,12 +1248,28 @@ locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t laye
         return LOCKS_ERR_INVALID_ARG;
     if (c->gpu) return LOCKS_ERR_UNSUPPORTED;
     const int32_t hkv = c->m->info.n_kv_heads, d = c->m->info.head_dim, n = c->n_tokens[seq];
+    if (c->m->layers[layer].local) { /* the ring's positions swa_lo .. n - 1; 0 before */
+        const swa_ring r = ctx_ring(c, seq, layer);
+        const size_t row = (size_t)hkv * (size_t)d;
+        for (int32_t t = 0; t < n; t++) {
+            size_t slot = (size_t)(t % r.cap);
+            if (t < c->swa_lo[seq]) {
+                memset(k + (size_t)t * row, 0, sizeof(uint16_t) * row);
+                memset(v + (size_t)t * row, 0, sizeof(uint16_t) * row);
+            } else {
+                memcpy(k + (size_t)t * row, r.k + slot * row, sizeof(uint16_t) * row);
+                memcpy(v + (size_t)t * row, r.v + slot * row, sizeof(uint16_t) * row);
+            }
+        }
+        return LOCKS_OK;
+    }
+    const int32_t cl = c->cache_layer[layer];
     int32_t n_pages = 0;
     const int32_t *bt = locks_cache_block_table(c->cache, c->seq[seq], &n_pages);
     if (!bt && n > 0) return LOCKS_ERR_INVALID_ARG;
     for (int32_t t = 0; t < n; t++) { /* page [Hkv][P][d] -> [t][Hkv][d] */
-        const uint16_t *kp = locks_cache_k_page(c->cache, layer, bt[t / LOCKS_PAGE]);
-        const uint16_t *vp = locks_cache_v_page(c->cache, layer, bt[t / LOCKS_PAGE]);
+        const uint16_t *kp = locks_cache_k_page(c->cache, cl, bt[t / LOCKS_PAGE]);
+        const uint16_t *vp = locks_cache_v_page(c->cache, cl, bt[t / LOCKS_PAGE]);
         if (!kp || !vp) return LOCKS_ERR_UNSUPPORTED;
         for (int32_t h = 0; h < hkv; h++) {
             size_t src = ((size_t)h * LOCKS_PAGE + (size_t)(t % LOCKS_PAGE)) * (size_t)d;
@@ -1204,11 +1297,28 @@ locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const u
             kf[i] = locks_f16_to_f32(k[(size_t)l * per_layer + i]);
             vf[i] = locks_f16_to_f32(v[(size_t)l * per_layer + i]);
         }
-        st = locks_cache_write(c->cache, c->seq[seq], l, 0, n, kf, vf);
+        if (c->m->layers[l].local) { /* the last positions the ring holds */
+            swa_ring r = ctx_ring(c, seq, l);
+            const int32_t m = n < r.cap ? n : r.cap;
+            const size_t off = (size_t)(n - m) * (size_t)hkv * (size_t)d;
+            st = swa_ring_write(&r, n - m, m, kf + off, vf + off);
+        } else {
+            st = locks_cache_write(c->cache, c->seq[seq], c->cache_layer[l], 0, n, kf, vf);
+        }
     }
-    if (st == LOCKS_OK) c->n_tokens[seq] = n;
-    else if (locks_cache_seq_truncate(c->cache, c->seq[seq], 0) == LOCKS_OK) c->n_tokens[seq] = 0;
-    else c->broken = 1;
+    /* the saved positions before a ring's last ones may have been zeros (not kept where
+     * they were read): only the window before n is known good, so no truncation below n
+     * (but to 0) after a load */
+    const int32_t lo = n - c->m->info.swa_window + 1;
+    if (st == LOCKS_OK) {
+        c->n_tokens[seq] = n;
+        c->swa_lo[seq] = lo > 0 ? lo : 0;
+    } else if (locks_cache_seq_truncate(c->cache, c->seq[seq], 0) == LOCKS_OK) {
+        c->n_tokens[seq] = 0;
+        c->swa_lo[seq] = 0;
+    } else {
+        c->broken = 1;
+    }
     locks_free(kf);
     locks_free(vf);
     return st;

@@ -55,6 +55,18 @@ int32_t locks_spec_accept(locks_sampler *s, float *p, const float *q, int32_t d,
     return t;
 }
 
+/* A round drops up to k tokens again: sliding-window layers keep their K/V only for
+ * max(n_batch, swa_rollback) tokens back (locks_ctx_truncate), unless they keep all. */
+static int reach_ok(const locks_ctx *c, int32_t k) {
+    const locks_ctx_params cp = locks_ctx_get_params(c);
+    const locks_model_info in = locks_model_get_info(locks_ctx_model(c));
+    const int32_t reach = cp.swa_rollback > cp.n_batch ? cp.swa_rollback : cp.n_batch;
+    if (in.swa_window == 0 || k <= reach || (int64_t)in.swa_window - 1 + reach >= cp.n_ctx) return 1;
+    locks_log(LOCKS_LOG_ERROR, "speculate: k = %d drafts, but the sliding-window layers keep %d tokens back "
+              "(max(n_batch, swa_rollback)): raise swa_rollback", k, reach);
+    return 0;
+}
+
 locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
                              locks_sampler *s, const locks_spec_params *sp, locks_token_fn on_token,
                              void *user, int32_t *out, int32_t *n_out, locks_spec_stats *stats) {
@@ -68,6 +80,7 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
     if (K < 1 || K >= cp.n_ctx || sp->draft.selector == LOCKS_SEL_FULL || sp->draft.budget <= 0 ||
         !(sp->draft.mass == 0.0f || (sp->draft.mass > 0.0f && sp->draft.mass < 1.0f)))
         return LOCKS_ERR_INVALID_ARG;
+    if (!reach_ok(c, K)) return LOCKS_ERR_UNSUPPORTED;
     const locks_step_params saved = cp.step;
     locks_status st = locks_ctx_set_step(c, sp->draft);
     if (st != LOCKS_OK) return st;
@@ -176,6 +189,7 @@ locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_
     const int32_t n = locks_ctx_seq_len(c, seq);
     if (n < 0 || t0 < 0 || t0 >= n_vocab) return LOCKS_ERR_INVALID_ARG;
     if (n + k + 1 > cp.n_ctx) return LOCKS_ERR_POOL_FULL;
+    if (!reach_ok(c, k)) return LOCKS_ERR_UNSUPPORTED;
     const locks_step_params saved = cp.step;
     locks_status st = locks_ctx_set_step(c, *draft);
     if (st != LOCKS_OK) return st;

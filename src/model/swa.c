@@ -1,6 +1,5 @@
 /*
- * swa.c — exact sliding-window attention (see swa.h) over the fp16 pages of a CPU
- * cache, read through locks.h's page accessors.
+ * swa.c — the sliding-window layers' K/V ring and their exact attention (see swa.h).
  *
  * One task per (token, KV head): the window's keys are converted to fp32 once and
  * scored against every query head of the GQA group (scale q . k), then a stable
@@ -14,16 +13,30 @@
 #include "vmath.h"
 
 typedef struct {
-    const locks_cache *c;
-    int32_t layer, pos, hq, hkv, hd, window, n_pages;
-    const int32_t *bt;
+    const swa_ring *r;
+    int32_t pos, hq, hkv, hd, window;
     const float *q;
     float scale;
     float *scratch;
     size_t scratch_per_thread;
     float *out;
-    int bad; /* a page without host memory */
 } swa_job;
+
+size_t swa_ring_bytes(int32_t cap, int32_t n_kv_heads, int32_t head_dim) {
+    return 2 * (size_t)cap * (size_t)n_kv_heads * (size_t)head_dim * sizeof(uint16_t);
+}
+
+locks_status swa_ring_write(swa_ring *r, int32_t pos, int32_t n, const float *k, const float *v) {
+    const size_t row = (size_t)r->n_kv_heads * (size_t)r->head_dim;
+    if (pos < 0 || n < 0 || n > r->cap) return LOCKS_ERR_INVALID_ARG;
+    if (!locks_all_finite(k, (size_t)n * row) || !locks_all_finite(v, (size_t)n * row)) return LOCKS_ERR_NONFINITE;
+    for (int32_t t = 0; t < n; t++) {
+        size_t slot = (size_t)((pos + t) % r->cap);
+        locks_f32_to_f16_n(k + (size_t)t * row, r->k + slot * row, row);
+        locks_f32_to_f16_n(v + (size_t)t * row, r->v + slot * row, row);
+    }
+    return LOCKS_OK;
+}
 
 size_t swa_scratch_floats(int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, int32_t window) {
     int32_t g = n_q_heads / n_kv_heads;
@@ -39,14 +52,10 @@ static void swa_task(void *arg, int32_t task, int32_t thread) {
     float *kf = sc + (size_t)g * (size_t)j->window;                   /* (hd,) one key / value */
     float *acc = kf + 2 * (size_t)hd;                                 /* (g, hd) */
     const float *qg = j->q + ((size_t)t * j->hq + (size_t)h * g) * hd;
+    const size_t ld = (size_t)j->hkv * hd, cap = (size_t)j->r->cap; /* one position's K or V */
     for (int32_t i = 0; i < nk; i++) {
-        int32_t kp = lo + i;
-        const uint16_t *page = locks_cache_k_page(j->c, j->layer, j->bt[kp / LOCKS_PAGE]);
-        if (!page) {
-            j->bad = 1;
-            return;
-        }
-        locks_f16_to_f32_n(page + ((size_t)h * LOCKS_PAGE + kp % LOCKS_PAGE) * hd, kf, (size_t)hd);
+        size_t slot = (size_t)(lo + i) % cap;
+        locks_f16_to_f32_n(j->r->k + slot * ld + (size_t)h * hd, kf, (size_t)hd);
         for (int32_t k = 0; k < g; k++) {
             const float *qk = qg + (size_t)k * hd;
             float s = 0.0f;
@@ -68,13 +77,8 @@ static void swa_task(void *arg, int32_t task, int32_t thread) {
     }
     memset(acc, 0, sizeof(float) * (size_t)g * hd);
     for (int32_t i = 0; i < nk; i++) {
-        int32_t kp = lo + i;
-        const uint16_t *page = locks_cache_v_page(j->c, j->layer, j->bt[kp / LOCKS_PAGE]);
-        if (!page) {
-            j->bad = 1;
-            return;
-        }
-        locks_f16_to_f32_n(page + ((size_t)h * LOCKS_PAGE + kp % LOCKS_PAGE) * hd, kf, (size_t)hd);
+        size_t slot = (size_t)(lo + i) % cap;
+        locks_f16_to_f32_n(j->r->v + slot * ld + (size_t)h * hd, kf, (size_t)hd);
         for (int32_t k = 0; k < g; k++) {
             float w = sc[(size_t)k * nk + i];
             float *a = acc + (size_t)k * hd;
@@ -87,20 +91,17 @@ static void swa_task(void *arg, int32_t task, int32_t thread) {
     }
 }
 
-locks_status swa_attend(locks_pool *pool, const locks_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
-                        const float *q, int32_t n_q_heads, float scale, int32_t window, float *scratch, float *out) {
-    locks_cache_params cp = locks_cache_get_params(c);
-    int32_t n_pages;
-    const int32_t *bt = locks_cache_block_table(c, seq, &n_pages);
-    if (!bt || pos < 0 || n <= 0 || window <= 0 || layer < 0 || layer >= cp.n_layers ||
-        (int64_t)pos + n > locks_cache_seq_len(c, seq) || n_q_heads % cp.n_kv_heads != 0 ||
-        n_q_heads / cp.n_kv_heads > 16)
+locks_status swa_attend(locks_pool *pool, const swa_ring *r, int32_t pos, int32_t n, const float *q,
+                        int32_t n_q_heads, float scale, int32_t window, float *scratch, float *out) {
+    if (!r || pos < 0 || n <= 0 || window <= 0 ||
+        ((int64_t)window - 1 + n > r->cap && (int64_t)pos + n > r->cap) ||
+        n_q_heads % r->n_kv_heads != 0 || n_q_heads / r->n_kv_heads > 16)
         return LOCKS_ERR_INVALID_ARG;
-    swa_job j = {c, layer, pos, n_q_heads, cp.n_kv_heads, cp.head_dim, window, n_pages, bt, q, scale, scratch,
-                 swa_scratch_floats(n_q_heads, cp.n_kv_heads, cp.head_dim, window), out, 0};
-    int32_t n_tasks = n * cp.n_kv_heads;
+    swa_job j = {r, pos, n_q_heads, r->n_kv_heads, r->head_dim, window, q, scale, scratch,
+                 swa_scratch_floats(n_q_heads, r->n_kv_heads, r->head_dim, window), out};
+    int32_t n_tasks = n * r->n_kv_heads;
     if (pool) locks_pool_run(pool, n_tasks, swa_task, &j);
     else
         for (int32_t t = 0; t < n_tasks; t++) swa_task(&j, t, 0);
-    return j.bad ? LOCKS_ERR_UNSUPPORTED : LOCKS_OK;
+    return LOCKS_OK;
 }

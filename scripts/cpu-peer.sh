@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# cpu-peer.sh — issue 20: ours beside llama.cpp on the CPU, the same GGUF files, the same
+# threads, back to back, then one markdown table (ours / llama.cpp). A speed comparison
+# means something only on a quiet machine: it refuses to start when the 1-minute load is
+# above 1.2 (no helper, no build, no test may run meanwhile).
+#
+#   scripts/cpu-peer.sh                         # every model, every part (~20 min quiet)
+#   scripts/cpu-peer.sh smollm2 decode          # pick models and/or parts
+#   scripts/cpu-peer.sh gemma3 prefill rss
+# Models: smollm2 (SmolLM2-135M Q4_1), gemma3 (Gemma 3 270M Q4_K_M).
+# Parts:
+#   decode   tok/s at depth 0 (ours `locks run --selector full`; llama-bench -p 0 -n NGEN)
+#            and at the long depths (SmolLM2 7.5K; Gemma 13.4K, 16K, 32K): ours from one
+#            prefill by `locks eval --fidelity --at` (full, LOCKS@256, LOCKS@2048, decode
+#            calls interleaved position by position over the last 32 positions before
+#            each depth, every 4th, logits included), llama-bench -p 0 -n 16 -d depth-16
+#   prefill  pp512 at depth 0 (ours: a 512-token prompt, `locks run -n 1`; llama-bench
+#            -p 512 -n 0) and a whole 16K prompt: time to first token, peak RSS
+#   spec     SmolLM2 at 6.5K: `locks run --speculate 4 --budget 256 --compare` (exact
+#            output at sparse speed) against our own dense decode; identical output?
+#   rss      peak RSS (/usr/bin/time -v) of a decode at the longest depth: ours
+#            `locks run --selector locks` (SmolLM2 budget 256, Gemma 2048) vs
+#            llama-bench -p 0 -n 16 -d depth
+# Env: THREADS=2, REPS=3 (llama-bench repetitions), NGEN=64 (tokens at depth 0),
+#   LOCKS=build/locks, LLAMA_BIN=/work/peer/build-cpu/bin (built by scripts/llamacpp-cpu.sh
+#   when llama-bench is missing there), DOC=the prose haystack (scripts/fetch-haystack.sh),
+#   OUT=bench/cpu-peer (log, raw outputs, table.md; not committed),
+#   CPU_PEER_IGNORE_LOAD=1 measure even when the load is high (testing the script only;
+#   written into the output and the table's heading), CPU_PEER_TINY=1 tiny depths and
+#   prompts (testing the script only; the numbers mean nothing).
+# Prompts are the prose haystack cut to the wanted number of tokens (counted with our
+# tokenizer); llama.cpp gets the same counts as depths / prompt sizes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+THREADS=${THREADS:-2}
+REPS=${REPS:-3}
+NGEN=${NGEN:-64}
+LOCKS=${LOCKS:-build/locks}
+LLAMA_BIN=${LLAMA_BIN:-/work/peer/build-cpu/bin}
+OUT=${OUT:-bench/cpu-peer}
+TINY=${CPU_PEER_TINY:-0}
+IGNORE_LOAD=${CPU_PEER_IGNORE_LOAD:-0}
+
+models="" parts=""
+for a in "$@"; do
+    case $a in
+    smollm2 | gemma3) models="$models $a" ;;
+    decode | prefill | spec | rss) parts="$parts $a" ;;
+    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    *) echo "cpu-peer: unknown model or part '$a' (models: smollm2 gemma3; parts: decode prefill spec rss)" >&2; exit 2 ;;
+    esac
+done
+models=${models:-" smollm2 gemma3"}
+parts=${parts:-" decode prefill spec rss"}
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+load=$(load1)
+if awk -v l="$load" 'BEGIN { exit !(l > 1.2) }'; then
+    if [ "$IGNORE_LOAD" = 1 ]; then
+        echo "cpu-peer: 1-minute load $load > 1.2, measuring anyway (CPU_PEER_IGNORE_LOAD=1: not a comparison)" >&2
+    else
+        echo "cpu-peer: 1-minute load is $load (> 1.2): something else runs; not measuring" >&2
+        echo "          (CPU_PEER_IGNORE_LOAD=1 overrides, for testing the script only)" >&2
+        exit 2
+    fi
+fi
+
+[ -x "$LOCKS" ] || { echo "cpu-peer: no $LOCKS (build it: cmake --build build)" >&2; exit 1; }
+command -v /usr/bin/time > /dev/null || { echo "cpu-peer: needs GNU time (apt-get install time)" >&2; exit 1; }
+if [ ! -x "$LLAMA_BIN/llama-bench" ]; then
+    echo "cpu-peer: no $LLAMA_BIN/llama-bench: building it (scripts/llamacpp-cpu.sh)" >&2
+    LLAMA_BUILD=$(dirname "$LLAMA_BIN") JOBS=${JOBS:-2} scripts/llamacpp-cpu.sh >&2
+fi
+LB=$LLAMA_BIN/llama-bench
+DOC=${DOC:-$(scripts/fetch-haystack.sh)}
+
+stamp_id=$(date -u +%Y%m%dT%H%M%SZ)
+RUN=$OUT/$stamp_id
+mkdir -p "$RUN"
+LOG=$RUN/log
+RES=$RUN/results.tsv # model, part, row, ours, llama, unit
+: > "$RES"
+log() { echo "$*" | tee -a "$LOG" >&2; }
+stamp() { log "## $1 $(date -u +%FT%TZ); 1-minute load $(load1)"; }
+# run LABEL CMD...: the command (echoed into the log) with its stdout in $RUN/LABEL.out and
+# its stderr in $RUN/LABEL.err (ours report speeds there, /usr/bin/time its RSS)
+run() {
+    local label=$1 rc=0
+    shift
+    log "+ $*"
+    "$@" > "$RUN/$label.out" 2> "$RUN/$label.err" || rc=$?
+    [ $rc = 0 ] || log "cpu-peer: '$label' exited with $rc; see $RUN/$label.err"
+    return $rc
+}
+result() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$RES"; }
+
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include tools 2>/dev/null || echo "+dirty")
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512(f|bw|vl|dq)|avx512_(vnni|bf16)|avx_vnni)$' | tr '\n' ' ')
+{
+    echo "# cpu-peer $(date -u +%FT%TZ)"
+    echo "commit $commit; host $(hostname); CPU $cpu ($(nproc) cores); flags: $flags"
+    echo "threads $THREADS; llama-bench $LB; 1-minute load at start $load"
+    [ "$IGNORE_LOAD" = 1 ] && echo "LOAD CHECK SKIPPED (CPU_PEER_IGNORE_LOAD=1): these numbers are not a comparison"
+    [ "$TINY" = 1 ] && echo "TINY SETTINGS (CPU_PEER_TINY=1): script test, the numbers mean nothing"
+} | tee "$LOG" >&2
+
+# ntok FILE MODEL: tokens of FILE's text with our tokenizer (BOS included if the model wants
+# one; at least 16); `locks run -c 16` stops right after tokenizing a longer prompt.
+ntok() { { "$LOCKS" run -m "$2" -f "$1" -c 16 -n 1 2>&1 || true; } | sed -n 's/.*the prompt has \([0-9]*\) tokens.*/\1/p'; }
+# doc N MODEL FILE: the haystack's first bytes, cut to about N tokens (at most N).
+doc() {
+    local n=$1 m=$2 f=$3 bytes=$(($1 * 4)) t
+    for _ in 1 2 3 4; do
+        head -c "$bytes" "$DOC" > "$f"
+        t=$(ntok "$f" "$m")
+        [ -n "$t" ] || { log "cpu-peer: cannot count the tokens of $f"; return 1; }
+        [ "$t" -le "$n" ] && [ "$t" -ge $((n - n / 200 - 1)) ] && break
+        bytes=$((bytes * n / t - (t > n ? 8 : 0)))
+    done
+    while [ "$t" -gt "$n" ]; do bytes=$((bytes - 16)); head -c "$bytes" "$DOC" > "$f"; t=$(ntok "$f" "$m"); done
+    echo "$t"
+}
+# lb_ts FILE: "n_prompt n_gen n_depth avg_ts stddev_ts" per llama-bench JSON test
+lb_ts() { python3 -c 'import json,sys
+for t in json.load(open(sys.argv[1])): print(t["n_prompt"], t["n_gen"], t["n_depth"], t["avg_ts"], t["stddev_ts"])' "$1"; }
+maxrss_mb() { sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\).*/\1/p' "$1" | awk '{ printf "%.0f", $1 / 1024 }'; }
+
+for model in $models; do
+    case $model in
+    smollm2)
+        M=$HOME/.cache/locks/SmolLM2-135M-Instruct.Q4_1.gguf DEPTHS=7500 RSS_BUDGET=256 ;;
+    gemma3)
+        M=$HOME/.cache/locks/gemma-3-270m-q4_k_m.gguf DEPTHS=13400,16384,32768 RSS_BUDGET=2048 ;;
+    esac
+    PP=512 LONG=16384 SPEC=6479
+    if [ "$TINY" = 1 ]; then
+        DEPTHS=$([ "$model" = gemma3 ] && echo 300,600 || echo 400) PP=64 LONG=400 SPEC=400 NGEN=8 REPS=1
+    fi
+    [ -f "$M" ] || { log "cpu-peer: no $M (scripts/fetch-model.sh)"; exit 1; }
+    MAXD=${DEPTHS##*,}
+    for part in $parts; do
+        stamp "$model $part start"
+        case $part in
+        decode)
+            run "$model-d0-ours" "$LOCKS" run -m "$M" -p "The history of the" -n "$NGEN" --temp 0 -t "$THREADS" --selector full
+            ts=$(sed -n 's/^decode: .*(\([0-9.]*\) tok\/s.*/\1/p' "$RUN/$model-d0-ours.err")
+            run "$model-d0-llama" "$LB" -m "$M" -t "$THREADS" -p 0 -n "$NGEN" -r "$REPS" -o json
+            lts=$(lb_ts "$RUN/$model-d0-llama.out" | awk '$2 > 0 { print $4 }')
+            result "$model" decode "decode at depth 0, dense" "$ts" "$lts" tok/s
+            doc $((MAXD + 64)) "$M" "$RUN/$model-doc-decode.txt" > /dev/null # --max-tokens cuts it exactly
+            run "$model-long-ours" "$LOCKS" eval --fidelity "$RUN/$model-doc-decode.txt" -m "$M" --selectors full,locks \
+                --budgets 256,2048 --max-tokens "$MAXD" --window 32 --stride 4 --at "$DEPTHS" -t "$THREADS" \
+                --csv "$RUN/$model-long-ours.csv"
+            ld=$(echo "$DEPTHS" | tr ',' '\n' | awk '{ printf "%s%d", (NR > 1 ? "," : ""), $1 - 16 }')
+            run "$model-long-llama" "$LB" -m "$M" -t "$THREADS" -p 0 -n 16 -d "$ld" -r "$REPS" -o json
+            for L in ${DEPTHS//,/ }; do
+                lts=$(lb_ts "$RUN/$model-long-llama.out" | awk -v d=$((L - 16)) '$2 > 0 && $3 == d { print $4 }')
+                python3 - "$RUN/$model-long-ours.csv" "$L" "$lts" "$model" >> "$RES" << 'PY'
+import csv, sys
+path, L, lts, model = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+for r in csv.DictReader(open(path)):
+    if r["document"] == "all" or r["layer"] != "-1" or int(r["length"]) != L:
+        continue
+    name = "dense" if r["selector"] == "full" else "%s@%s" % ("LOCKS" if r["selector"] == "locks" else r["selector"], r["budget"])
+    print("%s\tdecode\tdecode at %d, %s\t%.2f\t%s\ttok/s" % (model, L, name, 1000.0 / float(r["ms_per_step"]), lts))
+PY
+            done
+            ;;
+        prefill)
+            n=$(doc "$PP" "$M" "$RUN/$model-doc-pp.txt")
+            run "$model-pp-ours" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-pp.txt" -n 1 --temp 0 -t "$THREADS" --selector full
+            ts=$(sed -n 's/^prefill: .*(\([0-9.]*\) tok\/s.*/\1/p' "$RUN/$model-pp-ours.err")
+            run "$model-pp-llama" "$LB" -m "$M" -t "$THREADS" -p "$n" -n 0 -r "$REPS" -o json
+            lts=$(lb_ts "$RUN/$model-pp-llama.out" | awk '$1 > 0 { print $4 }')
+            result "$model" prefill "prefill pp$n at depth 0" "$ts" "$lts" tok/s
+            n=$(doc "$LONG" "$M" "$RUN/$model-doc-long.txt")
+            run "$model-ttft-ours" /usr/bin/time -v "$LOCKS" run -m "$M" -f "$RUN/$model-doc-long.txt" -n 1 --temp 0 \
+                -t "$THREADS" --selector full
+            s=$(sed -n 's/^prefill: [0-9]* tokens in \([0-9.]*\) s.*/\1/p' "$RUN/$model-ttft-ours.err")
+            rss=$(maxrss_mb "$RUN/$model-ttft-ours.err")
+            run "$model-ttft-llama" /usr/bin/time -v "$LB" -m "$M" -t "$THREADS" -p "$n" -n 0 -r 1 -o json
+            lts=$(lb_ts "$RUN/$model-ttft-llama.out" | awk '$1 > 0 { print $4 }')
+            lrss=$(maxrss_mb "$RUN/$model-ttft-llama.err")
+            result "$model" prefill "prefill of a $n-token prompt: tok/s" "$(awk -v n="$n" -v s="$s" 'BEGIN { printf "%.1f", n / s }')" "$lts" tok/s
+            result "$model" prefill "  time to first token" "$s" "$(awk -v n="$n" -v t="$lts" 'BEGIN { printf "%.2f", n / t }')" s
+            result "$model" prefill "  peak RSS" "$rss" "$lrss" MB
+            ;;
+        spec)
+            [ "$model" = smollm2 ] || { log "(spec: SmolLM2 only)"; continue; }
+            n=$(doc "$SPEC" "$M" "$RUN/$model-doc-spec.txt")
+            run "$model-spec-ours" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-spec.txt" -c $((n + 128)) -n 64 --temp 0 \
+                -t "$THREADS" --selector locks --budget 256 --speculate 4 --compare || true
+            line=$(grep '^compare:' "$RUN/$model-spec-ours.out" || echo "")
+            dense=$(echo "$line" | sed -n 's/.*dense [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
+            spec=$(echo "$line" | sed -n 's/.*speculate K .* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
+            same=$(echo "$line" | sed -n 's/.*output \([A-Za-z]*\).*/\1/p')
+            result "$model" spec "speculate 4 @256 at $n vs our dense (output ${same:-?})" "$spec" "" tok/s
+            result "$model" spec "  our dense decode at $n" "$dense" "" tok/s
+            ;;
+        rss)
+            n=$(doc "$MAXD" "$M" "$RUN/$model-doc-rss.txt")
+            run "$model-rss-ours" /usr/bin/time -v "$LOCKS" run -m "$M" -f "$RUN/$model-doc-rss.txt" -c $((n + 32)) -n 16 \
+                --temp 0 -t "$THREADS" --selector locks --budget "$RSS_BUDGET"
+            run "$model-rss-llama" /usr/bin/time -v "$LB" -m "$M" -t "$THREADS" -p 0 -n 16 -d "$n" -r 1 -o json
+            result "$model" rss "peak RSS, decode at $n (ours LOCKS@$RSS_BUDGET)" "$(maxrss_mb "$RUN/$model-rss-ours.err")" \
+                "$(maxrss_mb "$RUN/$model-rss-llama.err")" MB
+            ;;
+        esac
+        stamp "$model $part end"
+    done
+done
+
+# The table: one row per measurement; ours / llama.cpp (for RSS and seconds lower is better).
+python3 - "$RES" "$LOG" > "$RUN/table.md" << 'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+head = [l.rstrip("\n") for l in open(sys.argv[2]) if not l.startswith("+ ") and not l.startswith("## ")][:6]
+print("\n".join(head))
+print()
+print("| model | measurement | ours | llama.cpp | ours / llama.cpp |")
+print("|---|---|---:|---:|---:|")
+def num(x):
+    try:
+        return float(x)
+    except ValueError:
+        return None
+for model, part, row, ours, llama, unit in rows:
+    o, l = num(ours), num(llama)
+    ratio = "%.2fx" % (o / l) if o is not None and l else "-"
+    if part == "spec" and row.startswith("speculate"):
+        dense = next((num(r[3]) for r in rows if r[0] == model and r[1] == "spec" and r[2].startswith("  our dense")), None)
+        ratio = "%.2fx our dense" % (o / dense) if o is not None and dense else "-"
+    fmt = lambda v, s: ("%s %s" % (s, unit)) if v is not None else "-"
+    print("| %s | %s | %s | %s | %s |" % (model, row, fmt(o, ours), fmt(l, llama), ratio))
+PY
+{
+    echo
+    echo "## end $(date -u +%FT%TZ); 1-minute load $(load1)"
+} >> "$LOG"
+cp "$RUN/table.md" "$OUT/table.md"
+cat "$RUN/table.md"
+echo "(log, raw outputs: $RUN)" >&2
