@@ -557,7 +557,9 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
         if (p.backend == LOCKS_BACKEND_CUDA) {
             locks_log(LOCKS_LOG_ERROR, "model: the GPU engine runs no sliding-window layers (%s): use the CPU backend",
                       in->arch);
-            st = LOCKS_ERR_UNSUPPORTED;
+            st = locks_fail(LOCKS_ERR_UNSUPPORTED,
+                            "locks_ctx_init: the GPU engine runs no sliding-window layers (%s): use the CPU backend",
+                            in->arch);
             goto fail;
         }
         int64_t keep = p.swa_rollback > p.n_batch ? p.swa_rollback : p.n_batch;
