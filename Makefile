@@ -2,10 +2,11 @@
 # sanitizer build), `make demo` runs the main job, `make bench` the CPU benchmark.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test test-fast test-asan bench demo eval clean
+.PHONY: all build test test-fast test-asan test-tsan bench demo eval clean
 
 all: build
 
@@ -15,8 +16,9 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Unit and end-to-end tests (release build), then the same suite under ASan+UBSan.
-test: test-fast test-asan
+# Unit and end-to-end tests (release build), then the same suite under ASan+UBSan, then
+# the thread-contract stress test under ThreadSanitizer.
+test: test-fast test-asan test-tsan
 
 test-fast: build
 	ctest --test-dir $(BUILD) --output-on-failure -LE gpu -j $(JOBS)
@@ -25,6 +27,13 @@ test-asan:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLOCKS_SANITIZE=ON -DLOCKS_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -LE 'gpu|model' -j $(JOBS)
+
+# Only the library and tests/test_threads.c: one cache used from several threads at
+# once (locks.h "Threads"); a data race fails it (halt_on_error).
+test-tsan:
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) -DLOCKS_TSAN=ON -DLOCKS_CUDA=OFF -DLOCKS_PYTHON_TESTS=OFF
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_threads
+	ctest --test-dir $(TSAN_BUILD) --output-on-failure -R '^test_threads$$'
 
 bench: build
 	$(BUILD)/locks bench --shape llama3-8b --context 131072 --budget 2048
@@ -48,4 +57,4 @@ eval: build
 		--note eval/NOTE.md --command "make eval EVAL_ARGS='$(EVAL_ARGS)'"
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -15,7 +15,19 @@
  *  - Objects are opaque and come in init/free pairs. Parameter structs are transparent:
  *    get defaults from locks_*_default_params() and change what you need.
  *  - A failed call leaves its object as it was (no partial appends, no half-built
- *    summaries), unless its comment says otherwise.
+ *    summaries), unless its comment says otherwise. locks_last_error() says why it
+ *    failed (which argument, which value).
+ *  - Threads: a cache may be used from several threads at once. Every call on a cache
+ *    (and on a step plan or graph of it) runs under the cache's own lock, so calls are
+ *    serialised whole: each sees the cache as the previous call left it, and work
+ *    inside a call is still spread over the cache's pool. Calls that only read what
+ *    never changes after init (locks_cache_get_params, locks_cache_serves,
+ *    locks_cache_pool, locks_cache_summary_bytes, locks_cache_k_page / v_page) skip
+ *    the lock. Pointers a call returns into the cache (locks_cache_block_table, the K/V
+ *    pages) stay valid only while no other thread changes that sequence. Calls on
+ *    different caches run in parallel (caches sharing a pool take turns inside it).
+ *    locks_cache_free must not overlap any other call on that cache. An engine
+ *    context (locks_model.h) is used by one thread at a time.
  *
  * ---------------------------------------------------------------------------------
  * Cache layout (CPU backend; the CUDA backend keeps the same layout in device memory)
@@ -115,6 +127,17 @@ typedef enum {
 
 /* Human-readable name of a status; never NULL. */
 const char *locks_status_str(locks_status s);
+
+/* Why the last failed call on this thread failed, in words ("locks_decode_step:
+ * n_q_heads 12 is not a positive multiple of n_kv_heads 8"); "" if none failed since
+ * locks_clear_error. Thread-local. Successful calls leave it alone (so a rollback after
+ * a failure keeps the failure's reason); every failing call on a cache (and
+ * locks_cache_init / init_ext) sets it, to the status' name at least, so right after
+ * one of them fails the message is that call's. Other calls (the model loader, the
+ * engine) set it where they say why, and may leave an older message when they don't:
+ * call locks_clear_error first to tell. */
+const char *locks_last_error(void);
+void locks_clear_error(void);
 
 typedef enum { LOCKS_LOG_ERROR = 0, LOCKS_LOG_WARN, LOCKS_LOG_INFO, LOCKS_LOG_DEBUG } locks_log_level;
 typedef void (*locks_log_fn)(locks_log_level level, const char *msg, void *user);
@@ -287,8 +310,11 @@ locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t le
 locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens);
 
 /* Writes K/V of tokens [pos, pos + n) of one layer (they must be reserved).
- * k, v: [n][Hkv][d] fp32 (host memory on CPU, device memory on CUDA). Non-finite
- * input gives LOCKS_ERR_NONFINITE and writes nothing. For every page of this layer
+ * k, v: [n][Hkv][d] fp32 (host memory on CPU, device memory on CUDA). NaN, Inf or a
+ * value the storage type cannot hold (|x| > 65504 for fp16) gives LOCKS_ERR_NONFINITE
+ * and writes nothing (the sequence is as it was). The CPU backend attends only written
+ * tokens: a step, score or attend over a sequence with a token appended but not written
+ * in that layer fails with LOCKS_ERR_INVALID_ARG (locks_last_error names the token). For every page of this layer
  * that the write fills, the summaries are built before returning (multi-threaded when
  * the write spans several pages). On the CPU a write cannot fail once it stores. On
  * CUDA a device failure (LOCKS_ERR_BACKEND) before the store changes nothing; one

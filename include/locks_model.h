@@ -273,7 +273,9 @@ typedef struct {
                                            * machine, CPU ms / n_threads estimates the
                                            * wall time the machine would take alone */
     uint64_t bytes_meta;          /* selector metadata read by decode attention */
-    uint64_t bytes_kv;            /* K/V bytes read by decode attention */
+    uint64_t bytes_kv;            /* K/V bytes read by decode attention (GPU backend with a
+                                     mass target: the budget's cap, an upper bound, as the
+                                     device does not report each token's selection) */
     uint64_t bytes_dense;         /* K/V bytes dense decode attention would read */
     double attn_ms;               /* decode attention time (score + select + attend) */
 } locks_run_stats;

@@ -2,10 +2,13 @@
 # fuzz-gguf.sh — build the libFuzzer harness tests/fuzz/fuzz_gguf.c (GGUF reader +
 # tokenizer-from-GGUF) with ASan+UBSan and run it for SECONDS (default 60).
 #
-#   scripts/fuzz-gguf.sh [SECONDS] [gguf|tokenizer]
+#   scripts/fuzz-gguf.sh [SECONDS] [gguf|tokenizer|model]
 #
 # "tokenizer" runs tests/fuzz/fuzz_tokenizer.c instead: encode/decode round trips on the
 # real SmolLM2 vocabulary ($LOCKS_MODEL or the fetch-model.sh cache; no corpus kept).
+# "model" runs tests/fuzz/fuzz_model.c: the model loader over the tiny models of
+# tests/fuzz/corpus-model/ (scripts/gen_model_corpus.py; new inputs in $out/corpus-model,
+# crashes $out/model-*). FUZZ_RUNS=N stops after N executions instead of SECONDS.
 #
 # Outside the CMake build on purpose (clang only). Installs clang and its runtime with
 # apt-get if clang cannot link a fuzzer. Seeds: tests/fuzz/corpus/ (read-only here);
@@ -45,8 +48,28 @@ build() { # build NAME: tests/fuzz/NAME.c -> $out/NAME
         src/model/unicode_tables.c src/model/unicode_class.c src/util.c src/status.c -lm -o "$out/$1"
 }
 
+build_model() { # the loader needs the engine and the library under it; vmath.c's CPU
+    # feature probe ("avxvnni") is gcc's, so it is compiled by gcc, uninstrumented (the
+    # loader does not reach it)
+    gcc -std=c11 -O2 -Iinclude -Isrc -c src/vmath.c -o "$out/vmath.o" || return 1
+    "$cc" -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+        -fno-omit-frame-pointer -Wall -Wextra \
+        -Iinclude -Isrc -Itests -Itests/fuzz \
+        tests/fuzz/fuzz_model.c $(ls src/*.c | grep -v '^src/vmath.c$') src/selectors/*.c src/model/*.c \
+        "$out/vmath.o" -lm -lpthread -o "$out/fuzz_model"
+}
+
 set +e
-if [ "$target" = tokenizer ]; then
+if [ "$target" = model ]; then
+    [ -x "$out/fuzz_model" ] && [ -z "${FUZZ_REBUILD:-}" ] || build_model || exit 1
+    mkdir -p "$out/corpus-model"
+    runs=${FUZZ_RUNS:+-runs=$FUZZ_RUNS}
+    echo "fuzz-gguf: running $out/fuzz_model for ${secs}s ${runs}" >&2
+    "$out/fuzz_model" -max_total_time="$secs" $runs -max_len=262144 -timeout=10 -rss_limit_mb=2048 \
+        -dict=tests/fuzz/gguf.dict -artifact_prefix="$out/model-" -print_final_stats=1 \
+        "$out/corpus-model" tests/fuzz/corpus-model
+    rc=$?
+elif [ "$target" = tokenizer ]; then
     build fuzz_tokenizer || exit 1
     mkdir -p "$out/corpus-tok"
     echo "fuzz-gguf: running $out/fuzz_tokenizer for ${secs}s" >&2
@@ -63,6 +86,6 @@ else
 fi
 set -e
 crashes=$(find "$out" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
-    -o -name 'oom-*' -o -name 'tok-*' \) | wc -l)
+    -o -name 'oom-*' -o -name 'tok-*' -o -name 'model-*' \) | wc -l)
 echo "fuzz-gguf: $target: exit $rc, $crashes artifact(s) in $out" >&2
 [ "$rc" -eq 0 ] && [ "$crashes" -eq 0 ]

@@ -1092,21 +1092,25 @@ static void prefill_task(void *arg, int32_t task, int32_t thread) {
     }
 }
 
-locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id, int32_t pos,
-                                  int32_t n, const float *q, int32_t n_q_heads, float scale,
-                                  float *out) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return LOCKS_ERR_NO_SEQ;
-    if (!q || !out || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
-        n_q_heads % c->hkv != 0 || pos < 0 || n < 0 || pos > s->len - n || !locks_scale_ok(scale))
-        return LOCKS_ERR_INVALID_ARG;
+static locks_status prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id, int32_t pos, int32_t n,
+                                   const float *q, int32_t n_q_heads, float scale, float *out) {
+    const locks_seq *s;
+    locks_status st = locks_check_seq(c, seq_id, &s);
+    if (st != LOCKS_OK) return st;
+    if (!q || !out) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !q ? "q" : "out");
+    st = locks_check_layer(c, layer);
+    if (st == LOCKS_OK) st = locks_check_heads(c, n_q_heads, PREFILL_ROWS);
+    if (st == LOCKS_OK) st = locks_check_scale(scale);
+    if (st == LOCKS_OK && (pos < 0 || n < 0 || pos > s->len - n))
+        st = locks_fail(LOCKS_ERR_INVALID_ARG, "tokens [%d, %d + %d) outside the sequence's %d", pos, pos, n, s->len);
+    if (st != LOCKS_OK) return st;
     if (n == 0) return LOCKS_OK;
-    if (c->cuda) return LOCKS_ERR_UNSUPPORTED; /* prefill attention is CPU-only for now */
-    if (c->ext) return LOCKS_ERR_UNSUPPORTED;  /* caller-owned pages: the caller's prefill */
+    if (c->cuda) return locks_fail(LOCKS_ERR_UNSUPPORTED, "a CUDA cache (prefill attention is CPU-only for now)");
+    if (c->ext) return locks_fail(LOCKS_ERR_UNSUPPORTED, "a cache over the caller's pages (the caller's prefill)");
+    st = locks_cache_check_written(c, seq_id, layer, pos + n);
+    if (st != LOCKS_OK) return st;
     const int32_t G = n_q_heads / c->hkv, d = c->d;
-    if (G > PREFILL_ROWS) return LOCKS_ERR_UNSUPPORTED;
-    if (!locks_all_finite(q, (size_t)n * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
+    if (!locks_all_finite(q, (size_t)n * n_q_heads * d)) return locks_fail(LOCKS_ERR_NONFINITE, "the query holds NaN or Inf");
     const int32_t T = PREFILL_ROWS / G, n_tiles = (n + T - 1) / T;
     const size_t per = prefill_scratch_floats(T * G, d);
     float *scratch = locks_cache_scratch(c, 2, per * sizeof(float) * (size_t)locks_pool_threads(c->pool));
@@ -1118,16 +1122,20 @@ locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id,
 
 #undef KB
 
-locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
-                          int32_t n_q_heads, float scale, const int32_t *pages,
-                          const int32_t *n_pages, int32_t max_pages, float *out, float *lse) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return LOCKS_ERR_NO_SEQ;
+static locks_status attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                           float scale, const int32_t *pages, const int32_t *n_pages, int32_t max_pages, float *out,
+                           float *lse) {
+    const locks_seq *s;
+    locks_status st0 = locks_check_seq(c, seq_id, &s);
+    if (st0 != LOCKS_OK) return st0;
     const int32_t H = c->hkv, d = c->d;
-    if (!q || !pages || !n_pages || !out || layer < 0 || layer >= c->p.n_layers ||
-        n_q_heads < H || n_q_heads % H != 0 || max_pages < 1 || !locks_scale_ok(scale))
-        return LOCKS_ERR_INVALID_ARG;
+    if (!q || !pages || !n_pages || !out) return locks_fail(LOCKS_ERR_INVALID_ARG, "NULL array");
+    st0 = locks_check_layer(c, layer);
+    if (st0 == LOCKS_OK) st0 = locks_check_heads(c, n_q_heads, 1 << 30);
+    if (st0 == LOCKS_OK) st0 = locks_check_scale(scale);
+    if (st0 == LOCKS_OK && max_pages < 1) st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "max_pages %d (must be >= 1)", max_pages);
+    if (st0 == LOCKS_OK) st0 = locks_cache_check_written(c, seq_id, layer, s->len);
+    if (st0 != LOCKS_OK) return st0;
     const size_t n_tab = (size_t)H * max_pages;
     const int32_t *hp = pages, *hn = n_pages;
 #ifdef LOCKS_HAVE_CUDA
@@ -1143,17 +1151,20 @@ locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const f
     }
 #endif
     for (int32_t h = 0; h < H; h++) {
-        if (hn[h] < 0 || hn[h] > max_pages) return LOCKS_ERR_INVALID_ARG;
+        if (hn[h] < 0 || hn[h] > max_pages)
+            return locks_fail(LOCKS_ERR_INVALID_ARG, "n_pages[%d] = %d (must be 0..max_pages %d)", h, hn[h], max_pages);
         for (int32_t i = 0; i < hn[h]; i++) {
             int32_t lp = hp[(size_t)h * max_pages + i];
-            if (lp < 0 || lp >= s->n_pages) return LOCKS_ERR_INVALID_ARG;
+            if (lp < 0 || lp >= s->n_pages)
+                return locks_fail(LOCKS_ERR_INVALID_ARG, "KV head %d: page %d is outside the sequence's 0..%d", h, lp,
+                                  s->n_pages - 1);
         }
     }
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda)
         return locks_cuda_attend(c->cuda, layer, seq_id, q, n_q_heads, scale, pages, n_pages, max_pages, out, lse);
 #endif
-    if (!locks_all_finite(q, (size_t)n_q_heads * d)) return LOCKS_ERR_NONFINITE;
+    if (!locks_all_finite(q, (size_t)n_q_heads * d)) return locks_fail(LOCKS_ERR_NONFINITE, "the query holds NaN or Inf");
     int32_t *copy = locks_cache_scratch(c, 1, (n_tab + (size_t)H) * sizeof(int32_t));
     if (!copy) return LOCKS_ERR_OOM;
     memcpy(copy, pages, n_tab * sizeof(int32_t));
@@ -1169,4 +1180,22 @@ locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const f
     w.out = out;
     w.lse = lse;
     return locks_attend_run(c, layer, &w, 1, n_q_heads, locks_step_scale(c, scale));
+}
+
+locks_status locks_prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id, int32_t pos,
+                                  int32_t n, const float *q, int32_t n_q_heads, float scale,
+                                  float *out) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_prefill_attend: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = prefill_attend(c, layer, seq_id, pos, n, q, n_q_heads, scale, out);
+    return locks_cache_leave(c, st, "locks_prefill_attend", mark);
+}
+
+locks_status locks_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
+                          int32_t n_q_heads, float scale, const int32_t *pages,
+                          const int32_t *n_pages, int32_t max_pages, float *out, float *lse) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_attend: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = attend(c, layer, seq_id, q, n_q_heads, scale, pages, n_pages, max_pages, out, lse);
+    return locks_cache_leave(c, st, "locks_attend", mark);
 }

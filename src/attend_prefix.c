@@ -14,17 +14,30 @@
 #include <string.h>
 
 #include "decode.h"
+#include "util.h"
 
-locks_status locks_attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
-                                       const float *q, int32_t n_q_heads, float *out) {
-    if (!c || !q || !out) return LOCKS_ERR_INVALID_ARG;
-    const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return LOCKS_ERR_NO_SEQ;
+/* The checks both calls share: queries of len .. len + n - 1 tokens. */
+static locks_status prefix_check(const locks_cache *c, int32_t layer, int32_t seq_id, int32_t len, int32_t n,
+                                 const float *q, int32_t n_q_heads, const float *out, const locks_seq **s) {
+    if (!q || !out) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !q ? "q" : "out");
+    if (n < 1) return locks_fail(LOCKS_ERR_INVALID_ARG, "n %d (must be >= 1)", n);
+    locks_status st = locks_check_seq(c, seq_id, s);
+    if (st == LOCKS_OK) st = locks_check_layer(c, layer);
+    if (st == LOCKS_OK) st = locks_check_heads(c, n_q_heads, 64);
+    if (st != LOCKS_OK) return st;
+    if (len <= 0 || len > (*s)->len - (n - 1))
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "prefix of %d tokens for %d queries (the sequence holds %d)", len, n,
+                          (*s)->len);
+    if (c->cuda) return locks_fail(LOCKS_ERR_UNSUPPORTED, "a CUDA cache (CPU backend only)");
+    return locks_cache_check_written(c, seq_id, layer, len + n - 1);
+}
+
+static locks_status attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len, const float *q,
+                                  int32_t n_q_heads, float *out) {
+    const locks_seq *s;
+    locks_status st = prefix_check(c, layer, seq_id, len, 1, q, n_q_heads, out, &s);
+    if (st != LOCKS_OK) return st;
     const int32_t H = c->hkv;
-    if (layer < 0 || layer >= c->p.n_layers || len <= 0 || len > s->len || n_q_heads < H || n_q_heads % H != 0)
-        return LOCKS_ERR_INVALID_ARG;
-    if (n_q_heads / H > 64) return LOCKS_ERR_UNSUPPORTED;
-    if (c->cuda) return LOCKS_ERR_UNSUPPORTED;
     locks_seq prefix = *s;
     prefix.len = len;
     prefix.n_pages = (len + LOCKS_PAGE - 1) / LOCKS_PAGE;
@@ -50,17 +63,25 @@ locks_status locks_attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, 
     return locks_attend_run(c, layer, w, 1, n_q_heads, locks_step_scale(c, 0.0f));
 }
 
+static locks_status attend_prefix_n(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len, int32_t n,
+                                    const float *q, int32_t n_q_heads, float *out) {
+    const locks_seq *s;
+    locks_status st = prefix_check(c, layer, seq_id, len, n, q, n_q_heads, out, &s);
+    if (st != LOCKS_OK) return st;
+    if (n == 1) return attend_prefix(c, layer, seq_id, len, q, n_q_heads, out); /* nothing to share */
+    return locks_attend_verify_run(c, layer, s, len, n, q, n_q_heads, locks_step_scale(c, 0.0f), out);
+}
+
+locks_status locks_attend_prefix(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len,
+                                 const float *q, int32_t n_q_heads, float *out) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_attend_prefix: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, attend_prefix(c, layer, seq_id, len, q, n_q_heads, out), "locks_attend_prefix", mark);
+}
+
 locks_status locks_attend_prefix_n(locks_cache *c, int32_t layer, int32_t seq_id, int32_t len, int32_t n,
                                    const float *q, int32_t n_q_heads, float *out) {
-    if (!c || !q || !out || n < 1) return LOCKS_ERR_INVALID_ARG;
-    const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return LOCKS_ERR_NO_SEQ;
-    const int32_t H = c->hkv;
-    if (layer < 0 || layer >= c->p.n_layers || len <= 0 || len > s->len - (n - 1) || n_q_heads < H ||
-        n_q_heads % H != 0)
-        return LOCKS_ERR_INVALID_ARG;
-    if (n_q_heads / H > 64) return LOCKS_ERR_UNSUPPORTED;
-    if (c->cuda) return LOCKS_ERR_UNSUPPORTED;
-    if (n == 1) return locks_attend_prefix(c, layer, seq_id, len, q, n_q_heads, out); /* nothing to share */
-    return locks_attend_verify_run(c, layer, s, len, n, q, n_q_heads, locks_step_scale(c, 0.0f), out);
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_attend_prefix_n: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, attend_prefix_n(c, layer, seq_id, len, n, q, n_q_heads, out), "locks_attend_prefix_n", mark);
 }

@@ -29,12 +29,19 @@ static locks_status sync_seq(locks_cache *c, int32_t seq_id, int32_t n_pages, in
 }
 
 locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
+    const uint32_t mark = locks_error_mark();
     locks_status st = LOCKS_ERR_INVALID_ARG;
     locks_cache *c = NULL;
-    if (params.backend != LOCKS_BACKEND_CPU && params.backend != LOCKS_BACKEND_CUDA) goto fail;
+    if (params.backend != LOCKS_BACKEND_CPU && params.backend != LOCKS_BACKEND_CUDA) {
+        locks_fail(st, "backend %d is not a locks_backend", (int)params.backend);
+        goto fail;
+    }
 #ifndef LOCKS_HAVE_CUDA
     st = LOCKS_ERR_UNSUPPORTED;
-    if (params.backend == LOCKS_BACKEND_CUDA) goto fail;
+    if (params.backend == LOCKS_BACKEND_CUDA) {
+        locks_fail(st, "backend CUDA: this build has no CUDA backend");
+        goto fail;
+    }
 #endif
     c = locks_cache_init_host(&params, &st);
     if (!c) goto fail;
@@ -52,8 +59,9 @@ locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
     if (err) *err = LOCKS_OK;
     return c;
 fail:
+    locks_fail_call(st, "locks_cache_init", mark);
     if (st != LOCKS_ERR_OOM && st != LOCKS_OK && params.backend == LOCKS_BACKEND_CPU)
-        locks_log(LOCKS_LOG_ERROR, "locks_cache_init: %s", locks_status_str(st));
+        locks_log(LOCKS_LOG_ERROR, "%s", locks_last_error());
     locks_cache_free(c);
     if (err) *err = st;
     return NULL;
@@ -71,19 +79,21 @@ int locks_cache_serves(const locks_cache *c, locks_selector s) {
     return c && (int)s >= 0 && s < LOCKS_SEL_COUNT && locks_selector_served(c, s);
 }
 
-locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
-    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
+static locks_status seq_remove(locks_cache *c, int32_t seq_id) {
+    if (!locks_cache_seq(c, seq_id)) return locks_fail(LOCKS_ERR_NO_SEQ, "no sequence %d", seq_id);
     locks_status st = sync_seq(c, seq_id, 0, 0);
     if (st != LOCKS_OK) return st;
     locks_cache_host_remove(c, seq_id);
     return LOCKS_OK;
 }
 
-locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
+static locks_status seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
     const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return LOCKS_ERR_NO_SEQ;
-    if (c->ext) return LOCKS_ERR_UNSUPPORTED; /* the caller's block table: seq_set_pages */
-    if (len < 0 || len > s->len) return LOCKS_ERR_INVALID_ARG;
+    if (!s) return locks_fail(LOCKS_ERR_NO_SEQ, "no sequence %d", seq_id);
+    if (c->ext) /* the caller's block table: seq_set_pages */
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "a cache over the caller's pages (use seq_set_pages)");
+    if (len < 0 || len > s->len)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "len %d (sequence %d holds %d tokens)", len, seq_id, s->len);
     /* the device must stop reading the dropped tokens (and the pages given back, which
      * another sequence may take) before the host forgets them */
     locks_status st = sync_seq(c, seq_id, (len + LOCKS_PAGE - 1) / LOCKS_PAGE, len);
@@ -92,10 +102,10 @@ locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t le
     return LOCKS_OK;
 }
 
-locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
-    if (c->ext) return LOCKS_ERR_UNSUPPORTED; /* the caller's block table: seq_set_pages */
+static locks_status append_tokens(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
+    if (!locks_cache_seq(c, seq_id)) return locks_fail(LOCKS_ERR_NO_SEQ, "no sequence %d", seq_id);
+    if (c->ext) /* the caller's block table: seq_set_pages */
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "a cache over the caller's pages (use seq_set_pages)");
     int32_t n_pages, len;
     locks_status st = locks_cache_host_append_stage(c, seq_id, n_tokens, &n_pages, &len);
     if (st == LOCKS_OK) st = sync_seq(c, seq_id, n_pages, len);
@@ -104,30 +114,74 @@ locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens
     return LOCKS_OK;
 }
 
-locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
-                               int32_t n, const float *k, const float *v) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
+static locks_status write_kv(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n, const float *k,
+                             const float *v) {
     const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return LOCKS_ERR_NO_SEQ;
-    if (c->ext) return LOCKS_ERR_UNSUPPORTED; /* the caller writes its own pages */
-    if (layer < 0 || layer >= c->p.n_layers || pos < 0 || n < 0 || pos > s->len - n)
-        return LOCKS_ERR_INVALID_ARG;
+    if (!s) return locks_fail(LOCKS_ERR_NO_SEQ, "no sequence %d", seq_id);
+    if (c->ext) return locks_fail(LOCKS_ERR_UNSUPPORTED, "a cache over the caller's pages (the caller writes them)");
+    if (layer < 0 || layer >= c->p.n_layers)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
+    if (pos < 0 || n < 0 || pos > s->len - n)
+        return locks_fail(LOCKS_ERR_INVALID_ARG,
+                          "tokens [%d, %d + %d) are not reserved (sequence %d holds %d: append first)", pos, pos, n,
+                          seq_id, s->len);
     if (n == 0) return LOCKS_OK;
-    if (!k || !v) return LOCKS_ERR_INVALID_ARG;
+    if (!k || !v) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !k ? "k" : "v");
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) return locks_cuda_backend_write(c, seq_id, layer, pos, n, k, v);
 #endif
     return locks_cache_write_cpu(c, seq_id, layer, pos, n, k, v);
 }
 
-locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,
-                                     int32_t page, float *mu, float *basis, float *coef) {
-    if (!c || !mu || !basis || !coef || layer < 0 || layer >= c->p.n_layers || kv_head < 0 ||
-        kv_head >= c->hkv || page < 0 || page >= c->p.n_pages)
-        return LOCKS_ERR_INVALID_ARG;
-    if (c->fill[(size_t)layer * c->p.n_pages + page] != 0xffffu) return LOCKS_ERR_INVALID_ARG;
+static locks_status summary_get(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page, float *mu,
+                                float *basis, float *coef) {
+    if (!mu || !basis || !coef) return locks_fail(LOCKS_ERR_INVALID_ARG, "NULL output array");
+    if (layer < 0 || layer >= c->p.n_layers)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
+    if (kv_head < 0 || kv_head >= c->hkv)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "kv_head %d (the cache has 0..%d)", kv_head, c->hkv - 1);
+    if (page < 0 || page >= c->p.n_pages)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "page %d (the pool has 0..%d)", page, c->p.n_pages - 1);
+    /* fill is cleared when a page goes back to the pool (cache.h): a freed page has none */
+    if (c->fill[(size_t)layer * c->p.n_pages + page] != 0xffffu)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "page %d of layer %d has no summary (not full, or free)", page,
+                          layer);
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) return locks_cuda_backend_summary_get(c, layer, kv_head, page, mu, basis, coef);
 #endif
     return locks_cache_summary_get_cpu(c, layer, kv_head, page, mu, basis, coef);
+}
+
+/* The public entries: the cache's lock around each (cache.h). */
+
+locks_status locks_cache_seq_remove(locks_cache *c, int32_t seq_id) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_seq_remove: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, seq_remove(c, seq_id), "locks_cache_seq_remove", mark);
+}
+
+locks_status locks_cache_seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_seq_truncate: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, seq_truncate(c, seq_id, len), "locks_cache_seq_truncate", mark);
+}
+
+locks_status locks_cache_append(locks_cache *c, int32_t seq_id, int32_t n_tokens) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_append: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, append_tokens(c, seq_id, n_tokens), "locks_cache_append", mark);
+}
+
+locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,
+                               int32_t n, const float *k, const float *v) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_write: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, write_kv(c, seq_id, layer, pos, n, k, v), "locks_cache_write", mark);
+}
+
+locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,
+                                     int32_t page, float *mu, float *basis, float *coef) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_summary_get: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, summary_get(c, layer, kv_head, page, mu, basis, coef), "locks_cache_summary_get", mark);
 }

@@ -84,15 +84,18 @@ locks_status locks_cuda_backend_write(locks_cache *c, int32_t seq_id, int32_t la
 /* ---- public stream and CUDA graph API (locks.h) ------------------------------------- */
 
 locks_status locks_cache_set_stream(locks_cache *c, void *stream) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_set_stream: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = stream ? locks_fail(LOCKS_ERR_UNSUPPORTED, "a stream for a CPU cache") : LOCKS_OK;
 #ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_set_stream(c->cuda, stream);
+    if (c->cuda) st = locks_cuda_set_stream(c->cuda, stream);
 #endif
-    return stream ? LOCKS_ERR_UNSUPPORTED : LOCKS_OK;
+    return locks_cache_leave(c, st, "locks_cache_set_stream", mark);
 }
 
 #ifdef LOCKS_HAVE_CUDA
 struct locks_step_graph {
+    locks_cache *c;
     locks_cuda_graph *g;
 };
 
@@ -101,7 +104,12 @@ locks_step_graph *locks_step_graph_capture(locks_cache *c, int32_t layer, const 
                                            int32_t max_ctx, float *out, locks_status *err) {
     locks_status st = LOCKS_ERR_UNSUPPORTED;
     locks_step_graph *sg = NULL;
-    if (!c || !c->cuda) goto fail;
+    if (!c) {
+        if (err) *err = locks_fail(LOCKS_ERR_INVALID_ARG, "locks_step_graph_capture: cache is NULL");
+        return NULL;
+    }
+    const uint32_t mark = locks_cache_enter(c);
+    if (!c->cuda) goto fail;
     st = LOCKS_ERR_INVALID_ARG;
     if (!p || !locks_scale_ok(p->scale)) goto fail;
     st = LOCKS_ERR_NO_SEQ;
@@ -110,18 +118,23 @@ locks_step_graph *locks_step_graph_capture(locks_cache *c, int32_t layer, const 
     st = LOCKS_ERR_OOM;
     sg = locks_alloc(1, sizeof *sg);
     if (!sg) goto fail;
+    sg->c = c;
     sg->g = locks_cuda_graph_capture(c->cuda, layer, seq_ids, n_seqs, q, n_q_heads, p, max_ctx, out, &st);
     if (!sg->g) goto fail;
     if (err) *err = LOCKS_OK;
+    locks_cache_unlock(c);
     return sg;
 fail:
     locks_free(sg);
     if (err) *err = st;
+    locks_cache_leave(c, st, "locks_step_graph_capture", mark);
     return NULL;
 }
 
 locks_status locks_step_graph_replay(locks_step_graph *g) {
-    return g ? locks_cuda_graph_replay(g->g, 1) : LOCKS_ERR_INVALID_ARG;
+    if (!g) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_step_graph_replay: graph is NULL");
+    const uint32_t mark = locks_cache_enter(g->c);
+    return locks_cache_leave(g->c, locks_cuda_graph_replay(g->g, 1), "locks_step_graph_replay", mark);
 }
 
 void locks_step_graph_free(locks_step_graph *g) {
@@ -164,7 +177,12 @@ locks_step_plan *locks_step_plan_init(locks_cache *c, const int32_t *seq_ids, in
                                       const locks_step_params *p, int32_t max_ctx, locks_status *err) {
     locks_status st = LOCKS_ERR_INVALID_ARG;
     locks_step_plan *pl = NULL;
-    if (!c || !seq_ids || n_seqs < 1) goto fail;
+    if (!c) {
+        if (err) *err = locks_fail(st, "locks_step_plan_init: cache is NULL");
+        return NULL;
+    }
+    const uint32_t mark = locks_cache_enter(c);
+    if (!seq_ids || n_seqs < 1) goto fail;
     st = LOCKS_ERR_UNSUPPORTED;
     if (!c->cuda) goto fail;
     st = LOCKS_ERR_NO_SEQ;
@@ -184,10 +202,12 @@ locks_step_plan *locks_step_plan_init(locks_cache *c, const int32_t *seq_ids, in
     pl->g = locks_cuda_plan_init(c->cuda, seq_ids, n_seqs, n_q_heads, p, max_ctx, &st);
     if (!pl->g) goto fail;
     if (err) *err = LOCKS_OK;
+    locks_cache_unlock(c);
     return pl;
 fail:
     locks_step_plan_free(pl);
     if (err) *err = st;
+    locks_cache_leave(c, st, "locks_step_plan_init", mark);
     return NULL;
 }
 
@@ -205,19 +225,24 @@ locks_status locks_step_plan_set_lens(locks_step_plan *pl, const int32_t *d_lens
                                       int32_t table_stride, void *stream) {
     if (!pl) return LOCKS_ERR_INVALID_ARG;
     if (!pl->c->ext) return LOCKS_ERR_UNSUPPORTED; /* an owned cache's pages come from its free list */
-    return locks_cuda_plan_set_lens(pl->g, d_lens, d_tables, table_stride, stream);
+    const uint32_t mark = locks_cache_enter(pl->c);
+    locks_status st = locks_cuda_plan_set_lens(pl->g, d_lens, d_tables, table_stride, stream);
+    return locks_cache_leave(pl->c, st, "locks_step_plan_set_lens", mark);
 }
 
 locks_status locks_step_plan_pages_filled(locks_step_plan *pl, int32_t layer, int32_t n_new, void *stream) {
     if (!pl) return LOCKS_ERR_INVALID_ARG;
     if (!pl->c->ext) return LOCKS_ERR_UNSUPPORTED;
+    const uint32_t mark = locks_cache_enter(pl->c);
     locks_status st = locks_cuda_plan_pages_filled(pl->g, layer, n_new, stream);
     if (st == LOCKS_OK) pl->layer_filled[layer] = 1;
-    return st;
+    return locks_cache_leave(pl->c, st, "locks_step_plan_pages_filled", mark);
 }
 
 locks_status locks_step_plan_decode(locks_step_plan *pl, int32_t layer, const float *q, float *out, void *stream) {
-    return pl ? locks_cuda_plan_decode(pl->g, layer, q, out, stream) : LOCKS_ERR_INVALID_ARG;
+    if (!pl) return LOCKS_ERR_INVALID_ARG;
+    const uint32_t mark = locks_cache_enter(pl->c);
+    return locks_cache_leave(pl->c, locks_cuda_plan_decode(pl->g, layer, q, out, stream), "locks_step_plan_decode", mark);
 }
 
 locks_status locks_step_plan_selection(const locks_step_plan *pl, const int32_t **pages, const int32_t **n_pages,
@@ -229,8 +254,9 @@ locks_status locks_step_plan_status(locks_step_plan *pl, uint32_t *bits) {
     if (!pl || !bits) return LOCKS_ERR_INVALID_ARG;
     locks_cache *c = pl->c;
     const int32_t np_pool = c->p.n_pages;
+    const uint32_t mark = locks_cache_enter(c);
     const locks_status st = locks_cuda_plan_status(pl->g, bits, pl->lens, pl->tables, np_pool);
-    if (st != LOCKS_OK) return st;
+    if (st != LOCKS_OK) return locks_cache_leave(c, st, "locks_step_plan_status", mark);
     for (int32_t i = 0; i < pl->n_seqs && c->ext; i++) { /* the device's state, now the host's too */
         locks_seq *s = &c->seqs[pl->seq_ids[i]];
         const int32_t *t = pl->tables + (size_t)i * np_pool;
@@ -241,7 +267,7 @@ locks_status locks_step_plan_status(locks_step_plan *pl, uint32_t *bits) {
             if (pl->layer_filled[l])
                 for (int32_t j = 0; j < s->len / P; j++) c->fill[(size_t)l * np_pool + t[j]] = 0xffffu;
     }
-    return LOCKS_OK;
+    return locks_cache_leave(c, LOCKS_OK, "locks_step_plan_status", mark);
 }
 #else
 locks_step_plan *locks_step_plan_init(locks_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_q_heads,

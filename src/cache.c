@@ -10,6 +10,7 @@
  * that depend on the backend (init, free, append, remove, truncate, write, summary
  * read-back) live in backend.c and call the host parts here.
  */
+#define _POSIX_C_SOURCE 200809L /* PTHREAD_MUTEX_RECURSIVE */
 #include "cache.h"
 
 #include <math.h>
@@ -43,24 +44,54 @@ locks_cache_params locks_cache_default_params(void) {
 
 /* The parameter checks every backend shares: the pool's shape and the rank. */
 static locks_status check_shape(const locks_cache_params *p) {
-    if (p->n_layers < 1 || p->n_kv_heads < 1 || p->n_pages < 1 || p->max_seqs < 1)
-        return LOCKS_ERR_INVALID_ARG;
-    if (p->rank < 1 || p->rank > LOCKS_MAX_RANK) return LOCKS_ERR_INVALID_ARG;
-    if (p->selectors & ~(uint32_t)LOCKS_SEL_ALL) return LOCKS_ERR_INVALID_ARG;
+    const locks_status bad = LOCKS_ERR_INVALID_ARG;
+    if (p->n_layers < 1) return locks_fail(bad, "n_layers %d (must be >= 1)", p->n_layers);
+    if (p->n_kv_heads < 1) return locks_fail(bad, "n_kv_heads %d (must be >= 1)", p->n_kv_heads);
+    if (p->n_pages < 1) return locks_fail(bad, "n_pages %d (must be >= 1)", p->n_pages);
+    if (p->max_seqs < 1) return locks_fail(bad, "max_seqs %d (must be >= 1)", p->max_seqs);
+    if (p->rank < 1 || p->rank > LOCKS_MAX_RANK)
+        return locks_fail(bad, "rank %d (must be 1..%d)", p->rank, LOCKS_MAX_RANK);
+    if (p->selectors & ~(uint32_t)LOCKS_SEL_ALL)
+        return locks_fail(bad, "selectors 0x%x has bits past LOCKS_SEL_ALL (0x%x)", (unsigned)p->selectors,
+                          (unsigned)LOCKS_SEL_ALL);
     return LOCKS_OK;
 }
 
 /* The CPU backend's checks on top of check_shape. */
 static locks_status check_params(const locks_cache_params *p) {
+    const locks_status bad = LOCKS_ERR_INVALID_ARG;
     /* 64, 128, 256 are the documented sizes; any multiple of 8 up to 256 works here */
     if (p->head_dim < 8 || p->head_dim > LOCKS_MAX_HEAD_DIM || p->head_dim % 8 != 0)
-        return LOCKS_ERR_INVALID_ARG;
+        return locks_fail(bad, "head_dim %d (the CPU backend takes multiples of 8 from 8 to %d)", p->head_dim,
+                          LOCKS_MAX_HEAD_DIM);
     if (p->summary_prec != LOCKS_SUMMARY_F32 && p->summary_prec != LOCKS_SUMMARY_Q)
-        return LOCKS_ERR_INVALID_ARG;
-    if (p->kv_dtype == LOCKS_DTYPE_F32 || p->kv_dtype == LOCKS_DTYPE_BF16) return LOCKS_ERR_UNSUPPORTED;
-    if (p->kv_dtype != LOCKS_DTYPE_F16) return LOCKS_ERR_INVALID_ARG;
-    if (!p->pool && (p->n_threads < 1 || p->n_threads > 256)) return LOCKS_ERR_INVALID_ARG;
+        return locks_fail(bad, "summary_prec %d (must be LOCKS_SUMMARY_F32 or LOCKS_SUMMARY_Q)", (int)p->summary_prec);
+    if (p->kv_dtype == LOCKS_DTYPE_F32 || p->kv_dtype == LOCKS_DTYPE_BF16)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "kv_dtype %s on the CPU backend (it stores fp16)",
+                          p->kv_dtype == LOCKS_DTYPE_F32 ? "F32" : "BF16");
+    if (p->kv_dtype != LOCKS_DTYPE_F16) return locks_fail(bad, "kv_dtype %d is not a locks_dtype", (int)p->kv_dtype);
+    if (!p->pool && (p->n_threads < 1 || p->n_threads > 256))
+        return locks_fail(bad, "n_threads %d (must be 1..256)", p->n_threads);
     return LOCKS_OK;
+}
+
+/* ---- the cache's lock (cache.h) ---- */
+
+void locks_cache_lock(const locks_cache *c) {
+    pthread_mutex_lock((pthread_mutex_t *)&c->mu); /* c itself is never const: mu is the lock's state */
+}
+
+void locks_cache_unlock(const locks_cache *c) { pthread_mutex_unlock((pthread_mutex_t *)&c->mu); }
+
+uint32_t locks_cache_enter(const locks_cache *c) {
+    locks_cache_lock(c);
+    return locks_error_mark();
+}
+
+locks_status locks_cache_leave(const locks_cache *c, locks_status st, const char *call, uint32_t mark) {
+    locks_fail_call(st, call, mark);
+    locks_cache_unlock(c);
+    return st;
 }
 
 /* The backend-independent part of a cache (see cache.h). */
@@ -71,6 +102,13 @@ locks_cache *locks_cache_init_host(const locks_cache_params *params, locks_statu
     st = LOCKS_ERR_OOM;
     c = locks_alloc(1, sizeof *c);
     if (!c) goto fail;
+    pthread_mutexattr_t attr;
+    if (pthread_mutexattr_init(&attr) != 0) goto fail;
+    int rc = pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    if (rc == 0) rc = pthread_mutex_init(&c->mu, &attr);
+    pthread_mutexattr_destroy(&attr);
+    if (rc != 0) goto fail;
+    c->mu_ok = 1;
     c->p = *params;
     c->d = params->head_dim;
     c->hkv = params->n_kv_heads;
@@ -164,6 +202,7 @@ void locks_cache_release(locks_cache *c) {
     locks_free(c->s_c_s);
     for (int32_t i = 0; i < 4; i++) locks_free(c->scratch[i].p);
     locks_ext_pages_free(c->ext);
+    if (c->mu_ok) pthread_mutex_destroy(&c->mu);
     locks_free(c);
 }
 
@@ -250,6 +289,35 @@ const locks_seq *locks_cache_seq(const locks_cache *c, int32_t seq_id) {
     return &c->seqs[seq_id];
 }
 
+locks_status locks_check_layer(const locks_cache *c, int32_t layer) {
+    if (layer >= 0 && layer < c->p.n_layers) return LOCKS_OK;
+    return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has layers 0..%d)", layer, c->p.n_layers - 1);
+}
+
+locks_status locks_check_heads(const locks_cache *c, int32_t n_q_heads, int32_t max_group) {
+    if (n_q_heads < c->hkv || n_q_heads % c->hkv != 0)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "n_q_heads %d is not a positive multiple of n_kv_heads %d",
+                          n_q_heads, c->hkv);
+    if (n_q_heads / c->hkv > max_group)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "GQA group of %d query heads per KV head (at most %d)",
+                          n_q_heads / c->hkv, max_group);
+    return LOCKS_OK;
+}
+
+locks_status locks_check_seq(const locks_cache *c, int32_t seq_id, const locks_seq **s) {
+    *s = locks_cache_seq(c, seq_id);
+    if (*s) return LOCKS_OK;
+    if (seq_id < 0 || seq_id >= c->p.max_seqs)
+        return locks_fail(LOCKS_ERR_NO_SEQ, "sequence id %d (the cache has slots 0..%d)", seq_id, c->p.max_seqs - 1);
+    return locks_fail(LOCKS_ERR_NO_SEQ, "sequence %d was never added or has been removed", seq_id);
+}
+
+locks_status locks_check_scale(float scale) {
+    if (scale == 0.0f || (scale > 0.0f && isfinite(scale))) return LOCKS_OK;
+    return locks_fail(LOCKS_ERR_INVALID_ARG, "scale %g (must be 0 for 1/sqrt(head_dim), or positive and finite)",
+                      (double)scale);
+}
+
 void *locks_cache_scratch(locks_cache *c, int32_t i, size_t bytes) {
     locks_scratch *s = &c->scratch[i];
     if (s->bytes >= bytes && s->p) return s->p;
@@ -268,31 +336,39 @@ void *locks_cache_scratch(locks_cache *c, int32_t i, size_t bytes) {
 /* ---------------------------------------------------------------------------------- */
 
 locks_status locks_cache_seq_add(locks_cache *c, int32_t *seq_id) {
-    if (!c || !seq_id) return LOCKS_ERR_INVALID_ARG;
+    if (!c || !seq_id) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_seq_add: NULL %s", c ? "seq_id" : "cache");
+    const uint32_t mark = locks_cache_enter(c);
     for (int32_t s = 0; s < c->p.max_seqs; s++) {
         if (!c->seqs[s].active) {
             c->seqs[s].active = 1;
             c->seqs[s].len = 0;
             c->seqs[s].n_pages = 0;
             *seq_id = s;
-            return LOCKS_OK;
+            return locks_cache_leave(c, LOCKS_OK, "locks_cache_seq_add", mark);
         }
     }
-    return LOCKS_ERR_INVALID_ARG;
+    locks_fail(LOCKS_ERR_INVALID_ARG, "all %d sequence slots are taken (max_seqs)", c->p.max_seqs);
+    return locks_cache_leave(c, LOCKS_ERR_INVALID_ARG, "locks_cache_seq_add", mark);
 }
 
-/* Runs the metadata blocks' truncate hooks (len = 0: the sequence is being removed). */
-static void seq_hooks(locks_cache *c, int32_t seq_id, int32_t len) {
+void locks_cache_seq_hooks(locks_cache *c, int32_t seq_id, int32_t len) {
     for (int32_t i = 0; i < LOCKS_META_SLOTS; i++)
         if (c->meta[i].p && c->meta[i].on_truncate) c->meta[i].on_truncate(c, seq_id, len);
+}
+
+/* A page going back to the free list forgets its slots in every layer: it has no
+ * summary (locks_cache_summary_get) and nothing to attend until it is written again. */
+static void page_free(locks_cache *c, int32_t page) {
+    for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] = 0;
+    c->free_list[c->n_free++] = page;
 }
 
 void locks_cache_host_remove(locks_cache *c, int32_t seq_id) {
     locks_seq *s = &c->seqs[seq_id];
     /* push back in reverse so the next sequence gets them in the same order (a
      * caller-owned cache has no free list: the pages are the caller's) */
-    for (int32_t i = s->n_pages - 1; i >= 0 && !c->ext; i--) c->free_list[c->n_free++] = s->table[i];
-    seq_hooks(c, seq_id, 0);
+    for (int32_t i = s->n_pages - 1; i >= 0 && !c->ext; i--) page_free(c, s->table[i]);
+    locks_cache_seq_hooks(c, seq_id, 0);
     s->active = 0;
     s->len = 0;
     s->n_pages = 0;
@@ -301,9 +377,9 @@ void locks_cache_host_remove(locks_cache *c, int32_t seq_id) {
 void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
     locks_seq *s = &c->seqs[seq_id];
     int32_t keep = (len + P - 1) / P;
-    seq_hooks(c, seq_id, len);
+    locks_cache_seq_hooks(c, seq_id, len);
     /* push back in reverse, as seq_remove does */
-    for (int32_t i = s->n_pages - 1; i >= keep; i--) c->free_list[c->n_free++] = s->table[i];
+    for (int32_t i = s->n_pages - 1; i >= keep; i--) page_free(c, s->table[i]);
     s->n_pages = keep;
     s->len = len;
     /* The last kept page forgets its slots past len: it is partial again (no selector
@@ -317,26 +393,52 @@ void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
 }
 
 int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
+    if (!c) return -1;
+    locks_cache_lock(c);
     const locks_seq *s = locks_cache_seq(c, seq_id);
-    return s ? s->len : -1;
+    int32_t len = s ? s->len : -1;
+    locks_cache_unlock(c);
+    return len;
 }
 
 const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int32_t *n_pages) {
+    if (!c) return NULL;
+    locks_cache_lock(c);
     const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return NULL;
-    if (n_pages) *n_pages = s->n_pages;
-    return s->table;
+    if (s && n_pages) *n_pages = s->n_pages;
+    locks_cache_unlock(c);
+    return s ? s->table : NULL;
 }
 
-int32_t locks_cache_free_pages(const locks_cache *c) { return c ? c->n_free : 0; }
+/* An owned cache: its free list. A caller-owned one has none (the pages are the
+ * caller's): the pages no sequence's table holds. */
+int32_t locks_cache_free_pages(const locks_cache *c) {
+    if (!c) return 0;
+    locks_cache_lock(c);
+    int32_t n = c->n_free;
+    uint8_t *used = c->ext ? locks_alloc((size_t)c->p.n_pages, 1) : NULL;
+    if (used) {
+        n = 0;
+        for (int32_t s = 0; s < c->p.max_seqs; s++)
+            for (int32_t i = 0; c->seqs[s].active && i < c->seqs[s].n_pages; i++) used[c->seqs[s].table[i]] = 1;
+        for (int32_t p = 0; p < c->p.n_pages; p++) n += !used[p];
+        locks_free(used);
+    } else if (c->ext) {
+        n = 0; /* no memory to count with: claim none free rather than too many */
+    }
+    locks_cache_unlock(c);
+    return n;
+}
 
 locks_status locks_cache_host_append_stage(locks_cache *c, int32_t seq_id, int32_t n_tokens,
                                            int32_t *n_pages, int32_t *len) {
-    if (n_tokens < 0) return LOCKS_ERR_INVALID_ARG;
+    if (n_tokens < 0) return locks_fail(LOCKS_ERR_INVALID_ARG, "n_tokens %d (must be >= 0)", n_tokens);
     locks_seq *s = &c->seqs[seq_id];
     int64_t new_len = (int64_t)s->len + n_tokens;
     int64_t need = (new_len + P - 1) / P - s->n_pages;
-    if (new_len > (int64_t)c->p.n_pages * P || need > c->n_free) return LOCKS_ERR_POOL_FULL;
+    if (new_len > (int64_t)c->p.n_pages * P || need > c->n_free)
+        return locks_fail(LOCKS_ERR_POOL_FULL, "%d more tokens need %lld more pages; %d of %d are free", n_tokens,
+                          (long long)need, c->n_free, c->p.n_pages);
     /* the new pages go into the table past n_pages (slots no one reads) before anything
      * is committed: the top of the free stack, in pop order */
     for (int64_t i = 0; i < need; i++) s->table[s->n_pages + i] = c->free_list[c->n_free - 1 - i];
@@ -353,6 +455,27 @@ void locks_cache_host_append_commit(locks_cache *c, int32_t seq_id, int32_t n_pa
         s->n_pages++;
     }
     s->len = len;
+}
+
+/* The CPU backend attends only written tokens: every slot of [0, len) of the sequence
+ * must have been written in this layer (its bit set in the page's fill mask). */
+locks_status locks_cache_check_written(const locks_cache *c, int32_t seq_id, int32_t layer, int32_t len) {
+    if (c->ext || c->cuda) return LOCKS_OK; /* the caller's pages / the device's own checks */
+    const locks_seq *s = &c->seqs[seq_id];
+    const uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
+    for (int32_t i = 0; i * P < len; i++) {
+        const int32_t n = len - i * P < P ? len - i * P : P;
+        const uint16_t want = (uint16_t)((1u << n) - 1u), have = fill[s->table[i]];
+        if ((have & want) != want) {
+            int32_t t = 0;
+            while (have & (1u << t)) t++;
+            return locks_fail(LOCKS_ERR_INVALID_ARG,
+                              "sequence %d, layer %d: token %d is reserved but was never written (write every layer "
+                              "of the appended tokens before attending them)",
+                              seq_id, layer, i * P + t);
+        }
+    }
+    return LOCKS_OK;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -402,7 +525,17 @@ locks_status locks_cache_write_cpu(locks_cache *c, int32_t seq_id, int32_t layer
     const locks_seq *s = &c->seqs[seq_id];
     const int32_t d = c->d, H = c->hkv;
     const size_t row = (size_t)H * d;
-    if (!locks_all_finite(k, (size_t)n * row) || !locks_all_finite(v, (size_t)n * row)) return LOCKS_ERR_NONFINITE;
+    /* fp16 holds |x| <= 65504: past that a value would be stored as Inf, so it is
+     * refused like one (nothing stored) */
+    const size_t nk = locks_first_past(k, (size_t)n * row, 65504.0f), nv = locks_first_past(v, (size_t)n * row, 65504.0f);
+    if (nk < (size_t)n * row || nv < (size_t)n * row) {
+        const int is_k = nk < (size_t)n * row;
+        const size_t i = is_k ? nk : nv;
+        const float x = (is_k ? k : v)[i];
+        return locks_fail(LOCKS_ERR_NONFINITE, "%s of token %d, KV head %d, channel %d is %g (%s)", is_k ? "key" : "value",
+                          pos + (int32_t)(i / row), (int32_t)(i % row) / d, (int32_t)(i % (size_t)d), (double)x,
+                          isfinite(x) ? "past the fp16 range, |x| <= 65504" : "not finite");
+    }
     for (int32_t t = 0; t < n; t++) {
         int32_t tok = pos + t, page = s->table[tok / P], slot = tok % P;
         for (int32_t h = 0; h < H; h++) {

@@ -7,15 +7,22 @@
  *  - K/V of layer l, physical page p, KV head h live at k + ((l * n_pages + p) * Hkv + h)
  *    * P * d as fp16 (layout in locks.h).
  *  - fill[l * n_pages + p] is the bitmask of the page's slots written in layer l; it is
- *    reset when the page leaves the free list. A page is full when the mask is 0xffff;
+ *    reset when the page goes back to the free list and when it leaves it. The CPU
+ *    backend attends a token only if its slot is written in that layer
+ *    (locks_cache_check_written), so appended but unwritten tokens, or layers written
+ *    to different lengths, are an error and never read as zeros. A page is full when the mask is 0xffff;
  *    its summaries (and every selector's page metadata) are built by the write that
  *    fills it (and rebuilt by any later write into it).
  *  - Summaries of (layer, KV head) are page-major arrays indexed by physical page (see
  *    locks_cache_summaries); only the arrays of the cache's precision are allocated.
  *  - A sequence's pages are table[0 .. n_pages_seq) and its length len satisfies
  *    ceil(len / 16) == n_pages_seq.
- *  - One thread uses a cache at a time (the step scratch and the pool are per cache);
- *    the library parallelises inside each call.
+ *  - Every public call on a cache runs under the cache's lock (mu, recursive), taken
+ *    at the public entry (locks_cache_enter / locks_cache_leave) and never inside the
+ *    pool's tasks: calls from several threads are serialised, so the step scratch,
+ *    the block tables and the free list have one user at a time; the library
+ *    parallelises inside each call. Only what never changes after init is read
+ *    without it (params, page pointers, summary_bytes).
  *
  * Layering: this file is the core every other module stands on; it calls nothing
  * above it. The selectors' per-page metadata lives in blocks the cache holds for them
@@ -27,6 +34,7 @@
 #ifndef LOCKS_CACHE_H
 #define LOCKS_CACHE_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "locks.h"
@@ -91,6 +99,8 @@ typedef struct {
 } locks_ext_pages;
 
 struct locks_cache {
+    pthread_mutex_t mu; /* the cache's lock (recursive; see the top of this file) */
+    int mu_ok;          /* mu was initialised */
     locks_cache_params p;
     int32_t d, hkv, r;
     size_t block;       /* P * d: elements of one (page, head) K block */
@@ -111,6 +121,19 @@ struct locks_cache {
     struct locks_cuda_cache *cuda;   /* CUDA backend state (backend_cuda.c); NULL on CPU */
     locks_ext_pages *ext;            /* caller-owned pages (extkv.c); NULL: k, v above */
 };
+
+/* ---- the cache's lock ---- */
+
+/* Takes the cache's lock and returns this thread's error mark (locks_error_mark): the
+ * start of every public call on a cache that returns a status. */
+uint32_t locks_cache_enter(const locks_cache *c);
+/* Drops the lock and returns st, naming `call` in the last-error message if st is an
+ * error (locks_fail_call with the mark enter gave). */
+locks_status locks_cache_leave(const locks_cache *c, locks_status st, const char *call, uint32_t mark);
+/* The lock alone (calls that return no status, and the context-parallel step's local
+ * phases). */
+void locks_cache_lock(const locks_cache *c);
+void locks_cache_unlock(const locks_cache *c);
 
 /* ---- construction (called by backend.c) ---- */
 
@@ -148,6 +171,9 @@ locks_status locks_cache_host_append_stage(locks_cache *c, int32_t seq_id, int32
                                            int32_t *n_pages, int32_t *len);
 void locks_cache_host_append_commit(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len);
 void locks_cache_host_remove(locks_cache *c, int32_t seq_id);
+/* Runs the metadata blocks' truncate hooks (len = 0: the sequence is being removed),
+ * while the sequence's table still holds its old pages. */
+void locks_cache_seq_hooks(locks_cache *c, int32_t seq_id, int32_t len);
 /* len must be within 0 .. the sequence's length (checked by the caller). */
 void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len);
 /* locks_cache_write and locks_cache_summary_get of the CPU backend (arguments checked
@@ -176,6 +202,20 @@ void locks_ext_pages_free(locks_ext_pages *e);
  * selector that reads contiguous key blocks on an NHD cache. */
 locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
                                   locks_selector sel);
+
+/* LOCKS_ERR_INVALID_ARG (with the first such token in the message) unless every token
+ * of [0, len) of the sequence has been written in this layer; owned CPU caches only
+ * (LOCKS_OK on the others). */
+locks_status locks_cache_check_written(const locks_cache *c, int32_t seq_id, int32_t layer, int32_t len);
+
+/* Argument checks shared by the step calls, each setting the last-error message:
+ * layer in range; n_q_heads a positive multiple of n_kv_heads with a group of at most
+ * max_group (LOCKS_ERR_UNSUPPORTED past it); a live sequence (LOCKS_ERR_NO_SEQ); a
+ * softmax scale that is 0 or positive and finite. */
+locks_status locks_check_layer(const locks_cache *c, int32_t layer);
+locks_status locks_check_heads(const locks_cache *c, int32_t n_q_heads, int32_t max_group);
+locks_status locks_check_seq(const locks_cache *c, int32_t seq_id, const locks_seq **s);
+locks_status locks_check_scale(float scale);
 
 /* The sequence, or NULL if the id is unknown or removed. */
 const locks_seq *locks_cache_seq(const locks_cache *c, int32_t seq_id);

@@ -327,7 +327,11 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
     const int32_t R = comm->n_ranks, hq = n_q_heads;
     const int32_t H = c->hkv, d = c->d, G = hq / H > 0 ? hq / H : 1;
     const locks_seq *s = NULL;
+    /* the cache's lock around each local part (never across a collective: ranks that
+     * are threads may share one cache) */
+    locks_cache_lock(c);
     locks_status st = cp_check(shard, layer, q, n_q_heads, p, out, sel, &s);
+    locks_cache_unlock(c);
 
     /* What every rank knows without communicating (consistent across ranks once the
      * header shows that every rank passed its checks with the same global length). */
@@ -387,7 +391,9 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
         w.s = s;
         w.q = q;
         w.scores = scores;
+        locks_cache_lock(c);
         st = locks_score_run(c, layer, &w, 1, hq, p->selector, scale, 0);
+        locks_cache_unlock(c);
         for (int32_t h = 0; h < hq && st == LOCKS_OK; h++) {
             memcpy(row, scores + (size_t)h * n_full_l, sizeof(float) * (size_t)n_full_l);
             const float mx = locks_max_n(row, (size_t)n_full_l);
@@ -510,7 +516,9 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
         w.max_pages = n_local + 1;
         w.out = o;
         w.lse = lse;
+        locks_cache_lock(c);
         st = locks_attend_run(c, layer, &w, 1, hq, scale);
+        locks_cache_unlock(c);
     }
     part[part_n - 1] = (float)st;
     const double t3 = locks_now_ms();

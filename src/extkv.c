@@ -40,6 +40,7 @@ static void layout_strides(locks_kv_layout layout, size_t hkv, size_t d, size_t 
 }
 
 locks_cache *locks_cache_init_ext(locks_cache_params params, const locks_ext_kv *kv, locks_status *err) {
+    const uint32_t mark = locks_error_mark();
     locks_status st = LOCKS_ERR_INVALID_ARG;
     locks_cache *c = NULL;
     locks_ext_pages *e = NULL;
@@ -103,6 +104,7 @@ locks_cache *locks_cache_init_ext(locks_cache_params params, const locks_ext_kv 
     if (err) *err = LOCKS_OK;
     return c;
 fail:
+    locks_fail_call(st, "locks_cache_init_ext", mark);
     locks_ext_pages_free(e);
     locks_cache_free(c);
     if (err) *err = st;
@@ -111,17 +113,29 @@ fail:
 
 static int is_ext(const locks_cache *c) { return c->ext != NULL; }
 
-locks_status locks_cache_seq_set_pages(locks_cache *c, int32_t seq_id, const int32_t *block_table,
-                                       int32_t n_pages, int32_t len) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
-    if (!is_ext(c)) return LOCKS_ERR_UNSUPPORTED;
-    if (len < 0 || n_pages != (int32_t)(((int64_t)len + P - 1) / P) || n_pages > c->p.n_pages ||
-        (n_pages > 0 && !block_table))
-        return LOCKS_ERR_INVALID_ARG;
+static locks_status seq_set_pages(locks_cache *c, int32_t seq_id, const int32_t *block_table, int32_t n_pages,
+                                  int32_t len) {
+    if (!locks_cache_seq(c, seq_id)) return locks_fail(LOCKS_ERR_NO_SEQ, "no sequence %d", seq_id);
+    if (!is_ext(c)) return locks_fail(LOCKS_ERR_UNSUPPORTED, "an owned cache (use append / truncate)");
+    if (len < 0 || len > c->p.n_pages * P)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "len %d (must be 0..%d)", len, c->p.n_pages * P);
+    if (n_pages != (len + P - 1) / P)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "n_pages %d for len %d (must be ceil(len / 16) = %d)", n_pages, len,
+                          (len + P - 1) / P);
+    if (n_pages > 0 && !block_table) return locks_fail(LOCKS_ERR_INVALID_ARG, "block_table is NULL");
     for (int32_t i = 0; i < n_pages; i++)
-        if (block_table[i] < 0 || block_table[i] >= c->p.n_pages) return LOCKS_ERR_INVALID_ARG;
+        if (block_table[i] < 0 || block_table[i] >= c->p.n_pages)
+            return locks_fail(LOCKS_ERR_INVALID_ARG, "block_table[%d] = %d (the cache has pages 0..%d)", i,
+                              block_table[i], c->p.n_pages - 1);
     locks_seq *s = &c->seqs[seq_id];
+    /* the tokens the old and the new table share: the leading pages that stay where
+     * they were, up to both lengths. State the selectors derived from tokens past that
+     * (ShadowKV's fitted basis) belongs to another prompt: dropped, as on a truncate. */
+    int32_t same = 0;
+    while (same < s->n_pages && same < n_pages && s->table[same] == block_table[same]) same++;
+    int32_t keep = same * P;
+    if (keep > s->len) keep = s->len;
+    if (keep > len) keep = len;
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) { /* the device first, from the new table; the old one back if that fails */
         int32_t *old = n_pages > 0 ? locks_alloc((size_t)n_pages, sizeof(int32_t)) : NULL;
@@ -134,10 +148,19 @@ locks_status locks_cache_seq_set_pages(locks_cache *c, int32_t seq_id, const int
         if (st != LOCKS_OK) return st;
     }
 #endif
+    if (keep < s->len) locks_cache_seq_hooks(c, seq_id, keep); /* the old table is still intact */
     if (n_pages > 0) memcpy(s->table, block_table, (size_t)n_pages * sizeof(int32_t));
     s->n_pages = n_pages;
     s->len = len;
     return LOCKS_OK;
+}
+
+locks_status locks_cache_seq_set_pages(locks_cache *c, int32_t seq_id, const int32_t *block_table,
+                                       int32_t n_pages, int32_t len) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_seq_set_pages: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = seq_set_pages(c, seq_id, block_table, n_pages, len);
+    return locks_cache_leave(c, st, "locks_cache_seq_set_pages", mark);
 }
 
 /* fp16 bits: exponent all ones is Inf or NaN */
@@ -148,10 +171,11 @@ static int f16_block_finite(const uint16_t *b, size_t ld, size_t d) {
     return 1;
 }
 
-locks_status locks_cache_pages_filled(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    if (!is_ext(c)) return LOCKS_ERR_UNSUPPORTED;
-    if (layer < 0 || layer >= c->p.n_layers || n < 0 || (n > 0 && !pages)) return LOCKS_ERR_INVALID_ARG;
+static locks_status pages_filled(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
+    if (!is_ext(c)) return locks_fail(LOCKS_ERR_UNSUPPORTED, "an owned cache (its writes build the summaries)");
+    if (layer < 0 || layer >= c->p.n_layers)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
+    if (n < 0 || (n > 0 && !pages)) return locks_fail(LOCKS_ERR_INVALID_ARG, "n %d pages at %p", n, (const void *)pages);
     if (n == 0) return LOCKS_OK;
     uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
     /* range, "reported twice" (before, or twice in this list): a mark per page, undone below */
@@ -160,7 +184,9 @@ locks_status locks_cache_pages_filled(locks_cache *c, int32_t layer, const int32
     for (; i < n; i++) {
         const int32_t p = pages[i];
         if (p < 0 || p >= c->p.n_pages || fill[p] != 0) {
-            st = LOCKS_ERR_INVALID_ARG;
+            st = p < 0 || p >= c->p.n_pages
+                     ? locks_fail(LOCKS_ERR_INVALID_ARG, "pages[%d] = %d is outside 0..%d", i, p, c->p.n_pages - 1)
+                     : locks_fail(LOCKS_ERR_INVALID_ARG, "page %d reported twice (listed twice, or not released)", p);
             break;
         }
         fill[p] = 1; /* seen in this list */
@@ -171,7 +197,7 @@ locks_status locks_cache_pages_filled(locks_cache *c, int32_t layer, const int32
             for (int32_t h = 0; h < c->hkv; h++)
                 if (!f16_block_finite(locks_cache_kblock(c, layer, pages[j], h), ld, d) ||
                     !f16_block_finite(locks_cache_vblock(c, layer, pages[j], h), ld, d)) {
-                    st = LOCKS_ERR_NONFINITE;
+                    st = locks_fail(LOCKS_ERR_NONFINITE, "page %d, KV head %d holds NaN or Inf", pages[j], h);
                     break;
                 }
     }
@@ -184,28 +210,46 @@ locks_status locks_cache_pages_filled(locks_cache *c, int32_t layer, const int32
     return LOCKS_OK;
 }
 
-locks_status locks_cache_pages_release(locks_cache *c, const int32_t *pages, int32_t n) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    if (!is_ext(c)) return LOCKS_ERR_UNSUPPORTED;
-    if (n < 0 || (n > 0 && !pages)) return LOCKS_ERR_INVALID_ARG;
+locks_status locks_cache_pages_filled(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_pages_filled: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = pages_filled(c, layer, pages, n);
+    return locks_cache_leave(c, st, "locks_cache_pages_filled", mark);
+}
+
+static locks_status pages_release(locks_cache *c, const int32_t *pages, int32_t n) {
+    if (!is_ext(c)) return locks_fail(LOCKS_ERR_UNSUPPORTED, "an owned cache (its pages go back on seq_remove)");
+    if (n < 0 || (n > 0 && !pages)) return locks_fail(LOCKS_ERR_INVALID_ARG, "n %d pages at %p", n, (const void *)pages);
     for (int32_t i = 0; i < n; i++)
-        if (pages[i] < 0 || pages[i] >= c->p.n_pages) return LOCKS_ERR_INVALID_ARG;
+        if (pages[i] < 0 || pages[i] >= c->p.n_pages)
+            return locks_fail(LOCKS_ERR_INVALID_ARG, "pages[%d] = %d is outside 0..%d", i, pages[i], c->p.n_pages - 1);
     for (int32_t i = 0; i < n; i++)
         for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + pages[i]] = 0;
     return LOCKS_OK;
+}
+
+locks_status locks_cache_pages_release(locks_cache *c, const int32_t *pages, int32_t n) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_pages_release: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = pages_release(c, pages, n);
+    return locks_cache_leave(c, st, "locks_cache_pages_release", mark);
 }
 
 locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
                                   locks_selector sel) {
     if (locks_cache_kv_ld(c) != (size_t)c->d && sel != LOCKS_SEL_FULL && sel != LOCKS_SEL_LOCKS &&
         sel != LOCKS_SEL_QUEST)
-        return LOCKS_ERR_UNSUPPORTED; /* reads keys as contiguous 16 x d blocks */
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "selector %s reads keys as contiguous 16 x d blocks: HND pages only",
+                          locks_selector_name(sel)); /* reads keys as contiguous 16 x d blocks */
     const uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
     for (int32_t i = 0; i < n_seqs; i++) {
         const locks_seq *s = locks_cache_seq(c, seq_ids[i]);
         if (!s) return LOCKS_ERR_NO_SEQ;
         for (int32_t j = 0; j < s->len / P; j++)
-            if (fill[s->table[j]] != 0xffffu) return LOCKS_ERR_INVALID_ARG; /* full page not reported */
+            if (fill[s->table[j]] != 0xffffu) /* full page not reported */
+                return locks_fail(LOCKS_ERR_INVALID_ARG,
+                                  "sequence %d: logical page %d (physical %d) is full but not reported filled in layer %d",
+                                  seq_ids[i], j, s->table[j], layer);
     }
     return LOCKS_OK;
 }

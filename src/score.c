@@ -109,24 +109,27 @@ locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, i
     return LOCKS_OK;
 }
 
-locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
-                         int32_t n_q_heads, const locks_step_params *p, float *mass) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return LOCKS_ERR_NO_SEQ;
-    if (!q || !p || !mass || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
-        n_q_heads % c->hkv != 0 || !locks_selector_available(p->selector) || !locks_scale_ok(p->scale))
-        return LOCKS_ERR_INVALID_ARG;
-    if (n_q_heads / c->hkv > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
-    if (c->ext) {
-        locks_status st = locks_ext_step_check(c, layer, &seq_id, 1, p->selector);
-        if (st != LOCKS_OK) return st;
-    }
+static locks_status score(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                          const locks_step_params *p, float *mass) {
+    const locks_seq *s;
+    locks_status st = locks_check_seq(c, seq_id, &s);
+    if (st != LOCKS_OK) return st;
+    if (!q || !p || !mass) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !q ? "q" : !p ? "p" : "mass");
+    st = locks_check_layer(c, layer);
+    if (st == LOCKS_OK) st = locks_check_heads(c, n_q_heads, 64); /* GQA groups of up to 64 heads */
+    if (st == LOCKS_OK && !locks_selector_available(p->selector))
+        st = locks_fail(LOCKS_ERR_INVALID_ARG, "selector %d is not a locks_selector", (int)p->selector);
+    if (st == LOCKS_OK) st = locks_check_scale(p->scale);
+    if (st == LOCKS_OK) st = locks_cache_check_written(c, seq_id, layer, s->len);
+    if (st == LOCKS_OK && c->ext) st = locks_ext_step_check(c, layer, &seq_id, 1, p->selector);
+    if (st != LOCKS_OK) return st;
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) return locks_cuda_score(c->cuda, layer, seq_id, q, n_q_heads, p, mass); /* device arrays */
 #endif
-    if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
-    if (!locks_all_finite(q, (size_t)n_q_heads * c->d)) return LOCKS_ERR_NONFINITE;
+    if (!locks_selector_served(c, p->selector))
+        return locks_fail(LOCKS_ERR_NO_META, "selector %s: the cache keeps no metadata for it (params.selectors)",
+                          locks_selector_name(p->selector));
+    if (!locks_all_finite(q, (size_t)n_q_heads * c->d)) return locks_fail(LOCKS_ERR_NONFINITE, "the query holds NaN or Inf");
     const int32_t n_full = s->len / P;
     float *scores = locks_cache_scratch(c, 0, (size_t)n_q_heads * (size_t)(n_full + 1) * sizeof(float));
     if (!scores) return LOCKS_ERR_OOM;
@@ -138,4 +141,12 @@ locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const fl
     w.scores = scores;
     w.mass = mass;
     return locks_score_run(c, layer, &w, 1, n_q_heads, p->selector, locks_step_scale(c, p->scale), 1);
+}
+
+locks_status locks_score(locks_cache *c, int32_t layer, int32_t seq_id, const float *q,
+                         int32_t n_q_heads, const locks_step_params *p, float *mass) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_score: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = score(c, layer, seq_id, q, n_q_heads, p, mass);
+    return locks_cache_leave(c, st, "locks_score", mark);
 }

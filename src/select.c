@@ -54,11 +54,16 @@ int locks_step_dense(const locks_step_params *p, int32_t len) {
 }
 
 locks_status locks_select_check(const locks_seq *s, const locks_step_params *p) {
-    if (p->n_sink < 0 || p->n_recent < 0) return LOCKS_ERR_INVALID_ARG;
-    if (!(p->mass == 0.0f || (p->mass > 0.0f && p->mass < 1.0f))) return LOCKS_ERR_INVALID_ARG;
-    if (p->budget <= 0) return LOCKS_ERR_BUDGET;
+    if (p->n_sink < 0 || p->n_recent < 0)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "n_sink %d, n_recent %d (must be >= 0)", p->n_sink, p->n_recent);
+    if (!(p->mass == 0.0f || (p->mass > 0.0f && p->mass < 1.0f)))
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "mass %g (0 for off, or 0 < mass < 1)", (double)p->mass);
+    if (p->budget <= 0) return locks_fail(LOCKS_ERR_BUDGET, "budget %d (must be > 0)", p->budget);
     const locks_plan pl = locks_plan_make(s->len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
-    return !pl.dense && pl.k < 0 ? LOCKS_ERR_BUDGET : LOCKS_OK;
+    if (!pl.dense && pl.k < 0)
+        return locks_fail(LOCKS_ERR_BUDGET, "budget %d is below the forced pages (%d sink, %d recent, partial) of %d tokens",
+                          p->budget, p->n_sink, p->n_recent, s->len);
+    return LOCKS_OK;
 }
 
 static int key_desc(const void *a, const void *b) {
@@ -135,14 +140,15 @@ locks_status locks_select_run(locks_cache *c, locks_seq_work *w, int32_t n_seqs,
     return LOCKS_OK;
 }
 
-locks_status locks_select(const locks_cache *c, int32_t seq_id, const float *mass,
-                          const locks_step_params *p, int32_t *pages, int32_t *n_pages,
-                          int32_t max_pages) {
-    if (!c) return LOCKS_ERR_INVALID_ARG;
-    const locks_seq *s = locks_cache_seq(c, seq_id);
-    if (!s) return LOCKS_ERR_NO_SEQ;
-    if (!mass || !p || !pages || !n_pages || max_pages < s->n_pages) return LOCKS_ERR_INVALID_ARG;
-    locks_status st = locks_select_check(s, p);
+static locks_status select_pages(const locks_cache *c, int32_t seq_id, const float *mass,
+                                 const locks_step_params *p, int32_t *pages, int32_t *n_pages, int32_t max_pages) {
+    const locks_seq *s;
+    locks_status st = locks_check_seq(c, seq_id, &s);
+    if (st != LOCKS_OK) return st;
+    if (!mass || !p || !pages || !n_pages) return locks_fail(LOCKS_ERR_INVALID_ARG, "NULL array or params");
+    if (max_pages < s->n_pages)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "max_pages %d below the sequence's %d pages", max_pages, s->n_pages);
+    st = locks_select_check(s, p);
     if (st != LOCKS_OK) return st;
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) return locks_cuda_select(c->cuda, seq_id, mass, p, pages, n_pages, max_pages); /* device arrays */
@@ -155,4 +161,13 @@ locks_status locks_select(const locks_cache *c, int32_t seq_id, const float *mas
                    (uint64_t *)(void *)scratch, scratch + ((size_t)n_full + 1) * 8);
     locks_free(scratch);
     return LOCKS_OK;
+}
+
+locks_status locks_select(const locks_cache *c, int32_t seq_id, const float *mass,
+                          const locks_step_params *p, int32_t *pages, int32_t *n_pages,
+                          int32_t max_pages) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_select: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = select_pages(c, seq_id, mass, p, pages, n_pages, max_pages);
+    return locks_cache_leave(c, st, "locks_select", mark);
 }

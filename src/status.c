@@ -1,12 +1,16 @@
 /*
- * status.c — status names, the log callback, selector names.
+ * status.c — status names, the log callback, selector names, the last-error message.
  *
  * The library never prints: every message goes through the callback the caller set
- * with locks_set_log (silent by default).
+ * with locks_set_log (silent by default). Why a call failed is kept per thread
+ * (locks_last_error): a status says what kind of failure, the message says which
+ * argument and which value.
  */
-#include "locks.h"
+#include "util.h"
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const status_names[LOCKS_STATUS_COUNT] = {
@@ -63,4 +67,41 @@ void locks_log_get(locks_log_fn *fn, void **user);
 void locks_log_get(locks_log_fn *fn, void **user) {
     *fn = log_fn;
     *user = log_user;
+}
+
+/* ---- last error (locks.h "Status, logging") ---- */
+
+static _Thread_local char last_error[512];
+static _Thread_local uint32_t error_gen; /* messages set on this thread so far */
+
+const char *locks_last_error(void) { return last_error; }
+
+void locks_clear_error(void) { last_error[0] = '\0'; }
+
+uint32_t locks_error_mark(void) { return error_gen; }
+
+locks_status locks_fail(locks_status st, const char *fmt, ...) {
+    error_gen++;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+locks_status locks_fail_call(locks_status st, const char *call, uint32_t mark) {
+    if (st == LOCKS_OK) return st;
+    char msg[sizeof last_error + 128];
+    error_gen++;
+    if (error_gen - 1 == mark) /* the failing path said nothing: the status is the message */
+        snprintf(msg, sizeof msg, "%s: %s", call, locks_status_str(st));
+    else if (strncmp(last_error, call, strlen(call)) != 0)
+        snprintf(msg, sizeof msg, "%s: %s", call, last_error);
+    else
+        return st; /* already names this call (a nested call of the same name) */
+    size_t n = strlen(msg);
+    if (n >= sizeof last_error) n = sizeof last_error - 1;
+    memcpy(last_error, msg, n);
+    last_error[n] = '\0';
+    return st;
 }

@@ -33,29 +33,38 @@ locks_step_params locks_step_default_params(void) {
     return p;
 }
 
-locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq_ids,
-                               int32_t n_seqs, const float *q, int32_t n_q_heads,
-                               const locks_step_params *p, float *out, locks_selection *sel,
-                               locks_step_stats *stats) {
-    if (!c || !seq_ids || n_seqs < 1 || !q || !p || !out) return LOCKS_ERR_INVALID_ARG;
+static locks_status decode_step(locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                const float *q, int32_t n_q_heads, const locks_step_params *p, float *out,
+                                locks_selection *sel, locks_step_stats *stats) {
+    if (!seq_ids || !q || !p || !out)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !seq_ids ? "seq_ids" : !q ? "q" : !p ? "p" : "out");
+    if (n_seqs < 1) return locks_fail(LOCKS_ERR_INVALID_ARG, "n_seqs %d (must be >= 1)", n_seqs);
     const int32_t H = c->hkv, d = c->d;
-    if (layer < 0 || layer >= c->p.n_layers || n_q_heads < H || n_q_heads % H != 0 ||
-        !locks_selector_available(p->selector) || !locks_scale_ok(p->scale))
-        return LOCKS_ERR_INVALID_ARG;
-    if (n_q_heads / H > 64) return LOCKS_ERR_UNSUPPORTED; /* GQA groups of up to 64 heads */
+    locks_status st0 = locks_check_layer(c, layer);
+    if (st0 == LOCKS_OK) st0 = locks_check_heads(c, n_q_heads, 64); /* GQA groups of up to 64 heads */
+    if (st0 == LOCKS_OK && !locks_selector_available(p->selector))
+        st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "selector %d is not a locks_selector", (int)p->selector);
+    if (st0 == LOCKS_OK) st0 = locks_check_scale(p->scale);
+    if (st0 != LOCKS_OK) return st0;
     int32_t max_pages = 0;
     size_t n_scores = 0, n_mass = 0;
     for (int32_t i = 0; i < n_seqs; i++) {
-        const locks_seq *s = locks_cache_seq(c, seq_ids[i]);
-        if (!s) return LOCKS_ERR_NO_SEQ;
-        if (s->len == 0) return LOCKS_ERR_INVALID_ARG;
-        locks_status st = locks_select_check(s, p);
+        const locks_seq *s;
+        locks_status st = locks_check_seq(c, seq_ids[i], &s);
+        if (st != LOCKS_OK) return st;
+        if (s->len == 0)
+            return locks_fail(LOCKS_ERR_INVALID_ARG, "sequence %d is empty (append and write a token first)",
+                              seq_ids[i]);
+        st = locks_select_check(s, p);
+        if (st == LOCKS_OK) st = locks_cache_check_written(c, seq_ids[i], layer, s->len);
         if (st != LOCKS_OK) return st;
         if (s->n_pages > max_pages) max_pages = s->n_pages;
         n_scores += (size_t)n_q_heads * (size_t)(s->len / P);
         n_mass += (size_t)H * (size_t)(s->len / P);
     }
-    if (sel && (!sel->pages || !sel->n_pages || sel->max_pages < max_pages)) return LOCKS_ERR_INVALID_ARG;
+    if (sel && (!sel->pages || !sel->n_pages || sel->max_pages < max_pages))
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "sel: NULL arrays or max_pages %d below the longest sequence's %d",
+                          sel->max_pages, max_pages);
     if (c->ext) {
         locks_status st = locks_ext_step_check(c, layer, seq_ids, n_seqs, p->selector);
         if (st != LOCKS_OK) return st;
@@ -64,8 +73,11 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
     if (c->cuda) /* q, out: device memory */
         return locks_cuda_decode_step(c->cuda, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
 #endif
-    if (!locks_selector_served(c, p->selector)) return LOCKS_ERR_NO_META;
-    if (!locks_all_finite(q, (size_t)n_seqs * n_q_heads * d)) return LOCKS_ERR_NONFINITE;
+    if (!locks_selector_served(c, p->selector))
+        return locks_fail(LOCKS_ERR_NO_META, "selector %s: the cache keeps no metadata for it (params.selectors)",
+                          locks_selector_name(p->selector));
+    if (!locks_all_finite(q, (size_t)n_seqs * n_q_heads * d))
+        return locks_fail(LOCKS_ERR_NONFINITE, "the query holds NaN or Inf");
 
     /* scratch 0: work items, scores, masses and the selection (copied to the caller's
      * sel only once attention succeeded: a failed step writes nothing) */
@@ -133,4 +145,14 @@ locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq
         stats->attend_ms = t3 - t2;
     }
     return LOCKS_OK;
+}
+
+locks_status locks_decode_step(locks_cache *c, int32_t layer, const int32_t *seq_ids,
+                               int32_t n_seqs, const float *q, int32_t n_q_heads,
+                               const locks_step_params *p, float *out, locks_selection *sel,
+                               locks_step_stats *stats) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_decode_step: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = decode_step(c, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
+    return locks_cache_leave(c, st, "locks_decode_step", mark);
 }

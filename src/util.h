@@ -27,6 +27,22 @@ void locks_log(locks_log_level level, const char *fmt, ...)
 #endif
     ;
 
+/* Sets this thread's last-error message (locks_last_error; printf format, no call
+ * name: the public entry adds it) and returns st, so that an error return reads
+ *     return locks_fail(LOCKS_ERR_INVALID_ARG, "head_dim %d is not a multiple of 8", d);
+ * A public entry takes mark = locks_error_mark() first and returns through
+ * locks_fail_call(st, "locks_x", mark): st unchanged; on an error, the message set since
+ * the mark prefixed with the call's name, or the status' name when none was set (so an
+ * older call's message never passes for this one's). Successful calls leave it alone:
+ * a rollback after a failure does not erase the failure's reason. */
+locks_status locks_fail(locks_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+uint32_t locks_error_mark(void);
+locks_status locks_fail_call(locks_status st, const char *call, uint32_t mark);
+
 /* IEEE binary16 / bfloat16 <-> float (round to nearest even). */
 uint16_t locks_f32_to_f16(float f);
 float locks_f16_to_f32(uint16_t h);

@@ -243,6 +243,15 @@ int locks_all_finite(const float *x, size_t n) {
     return acc == 0.0f;
 }
 
+size_t locks_first_past(const float *x, size_t n, float lim) {
+    int ok = 1; /* a branch-free pass that vectorises; the index only on failure */
+    for (size_t i = 0; i < n; i++) ok &= fabsf(x[i]) <= lim; /* false for NaN */
+    if (ok) return n;
+    size_t i = 0;
+    while (i < n && fabsf(x[i]) <= lim) i++;
+    return i;
+}
+
 void locks_f16_to_f32_n(const uint16_t *src, float *dst, size_t n) {
 #ifdef LOCKS_X86
     if (locks_have_avx2()) {

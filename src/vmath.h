@@ -38,6 +38,8 @@ const char *locks_isa_name(locks_isa isa);
 int locks_isa_parse(const char *s, locks_isa *isa);
 /* 1 if all n values are finite (no NaN, no Inf). */
 int locks_all_finite(const float *x, size_t n);
+/* The index of the first value that is NaN or has |x| > lim (Inf included); n if none. */
+size_t locks_first_past(const float *x, size_t n, float lim);
 /* dst[i] = half_to_float(src[i]) for i < n. */
 void locks_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 /* sum_i a[i] b[i] (fp32, several partial sums). */

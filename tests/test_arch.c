@@ -545,6 +545,21 @@ static void test_variant(const variant *v) {
         cp.n_batch = 16; /* prefill in chunks that cross the window */
         cp.f32_act = 1;
         cp.step.selector = LOCKS_SEL_FULL;
+        /* the GPU engine runs llama only: the others are refused, by name, before any
+         * device is touched (so also in a build without CUDA, and on a machine without
+         * a GPU); llama passes that check */
+        cp.backend = LOCKS_BACKEND_CUDA;
+        locks_clear_error();
+        locks_ctx *g = locks_ctx_init(m, cp, &st);
+        if (strcmp(v->arch, "llama") != 0)
+            test_cond(!g && st == LOCKS_ERR_UNSUPPORTED && strstr(locks_last_error(), v->arch) &&
+                          strstr(locks_last_error(), "GPU engine runs"),
+                      "%s on the GPU engine: %s (%s)", v->arch, locks_status_str(st), locks_last_error());
+        else
+            test_cond(!strstr(locks_last_error(), "architecture"), "llama refused by the GPU arch check: %s",
+                      locks_last_error());
+        locks_ctx_free(g);
+        cp.backend = LOCKS_BACKEND_CPU;
         locks_ctx *c = locks_ctx_init(m, cp, &st);
         SETUP(c);
         /* decode path: every position's logits */

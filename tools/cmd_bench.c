@@ -340,7 +340,7 @@ static double load_average(void) {
 }
 
 static int report_error(const char *what, locks_status st) {
-    fprintf(stderr, "locks bench: %s: %s\n", what, locks_status_str(st));
+    fprintf(stderr, "locks bench: %s: %s\n", what, tool_why(st));
     return 1;
 }
 
@@ -471,7 +471,7 @@ static int run_budget(bench_ctx *b, int32_t budget) {
             double t1 = locks_now_ms();
             if (st != LOCKS_OK) {
                 fprintf(stderr, "locks bench: decode step (%s, budget %d): %s\n", locks_selector_name(run[i]),
-                        budget, locks_status_str(st));
+                        budget, tool_why(st));
                 goto done;
             }
             if (!rec) continue;

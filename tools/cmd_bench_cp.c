@@ -131,7 +131,7 @@ static int id_exchange(const cp_opts *o, uint8_t *id) {
     if (o->cp_rank == 0) {
         locks_status st = locks_cp_nccl_unique_id(id);
         if (st != LOCKS_OK) {
-            fprintf(stderr, "locks bench: NCCL unique id: %s\n", locks_status_str(st));
+            fprintf(stderr, "locks bench: NCCL unique id: %s\n", tool_why(st));
             return 1;
         }
         char tmp[4096];
@@ -270,7 +270,7 @@ static int run_context(const cp_opts *o, int32_t context, locks_cp_comm **comms)
     locks_synth_params sp = locks_synth_default_params(o->hkv, o->hq, o->d, context, o->seed);
     locks_synth *syn = locks_synth_init(sp, &err);
     if (!syn) {
-        fprintf(stderr, "locks bench: synth: %s\n", locks_status_str(err));
+        fprintf(stderr, "locks bench: synth: %s\n", tool_why(err));
         return 1;
     }
     const int local = o->cp_rank < 0;
@@ -293,7 +293,7 @@ static int run_context(const cp_opts *o, int32_t context, locks_cp_comm **comms)
     for (int32_t i = 0; i < n_here; i++) {
         if (runs[i].st != LOCKS_OK) {
             fprintf(stderr, "locks bench: rank %d, context %d: %s\n", runs[i].rank, context,
-                    locks_status_str(runs[i].st));
+                    tool_why(runs[i].st));
             rc = 1;
         } else if (runs[i].rank == 0 || !local) {
             report(o, &runs[i], local ? "local" : "nccl");
@@ -324,7 +324,7 @@ int cmd_bench_cp(int argc, char **argv) {
         locks_status err;
         group = locks_cp_group_init(o.ranks, &err);
         if (!group) {
-            fprintf(stderr, "locks bench: %s\n", locks_status_str(err));
+            fprintf(stderr, "locks bench: %s\n", tool_why(err));
             return 1;
         }
     }
@@ -338,7 +338,7 @@ int cmd_bench_cp(int argc, char **argv) {
         comms[i] = locks_cp_comm_init(cp, &err);
         if (!comms[i]) {
             /* NCCL init is collective: the other processes fail or time out too */
-            fprintf(stderr, "locks bench: rank %d: communicator: %s\n", rank, locks_status_str(err));
+            fprintf(stderr, "locks bench: rank %d: communicator: %s\n", rank, tool_why(err));
             rc = 1;
         }
     }

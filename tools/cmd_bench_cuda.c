@@ -195,7 +195,7 @@ static int bench_shape(const gopts *o, const gshape *sh, FILE *csv) {
     int32_t *all = NULL;
     float *hq_buf = NULL;
     if (!c) {
-        fprintf(stderr, "locks bench: cache init (%d pages): %s\n", cp.n_pages, locks_status_str(err));
+        fprintf(stderr, "locks bench: cache init (%d pages): %s\n", cp.n_pages, tool_why(err));
         return 1;
     }
     t.c = c;

@@ -184,7 +184,7 @@ static int time_host(lg_ctx *e, int verify, const int32_t *toks, int32_t n, int3
         const double t0 = locks_now_ms();
         locks_status st = verify ? lg_verify(e, 0, toks, n, pos, logits) : lg_decode(e, 1, NULL, logits);
         if (st != LOCKS_OK) {
-            fprintf(stderr, "locks bench: %s: %s\n", verify ? "verify" : "decode", locks_status_str(st));
+            fprintf(stderr, "locks bench: %s: %s\n", verify ? "verify" : "decode", tool_why(st));
             return 1;
         }
         if (i >= 0) t[i] = locks_now_ms() - t0;
@@ -311,7 +311,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     locks_status st;
     c = locks_cache_init(cp, &st);
     if (!c) {
-        fprintf(stderr, "locks bench: cache of %d pages: %s\n", cp.n_pages, locks_status_str(st));
+        fprintf(stderr, "locks bench: cache of %d pages: %s\n", cp.n_pages, tool_why(st));
         return 1;
     }
     for (int32_t b = 0; b < B; b++) {
@@ -343,7 +343,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
             for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 8));
         e = lg_ctx_init(m, c, B, 16, &st);
         if (!e) {
-            fprintf(stderr, "locks bench: engine: %s\n", locks_status_str(st));
+            fprintf(stderr, "locks bench: engine: %s\n", tool_why(st));
             rc = 1;
             goto done;
         }
@@ -439,7 +439,7 @@ static int bench_ttft(const mopts *o, lg_model *m, int32_t T, FILE *csv) {
     locks_status st;
     c = locks_cache_init(cp, &st);
     if (!c) {
-        fprintf(stderr, "locks bench: ttft cache: %s\n", locks_status_str(st));
+        fprintf(stderr, "locks bench: ttft cache: %s\n", tool_why(st));
         return 1;
     }
     int32_t id;
@@ -490,7 +490,7 @@ int cmd_bench_model_cuda(int argc, char **argv) {
            gib((double)lg_model_bytes(&s)), gib((double)fr), gib((double)tot));
     lg_model *m = lg_model_alloc(&s, &st);
     if (!m) {
-        fprintf(stderr, "locks bench: weights: %s\n", locks_status_str(st));
+        fprintf(stderr, "locks bench: weights: %s\n", tool_why(st));
         return 1;
     }
     FILE *csv = NULL;

@@ -292,11 +292,11 @@ int cmd_demo(int argc, char **argv) {
     full = locks_ctx_init(m, cp, &st);
     logits = malloc(sizeof(float) * (size_t)in.n_vocab);
     if (!full || !logits) {
-        fprintf(stderr, "locks demo: cannot create the context: %s\n", locks_status_str(st));
+        fprintf(stderr, "locks demo: cannot create the context: %s\n", tool_why(st));
         goto done;
     }
     if ((st = locks_ctx_prefill(full, toks, n, logits)) != LOCKS_OK) {
-        fprintf(stderr, "locks demo: prefill failed: %s\n", locks_status_str(st));
+        fprintf(stderr, "locks demo: prefill failed: %s\n", tool_why(st));
         goto done;
     }
     locks_run_stats ps = locks_ctx_stats(full);
@@ -308,15 +308,15 @@ int cmd_demo(int argc, char **argv) {
     /* full attention first, then back to the prompt (truncate) and the sparse selector */
     locks_ctx_stats_reset(full);
     ans_full = answer(full, m, logits, n_max, &st);
-    if (st != LOCKS_OK) fprintf(stderr, "locks demo: full decode failed: %s\n", locks_status_str(st));
+    if (st != LOCKS_OK) fprintf(stderr, "locks demo: full decode failed: %s\n", tool_why(st));
     locks_run_stats fs = locks_ctx_stats(full);
     if ((st = locks_ctx_truncate(full, n)) != LOCKS_OK || (st = locks_ctx_set_step(full, sparse)) != LOCKS_OK) {
-        fprintf(stderr, "locks demo: cannot return to the prompt: %s\n", locks_status_str(st));
+        fprintf(stderr, "locks demo: cannot return to the prompt: %s\n", tool_why(st));
         goto done;
     }
     locks_ctx_stats_reset(full);
     ans_sparse = answer(full, m, logits, n_max, &st);
-    if (st != LOCKS_OK) fprintf(stderr, "locks demo: %s decode failed: %s\n", locks_selector_name(sparse.selector), locks_status_str(st));
+    if (st != LOCKS_OK) fprintf(stderr, "locks demo: %s decode failed: %s\n", locks_selector_name(sparse.selector), tool_why(st));
     if (!ans_full || !ans_sparse) goto done;
 
     char label[64];

@@ -293,7 +293,7 @@ done:
     locks_free(q_obs);
     locks_free(pos);
     if (st != LOCKS_OK) {
-        fprintf(stderr, "locks eval: writing %s: %s\n", o->write_dump, locks_status_str(st));
+        fprintf(stderr, "locks eval: writing %s: %s\n", o->write_dump, tool_why(st));
         return 1;
     }
     fprintf(stderr, "locks eval: wrote %s (%d layers, %d + %d tokens)\n", o->write_dump, (int)o->layers,
@@ -327,7 +327,7 @@ static eval_acc *acc_at(eval_state *e, int si, int bi, int l) {
     do {                                                                                     \
         locks_status st_ = (call);                                                           \
         if (st_ != LOCKS_OK) {                                                               \
-            fprintf(stderr, "locks eval: %s failed: %s\n", #call, locks_status_str(st_));    \
+            fprintf(stderr, "locks eval: %s failed: %s\n", #call, tool_why(st_));    \
             goto fail;                                                                       \
         }                                                                                    \
     } while (0)
@@ -369,7 +369,7 @@ static int run_replay(eval_state *e) {
     locks_status st;
     c = locks_cache_init(cp, &st);
     if (!c) {
-        fprintf(stderr, "locks eval: cache init: %s\n", locks_status_str(st));
+        fprintf(stderr, "locks eval: cache init: %s\n", tool_why(st));
         return 1;
     }
     int32_t seq;
@@ -623,7 +623,7 @@ int cmd_eval(int argc, char **argv) {
     if (o->dump) {
         locks_status st = locks_dump_load(o->dump, &e.dump);
         if (st != LOCKS_OK) {
-            fprintf(stderr, "locks eval: cannot load %s: %s\n", o->dump, locks_status_str(st));
+            fprintf(stderr, "locks eval: cannot load %s: %s\n", o->dump, tool_why(st));
             return 1;
         }
         const locks_dump_shape *s = &e.dump.shape;
@@ -641,7 +641,7 @@ int cmd_eval(int argc, char **argv) {
             locks_synth_params sp = locks_synth_default_params(e.Hkv, e.Hq, e.d, e.n_ctx, o->seed + 1000003u * (uint64_t)l);
             e.synth[l] = locks_synth_init(sp, &st);
             if (!e.synth[l]) {
-                fprintf(stderr, "locks eval: synthetic workload: %s\n", locks_status_str(st));
+                fprintf(stderr, "locks eval: synthetic workload: %s\n", tool_why(st));
                 goto done;
             }
         }

@@ -475,7 +475,7 @@ int fidelity_main(int argc, char **argv) {
         locks_status st;
         ctx = locks_ctx_init(m, cp, &st);
         if (!ctx) {
-            fprintf(stderr, "locks eval: cannot create a context of %d tokens: %s\n", cp.n_ctx, locks_status_str(st));
+            fprintf(stderr, "locks eval: cannot create a context of %d tokens: %s\n", cp.n_ctx, tool_why(st));
             goto done;
         }
         for (int k = 0; k < n_at; k++) {
@@ -504,7 +504,7 @@ int fidelity_main(int argc, char **argv) {
                     base_name(docs[di]), L, n_pos, n_cfg, t_dense, pf_end > t_dense ? pf_end : t_dense);
             if (pf_end > t_dense) {
                 if ((st = locks_ctx_prefill(ctx, tokens + t_dense, pf_end - t_dense, NULL)) != LOCKS_OK) {
-                    fprintf(stderr, "locks eval: prefill failed: %s\n", locks_status_str(st));
+                    fprintf(stderr, "locks eval: prefill failed: %s\n", tool_why(st));
                     goto done;
                 }
                 t_dense = pf_end;
@@ -512,7 +512,7 @@ int fidelity_main(int argc, char **argv) {
             for (int32_t t0 = t_dense; t0 < L; t0 += 64) {
                 int32_t cn = L - t0 < 64 ? L - t0 : 64;
                 if ((st = locks_ctx_prefill_all(ctx, tokens + t0, cn, chunk)) != LOCKS_OK) {
-                    fprintf(stderr, "locks eval: dense pass failed: %s\n", locks_status_str(st));
+                    fprintf(stderr, "locks eval: dense pass failed: %s\n", tool_why(st));
                     goto done;
                 }
                 for (int32_t t = t0; t < t0 + cn; t++)
@@ -537,7 +537,7 @@ int fidelity_main(int argc, char **argv) {
                         (st = locks_ctx_set_sparse_layer(ctx, fc->layer)) != LOCKS_OK) {
                         char lab[96];
                         config_label(fc, lab, sizeof lab);
-                        fprintf(stderr, "locks eval: cannot set %s: %s\n", lab, locks_status_str(st));
+                        fprintf(stderr, "locks eval: cannot set %s: %s\n", lab, tool_why(st));
                         goto done;
                     }
                     hook.len = t + 1;
@@ -550,7 +550,7 @@ int fidelity_main(int argc, char **argv) {
                     if (st != LOCKS_OK) {
                         char lab[96];
                         config_label(fc, lab, sizeof lab);
-                        fprintf(stderr, "locks eval: %s at position %d: %s\n", lab, t, locks_status_str(st));
+                        fprintf(stderr, "locks eval: %s at position %d: %s\n", lab, t, tool_why(st));
                         goto done;
                     }
                     locks_run_stats s1 = locks_ctx_stats(ctx);

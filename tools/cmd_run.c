@@ -137,7 +137,7 @@ static int eval_logits(locks_ctx *ctx, const int32_t *tokens, int32_t n, int32_t
     for (int32_t i = 0; i < n; i++) {
         locks_status st = locks_ctx_decode(ctx, tokens[i], lg);
         if (st != LOCKS_OK) {
-            fprintf(stderr, "locks run: decode at %d: %s\n", i, locks_status_str(st));
+            fprintf(stderr, "locks run: decode at %d: %s\n", i, tool_why(st));
             goto out;
         }
         if (fwrite(lg, sizeof(float), (size_t)n_vocab, f) != (size_t)n_vocab) goto out;
@@ -202,7 +202,7 @@ static int spec_compare(locks_ctx *ctx, const int32_t *tokens, int32_t n_prompt,
     rc = same ? 0 : 3;
     goto out;
 fail:
-    fprintf(stderr, "locks run: --compare failed: %s\n", locks_status_str(st));
+    fprintf(stderr, "locks run: --compare failed: %s\n", tool_why(st));
 out:
     free(a);
     free(b);
@@ -419,7 +419,7 @@ int cmd_run(int argc, char **argv) {
     locks_status st;
     ctx = locks_ctx_init(m, cp, &st);
     if (!ctx) {
-        fprintf(stderr, "locks run: cannot create the context: %s\n", locks_status_str(st));
+        fprintf(stderr, "locks run: cannot create the context: %s\n", tool_why(st));
         goto done;
     }
     smp = locks_sampler_init(sp, in.n_vocab, &st);
@@ -454,7 +454,7 @@ int cmd_run(int argc, char **argv) {
     fputc('\n', stdout);
     fflush(stdout);
     if (st != LOCKS_OK) {
-        fprintf(stderr, "locks run: generation failed after %d tokens: %s\n", n_gen, locks_status_str(st));
+        fprintf(stderr, "locks run: generation failed after %d tokens: %s\n", n_gen, tool_why(st));
         goto done;
     }
     locks_run_stats rs = locks_ctx_stats(ctx);
@@ -516,7 +516,7 @@ int cmd_run(int argc, char **argv) {
         free(layers);
         free(cache_layers);
         if (st != LOCKS_OK) {
-            fprintf(stderr, "locks run: writing %s failed: %s\n", dump_path, locks_status_str(st));
+            fprintf(stderr, "locks run: writing %s failed: %s\n", dump_path, tool_why(st));
             goto done;
         }
         fprintf(stderr, "KV dump: %s (%d prompt tokens, %d decode steps, %d of %d layers%s)\n", dump_path, n_prompt,

@@ -22,6 +22,12 @@ int fidelity_main(int argc, char **argv);
 /* `locks bench --ranks N` (cmd_bench_cp.c): the context-parallel step; locks.c routes it. */
 int cmd_bench_cp(int argc, char **argv);
 
+/* What a tool prints for a failed library call: the status' name and, when the library
+ * said why (locks_last_error), its reason: "invalid argument (locks_decode_step: n_q_heads
+ * 12 is not a positive multiple of n_kv_heads 8)". Read it right after the failing call.
+ * The string lives until the next call (one buffer per thread). */
+const char *tool_why(int status);
+
 /* For the GPU benchmarks: runs a library call; on failure prints where and why, sets the
  * caller's rc = 1 and jumps to its done: label (needs <stdio.h> and locks.h). */
 #define TRY(call)                                                                                      \
@@ -29,7 +35,7 @@ int cmd_bench_cp(int argc, char **argv);
         locks_status st_ = (call);                                                                     \
         if (st_ != LOCKS_OK) {                                                                         \
             fprintf(stderr, "locks bench: %s:%d: %s -> %s\n", __FILE__, __LINE__, #call,               \
-                    locks_status_str(st_));                                                            \
+                    tool_why(st_));                                                                    \
             rc = 1;                                                                                    \
             goto done;                                                                                 \
         }                                                                                              \

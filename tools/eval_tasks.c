@@ -37,6 +37,7 @@
 #include "eval/metrics.h"
 #include "eval/tasks.h"
 #include "util.h"
+#include "cmds.h"
 
 #define MAX_LIST 32
 #define CHECKM(cond, ...)                                                                    \
@@ -640,7 +641,7 @@ static int answer_one(run *R, const locks_task *t, const int32_t *prompt, int32_
     int32_t n_pre = n_prompt - 1;
     locks_status st = locks_ctx_truncate(R->ctx, n_pre);
     if (st) {
-        fprintf(stderr, "locks eval: truncate: %s\n", locks_status_str(st));
+        fprintf(stderr, "locks eval: truncate: %s\n", tool_why(st));
         return -1;
     }
     locks_step_params sp = locks_step_default_params();
@@ -649,7 +650,7 @@ static int answer_one(run *R, const locks_task *t, const int32_t *prompt, int32_
     sp.n_sink = o->sink;
     sp.n_recent = o->recent;
     if ((st = locks_ctx_set_step(R->ctx, sp))) {
-        fprintf(stderr, "locks eval: set_step: %s\n", locks_status_str(st));
+        fprintf(stderr, "locks eval: set_step: %s\n", tool_why(st));
         return -1;
     }
     R->budget = sp.budget;
@@ -667,7 +668,7 @@ static int answer_one(run *R, const locks_task *t, const int32_t *prompt, int32_
         st = locks_ctx_decode(R->ctx, tokid, R->logits);
         if (st) {
             fprintf(stderr, "locks eval: decode (%s, budget %d): %s\n", locks_selector_name(sel),
-                    budget, locks_status_str(st));
+                    budget, tool_why(st));
             return -1;
         }
         int32_t next = argmax(R->logits, R->info.n_vocab);
@@ -678,7 +679,7 @@ static int answer_one(run *R, const locks_task *t, const int32_t *prompt, int32_
     R->measure = 0;
     double decode_ms = locks_now_ms() - t0;
     if (R->meter_err) {
-        fprintf(stderr, "locks eval: metrics: %s\n", locks_status_str(R->meter_err));
+        fprintf(stderr, "locks eval: metrics: %s\n", tool_why(R->meter_err));
         return -1;
     }
     char text[4096];
@@ -889,7 +890,7 @@ int eval_tasks_main(int argc, char **argv) {
 
     R.model = locks_model_load(o.model_path, &st);
     CHECKM(R.model, "cannot load model %s: %s (run scripts/fetch-model.sh)", o.model_path,
-           locks_status_str(st));
+           tool_why(st));
     R.info = locks_model_get_info(R.model);
     R.tok = locks_model_tokenizer(R.model);
     CHECKM(R.tok, "the model has no tokenizer");
@@ -909,7 +910,7 @@ int eval_tasks_main(int argc, char **argv) {
     cp.on_step = on_step;
     cp.on_step_user = &R;
     R.ctx = locks_ctx_init(R.model, cp, &st);
-    CHECKM(R.ctx, "cannot create a context of %d tokens: %s", cp.n_ctx, locks_status_str(st));
+    CHECKM(R.ctx, "cannot create a context of %d tokens: %s", cp.n_ctx, tool_why(st));
     prompt = malloc((size_t)cp.n_ctx * sizeof *prompt);
     R.or_n = malloc((size_t)R.info.n_kv_heads * sizeof *R.or_n);
     CHECKM(prompt && R.or_n, "out of memory");
@@ -968,7 +969,7 @@ int eval_tasks_main(int argc, char **argv) {
                 locks_task t;
                 st = locks_task_generate(&tp, &t);
                 CHECKM(!st, "generating %s (%d tokens): %s", locks_task_name(kind), context,
-                       locks_status_str(st));
+                       tool_why(st));
                 /* Tokenize the prompt; needle token positions shift by the BOS. */
                 int32_t n = count_cb(t.prompt, t.prompt_len, &R);
                 CHECKM(n > 1 && n + bos <= cp.n_ctx - 512, "prompt of %d tokens", n);
@@ -1009,15 +1010,15 @@ int eval_tasks_main(int argc, char **argv) {
 
                 /* Dense prefill of all but the last prompt token. */
                 st = locks_ctx_reset(R.ctx);
-                CHECKM(!st, "reset: %s", locks_status_str(st));
+                CHECKM(!st, "reset: %s", tool_why(st));
                 double t0 = locks_now_ms();
                 st = locks_ctx_prefill(R.ctx, prompt, n_prompt - 1, NULL);
                 double prefill_ms = locks_now_ms() - t0;
-                CHECKM(!st, "prefill: %s", locks_status_str(st));
+                CHECKM(!st, "prefill: %s", tool_why(st));
                 fprintf(stderr, "  prefill %d tokens: %.1f s\n", n_prompt - 1, prefill_ms / 1000.0);
                 if (need_shadow) { /* shadow's shared basis: the prefill keys, as ShadowKV */
                     st = locks_cache_shadow_fit(locks_ctx_cache(R.ctx), locks_ctx_seq(R.ctx));
-                    CHECKM(!st, "shadow fit: %s", locks_status_str(st));
+                    CHECKM(!st, "shadow fit: %s", tool_why(st));
                 }
 
                 for (int si = 0; si < o.n_sels; si++) {

@@ -6,7 +6,18 @@
 #include <string.h>
 
 #include "cmds.h"
+#include "locks.h"
 #include "vmath.h"
+
+const char *tool_why(int status) {
+    static _Thread_local char buf[768];
+    const char *why = locks_last_error();
+    if (why[0])
+        snprintf(buf, sizeof buf, "%s (%s)", locks_status_str((locks_status)status), why);
+    else
+        snprintf(buf, sizeof buf, "%s", locks_status_str((locks_status)status));
+    return buf;
+}
 
 static void usage(FILE *f) {
     fprintf(f,

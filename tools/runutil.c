@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "util.h"
+#include "cmds.h"
 
 static int log_verbose;
 
@@ -35,7 +36,7 @@ locks_model *ru_load_model(const char *path) {
     double t0 = locks_now_ms();
     locks_model *m = locks_model_load(path, &st);
     if (!m) {
-        fprintf(stderr, "cannot load %s: %s\n", path, locks_status_str(st));
+        fprintf(stderr, "cannot load %s: %s\n", path, tool_why(st));
         return NULL;
     }
     locks_model_info in = locks_model_get_info(m);
@@ -81,7 +82,7 @@ int32_t *ru_tokenize(const locks_model *m, const char *text, int add_bos, int pa
     int32_t got = 0;
     locks_status st = locks_tokenizer_encode(t, text, len, parse_special != 0, ids + off, cap - off, &got);
     if (st != LOCKS_OK) {
-        fprintf(stderr, "tokenizer: %s\n", locks_status_str(st));
+        fprintf(stderr, "tokenizer: %s\n", tool_why(st));
         free(ids);
         return NULL;
     }

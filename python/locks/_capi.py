@@ -9,7 +9,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int32, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, Structure, c_char_p, c_float, c_int32, c_size_t, c_void_p
+
+from ._abi import FIELDS
 
 LOCKS_PAGE = 16
 
@@ -17,59 +19,18 @@ c_int32_p = POINTER(c_int32)
 c_float_p = POINTER(c_float)
 
 
-class CacheParams(Structure):
-    _fields_ = [
-        ("n_layers", c_int32),
-        ("n_kv_heads", c_int32),
-        ("head_dim", c_int32),
-        ("n_pages", c_int32),
-        ("max_seqs", c_int32),
-        ("rank", c_int32),
-        ("summary_prec", ctypes.c_int),
-        ("kv_dtype", ctypes.c_int),
-        ("backend", ctypes.c_int),
-        ("n_threads", c_int32),
-        ("device", c_int32),
-        ("selectors", ctypes.c_uint32),
-        ("pool", c_void_p),
-    ]
+def _mirror(cname: str, doc: str) -> type:
+    """The ctypes struct of C struct ``cname``, from the field list generated with the C
+    side's (scripts/gen_abi.py -> _abi.py and src/abi.c)."""
+    py, fields = FIELDS[cname]
+    return type(py, (Structure,), {"_fields_": [(f, t) for f, t, _ in fields], "__doc__": doc})
 
 
-class StepParams(Structure):
-    _fields_ = [
-        ("selector", ctypes.c_int),
-        ("budget", c_int32),
-        ("n_sink", c_int32),
-        ("n_recent", c_int32),
-        ("scale", c_float),
-        ("mass", c_float),
-    ]
-
-
-class Selection(Structure):
-    _fields_ = [("pages", c_int32_p), ("n_pages", c_int32_p), ("max_pages", c_int32)]
-
-
-class StepStats(Structure):
-    _fields_ = [
-        ("bytes_meta", c_uint64),
-        ("bytes_kv", c_uint64),
-        ("bytes_dense", c_uint64),
-        ("score_ms", c_double),
-        ("select_ms", c_double),
-        ("attend_ms", c_double),
-    ]
-
-
-class ExtKV(Structure):
-    """locks_ext_kv: the caller's K/V pages (include/locks.h, "Caller-owned KV pages")."""
-    _fields_ = [
-        ("layout", ctypes.c_int),
-        ("dtype", ctypes.c_int),
-        ("k_pages", POINTER(c_void_p)),
-        ("v_pages", POINTER(c_void_p)),
-        ("page_stride", c_size_t),
-    ]
+CacheParams = _mirror("locks_cache_params", "locks_cache_params")
+StepParams = _mirror("locks_step_params", "locks_step_params")
+Selection = _mirror("locks_selection", "locks_selection")
+StepStats = _mirror("locks_step_stats", "locks_step_stats")
+ExtKV = _mirror("locks_ext_kv", 'locks_ext_kv: the caller\'s K/V pages (include/locks.h, "Caller-owned KV pages").')
 
 
 def _find() -> str:
@@ -100,6 +61,7 @@ def _decl(name: str, restype, *argtypes) -> None:
 
 
 _decl("locks_status_str", c_char_p, ctypes.c_int)
+_decl("locks_last_error", c_char_p)
 _decl("locks_selector_parse", ctypes.c_int, c_char_p, POINTER(ctypes.c_int))
 _decl("locks_cache_default_params", CacheParams)
 _decl("locks_step_default_params", StepParams)

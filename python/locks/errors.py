@@ -20,12 +20,16 @@ class LocksError(RuntimeError):
     status: int = -1
     name: str = "LOCKS_ERR_?"
 
-    def __init__(self, status: int, call: str, detail: str = "") -> None:
+    def __init__(self, status: int, call: str, detail: str = "", reason: str = "") -> None:
         self.status = status
         self.name = STATUS_NAMES[status] if 0 <= status < len(STATUS_NAMES) else f"status {status}"
         self.call = call
+        #: the library's own words for why the call failed (locks_last_error), or ""
+        self.reason = reason
         text = lib.locks_status_str(status).decode()
-        super().__init__(f"{self.name} from {call}: {text}" + (f" ({detail})" if detail else ""))
+        short = reason[len(call) + 2:] if reason.startswith(call + ": ") else reason
+        why = f": {short}" if short else ""
+        super().__init__(f"{self.name} from {call}: {text}{why}" + (f" ({detail})" if detail else ""))
 
 
 class InvalidArgError(LocksError, ValueError):
@@ -95,6 +99,10 @@ _BY_STATUS: Dict[int, Type[LocksError]] = {
 
 
 def check(status: int, call: str, detail: str = "") -> None:
-    """Raises the exception of ``status`` unless it is LOCKS_OK."""
+    """Raises the exception of ``status`` unless it is LOCKS_OK, with the library's
+    reason (locks_last_error, thread-local: read right after the failing call, on the
+    thread that made it) in the message and in ``.reason``."""
     if status != 0:
-        raise _BY_STATUS.get(status, LocksError)(status, call, detail)
+        raw = lib.locks_last_error()
+        reason = raw.decode(errors="replace") if raw else ""
+        raise _BY_STATUS.get(status, LocksError)(status, call, detail, reason)

@@ -27,5 +27,5 @@ def test_readme_python_example(rng, capsys):
     assert np.max(np.abs(out[0] - ref)) / np.max(np.abs(ref)) < 2e-5
     # the tokens each KV head attended, counted page by page (a full last page counts
     # 16: the old bound 16 (c - 1) + n % 16 let one page too many through at n = 4000)
-    assert all(len(t) <= 1024 for t in tokens), [len(t) for t in tokens]
+    assert all(1024 - 16 < len(t) <= 1024 for t in tokens), [len(t) for t in tokens]  # filled to within a page
     assert "(1, 32, 128)" in capsys.readouterr().out

@@ -6,6 +6,7 @@
  */
 #include "common.cuh"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,21 +25,23 @@ static void dfree(void *p) {
         (x) = NULL;                                                                        \
     } while (0)
 
-/* ---- finiteness check: flag[0] |= 1 if any element is NaN/Inf ---------------------- */
+/* ---- range check: flag[0] |= 1 if any element is NaN or |x| > lim (Inf included):
+ * lim is the storage type's largest finite value (65504 for fp16: a larger value would
+ * be stored as Inf), so such input is refused like NaN, as on the CPU ---------------- */
 
-static __global__ void nonfinite_kernel(const float *__restrict__ x, size_t n, int32_t *flag) {
+static __global__ void nonfinite_kernel(const float *__restrict__ x, size_t n, float lim, int32_t *flag) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     int bad = 0;
-    for (; i < n; i += stride) bad |= !isfinite(x[i]);
+    for (; i < n; i += stride) bad |= !(fabsf(x[i]) <= lim); /* false for NaN */
     if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) atomicOr(flag, 1);
 }
 
-static locks_status nonfinite_launch(const float *x, size_t n, int32_t *flag, cudaStream_t st) {
+static locks_status nonfinite_launch(const float *x, size_t n, float lim, int32_t *flag, cudaStream_t st) {
     unsigned blocks = (unsigned)((n + CHECK_THREADS - 1) / CHECK_THREADS);
     if (blocks > 4096) blocks = 4096;
     if (blocks == 0) blocks = 1;
-    nonfinite_kernel<<<blocks, CHECK_THREADS, 0, st>>>(x, n, flag);
+    nonfinite_kernel<<<blocks, CHECK_THREADS, 0, st>>>(x, n, lim, flag);
     CU_LAUNCH_CHECK(nonfinite_kernel);
     return LOCKS_OK;
 }
@@ -297,8 +300,9 @@ extern "C" locks_status locks_cuda_cache_write(locks_cuda_cache *c, int32_t seq,
     const size_t elems = (size_t)n * c->p.n_kv_heads * c->p.head_dim;
     int32_t flag = 0;
     CU_TRY(cudaMemsetAsync(c->ws.status, 0, 4, c->stream));
-    LOCKS_TRY(nonfinite_launch(d_k, elems, c->ws.status, c->stream));
-    LOCKS_TRY(nonfinite_launch(d_v, elems, c->ws.status, c->stream));
+    const float lim = c->p.kv_dtype == LOCKS_DTYPE_BF16 ? FLT_MAX : 65504.0f;
+    LOCKS_TRY(nonfinite_launch(d_k, elems, lim, c->ws.status, c->stream));
+    LOCKS_TRY(nonfinite_launch(d_v, elems, lim, c->ws.status, c->stream));
     /* the pages to build go up before the first store, so everything that can fail
      * without a device fault happens while the cache is still untouched */
     if (n_build > 0)

@@ -2,7 +2,8 @@
  * engine_cuda.c — llama.c's context on the GPU (see engine_cuda.h): loads the weights of
  * a locks_model into a device model (dequantizing block types row by row on the host),
  * creates the CUDA cache and the device engine, and runs prefill chunks and decode
- * tokens through them.
+ * tokens through them. Architectures other than llama are refused (check_arch) until
+ * the device layer supports their variants.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -10,14 +11,35 @@
 
 #include "engine_cuda.h"
 #include "llama_internal.h"
+#include "plan.h"
 #include "util.h"
+
+/* The device engine runs the Llama layer only: no Q/K/V biases (qwen2), no QK-norm
+ * (qwen3, gemma3), no GeGLU, post-branch norms or sliding window (gemma3), and RoPE on
+ * adjacent pairs. Any other architecture is refused before any device is touched, with
+ * its name in the message, rather than run as Llama. */
+static locks_status check_arch(const locks_model *m) {
+    const locks_model_info in = locks_model_get_info(m);
+    if (!strcmp(in.arch, "llama")) return LOCKS_OK;
+    locks_log(LOCKS_LOG_ERROR, "model: the GPU engine runs the llama architecture only, not %s (use the CPU backend)",
+              in.arch);
+    return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                      "engine_cuda_init: architecture %s: the GPU engine runs llama only (no biases, QK-norm, GeGLU, "
+                      "sliding window or NeoX RoPE yet); use the CPU backend",
+                      in.arch);
+}
 
 #ifndef LOCKS_HAVE_CUDA
 
 engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, locks_cache **cache, locks_status *err) {
-    (void)m, (void)p, (void)cache;
-    locks_log(LOCKS_LOG_ERROR, "model: the CUDA backend is not built in (configure with -DLOCKS_CUDA=ON)");
-    if (err) *err = LOCKS_ERR_UNSUPPORTED;
+    (void)p, (void)cache;
+    locks_status st = check_arch(m);
+    if (st == LOCKS_OK) {
+        locks_log(LOCKS_LOG_ERROR, "model: the CUDA backend is not built in (configure with -DLOCKS_CUDA=ON)");
+        st = locks_fail(LOCKS_ERR_UNSUPPORTED, "engine_cuda_init: the CUDA backend is not built in (configure with "
+                                               "-DLOCKS_CUDA=ON)");
+    }
+    if (err) *err = st;
     return NULL;
 }
 void engine_cuda_free(engine_cuda *g) { (void)g; }
@@ -97,6 +119,8 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
     uint16_t *h16 = NULL;
     *cache = NULL;
     const locks_model_info in = locks_model_get_info(m);
+    st = check_arch(m);
+    if (st != LOCKS_OK) goto fail;
     if (p->step.selector != LOCKS_SEL_FULL && p->step.selector != LOCKS_SEL_LOCKS) {
         locks_log(LOCKS_LOG_ERROR, "model: selector %s runs on the CPU backend only (the GPU runs full and locks)",
                   locks_selector_name(p->step.selector));
@@ -231,16 +255,14 @@ fail:
 }
 
 /* Attended tokens of one decode step of a sequence of len tokens (the selection rule). */
+/* Tokens one (sequence, KV head) attends at length len: the plan's rule (plan.h, the
+ * one the device step follows). With a mass target the device may stop short of the
+ * budget and does not report how far it went without a synchronisation per token:
+ * this is then the budget's cap, an upper bound (locks_model.h, locks_run_stats). */
 static int64_t attended(int32_t len, const locks_step_params *p) {
-    if (p->selector == LOCKS_SEL_FULL || p->budget >= len) return len;
-    const int32_t n_full = len / LOCKS_PAGE, part = len % LOCKS_PAGE;
-    const int32_t sink = n_full < p->n_sink ? n_full : p->n_sink;
-    int32_t rs = n_full - p->n_recent;
-    if (rs < sink) rs = sink;
-    const int32_t forced = LOCKS_PAGE * (sink + n_full - rs) + part;
-    const int32_t k = (p->budget - forced) / LOCKS_PAGE;
-    if (k >= rs - sink) return len;
-    return (int64_t)forced + (int64_t)LOCKS_PAGE * k;
+    const locks_plan pl = locks_plan_make(len, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
+    if (pl.every || pl.k < 0) return len;
+    return (int64_t)pl.forced + (int64_t)LOCKS_PAGE * pl.k;
 }
 
 locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, const int32_t *pos, float *logits,

@@ -176,16 +176,17 @@ static int is_eog(const locks_model *m, int32_t tok) {
     return tok == m->info.eos_id || (m->tok && locks_tokenizer_is_eog(m->tok, tok));
 }
 
-locks_model *locks_model_load(const char *path, locks_status *err) {
+/* The model from an opened GGUF (taken over: closed with the model, or here on failure). */
+static locks_model *model_from_gguf(gguf *gg, locks_status *err) {
     locks_status st = LOCKS_OK;
     locks_model *m = locks_alloc(1, sizeof *m);
     if (!m) {
+        gguf_close(gg);
         st = LOCKS_ERR_OOM;
         goto fail;
     }
     matmul_init_tables();
-    m->g = gguf_open(path, &st);
-    if (!m->g) goto fail;
+    m->g = gg;
     const gguf *g = m->g;
 
     const char *arch;
@@ -364,6 +365,26 @@ fail:
     return NULL;
 }
 
+locks_model *locks_model_load(const char *path, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    gguf *g = gguf_open(path, &st);
+    if (!g) {
+        if (err) *err = st;
+        return NULL;
+    }
+    return model_from_gguf(g, err);
+}
+
+locks_model *llama_model_load_buffer(const void *buf, size_t size, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    gguf *g = gguf_open_buffer(buf, size, &st);
+    if (!g) {
+        if (err) *err = st;
+        return NULL;
+    }
+    return model_from_gguf(g, err);
+}
+
 void locks_model_free(locks_model *m) {
     if (!m) return;
     if (m->layers) {
@@ -536,7 +557,9 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
         if (p.backend == LOCKS_BACKEND_CUDA) {
             locks_log(LOCKS_LOG_ERROR, "model: the GPU engine runs no sliding-window layers (%s): use the CPU backend",
                       in->arch);
-            st = LOCKS_ERR_UNSUPPORTED;
+            st = locks_fail(LOCKS_ERR_UNSUPPORTED,
+                            "locks_ctx_init: the GPU engine runs no sliding-window layers (%s): use the CPU backend",
+                            in->arch);
             goto fail;
         }
         int64_t keep = p.swa_rollback > p.n_batch ? p.swa_rollback : p.n_batch;
@@ -1092,7 +1115,8 @@ locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *
     if (c->gpu) { /* one token of every sequence in one pass */
         for (int32_t s = 0; s < ns && st == LOCKS_OK; s++)
             if ((st = locks_cache_append(c->cache, c->seq[s], 1)) != LOCKS_OK)
-                for (int32_t r = 0; r < s; r++) locks_cache_seq_truncate(c->cache, c->seq[r], c->n_tokens[r]);
+                for (int32_t r = 0; r < s; r++) /* a rollback that fails leaves the context broken */
+                    if (locks_cache_seq_truncate(c->cache, c->seq[r], c->n_tokens[r]) != LOCKS_OK) c->broken = 1;
         if (st != LOCKS_OK) return st;
         st = engine_cuda_decode_batch(c->gpu, tokens, c->n_tokens, logits, &c->p.step, c->p.n_ctx, &c->stats);
         for (int32_t s = 0; s < ns; s++) {

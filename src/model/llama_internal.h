@@ -21,6 +21,9 @@ const matmul_weight *llama_model_weight(const locks_model *m, int32_t layer, lla
 const float *llama_model_norm(const locks_model *m, int32_t layer, int which);
 /* Rotated dims per head; 1 if the output matrix is the token embedding. */
 int32_t llama_model_n_rot(const locks_model *m);
+/* locks_model_load from a GGUF in memory (buf must outlive the model: weights point into
+ * it); for the model loader's fuzz harness (tests/fuzz/fuzz_model.c). */
+locks_model *llama_model_load_buffer(const void *buf, size_t size, locks_status *err);
 int llama_model_tied(const locks_model *m);
 
 #endif

@@ -148,7 +148,7 @@ void locks_sel_rocket_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, floa
     }
 }
 
-locks_status locks_cache_snapkv_observe(locks_cache *c, int32_t seq_id, int32_t layer,
+static locks_status cache_snapkv_observe_locked(locks_cache *c, int32_t seq_id, int32_t layer,
                                         const float *q_obs, int32_t n_obs, int32_t n_q_heads,
                                         float scale) {
     if (!c || !q_obs || layer < 0 || layer >= c->p.n_layers || n_q_heads < c->hkv ||
@@ -230,7 +230,7 @@ static int snap_cmp(const void *a, const void *b) { /* more votes first, then lo
     return (x->j > y->j) - (x->j < y->j);
 }
 
-locks_status locks_cache_snapkv_keep(locks_cache *c, int32_t seq_id, int32_t layer,
+static locks_status cache_snapkv_keep_locked(locks_cache *c, int32_t seq_id, int32_t layer,
                                      int32_t keep_tokens) {
     if (!c || layer < 0 || layer >= c->p.n_layers) return LOCKS_ERR_INVALID_ARG;
     /* a CUDA cache has no selector metadata on the host, as in observe */
@@ -251,4 +251,17 @@ locks_status locks_cache_snapkv_keep(locks_cache *c, int32_t seq_id, int32_t lay
     }
     locks_free(r);
     return LOCKS_OK;
+}
+
+locks_status locks_cache_snapkv_observe(locks_cache *c, int32_t seq_id, int32_t layer, const float *q_obs,
+                                        int32_t n_obs, int32_t n_q_heads, float scale) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_snapkv_observe: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, cache_snapkv_observe_locked(c, seq_id, layer, q_obs, n_obs, n_q_heads, scale), "locks_cache_snapkv_observe", mark);
+}
+
+locks_status locks_cache_snapkv_keep(locks_cache *c, int32_t seq_id, int32_t layer, int32_t keep_tokens) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_snapkv_keep: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, cache_snapkv_keep_locked(c, seq_id, layer, keep_tokens), "locks_cache_snapkv_keep", mark);
 }

@@ -347,7 +347,7 @@ locks_status locks_sel_shadow_prepare(locks_cache *c, int32_t layer, int32_t seq
     return LOCKS_OK;
 }
 
-locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id) {
+static locks_status cache_shadow_fit_locked(locks_cache *c, int32_t seq_id) {
     if (!c) return LOCKS_ERR_INVALID_ARG;
     if (!locks_cache_seq(c, seq_id)) return LOCKS_ERR_NO_SEQ;
     if (c->p.backend != LOCKS_BACKEND_CPU) return LOCKS_ERR_UNSUPPORTED;
@@ -379,4 +379,10 @@ void locks_sel_shadow_lm_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, f
     const shadow_meta mv = shadow_view(c), *m = &mv;
     const uint16_t *lm = m->lm + page_index(c, x->layer, x->kv_head, 0) * (size_t)c->d;
     locks_landmark_score(c->d, x->group, j1 - j0, x->table + j0, lm, x->q, x->scale, scores + j0, ld);
+}
+
+locks_status locks_cache_shadow_fit(locks_cache *c, int32_t seq_id) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_shadow_fit: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, cache_shadow_fit_locked(c, seq_id), "locks_cache_shadow_fit", mark);
 }
