@@ -101,8 +101,8 @@ flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c
     echo "# cpu-peer $(date -u +%FT%TZ)"
     echo "commit $commit; host $(hostname); CPU $cpu ($(nproc) cores); flags: $flags"
     echo "threads $THREADS; llama-bench $LB; 1-minute load at start $load"
-    [ "$IGNORE_LOAD" = 1 ] && echo "LOAD CHECK SKIPPED (CPU_PEER_IGNORE_LOAD=1): these numbers are not a comparison"
-    [ "$TINY" = 1 ] && echo "TINY SETTINGS (CPU_PEER_TINY=1): script test, the numbers mean nothing"
+    if [ "$IGNORE_LOAD" = 1 ]; then echo "LOAD CHECK SKIPPED (CPU_PEER_IGNORE_LOAD=1): these numbers are not a comparison"; fi
+    if [ "$TINY" = 1 ]; then echo "TINY SETTINGS (CPU_PEER_TINY=1): script test, the numbers mean nothing"; fi
 } | tee "$LOG" >&2
 
 # ntok FILE MODEL: tokens of FILE's text with our tokenizer (BOS included if the model wants
