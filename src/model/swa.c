@@ -56,12 +56,9 @@ static void swa_task(void *arg, int32_t task, int32_t thread) {
     for (int32_t i = 0; i < nk; i++) {
         size_t slot = (size_t)(lo + i) % cap;
         locks_f16_to_f32_n(j->r->k + slot * ld + (size_t)h * hd, kf, (size_t)hd);
-        for (int32_t k = 0; k < g; k++) {
-            const float *qk = qg + (size_t)k * hd;
-            float s = 0.0f;
-            for (int32_t d = 0; d < hd; d++) s += qk[d] * kf[d];
-            sc[(size_t)k * nk + i] = s * j->scale;
-        }
+        for (int32_t k = 0; k < g; k++) /* SIMD dot (vmath): a scalar sum here was one chain
+                                            * of dependent adds, ~half of Gemma 3's prefill */
+            sc[(size_t)k * nk + i] = locks_dot(qg + (size_t)k * hd, kf, hd) * j->scale;
     }
     double inv[16];
     for (int32_t k = 0; k < g; k++) {
