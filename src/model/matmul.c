@@ -249,15 +249,11 @@ AVX2_INLINE void load_block(ggml_type type, const uint8_t *w, __m256i *wa, __m25
     }
 }
 
-static inline size_t block_bytes(ggml_type type) {
-    return type == GGML_TYPE_Q8_0 ? 34 : type == GGML_TYPE_Q4_0 ? 18 : 20;
-}
-
 /* One row . one quantized vector. */
 AVX2_INLINE float dot1_body(ggml_type type, const uint8_t *w, const matmul_q8 *x, int32_t nb, const int vnni) {
     __m256 acc = _mm256_setzero_ps();
     float accm = 0.0f;
-    size_t bb = block_bytes(type);
+    size_t bb = quant_block_bytes(type);
     for (int32_t b = 0; b < nb; b++, w += bb) {
         __m256i wa, ws;
         float d, mo;
@@ -276,7 +272,7 @@ AVX2_INLINE void dot4_body(ggml_type type, const uint8_t *w, const matmul_q8 *co
                            float out[4], const int vnni) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     float accm0 = 0.0f, accm1 = 0.0f, accm2 = 0.0f, accm3 = 0.0f;
-    size_t bb = block_bytes(type);
+    size_t bb = quant_block_bytes(type);
     for (int32_t b = 0; b < nb; b++, w += bb) {
         __m256i wa, ws;
         float d, mo;
@@ -319,7 +315,7 @@ AVX2_INLINE float dot_f32_avx2(const uint8_t *w, const float *x, int32_t n) {
  * Q4_1: o = m; Q4_0: o = -8 d; Q8_0: signed bytes, o = 0. */
 AVX2_INLINE float dot_qf_avx2(ggml_type type, const uint8_t *w, const float *x, int32_t nb) {
     __m256 acc = _mm256_setzero_ps();
-    size_t bb = block_bytes(type);
+    size_t bb = quant_block_bytes(type);
     for (int32_t b = 0; b < nb; b++, w += bb, x += GGML_QBLOCK) {
         __m256i wa, ws;
         float d, o;

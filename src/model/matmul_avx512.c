@@ -96,20 +96,6 @@ static inline int has_min(ggml_type t) {
     return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
 }
 
-static inline size_t bytes_of(ggml_type t) {
-    switch (t) {
-    case GGML_TYPE_Q8_0: return 34;
-    case GGML_TYPE_Q4_0: return 18;
-    case GGML_TYPE_Q4_1: return 20;
-    case GGML_TYPE_Q5_0: return 22;
-    case GGML_TYPE_Q5_1: return 24;
-    case GGML_TYPE_Q4_K: return 144;
-    case GGML_TYPE_Q5_K: return 176;
-    case GGML_TYPE_Q6_K: return 210;
-    default: return 0;
-    }
-}
-
 static inline uint32_t rd32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
@@ -131,7 +117,7 @@ AVX512_INLINE float rdh(const uint8_t *p) {
  * (< 8 only in the last chunk of a 32-element type) blocks are there. */
 AVX512_INLINE void chunk_scales(ggml_type t, const uint8_t *row, int32_t c, int nblk, __m512 *sl, __m256 *mn) {
     if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
-        const uint8_t *blk = row + (size_t)c * bytes_of(t);
+        const uint8_t *blk = row + (size_t)c * quant_block_bytes(t);
         uint32_t u0 = rd32(blk + 4), u1 = rd32(blk + 8), u2 = rd32(blk + 12);
         /* six-bit scales and mins of the 8 sub-blocks (quant.h), four per u32 */
         uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
@@ -150,7 +136,7 @@ AVX512_INLINE void chunk_scales(ggml_type t, const uint8_t *row, int32_t c, int 
         *mn = _mm256_setzero_ps();
     } else {
         /* the dword at each block's start: d, then m (Q4_1 / Q5_1) or quant bytes */
-        size_t bb = bytes_of(t);
+        size_t bb = quant_block_bytes(t);
         const uint8_t *p = row + (size_t)c * 8 * bb;
         uint32_t v[8];
         for (int k = 0; k < 8; k++) v[k] = k < nblk ? rd32(p + k * bb) : 0;
@@ -173,7 +159,7 @@ AVX512_INLINE __m512i weight_unit(ggml_type t, const uint8_t *row, int32_t c, in
         return _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
     }
     if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1) {
-        size_t bb = bytes_of(t);
+        size_t bb = quant_block_bytes(t);
         int qoff = t == GGML_TYPE_Q4_0 ? 2 : t == GGML_TYPE_Q4_1 ? 4 : t == GGML_TYPE_Q5_0 ? 6 : 8;
         const uint8_t *b0 = row + ((size_t)c * 8 + 2 * (size_t)u) * bb;
         __m128i qa = _mm_loadu_si128((const __m128i *)(b0 + qoff));
@@ -191,7 +177,7 @@ AVX512_INLINE __m512i weight_unit(ggml_type t, const uint8_t *row, int32_t c, in
     }
     if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
         /* 64 bytes of qs hold sub-blocks 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3 (high) */
-        const uint8_t *blk = row + (size_t)c * bytes_of(t);
+        const uint8_t *blk = row + (size_t)c * quant_block_bytes(t);
         int h = u >> 1, hi = u & 1;
         __m512i z = _mm512_loadu_si512((const void *)(blk + (t == GGML_TYPE_Q5_K ? 48 : 16) + 64 * h));
         __m512i w = _mm512_and_si512(hi ? _mm512_srli_epi16(z, 4) : z, m4);

@@ -36,17 +36,6 @@ int32_t quant_block_elems(ggml_type type) {
     return type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q5_1 ? 32 : 256;
 }
 
-size_t quant_block_bytes(ggml_type type) {
-    switch (type) {
-    case GGML_TYPE_Q5_0: return 22;
-    case GGML_TYPE_Q5_1: return 24;
-    case GGML_TYPE_Q4_K: return 144;
-    case GGML_TYPE_Q5_K: return 176;
-    case GGML_TYPE_Q6_K: return 210;
-    default: return 0;
-    }
-}
-
 static inline float h2f(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);

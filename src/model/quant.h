@@ -43,9 +43,23 @@
 
 /* 1 for the types this module implements (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). */
 int quant_is_ext(ggml_type type);
-/* Elements and bytes of one block of an ext type (K-quants: 256; Q5_x: 32). */
+/* Elements of one block of an ext type (K-quants: 256; Q5_x: 32). */
 int32_t quant_block_elems(ggml_type type);
-size_t quant_block_bytes(ggml_type type);
+/* Bytes of one block of every block-quantized type the matrix products read (0 for any
+ * other); inline, since the kernels ask for it per block. */
+static inline size_t quant_block_bytes(ggml_type type) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: return 34;
+    case GGML_TYPE_Q4_0: return 18;
+    case GGML_TYPE_Q4_1: return 20;
+    case GGML_TYPE_Q5_0: return 22;
+    case GGML_TYPE_Q5_1: return 24;
+    case GGML_TYPE_Q4_K: return 144;
+    case GGML_TYPE_Q5_K: return 176;
+    case GGML_TYPE_Q6_K: return 210;
+    default: return 0;
+    }
+}
 
 /* Block blk of type dequantized to out[quant_block_elems(type)]. */
 void quant_dequant_block(ggml_type type, const uint8_t *blk, float *out);
