@@ -15,9 +15,18 @@
  * the metrics; only the engine thread touches the context and the slots. A job has two
  * references, the connection's and the engine's (queued or in a slot); whoever drops the
  * last frees it. A connection that goes away marks its job cancelled and the engine
- * frees the slot before its next step. A slot keeps the tokens its sequence holds after
- * its job leaves, so a later prompt that begins with them prefills only the rest
- * (per-slot prefix reuse, truncated to the common prefix rounded down to a page).
+ * frees the slot before its next step.
+ *
+ * Prefix reuse. A slot keeps the tokens its sequence holds after its job leaves, and
+ * the context has, past the slots, up to LOCKS_CTX_MAX_SEQS - n_slots "kept prefix"
+ * sequences (as many as --cache-ram pays for). A new prompt goes to the free slot whose
+ * tokens share the longest prefix with it (truncated to that prefix, rounded down to a
+ * page); if another sequence — a busy slot, an idle one, a kept prefix — shares more
+ * whole pages with it, the slot takes those pages from it instead
+ * (locks_ctx_seq_share: the same physical pages, reference counted, nothing prefilled
+ * again). Before a slot's tokens are dropped for a new prompt, its whole pages go to a
+ * kept prefix (shared, not copied), evicting the least recently used one, unless some
+ * sequence already holds them. Either way only the rest of the prompt is prefilled.
  */
 #define _GNU_SOURCE
 #include "server.h"
@@ -109,10 +118,13 @@ static struct {
     job *queue_head, *queue_tail;
     slot_op *ops; /* slot saves and restores waiting for the engine */
     int32_t n_queued;
-    slot slots[LOCKS_CTX_MAX_SEQS];
+    slot slots[LOCKS_CTX_MAX_SEQS]; /* [0, n_slots): the slots; then n_kept kept prefixes (j NULL) */
+    int32_t n_kept;
+    size_t kept_bytes_each; /* what one kept prefix can hold: a slot's pages and rings */
     uint64_t turn, next_id;
     /* metrics (srv.mu) */
     uint64_t m_requests, m_rejected, m_failed, m_cancelled, m_prompt, m_prefilled, m_cached, m_generated, m_steps;
+    uint64_t m_shared, m_kept, m_evicted; /* prefix cache: tokens shared in, prefixes kept, evicted */
     uint64_t m_drafted, m_accepted; /* speculative rounds (locks.speculate) */
     locks_run_stats stats;
 } srv;
@@ -236,8 +248,37 @@ static int32_t common_prefix(const int32_t *a, int32_t na, const int32_t *b, int
     return n;
 }
 
+/* Before slot s's tokens past `keep` are dropped for a new prompt, its whole pages go to
+ * a kept prefix (shared, not copied; srv.mu held): an empty one, else the least
+ * recently used one other than `busy` (the source the new prompt shares from), unless
+ * some other sequence already holds those tokens. */
+static void keep_prefix(const slot *s, int32_t keep, const slot *busy) {
+    const int32_t n = locks_ctx_seq_shareable(srv.ctx, s->seq, s->n_tokens);
+    if (srv.n_kept == 0 || n <= keep) return;
+    slot *h = NULL;
+    for (int32_t i = 0; i < srv.p.n_slots + srv.n_kept; i++) {
+        slot *o = &srv.slots[i];
+        if (o == s) continue;
+        if (common_prefix(o->tokens, o->n_tokens, s->tokens, n) >= n) return; /* held already */
+        if (i < srv.p.n_slots || o == busy) continue;
+        if (!h || (h->n_tokens > 0 && (o->n_tokens == 0 || o->last_used < h->last_used))) h = o;
+    }
+    if (!h) return;
+    const int32_t evicted = h->n_tokens;
+    if (locks_ctx_seq_share(srv.ctx, h->seq, s->seq, n) != LOCKS_OK) {
+        h->n_tokens = locks_ctx_seq_len(srv.ctx, h->seq); /* unchanged, or emptied */
+        return;
+    }
+    memcpy(h->tokens, s->tokens, sizeof(int32_t) * (size_t)n);
+    h->n_tokens = n;
+    h->last_used = ++srv.turn;
+    srv.m_kept++;
+    srv.m_evicted += evicted > 0;
+}
+
 /* Takes queued jobs into free slots (srv.mu held): the free slot whose tokens share the
- * longest prefix with the prompt, else the one unused longest. */
+ * longest prefix with the prompt, else the one unused longest; then the most whole
+ * pages of the prompt any sequence can share with it (see the top of this file). */
 static void admit(void) {
     while (srv.queue_head) {
         job *j = srv.queue_head;
@@ -261,7 +302,26 @@ static void admit(void) {
         /* keep whole pages of the common prefix, and at least the last prompt token to run */
         int32_t keep = best_common < j->n_prompt ? best_common : j->n_prompt - 1;
         keep -= keep % LOCKS_PAGE;
-        locks_status st = locks_ctx_truncate_seq(srv.ctx, best->seq, keep);
+        /* another sequence may hold more of the prompt in whole pages it can share */
+        slot *src = NULL;
+        int32_t shared = keep;
+        for (int32_t i = 0; i < srv.p.n_slots + srv.n_kept; i++) {
+            slot *o = &srv.slots[i];
+            if (o == best) continue;
+            int32_t c = common_prefix(o->tokens, o->n_tokens, j->prompt, j->n_prompt - 1);
+            int32_t n = c > shared ? locks_ctx_seq_shareable(srv.ctx, o->seq, c) : 0;
+            if (n > shared) src = o, shared = n;
+        }
+        keep_prefix(best, src ? 0 : keep, src);
+        locks_status st = LOCKS_ERR_INVALID_ARG;
+        if (src && (st = locks_ctx_seq_share(srv.ctx, best->seq, src->seq, shared)) == LOCKS_OK) {
+            keep = shared;
+            memcpy(best->tokens, src->tokens, sizeof(int32_t) * (size_t)keep);
+            src->last_used = ++srv.turn;
+            srv.m_shared += (uint64_t)keep;
+        } else {
+            st = locks_ctx_truncate_seq(srv.ctx, best->seq, keep);
+        }
         if (st != LOCKS_OK) { /* cannot keep it: start the sequence empty */
             keep = 0;
             st = locks_ctx_truncate_seq(srv.ctx, best->seq, 0);
@@ -1051,6 +1111,8 @@ static enum MHD_Result do_metrics(struct MHD_Connection *con) {
     locks_run_stats s = srv.stats;
     int32_t busy = 0;
     for (int32_t i = 0; i < srv.p.n_slots; i++) busy += srv.slots[i].j != NULL;
+    int64_t kept_tokens = 0;
+    for (int32_t i = 0; i < srv.n_kept; i++) kept_tokens += srv.slots[srv.p.n_slots + i].n_tokens;
     struct {
         const char *name, *type, *help;
         double v;
@@ -1061,7 +1123,12 @@ static enum MHD_Result do_metrics(struct MHD_Connection *con) {
         {"locks_requests_cancelled_total", "counter", "requests whose client went away first", (double)srv.m_cancelled},
         {"locks_prompt_tokens_total", "counter", "prompt tokens of queued requests", (double)srv.m_prompt},
         {"locks_prompt_tokens_prefilled_total", "counter", "prompt tokens run through prefill", (double)srv.m_prefilled},
-        {"locks_prompt_tokens_cached_total", "counter", "prompt tokens reused from a slot's cache", (double)srv.m_cached},
+        {"locks_prompt_tokens_cached_total", "counter", "prompt tokens reused, not prefilled (a slot's own or shared pages)", (double)srv.m_cached},
+        {"locks_prompt_tokens_shared_total", "counter", "prompt tokens of those taken as pages shared with another sequence", (double)srv.m_shared},
+        {"locks_prefix_cache_kept_total", "counter", "finished prompts whose pages went to a kept prefix", (double)srv.m_kept},
+        {"locks_prefix_cache_evictions_total", "counter", "kept prefixes dropped for a newer one (least recently used)", (double)srv.m_evicted},
+        {"locks_prefix_cache_entries", "gauge", "kept-prefix sequences --cache-ram pays for", (double)srv.n_kept},
+        {"locks_prefix_cache_tokens", "gauge", "tokens the kept prefixes hold", (double)kept_tokens},
         {"locks_tokens_generated_total", "counter", "tokens sampled", (double)srv.m_generated},
         {"locks_decode_steps_total", "counter", "decode steps (a batched step or a speculative draft step)", (double)srv.m_steps},
         {"locks_spec_drafted_total", "counter", "tokens drafted by speculative rounds", (double)srv.m_drafted},
@@ -1205,9 +1272,14 @@ int serve_run(const serve_params *p) {
         fprintf(stderr, "locks serve: cannot listen on %s port %d: %s\n", p->host, p->port, strerror(errno));
         goto done;
     }
+    /* bound before the model loads, so /health can say 503 meanwhile: the line says so
+     * (a model that fails to load ends the server with the loader's error) */
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "locks serve: listening on http://%s%s%s:%u\n", ai->ai_family == AF_INET6 ? "[" : "", p->host,
-            ai->ai_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)p->port);
+    fprintf(stderr,
+            "locks serve: listening on http://%s%s%s:%u, loading the model (GET /health answers 503 until "
+            "\"ready\" below)\n",
+            ai->ai_family == AF_INET6 ? "[" : "", p->host, ai->ai_family == AF_INET6 ? "]" : "",
+            di ? di->port : (unsigned)p->port);
 
     srv.m = ru_load_model(p->model_path);
     if (!srv.m) goto done;
@@ -1235,7 +1307,23 @@ int serve_run(const serve_params *p) {
     cp.step = p->step;
     cp.n_batch = 64;
     locks_status st;
+    /* kept prefixes: each a sequence of a slot's context (pages and sliding-window rings),
+     * as many as --cache-ram pays for, measured on a context of one sequence */
     srv.ctx = locks_ctx_init(srv.m, cp, &st);
+    if (srv.ctx && p->cache_ram_mb > 0) {
+        const locks_cache *c = locks_ctx_cache(srv.ctx);
+        const locks_cache_params kp = locks_cache_get_params(c);
+        const size_t page = (size_t)kp.n_layers * (size_t)kp.n_kv_heads *
+                            (2 * LOCKS_PAGE * (size_t)kp.head_dim * sizeof(uint16_t) + locks_cache_summary_bytes(c));
+        srv.kept_bytes_each = page * (size_t)kp.n_pages / (size_t)p->n_slots + locks_ctx_swa_bytes(srv.ctx) / (size_t)p->n_slots;
+        size_t n = ((size_t)p->cache_ram_mb << 20) / srv.kept_bytes_each;
+        srv.n_kept = (int32_t)(n < (size_t)(LOCKS_CTX_MAX_SEQS - p->n_slots) ? n : (size_t)(LOCKS_CTX_MAX_SEQS - p->n_slots));
+        if (srv.n_kept > 0) {
+            locks_ctx_free(srv.ctx);
+            cp.n_seqs = p->n_slots + srv.n_kept;
+            srv.ctx = locks_ctx_init(srv.m, cp, &st);
+        }
+    }
     if (!srv.ctx) {
         fprintf(stderr, "locks serve: cannot create the context (%d slots of %d tokens): %s\n", p->n_slots, srv.slot_ctx,
                 locks_status_str(st));
@@ -1243,7 +1331,7 @@ int serve_run(const serve_params *p) {
     }
     for (int s = 0; s < LOCKS_SEL_COUNT; s++)
         if (locks_cache_serves(locks_ctx_cache(srv.ctx), (locks_selector)s)) srv.served |= 1u << s;
-    for (int32_t i = 0; i < p->n_slots; i++) {
+    for (int32_t i = 0; i < p->n_slots + srv.n_kept; i++) {
         srv.slots[i].seq = i;
         srv.slots[i].pending = -1;
         if (!(srv.slots[i].tokens = malloc(sizeof(int32_t) * (size_t)srv.slot_ctx))) goto done;
@@ -1253,9 +1341,11 @@ int serve_run(const serve_params *p) {
         goto done;
     }
     srv.ready = 1;
-    fprintf(stderr, "locks serve: ready: model '%s', %d slots of %d tokens, selector %s, budget %d%s\n", srv.alias,
-            p->n_slots, srv.slot_ctx, locks_selector_name(p->step.selector), p->step.budget,
-            p->api_key ? ", API key required" : "");
+    fprintf(stderr,
+            "locks serve: ready: model '%s', %d slots of %d tokens, %d kept prefixes (--cache-ram %d MB, %.1f MB "
+            "each), selector %s, budget %d%s\n",
+            srv.alias, p->n_slots, srv.slot_ctx, srv.n_kept, p->cache_ram_mb, (double)srv.kept_bytes_each / 1048576.0,
+            locks_selector_name(p->step.selector), p->step.budget, p->api_key ? ", API key required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "locks serve: signal %d, stopping\n", sig);
