@@ -5,6 +5,11 @@ p50/p99, and the time to first token of the same prompts asked again (prefix reu
 Standard library only (urllib, threads). Used by scripts/serve-bench.sh.
 
     serve_bench.py --url http://127.0.0.1:8080 --clients 4 --prompt-tokens 4096 --max-tokens 64
+                   [--slot-restore NAME]
+
+--slot-restore NAME (a server started with --slot-save-path): after the rounds, saves
+slot 0 (which holds one of the prompts) as NAME and times restoring it (the client's
+wall time of the restore request; the same request shape on both servers).
 
 Prompts: the README and docs of this repository, cut to about --prompt-tokens tokens
 (4 bytes a token), a different cut per client so they share no prefix. Prints one JSON
@@ -61,6 +66,7 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=4096)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--label", default="")
+    ap.add_argument("--slot-restore", default="")
     a = ap.parse_args()
     text = corpus()
     size = a.prompt_tokens * 4
@@ -83,6 +89,19 @@ def main():
                           "tokens": toks, "wall_s": round(wall, 3),
                           "decode_tok_s": round((toks - len(res)) / span, 2) if span > 0 else None,
                           "ttft_p50_s": round(pct(ttft, 0.5), 3), "ttft_p99_s": round(pct(ttft, 0.99), 3)}),
+              flush=True)
+    if a.slot_restore:
+        res = {}
+        for action in ["save", "restore"]:
+            body = json.dumps({"filename": a.slot_restore}).encode()
+            req = urllib.request.Request(f"{a.url}/slots/0?action={action}", data=body,
+                                         headers={"Content-Type": "application/json"})
+            t0 = time.time()
+            with urllib.request.urlopen(req, timeout=600) as r:
+                reply = json.loads(r.read().decode() or "{}")
+            res[action + "_s"] = round(time.time() - t0, 3)
+            res[action + "_reply"] = reply
+        print(json.dumps({"label": a.label, "round": "slot_restore", "prompt_tokens": a.prompt_tokens, **res}),
               flush=True)
 
 
