@@ -47,87 +47,14 @@
 
 #include "request.h"
 #include "runutil.h"
+#include "serve_internal.h"
 #include "util.h"
 
 /* ================================================================================ */
 /* State                                                                            */
 /* ================================================================================ */
 
-typedef struct job job;
-struct job {
-    serve_request rq;
-    int32_t *prompt; /* the tokens to run */
-    int32_t n_prompt, max_tokens;
-    char id[40];
-    long created;
-    MHD_socket fd; /* the client's socket, to notice a disconnect while waiting */
-    job *next;     /* in the queue */
-    /* shared with the engine (srv.mu) */
-    int refs, cancelled, done;
-    const char *finish; /* "stop" | "length" once done without error */
-    char err[200];      /* non-empty: failed after admission */
-    char *text;         /* generated text (stop sequences cut) */
-    size_t len, cap, safe; /* text[0, safe) can be sent (the rest may begin a stop string) */
-    int32_t n_gen, n_cached, slot;
-    /* the connection's (streaming) */
-    size_t sent;
-    int sent_role, eos;
-    char *ev; /* formatted events not yet handed to MHD */
-    size_t ev_len, ev_off, ev_cap;
-};
-
-/* A slot save or restore (POST /slots/{id}?action=...), run by the engine thread. */
-typedef struct slot_op slot_op;
-struct slot_op {
-    int restore;
-    int32_t slot;
-    char path[4200];
-    int done, http; /* http: 200 or the error's status */
-    char err[240];
-    int32_t n_tokens;
-    size_t bytes;
-    double ms;
-    slot_op *next;
-};
-
-typedef struct {
-    int32_t seq;
-    int32_t *tokens; /* [n_ctx]: what the sequence holds now */
-    int32_t n_tokens;
-    job *j;          /* NULL: free */
-    int32_t pending; /* sampled, to feed at the next step; -1: none */
-    locks_sampler *smp;
-    locks_detok_state dt;
-    uint64_t last_used;
-} slot;
-
-static struct {
-    serve_params p;
-    const char *alias;
-    int32_t slot_ctx; /* context of one slot */
-    locks_model *m;
-    locks_ctx *ctx;
-    int32_t n_vocab;
-    int gemma; /* chat template: Gemma's turns, else ChatML */
-    uint32_t served; /* selectors the cache serves */
-    volatile int ready, stopping;
-    pthread_t engine;
-    pthread_mutex_t mu;
-    pthread_cond_t wake; /* the engine: a job queued or cancelled, or stop */
-    pthread_cond_t out;  /* connections: output published */
-    job *queue_head, *queue_tail;
-    slot_op *ops; /* slot saves and restores waiting for the engine */
-    int32_t n_queued;
-    slot slots[LOCKS_CTX_MAX_SEQS]; /* [0, n_slots): the slots; then n_kept kept prefixes (j NULL) */
-    int32_t n_kept;
-    size_t kept_bytes_each; /* what one kept prefix can hold: a slot's pages and rings */
-    uint64_t turn, next_id;
-    /* metrics (srv.mu) */
-    uint64_t m_requests, m_rejected, m_failed, m_cancelled, m_prompt, m_prefilled, m_cached, m_generated, m_steps;
-    uint64_t m_shared, m_kept, m_evicted; /* prefix cache: tokens shared in, prefixes kept, evicted */
-    uint64_t m_drafted, m_accepted; /* speculative rounds (locks.speculate) */
-    locks_run_stats stats;
-} srv;
+serve_state srv;
 
 static void job_free(job *j) {
     serve_request_free(&j->rq);
@@ -138,12 +65,12 @@ static void job_free(job *j) {
 }
 
 /* Drops one reference (srv.mu held). */
-static void job_unref(job *j) {
+void job_unref(job *j) {
     if (--j->refs == 0) job_free(j);
 }
 
 /* Appends n bytes to a growing buffer; 0 on OOM (nothing changed). */
-static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
+int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
     if (*len + n + 1 > *cap) {
         size_t nc = (*cap ? *cap * 2 : 256);
         while (nc < *len + n + 1) nc *= 2;
@@ -359,7 +286,7 @@ typedef struct {
     char name[128];
 } slot_header;
 
-static void op_fail(slot_op *op, int http, const char *fmt, ...) {
+void op_fail(slot_op *op, int http, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(op->err, sizeof op->err, fmt, ap);
@@ -482,7 +409,7 @@ out:
 }
 
 /* Runs the waiting slot ops (srv.mu held on entry and exit). */
-static void run_ops(void) {
+void run_ops(void) {
     while (srv.ops) {
         slot_op *op = srv.ops;
         srv.ops = op->next;
@@ -500,7 +427,7 @@ static void run_ops(void) {
     }
 }
 
-static void *engine_main(void *arg) {
+void *engine_main(void *arg) {
     (void)arg;
     float *logits = malloc(sizeof(float) * (size_t)srv.n_vocab * (size_t)srv.p.n_slots);
     pthread_mutex_lock(&srv.mu);
@@ -1172,8 +1099,8 @@ static int authorized(struct MHD_Connection *con) {
     return diff == 0;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const char *url, const char *method,
+                           const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)cls;
     (void)version;
     conn_state *cs = *con_cls;
@@ -1220,7 +1147,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
     return send_error(con, 404, NULL, NULL, "no endpoint %.100s %.200s", method, url);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode toe) {
+void on_completed(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls;
     (void)con;
     (void)toe;
