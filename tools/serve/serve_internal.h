@@ -96,6 +96,7 @@ typedef struct {
 extern serve_state srv; /* server.c */
 
 /* server.c */
+void job_free(job *j);
 /* Drops one reference (srv.mu held). */
 void job_unref(job *j);
 /* Appends n bytes to a growing buffer; 0 on OOM (nothing changed). */
