@@ -242,6 +242,16 @@ def test_shared_prefix_pages_and_cache_ram_eviction():
         s.stop()
 
 
+def test_bad_model_listening_line_says_loading():
+    """The port is bound before the model loads (/health: 503 meanwhile), and the line
+    says so: a model that fails to load ends the server without a "ready" line."""
+    p = subprocess.run([CLI, "serve", "-m", "/nonexistent/model.gguf", "--port", "0"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0
+    assert re.search(r"listening on http://127\.0\.0\.1:\d+, loading the model", p.stderr), p.stderr
+    assert "ready" not in p.stderr.replace('"ready"', ""), p.stderr
+
+
 def test_curl_sse_framing(srv):
     body = json.dumps({"model": ALIAS, "prompt": "Hello", "max_tokens": 6, "temperature": 0, "stream": True})
     out = subprocess.run(["curl", "-sN", "-H", "Content-Type: application/json", "-d", body,
