@@ -167,7 +167,10 @@ int serve_run(const serve_params *p) {
     /* kept prefixes: each a sequence of a slot's context (pages and sliding-window rings),
      * as many as --cache-ram pays for, measured on a context of one sequence */
     srv.ctx = locks_ctx_init(srv.m, cp, &st);
-    if (srv.ctx && p->cache_ram_mb > 0) {
+    if (srv.ctx && p->cache_ram_mb > 0 && cp.backend != LOCKS_BACKEND_CPU) /* locks_ctx_seq_share: CPU only */
+        fprintf(stderr, "locks serve: --cache-ram: shared prefix pages are not available on the CUDA backend yet: no "
+                        "kept prefixes (each slot reuses its own tokens only)\n");
+    else if (srv.ctx && p->cache_ram_mb > 0) {
         const locks_cache *c = locks_ctx_cache(srv.ctx);
         const locks_cache_params kp = locks_cache_get_params(c);
         const size_t page = (size_t)kp.n_layers * (size_t)kp.n_kv_heads *
