@@ -95,8 +95,8 @@ both() {
 }
 IFS=, read -ra lens <<< "$lengths"
 for len in "${lens[@]}"; do # 1. decode and TTFT, 4 slots
-    both "$model" "$np" "$len" $(( (len + ntok + 256) * np )) ""
+    both "$model" "$np" "$len" $(( (len * 5 / 4 + ntok + 256) * np )) ""
 done
-both "$gemma" 1 "$glen" $(( glen + ntok + 256 )) "" # 2. Gemma 3 asked twice
-both "$model" 1 "$rlen" $(( rlen + ntok + 256 )) "--slot-restore bench-$rlen.slot" # 3. slot restore
+both "$gemma" 1 "$glen" $(( glen * 5 / 4 + ntok + 256 )) "" # 2. Gemma 3 asked twice
+both "$model" 1 "$rlen" $(( rlen * 5 / 4 + ntok + 256 )) "--slot-restore bench-$rlen.slot" # 3. slot restore
 echo "{\"serve_bench\": \"end\", \"date\": \"$(date -u +%FT%TZ)\", \"load_after\": $(load1)}"

@@ -12,7 +12,7 @@ slot 0 (which holds one of the prompts) as NAME and times restoring it (the clie
 wall time of the restore request; the same request shape on both servers).
 
 Prompts: the README and docs of this repository, cut to about --prompt-tokens tokens
-(4 bytes a token), a different cut per client so they share no prefix. Prints one JSON
+(3 bytes a token), a different cut per client so they share no prefix. Prints one JSON
 object per round.
 """
 import argparse
@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,7 +41,12 @@ def stream_one(url, model, prompt, max_tokens, out):
     req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
     t0 = time.time()
     first, n = None, 0
-    with urllib.request.urlopen(req, timeout=3600) as r:
+    try:
+        r = urllib.request.urlopen(req, timeout=3600)
+    except urllib.error.HTTPError as e:  # counted, never averaged in
+        out.append({"error": f"{e.code} {e.read().decode()[:200]}"})
+        return
+    with r:
         for line in r:
             line = line.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -69,7 +75,7 @@ def main():
     ap.add_argument("--slot-restore", default="")
     a = ap.parse_args()
     text = corpus()
-    size = a.prompt_tokens * 4
+    size = a.prompt_tokens * 3  # about 3 bytes a token on these files (SmolLM2: 256 -> ~250-340)
     while len(text) < size * a.clients + size:
         text += text
     prompts = [text[i * size:(i + 1) * size] for i in range(a.clients)]
@@ -80,6 +86,11 @@ def main():
         [t.start() for t in ts]
         [t.join() for t in ts]
         wall = time.time() - t0
+        errors = [r["error"] for r in res if "error" in r]
+        res = [r for r in res if "error" not in r]
+        if not res:
+            print(json.dumps({"label": a.label, "round": rnd, "errors": errors}), flush=True)
+            continue
         ttft = [r["ttft"] for r in res]
         toks = sum(r["tokens"] for r in res)
         # aggregate decode rate: tokens after the first over the span from the first
@@ -88,7 +99,8 @@ def main():
         print(json.dumps({"label": a.label, "round": rnd, "clients": a.clients, "prompt_tokens": a.prompt_tokens,
                           "tokens": toks, "wall_s": round(wall, 3),
                           "decode_tok_s": round((toks - len(res)) / span, 2) if span > 0 else None,
-                          "ttft_p50_s": round(pct(ttft, 0.5), 3), "ttft_p99_s": round(pct(ttft, 0.99), 3)}),
+                          "ttft_p50_s": round(pct(ttft, 0.5), 3), "ttft_p99_s": round(pct(ttft, 0.99), 3),
+                          "errors": errors}),
               flush=True)
     if a.slot_restore:
         res = {}
