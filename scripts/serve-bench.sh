@@ -74,7 +74,8 @@ run_one() {
     local pid=$!
     if wait_up "http://127.0.0.1:$p" "$pid"; then
         # shellcheck disable=SC2086
-        python3 scripts/serve_bench.py --url "http://127.0.0.1:$p" --label "$label" --model "$name" $bargs
+        python3 scripts/serve_bench.py --url "http://127.0.0.1:$p" --label "$label" --model "$name" $bargs ||
+            echo "{\"label\": \"$label\", \"error\": \"serve_bench.py failed (its message above)\"}"
     else
         echo "serve-bench: $label did not start (/tmp/serve-bench-$label.log)" >&2
     fi
@@ -95,8 +96,8 @@ both() {
 }
 IFS=, read -ra lens <<< "$lengths"
 for len in "${lens[@]}"; do # 1. decode and TTFT, 4 slots
-    both "$model" "$np" "$len" $(( (len * 5 / 4 + ntok + 256) * np )) ""
+    both "$model" "$np" "$len" $(( (len * 21 / 20 + ntok + 256) * np )) ""
 done
-both "$gemma" 1 "$glen" $(( glen * 5 / 4 + ntok + 256 )) "" # 2. Gemma 3 asked twice
-both "$model" 1 "$rlen" $(( rlen * 5 / 4 + ntok + 256 )) "--slot-restore bench-$rlen.slot" # 3. slot restore
+both "$gemma" 1 "$glen" $(( glen * 21 / 20 + ntok + 256 )) "" # 2. Gemma 3 asked twice
+both "$model" 1 "$rlen" $(( rlen * 21 / 20 + ntok + 256 )) "--slot-restore bench-$rlen.slot" # 3. slot restore
 echo "{\"serve_bench\": \"end\", \"date\": \"$(date -u +%FT%TZ)\", \"load_after\": $(load1)}"
