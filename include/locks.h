@@ -298,6 +298,24 @@ const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int
 /* Free physical pages left in the pool. */
 int32_t locks_cache_free_pages(const locks_cache *c);
 
+/* Shared prefix pages (CPU backend, the cache's own pages). Sequence dst, which must be
+ * live and empty, takes sequence src's first n_pages pages (1 .. src's length / 16, each
+ * written in full in every layer) into its block table: the same physical pages, K/V,
+ * summaries and selector metadata, so dst holds n_pages * 16 tokens, attended exactly as
+ * src's, without copying or computing anything. Each page counts its holders; it goes
+ * back to the pool when the last one drops it (seq_remove, or a truncate below it). A
+ * shared page never changes: a write into one is refused (LOCKS_ERR_INVALID_ARG), and a
+ * truncate whose new end falls inside a shared page first gives that sequence its own
+ * copy of the page (LOCKS_ERR_POOL_FULL if no page is free, nothing changed). Dropping
+ * or truncating one holder leaves every other holder's tokens as they were. A RocketKV
+ * SnapKV eviction (locks_cache_snapkv_keep) marks physical pages, so it reaches every
+ * holder. LOCKS_ERR_NO_SEQ for an unknown or removed dst / src; LOCKS_ERR_INVALID_ARG
+ * for dst == src, a non-empty dst or pages that are not full; LOCKS_ERR_UNSUPPORTED on a
+ * CUDA cache or one over the caller's pages. On any error nothing changes. */
+locks_status locks_cache_seq_share(locks_cache *c, int32_t dst, int32_t src, int32_t n_pages);
+/* How many block tables hold physical page `page` (0: free); -1 for a page out of range. */
+int32_t locks_cache_page_refs(const locks_cache *c, int32_t page);
+
 /* Shortens the sequence to its first len tokens (0 <= len <= its length, else
  * LOCKS_ERR_INVALID_ARG; LOCKS_ERR_NO_SEQ for an unknown id): pages past the new end go
  * back to the pool, and a page that becomes partial loses its summary (rebuilt when a

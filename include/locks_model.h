@@ -248,6 +248,22 @@ locks_status locks_ctx_prefill_all_seq(locks_ctx *c, int32_t seq, const int32_t 
  * LOCKS_ERR_INVALID_ARG for a bad seq or n outside 0 .. its length. */
 locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n);
 
+/* Shared prefix pages (CPU backend): sequence dst drops its tokens and takes the first n
+ * tokens of sequence src (dst != src) without running them: the same physical cache
+ * pages (locks_cache_seq_share: reference counted, never written again, freed when the
+ * last holder drops them), and on a model with sliding-window layers a copy of src's
+ * rings. dst then goes on (prefill, decode) exactly as if it had run those n tokens
+ * itself; truncating, resetting or re-sharing either sequence leaves the other's tokens
+ * as they were. n must be a multiple of 16 (whole pages) within src's length and, with
+ * sliding-window layers, the rings of src must still hold the window before n (src ran
+ * at most about swa_rollback tokens past n); locks_ctx_seq_shareable gives the largest
+ * such n up to a bound. LOCKS_ERR_INVALID_ARG otherwise (nothing changed),
+ * LOCKS_ERR_UNSUPPORTED on the CUDA backend; locks_last_error() says why. */
+locks_status locks_ctx_seq_share(locks_ctx *c, int32_t dst, int32_t src, int32_t n);
+/* The largest n <= max_n that locks_ctx_seq_share(c, any, src, n) takes; 0 if none (also
+ * for a bad src and on the CUDA backend). */
+int32_t locks_ctx_seq_shareable(const locks_ctx *c, int32_t src, int32_t max_n);
+
 /* Sequence seq's K and V of one layer as stored (fp16 bits): k, v [len][n_kv_heads]
  * [head_dim] (len = locks_ctx_seq_len). CPU backend (LOCKS_ERR_UNSUPPORTED on CUDA);
  * LOCKS_ERR_INVALID_ARG for a bad seq or layer. For saving a slot. A sliding-window

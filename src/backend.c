@@ -94,9 +94,12 @@ static locks_status seq_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
         return locks_fail(LOCKS_ERR_UNSUPPORTED, "a cache over the caller's pages (use seq_set_pages)");
     if (len < 0 || len > s->len)
         return locks_fail(LOCKS_ERR_INVALID_ARG, "len %d (sequence %d holds %d tokens)", len, seq_id, s->len);
+    /* a new end inside a shared page needs a free page for this sequence's copy */
+    locks_status st = locks_cache_host_truncate_check(c, seq_id, len);
+    if (st != LOCKS_OK) return st;
     /* the device must stop reading the dropped tokens (and the pages given back, which
      * another sequence may take) before the host forgets them */
-    locks_status st = sync_seq(c, seq_id, (len + LOCKS_PAGE - 1) / LOCKS_PAGE, len);
+    st = sync_seq(c, seq_id, (len + LOCKS_PAGE - 1) / LOCKS_PAGE, len);
     if (st != LOCKS_OK) return st;
     locks_cache_host_truncate(c, seq_id, len);
     return LOCKS_OK;
@@ -127,6 +130,8 @@ static locks_status write_kv(locks_cache *c, int32_t seq_id, int32_t layer, int3
                           seq_id, s->len);
     if (n == 0) return LOCKS_OK;
     if (!k || !v) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !k ? "k" : "v");
+    locks_status st = locks_cache_check_unshared(c, seq_id, pos, n); /* shared pages never change */
+    if (st != LOCKS_OK) return st;
 #ifdef LOCKS_HAVE_CUDA
     if (c->cuda) return locks_cuda_backend_write(c, seq_id, layer, pos, n, k, v);
 #endif

@@ -117,8 +117,9 @@ locks_cache *locks_cache_init_host(const locks_cache_params *params, locks_statu
     const size_t NP = (size_t)params->n_pages;
     c->fill = locks_alloc((size_t)params->n_layers * NP, sizeof(uint16_t));
     c->free_list = locks_alloc(NP, sizeof(int32_t));
+    c->ref = locks_alloc(NP, sizeof(int32_t));
     c->seqs = locks_alloc((size_t)params->max_seqs, sizeof(locks_seq));
-    if (!c->fill || !c->free_list || !c->seqs) goto fail;
+    if (!c->fill || !c->free_list || !c->ref || !c->seqs) goto fail;
     for (int32_t i = 0; i < params->n_pages; i++) c->free_list[i] = params->n_pages - 1 - i;
     c->n_free = params->n_pages;
     for (int32_t s = 0; s < params->max_seqs; s++) {
@@ -188,6 +189,7 @@ void locks_cache_release(locks_cache *c) {
         for (int32_t s = 0; s < c->p.max_seqs; s++) locks_free(c->seqs[s].table);
     locks_free(c->seqs);
     locks_free(c->free_list);
+    locks_free(c->ref);
     locks_free(c->k);
     locks_free(c->v);
     locks_free(c->fill);
@@ -356,9 +358,11 @@ void locks_cache_seq_hooks(locks_cache *c, int32_t seq_id, int32_t len) {
         if (c->meta[i].p && c->meta[i].on_truncate) c->meta[i].on_truncate(c, seq_id, len);
 }
 
-/* A page going back to the free list forgets its slots in every layer: it has no
- * summary (locks_cache_summary_get) and nothing to attend until it is written again. */
+/* A block table drops page: the page goes back to the free list when that was its last
+ * holder, and then forgets its slots in every layer: it has no summary
+ * (locks_cache_summary_get) and nothing to attend until it is written again. */
 static void page_free(locks_cache *c, int32_t page) {
+    if (--c->ref[page] > 0) return; /* another sequence still holds it (shared) */
     for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] = 0;
     c->free_list[c->n_free++] = page;
 }
@@ -374,12 +378,62 @@ void locks_cache_host_remove(locks_cache *c, int32_t seq_id) {
     s->n_pages = 0;
 }
 
+/* The page a truncate to len leaves partial, if another sequence shares it (it then
+ * needs a copy of its own); else -1. */
+static int32_t truncate_shared_page(const locks_cache *c, const locks_seq *s, int32_t len) {
+    if (c->ext || len % P == 0) return -1;
+    const int32_t page = s->table[len / P];
+    return c->ref[page] > 1 ? page : -1;
+}
+
+locks_status locks_cache_host_truncate_check(const locks_cache *c, int32_t seq_id, int32_t len) {
+    const locks_seq *s = &c->seqs[seq_id];
+    if (truncate_shared_page(c, s, len) < 0) return LOCKS_OK;
+    int32_t freed = 0; /* the pages past the new end that go back to the pool */
+    for (int32_t i = len / P + 1; i < s->n_pages; i++) freed += c->ref[s->table[i]] == 1;
+    if (c->n_free + freed > 0) return LOCKS_OK;
+    return locks_fail(LOCKS_ERR_POOL_FULL,
+                      "truncating sequence %d to %d tokens ends inside page %d, which another sequence shares: "
+                      "its own copy needs a free page and the pool has none",
+                      seq_id, len, s->table[len / P]);
+}
+
+locks_status locks_cache_check_unshared(const locks_cache *c, int32_t seq_id, int32_t pos, int32_t n) {
+    const locks_seq *s = &c->seqs[seq_id];
+    for (int32_t lp = pos / P; n > 0 && lp <= (pos + n - 1) / P && !c->ext; lp++)
+        if (c->ref[s->table[lp]] > 1)
+            return locks_fail(LOCKS_ERR_INVALID_ARG,
+                              "tokens [%d, %d) of sequence %d lie in page %d, which other sequences share "
+                              "(locks_cache_seq_share): a shared page is never written",
+                              pos, pos + n, seq_id, s->table[lp]);
+    return LOCKS_OK;
+}
+
 void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
     locks_seq *s = &c->seqs[seq_id];
     int32_t keep = (len + P - 1) / P;
     locks_cache_seq_hooks(c, seq_id, len);
+    const int32_t shared = truncate_shared_page(c, s, len);
     /* push back in reverse, as seq_remove does */
     for (int32_t i = s->n_pages - 1; i >= keep; i--) page_free(c, s->table[i]);
+    if (shared >= 0) {
+        /* the new end falls inside a page others share: this sequence gets a copy of it
+         * (truncate_check made sure one is free), so that clearing its slots past len
+         * below and writing them again later touch this sequence only */
+        const int32_t own = c->free_list[--c->n_free];
+        c->ref[own] = 1;
+        c->ref[shared]--;
+        for (int32_t l = 0; l < c->p.n_layers; l++) {
+            for (int32_t h = 0; h < c->hkv; h++) {
+                memcpy(c->k + block_offset(c, l, own, h), c->k + block_offset(c, l, shared, h),
+                       c->block * sizeof(uint16_t));
+                memcpy(c->v + block_offset(c, l, own, h), c->v + block_offset(c, l, shared, h),
+                       c->block * sizeof(uint16_t));
+            }
+            c->fill[(size_t)l * c->p.n_pages + own] = c->fill[(size_t)l * c->p.n_pages + shared];
+        }
+        s->table[keep - 1] = own;
+    }
     s->n_pages = keep;
     s->len = len;
     /* The last kept page forgets its slots past len: it is partial again (no selector
@@ -390,6 +444,53 @@ void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len) {
         int32_t page = s->table[keep - 1];
         for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] &= mask;
     }
+}
+
+/* Sequence dst (empty) takes src's first n_pages pages into its block table: the same
+ * physical pages, one more holder each (cache.h: ref). */
+static locks_status seq_share(locks_cache *c, int32_t dst, int32_t src, int32_t n_pages) {
+    const locks_seq *sd, *ss;
+    locks_status st = locks_check_seq(c, dst, &sd);
+    if (st == LOCKS_OK) st = locks_check_seq(c, src, &ss);
+    if (st != LOCKS_OK) return st;
+    if (c->cuda || c->ext)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "sharing pages on a %s (the CPU backend's own pages only)",
+                          c->cuda ? "CUDA cache" : "cache over the caller's pages");
+    if (dst == src) return locks_fail(LOCKS_ERR_INVALID_ARG, "dst and src are both sequence %d", dst);
+    if (sd->len != 0)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "dst sequence %d holds %d tokens (it must be empty)", dst, sd->len);
+    if (n_pages < 1 || n_pages > ss->len / P)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "n_pages %d (sequence %d holds %d tokens: 1..%d full pages)", n_pages,
+                          src, ss->len, ss->len / P);
+    for (int32_t i = 0; i < n_pages; i++)
+        for (int32_t l = 0; l < c->p.n_layers; l++)
+            if (c->fill[(size_t)l * c->p.n_pages + ss->table[i]] != 0xffffu)
+                return locks_fail(LOCKS_ERR_INVALID_ARG,
+                                  "page %d of sequence %d is not written in full in layer %d (only full pages are "
+                                  "shared)",
+                                  i, src, l);
+    locks_seq *d = &c->seqs[dst];
+    for (int32_t i = 0; i < n_pages; i++) {
+        d->table[i] = ss->table[i];
+        c->ref[ss->table[i]]++;
+    }
+    d->n_pages = n_pages;
+    d->len = n_pages * P;
+    return LOCKS_OK;
+}
+
+locks_status locks_cache_seq_share(locks_cache *c, int32_t dst, int32_t src, int32_t n_pages) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_seq_share: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, seq_share(c, dst, src, n_pages), "locks_cache_seq_share", mark);
+}
+
+int32_t locks_cache_page_refs(const locks_cache *c, int32_t page) {
+    if (!c || page < 0 || page >= c->p.n_pages) return -1;
+    locks_cache_lock(c);
+    const int32_t n = c->ref[page];
+    locks_cache_unlock(c);
+    return n;
 }
 
 int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
@@ -452,6 +553,7 @@ void locks_cache_host_append_commit(locks_cache *c, int32_t seq_id, int32_t n_pa
     while (s->n_pages < n_pages) {
         int32_t page = c->free_list[--c->n_free];
         for (int32_t l = 0; l < c->p.n_layers; l++) c->fill[(size_t)l * c->p.n_pages + page] = 0;
+        c->ref[page] = 1;
         s->n_pages++;
     }
     s->len = len;

@@ -17,6 +17,13 @@
  *    locks_cache_summaries); only the arrays of the cache's precision are allocated.
  *  - A sequence's pages are table[0 .. n_pages_seq) and its length len satisfies
  *    ceil(len / 16) == n_pages_seq.
+ *  - ref[p] counts the block tables that hold physical page p (owned caches): 0 for a
+ *    page on the free list, 1 for a page one sequence took by append, more for a page
+ *    locks_cache_seq_share gave to other sequences too. Only pages full in every layer
+ *    are shared, and a write into a page with ref > 1 is refused, so a shared page's
+ *    K/V, summaries and selector metadata never change; a page goes back to the free
+ *    list when its last holder drops it (remove, truncate), and a truncate whose new
+ *    end falls inside a shared page first gives the sequence its own copy of it.
  *  - Every public call on a cache runs under the cache's lock (mu, recursive), taken
  *    at the public entry (locks_cache_enter / locks_cache_leave) and never inside the
  *    pool's tasks: calls from several threads are serialised, so the step scratch,
@@ -114,6 +121,8 @@ struct locks_cache {
     size_t sum_bytes;   /* bytes of the summary arrays above, as allocated */
     int32_t *free_list; /* stack of free physical pages */
     int32_t n_free;
+    int32_t *ref;       /* [n_pages] block tables holding each page (0: free; > 1: shared
+                         * by locks_cache_seq_share, full in every layer, never written) */
     locks_seq *seqs;    /* [max_seqs] */
     locks_pool *pool;
     locks_meta_block meta[LOCKS_META_SLOTS]; /* selector metadata (selector.h) */
@@ -174,8 +183,14 @@ void locks_cache_host_remove(locks_cache *c, int32_t seq_id);
 /* Runs the metadata blocks' truncate hooks (len = 0: the sequence is being removed),
  * while the sequence's table still holds its old pages. */
 void locks_cache_seq_hooks(locks_cache *c, int32_t seq_id, int32_t len);
-/* len must be within 0 .. the sequence's length (checked by the caller). */
+/* len must be within 0 .. the sequence's length (checked by the caller), and
+ * locks_cache_host_truncate_check must have passed. */
 void locks_cache_host_truncate(locks_cache *c, int32_t seq_id, int32_t len);
+/* LOCKS_ERR_POOL_FULL (nothing changed) if truncating to len ends inside a shared page
+ * and no page is left for the sequence's own copy of it. */
+locks_status locks_cache_host_truncate_check(const locks_cache *c, int32_t seq_id, int32_t len);
+/* LOCKS_ERR_INVALID_ARG if tokens [pos, pos + n) of the sequence touch a shared page. */
+locks_status locks_cache_check_unshared(const locks_cache *c, int32_t seq_id, int32_t pos, int32_t n);
 /* locks_cache_write and locks_cache_summary_get of the CPU backend (arguments checked
  * by backend.c). */
 locks_status locks_cache_write_cpu(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos,

@@ -13,7 +13,8 @@
  * full sequence) moves nothing; a budget error in the second named sequence rolls the
  * first back. Speculative rounds on one sequence (locks_speculate_round, greedy) give
  * dense greedy decoding's tokens and leave the others alone. A sequence's K/V read out
- * and loaded into another context decodes on bit for bit as the original.
+ * and loaded into another context decodes on bit for bit as the original. Shared
+ * prefix pages (locks_ctx_seq_share) give a prefill's logits bit for bit.
  */
 #include "test_util.h"
 #include "tiny_llama.h"
@@ -299,6 +300,51 @@ static void check_kv_roundtrip(const locks_model *m) {
     free(b_lg);
 }
 
+/* Shared prefix pages (locks_ctx_seq_share): sequence 1 takes sequence 0's first whole
+ * pages and prefills the rest of another prompt with that prefix; sequence 2 prefills
+ * that prompt itself. Same logits, bit for bit, after the prompt and at every greedy
+ * step, also after sequence 0 (the pages' other holder) is emptied; misuse refused. */
+static void check_share(const locks_model *m) {
+    const int32_t V = locks_model_get_info(m).n_vocab, N0 = 100, N2 = 130;
+    int32_t p1[100], p2[130];
+    for (int32_t i = 0; i < N0; i++) p1[i] = tu_int(0, V - 1);
+    memcpy(p2, p1, sizeof(int32_t) * 96);
+    for (int32_t i = 96; i < N2; i++) p2[i] = tu_int(0, V - 1);
+    locks_status st;
+    locks_ctx *c = locks_ctx_init(m, params(LOCKS_SEL_LOCKS, 3), &st);
+    SETUP(c);
+    const int32_t all = locks_cache_free_pages(locks_ctx_cache(c));
+    float *la = malloc(sizeof(float) * 2 * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+    SETUP(la && lb);
+    test_cond(locks_ctx_seq_share(c, 1, 0, 16) != LOCKS_OK, "shared from an empty sequence");
+    CHECK(locks_ctx_prefill_seq(c, 0, p1, N0, NULL));
+    const int32_t n = locks_ctx_seq_shareable(c, 0, N0);
+    test_cond(n == 96, "shareable %d of 100 (want 96)", n);
+    locks_clear_error();
+    test_cond(locks_ctx_seq_share(c, 1, 0, 95) == LOCKS_ERR_INVALID_ARG && locks_last_error()[0],
+              "95 tokens (not whole pages) accepted or no message");
+    test_cond(locks_ctx_seq_share(c, 0, 0, 16) == LOCKS_ERR_INVALID_ARG, "dst == src accepted");
+    test_cond(locks_ctx_seq_share(c, 1, 0, 112) == LOCKS_ERR_INVALID_ARG, "past the source's length accepted");
+    test_cond(locks_ctx_seq_len(c, 1) == 0, "a refused share changed sequence 1");
+    CHECK(locks_ctx_seq_share(c, 1, 0, n));
+    CHECK(locks_ctx_prefill_seq(c, 1, p2 + n, N2 - n, lb));
+    CHECK(locks_ctx_prefill_seq(c, 2, p2, N2, la));
+    test_cond(!memcmp(la, lb, sizeof(float) * (size_t)V), "logits after the prompt: shared != prefilled");
+    for (int32_t t = 0; t < 8; t++) {
+        if (t == 4) CHECK(locks_ctx_truncate_seq(c, 0, 0)); /* the other holder goes */
+        int32_t seqs[2] = {1, 2}, tok = argmax(la, V), toks[2] = {tok, tok};
+        CHECK(locks_ctx_decode_seqs(c, seqs, 2, toks, la));
+        test_cond(!memcmp(la, la + V, sizeof(float) * (size_t)V), "step %d: shared != prefilled", t);
+    }
+    CHECK(locks_ctx_truncate_seq(c, 1, 0));
+    CHECK(locks_ctx_truncate_seq(c, 2, 0));
+    test_cond(locks_cache_free_pages(locks_ctx_cache(c)) == all, "pages free at the end: %d of %d",
+              locks_cache_free_pages(locks_ctx_cache(c)), all);
+    free(la);
+    free(lb);
+    locks_ctx_free(c);
+}
+
 int main(void) {
     tu_seed("test_serve_seqs");
     locks_status st;
@@ -310,6 +356,7 @@ int main(void) {
     check_bad_input(m);
     check_speculate_round(m);
     check_kv_roundtrip(m);
+    check_share(m);
     locks_model_free(m);
     return test_report("test_serve_seqs");
 }

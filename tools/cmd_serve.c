@@ -36,6 +36,11 @@ static void usage(FILE *f) {
             "  --alias NAME       the model's name in the API (default: the file's name)\n"
             "  --slot-save-path DIR  POST /slots/{id}?action=save|restore {\"filename\": NAME}: a slot's\n"
             "                     tokens and K/V to DIR/NAME and back (default: off)\n"
+            "  --cache-ram MB     memory for kept prefixes: sequences past the slots that keep the whole\n"
+            "                     pages of finished prompts (shared, not copied), least recently used\n"
+            "                     dropped first; a prompt that begins with kept or running tokens\n"
+            "                     prefills only the rest. Each pays for a slot's context; at most %d\n"
+            "                     slots + kept in all; 0 = off (default 512)\n"
             "  --max-queue N      requests waiting for a slot before 503 (default 16)\n"
             "  --max-body BYTES   largest request body before 413 (default 4194304)\n"
             "  --selector NAME    default decode selector (default locks); a request may pick full, oracle,\n"
@@ -47,7 +52,7 @@ static void usage(FILE *f) {
             "  --temp X, --top-k N, --top-p X  default sampling (default 0.8, 40, 0.95)\n"
             "  -v                 verbose library log\n"
             "  -h, --help         this text\n",
-            LOCKS_CTX_MAX_SEQS);
+            LOCKS_CTX_MAX_SEQS, LOCKS_CTX_MAX_SEQS);
 }
 
 static int parse_float(const char *s, float *out) {
@@ -76,6 +81,7 @@ int cmd_serve(int argc, char **argv) {
     p.n_threads = 2;
     p.n_batch = 256;
     p.max_queue = 16;
+    p.cache_ram_mb = 512;
     p.max_body = 4u << 20;
     p.rank = 8;
     p.step = locks_step_default_params();
@@ -109,6 +115,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--api-key")) p.api_key = *v ? v : NULL;
         else if (!strcmp(a, "--alias")) p.alias = v;
         else if (!strcmp(a, "--slot-save-path")) p.slot_save_path = v;
+        else if (!strcmp(a, "--cache-ram")) ok = args_parse_int(v, 0, 1 << 24, &p.cache_ram_mb);
         else if (!strcmp(a, "--max-queue")) ok = args_parse_int(v, 0, 1 << 20, &p.max_queue);
         else if (!strcmp(a, "--max-body")) ok = args_parse_int(v, 1, 1 << 30, &x), p.max_body = (size_t)x;
         else if (!strcmp(a, "--selector")) ok = locks_selector_parse(v, &p.step.selector) == LOCKS_OK;

@@ -1238,6 +1238,49 @@ locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n) {
     return truncate_seq(c, seq, n);
 }
 
+/* ---- Shared prefix pages ---- */
+
+/* The first n tokens of sequence src can be shared when n is a whole number of pages
+ * within its length and, on a model with sliding-window layers, src's rings still hold
+ * the window before n (positions n - window + 1 .. n - 1): dst's rings start as copies. */
+static int share_ok(const locks_ctx *c, int32_t src, int32_t n) {
+    if (n <= 0 || n % LOCKS_PAGE || n > c->n_tokens[src]) return 0;
+    const int32_t need = n - c->m->info.swa_window + 1;
+    return c->n_local == 0 || (need > 0 ? need : 0) >= c->swa_lo[src];
+}
+
+int32_t locks_ctx_seq_shareable(const locks_ctx *c, int32_t src, int32_t max_n) {
+    int32_t n = max_n;
+    if (!c || c->broken || c->gpu || src < 0 || src >= c->n_seqs) return 0;
+    if (n > c->n_tokens[src]) n = c->n_tokens[src];
+    n -= n % LOCKS_PAGE;
+    return share_ok(c, src, n) ? n : 0;
+}
+
+locks_status locks_ctx_seq_share(locks_ctx *c, int32_t dst, int32_t src, int32_t n) {
+    if (!c || c->broken || dst < 0 || dst >= c->n_seqs || src < 0 || src >= c->n_seqs || dst == src)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_ctx_seq_share: dst %d, src %d (the context has 0..%d, distinct)",
+                          dst, src, c ? c->n_seqs - 1 : -1);
+    if (c->gpu) return locks_fail(LOCKS_ERR_UNSUPPORTED, "locks_ctx_seq_share: shared pages on the CUDA backend");
+    if (!share_ok(c, src, n))
+        return locks_fail(LOCKS_ERR_INVALID_ARG,
+                          "locks_ctx_seq_share: %d tokens of sequence %d (it holds %d; a multiple of %d%s; "
+                          "locks_ctx_seq_shareable says how many can be)",
+                          n, src, c->n_tokens[src], LOCKS_PAGE,
+                          c->n_local ? ", with the sliding-window layers' last window before it still kept" : "");
+    locks_status st = truncate_seq(c, dst, 0);
+    if (st == LOCKS_OK) st = locks_cache_seq_share(c->cache, c->seq[dst], c->seq[src], n / LOCKS_PAGE);
+    if (st != LOCKS_OK) return st;
+    if (c->n_local > 0) { /* same ring size: slot p % cap holds position p in both */
+        const locks_model_info *in = &c->m->info;
+        const size_t ring = (size_t)c->n_local * swa_ring_bytes(c->swa_cap, in->n_kv_heads, in->head_dim);
+        memcpy((char *)c->swa_kv + (size_t)dst * ring, (const char *)c->swa_kv + (size_t)src * ring, ring);
+        c->swa_lo[dst] = c->swa_lo[src];
+    }
+    c->n_tokens[dst] = n;
+    return LOCKS_OK;
+}
+
 locks_status locks_ctx_prefill_all_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits) {
     if (!logits) return LOCKS_ERR_INVALID_ARG;
     return prefill(c, seq, tokens, n, logits, 1, FWD_VERIFY);

@@ -208,6 +208,50 @@ def test_prefix_reuse(srv):
     assert r1.choices[0].text == r2.choices[0].text == reference(prompt, 8)
 
 
+def test_shared_prefix_pages_and_cache_ram_eviction():
+    """One slot and --cache-ram for one kept prefix: a document asked again after another
+    one is answered from the kept prefix's shared pages (only the rest prefilled, the
+    same text as `locks run`); a third document evicts the least recently used one."""
+    s = Server("-np", "1", "-c", "2048", "-b", "64", "--cache-ram", "60")
+    try:
+        assert any(" 1 kept prefixes" in line for line in s.log), "".join(s.log)
+        text = open(os.path.join(ROOT, "README.md")).read()
+        docs = {k: text[i * 1200:(i + 1) * 1200] + "\nQuestion: what is this text about?\nAnswer:"
+                for i, k in enumerate("ABCD")}
+        c = s.client()
+
+        def ask(k):
+            r = c.completions.create(model=ALIAS, prompt=docs[k], max_tokens=8, temperature=0)
+            return r.choices[0].text, r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens
+
+        a1, n_a, cached = ask("A")
+        assert cached == 0
+        assert ask("B")[2] < 16           # A's pages go to the kept prefix
+        a2, _, cached = ask("A")          # the slot takes them back, shared
+        assert cached >= n_a - 16 and a1 == a2 == reference(docs["A"], 8)
+        m = s.metrics()
+        assert m["locks_prompt_tokens_shared_total"] == cached and m["locks_prefix_cache_kept_total"] == 1
+        ask("C")                          # A is held already: nothing kept
+        ask("D")                          # C kept, A evicted
+        assert s.metrics()["locks_prefix_cache_evictions_total"] == 1
+        assert ask("A")[2] < 16           # evicted; D kept, C evicted
+        assert s.metrics()["locks_prefix_cache_evictions_total"] == 2
+        d_text, n_d, cached = ask("D")    # kept
+        assert cached >= n_d - 16 and d_text == reference(docs["D"], 8)
+    finally:
+        s.stop()
+
+
+def test_bad_model_listening_line_says_loading():
+    """The port is bound before the model loads (/health: 503 meanwhile), and the line
+    says so: a model that fails to load ends the server without a "ready" line."""
+    p = subprocess.run([CLI, "serve", "-m", "/nonexistent/model.gguf", "--port", "0"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0
+    assert re.search(r"listening on http://127\.0\.0\.1:\d+, loading the model", p.stderr), p.stderr
+    assert "ready" not in p.stderr.replace('"ready"', ""), p.stderr
+
+
 def test_curl_sse_framing(srv):
     body = json.dumps({"model": ALIAS, "prompt": "Hello", "max_tokens": 6, "temperature": 0, "stream": True})
     out = subprocess.run(["curl", "-sN", "-H", "Content-Type: application/json", "-d", body,
