@@ -147,21 +147,29 @@ AVX512_TARGET static inline __m512 exp16(__m512 x) {
     return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
 }
 
-/* logit[g0 + i][t] for heads g0 .. g0 + HN - 1 and every key t < nt. */
+/* 16 keys' or values' channels from an fp16 block, or (F32) from the block converted
+ * once to fp32 (the same values: fp16 -> fp32 is exact); the first 8 only when half. */
+AVX512_TARGET static inline __m512 load_kv16(const void *b, size_t off, int half, const int F32) {
+    if (F32) return _mm512_maskz_loadu_ps(half ? 0x00ff : 0xffff, (const float *)b + off);
+    return load_f16x16((const uint16_t *)b + off, half);
+}
+
+/* logit[g0 + i][t] for heads g0 .. g0 + HN - 1 and every key t < nt (kb fp16, or fp32
+ * when F32). */
 AVX512_TARGET static inline __attribute__((always_inline)) void
-logits_heads_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale,
-                    float (*logit)[P], const int HN) {
+logits_heads_avx512(const void *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale,
+                    float (*logit)[P], const int HN, const int F32) {
     const __m512 vs = _mm512_set1_ps(scale);
     for (int32_t t0 = 0; t0 < nt; t0 += 4) {
         __m512 a[16];
         for (int s = 0; s < 16; s++) a[s] = _mm512_setzero_ps();
-        const uint16_t *k[4];
-        for (int j = 0; j < 4; j++) k[j] = kb + (size_t)(t0 + j < nt ? t0 + j : nt - 1) * d;
+        size_t k[4]; /* element offsets of the 4 keys (the last repeated past nt) */
+        for (int j = 0; j < 4; j++) k[j] = (size_t)(t0 + j < nt ? t0 + j : nt - 1) * d;
         for (int32_t c = 0; c < d; c += 16) {
             const int half = d - c < 16;
             const __mmask16 m = half ? 0x00ff : 0xffff;
             __m512 kv[4];
-            for (int j = 0; j < 4; j++) kv[j] = load_f16x16(k[j] + c, half);
+            for (int j = 0; j < 4; j++) kv[j] = load_kv16(kb, k[j] + (size_t)c, half, F32);
             for (int i = 0; i < HN; i++) {
                 const __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + i) * d + c);
                 for (int j = 0; j < 4; j++) a[4 * j + i] = _mm512_fmadd_ps(qv, kv[j], a[4 * j + i]);
@@ -184,23 +192,37 @@ logits_heads_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t g0, 
     }
 }
 
-AVX512_TARGET static void block_logits_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
-                                              float scale, float (*logit)[P]) {
+AVX512_TARGET static inline __attribute__((always_inline)) void
+logits_avx512(const void *kb, int32_t nt, const float *q, int32_t G, int32_t d, float scale, float (*logit)[P],
+              const int F32) {
     int32_t g0 = 0;
-    for (; g0 + 4 <= G; g0 += 4) logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 4);
+    for (; g0 + 4 <= G; g0 += 4) logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 4, F32);
     switch (G - g0) {
-    case 3: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 3); break;
-    case 2: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 2); break;
-    case 1: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 1); break;
+    case 3: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 3, F32); break;
+    case 2: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 2, F32); break;
+    case 1: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 1, F32); break;
     default: break;
     }
 }
 
+AVX512_TARGET static void block_logits_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
+                                              float scale, float (*logit)[P]) {
+    logits_avx512(kb, nt, q, G, d, scale, logit, 0);
+}
+
+/* The same from a block converted to fp32 (kf [nt][d]): for many heads (G > 4), which
+ * would otherwise convert each key once per 4 heads. */
+AVX512_TARGET static void block_logits_f32_avx512(const float *kf, int32_t nt, const float *q, int32_t G, int32_t d,
+                                                  float scale, float (*logit)[P]) {
+    logits_avx512(kf, nt, q, G, d, scale, logit, 1);
+}
+
 /* acc[g0 + i] += sum_t w[g0 + i][t] v_t for HN heads: 64 channels (4 vectors, the
- * ones past d masked off) of every head held in registers across the keys. */
+ * ones past d masked off) of every head held in registers across the keys; vb fp16, or
+ * fp32 when F32. */
 AVX512_TARGET static inline __attribute__((always_inline)) void
-accum_heads_avx512(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t g0, int32_t d, float *acc,
-                   const int HN) {
+accum_heads_avx512(const void *vb, int32_t nt, const float (*w)[P], int32_t g0, int32_t d, float *acc,
+                   const int HN, const int F32) {
     for (int32_t c0 = 0; c0 < d; c0 += 64) {
         __mmask16 m[4];
         for (int v = 0; v < 4; v++) {
@@ -213,7 +235,8 @@ accum_heads_avx512(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t 
         for (int32_t t = 0; t < nt; t++) {
             __m512 vv[4];
             for (int v = 0; v < 4; v++)
-                vv[v] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[v], vb + (size_t)t * d + c0 + 16 * v));
+                vv[v] = F32 ? _mm512_maskz_loadu_ps(m[v], (const float *)vb + (size_t)t * d + c0 + 16 * v)
+                            : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[v], (const uint16_t *)vb + (size_t)t * d + c0 + 16 * v));
             for (int i = 0; i < HN; i++) {
                 const __m512 wt = _mm512_set1_ps(w[g0 + i][t]);
                 for (int v = 0; v < 4; v++) a[i][v] = _mm512_fmadd_ps(wt, vv[v], a[i][v]);
@@ -224,15 +247,35 @@ accum_heads_avx512(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t 
     }
 }
 
+AVX512_TARGET static inline __attribute__((always_inline)) void
+accum_avx512(const void *vb, int32_t nt, const float (*w)[P], int32_t G, int32_t d, float *acc, const int F32) {
+    int32_t g0 = 0;
+    for (; g0 + 4 <= G; g0 += 4) accum_heads_avx512(vb, nt, w, g0, d, acc, 4, F32);
+    switch (G - g0) {
+    case 3: accum_heads_avx512(vb, nt, w, g0, d, acc, 3, F32); break;
+    case 2: accum_heads_avx512(vb, nt, w, g0, d, acc, 2, F32); break;
+    case 1: accum_heads_avx512(vb, nt, w, g0, d, acc, 1, F32); break;
+    default: break;
+    }
+}
+
 AVX512_TARGET static void block_accum_avx512(const uint16_t *vb, int32_t nt, const float (*w)[P], int32_t G,
                                              int32_t d, float *acc) {
-    int32_t g0 = 0;
-    for (; g0 + 4 <= G; g0 += 4) accum_heads_avx512(vb, nt, w, g0, d, acc, 4);
-    switch (G - g0) {
-    case 3: accum_heads_avx512(vb, nt, w, g0, d, acc, 3); break;
-    case 2: accum_heads_avx512(vb, nt, w, g0, d, acc, 2); break;
-    case 1: accum_heads_avx512(vb, nt, w, g0, d, acc, 1); break;
-    default: break;
+    accum_avx512(vb, nt, w, G, d, acc, 0);
+}
+
+AVX512_TARGET static void block_accum_f32_avx512(const float *vf, int32_t nt, const float (*w)[P], int32_t G,
+                                                 int32_t d, float *acc) {
+    accum_avx512(vf, nt, w, G, d, acc, 1);
+}
+
+/* dst[i] = src[i] for n fp16 values, 16 at a time (the last ones masked). */
+AVX512_TARGET static void f16_to_f32_avx512(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + i)));
     }
 }
 #endif
@@ -316,14 +359,24 @@ AVX512_TARGET static void block_softmax_avx512(float (*logit)[P], int32_t nt, in
 static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, const float *q,
                          int32_t G, int32_t d, float scale, attn_state st) {
     float logit[64][P]; /* G <= 64 (checked by the callers) */
-    locks_block_logits(kb, nt, q, G, d, scale, logit);
 #ifdef LOCKS_X86
     if (locks_have_avx512()) {
+        if (G > 4) { /* several 4-head passes: convert K and V once, not once per pass */
+            float kf[P * LOCKS_MAX_HEAD_DIM], vf[P * LOCKS_MAX_HEAD_DIM];
+            f16_to_f32_avx512(kb, kf, (size_t)nt * d);
+            f16_to_f32_avx512(vb, vf, (size_t)nt * d);
+            block_logits_f32_avx512(kf, nt, q, G, d, scale, logit);
+            block_softmax_avx512(logit, nt, G, d, st);
+            block_accum_f32_avx512(vf, nt, (const float(*)[P])logit, G, d, st.acc);
+            return;
+        }
+        block_logits_avx512(kb, nt, q, G, d, scale, logit);
         block_softmax_avx512(logit, nt, G, d, st);
         block_accum(vb, nt, (const float(*)[P])logit, G, d, st.acc);
         return;
     }
 #endif
+    locks_block_logits(kb, nt, q, G, d, scale, logit);
     for (int32_t g = 0; g < G; g++) {
         float mx = st.m[g];
         for (int32_t t = 0; t < nt; t++) mx = logit[g][t] > mx ? logit[g][t] : mx;

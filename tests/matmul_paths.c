@@ -8,7 +8,7 @@
  *    six-bit K-quant scales and mins), column counts whose block count leaves every
  *    remainder of the kernels' 8-block chunks, 37 rows (tails of the 4-row tiles and the
  *    32-row tasks), batches of 1..9 tokens (tails of the 4-token tiles), inline and on a
- *    pool of 2;
+ *    pool of 2; matmul_n (several products as one pool job) bit for bit as matmul;
  *  - with `model`: the first and last rows of a tensor of every type in the two GGUFs
  *    (SmolLM2 Q4_1 / Q8_0, Gemma 3 Q5_0 / Q8_0 / Q4_K / Q6_K), and the whole output
  *    matrix of each (Gemma's 262,144 rows: the one-row-at-a-time streaming path).
@@ -142,6 +142,38 @@ static void check_product(const char *what, const matmul_weight *w, const float 
     free(mag);
 }
 
+/* matmul_n of 5 weights (37, 20 and 3 rows of w, so the task lists of different
+ * products meet; 5 > 4 makes two jobs) gives each product bit for bit as matmul. */
+static void check_products_n(const char *what, const matmul_weight *w, const float *x, int32_t n, locks_pool *pool) {
+    const int32_t C = w->cols, nb = C / GGML_QBLOCK, rows[5] = {w->rows, 20, 3, w->rows, 20};
+    const int q8 = matmul_wants_q8(w->type);
+    matmul_q8 *xq = q8 ? malloc(sizeof(matmul_q8) * (size_t)n * nb) : NULL;
+    float *y1 = malloc(sizeof(float) * (size_t)n * w->rows), *yn[5];
+    matmul_weight ws[5];
+    const matmul_weight *wp[5];
+    SETUP(y1 && (xq || !q8));
+    if (q8) matmul_quantize(x, n, C, xq);
+    matmul_act a = {x, xq, n, C};
+    for (int i = 0; i < 5; i++) {
+        ws[i] = *w;
+        ws[i].rows = rows[i];
+        wp[i] = &ws[i];
+        yn[i] = malloc(sizeof(float) * (size_t)n * rows[i]);
+        SETUP(yn[i]);
+        for (size_t e = 0; e < (size_t)n * rows[i]; e++) yn[i][e] = NAN;
+    }
+    matmul_n(pool, wp, 5, &a, yn);
+    size_t bad = 0;
+    for (int i = 0; i < 5; i++) {
+        matmul(pool, &ws[i], &a, y1, rows[i]);
+        for (size_t e = 0; e < (size_t)n * rows[i]; e++) bad += memcmp(&y1[e], &yn[i][e], sizeof(float)) != 0;
+        free(yn[i]);
+    }
+    test_cond(bad == 0, "%s: matmul_n differs from matmul in %zu outputs", what, bad);
+    free(xq);
+    free(y1);
+}
+
 static void test_random(locks_pool *pool, const char *isa) {
     /* 32-element types: 8, 9, ..., 15 blocks and 18 (SmolLM2's 576); K-quants 1-3 super-blocks */
     static const int32_t cols_b[] = {256, 288, 320, 352, 384, 416, 448, 480, 576, 32};
@@ -165,6 +197,7 @@ static void test_random(locks_pool *pool, const char *isa) {
                 snprintf(what, sizeof what, "%s %s %dx%d n=%d%s", isa, ggml_type_name(type), R, C, ns[k],
                          pool ? " pool" : "");
                 check_product(what, &w, x, ns[k], pool);
+                check_products_n(what, &w, x, ns[k], pool);
             }
             free(wd);
         }

@@ -193,11 +193,11 @@ static int spec_compare(locks_ctx *ctx, const int32_t *tokens, int32_t n_prompt,
     double ta = (t1 - t0) / 1e3, tb = (t3 - t2) / 1e3;
     printf("compare: context %d + %d tokens; dense %d tokens in %.2f s (%.2f tok/s); speculate K %d (%s budget %d%s)"
            " %d tokens in %.2f s (%.2f tok/s): %.2fx; accepted %d of %d drafts (%.1f%%) in %d rounds;"
-           " output %s\n",
+           " output %s; draft %.2f s, verify %.2f s\n",
            n_prompt, na, na, ta, na / ta, spp->k, locks_selector_name(spp->draft.selector), spp->draft.budget,
            spp->draft.mass > 0 ? ", mass target" : "", nb, tb, nb / tb, (nb / tb) / (na / ta), ss.n_accepted,
            ss.n_drafted, ss.n_drafted ? 100.0 * ss.n_accepted / ss.n_drafted : 0.0, ss.n_rounds,
-           same ? "identical" : "DIFFERENT");
+           same ? "identical" : "DIFFERENT", ss.draft_ms / 1e3, ss.verify_ms / 1e3);
     if (!same) fprintf(stderr, "locks run: first difference at generated token %d\n", first);
     rc = same ? 0 : 3;
     goto out;

@@ -933,9 +933,11 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
         /* ---- attention ---- */
         rmsnorm(c->xb, c->x, L->attn_norm, n, dim, in->norm_eps);
         matmul_act a = prepare(c, c->xb, n, dim);
-        linear(c, &L->wq, &a, c->q); /* (n, Hq * d) */
-        linear(c, &L->wk, &a, c->k); /* (n, Hkv * d) */
-        linear(c, &L->wv, &a, c->v); /* (n, Hkv * d) */
+        { /* q (n, Hq * d), k and v (n, Hkv * d): one pool job */
+            const matmul_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
+            float *y3[3] = {c->q, c->k, c->v};
+            matmul_n(c->pool, w3, 3, &a, y3);
+        }
         if (L->bq) {
             add_bias(c->q, L->bq, n, q_dim);
             add_bias(c->k, L->bk, n, kv_dim);
@@ -1002,8 +1004,11 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
         /* ---- SwiGLU / GeGLU feed-forward ---- */
         rmsnorm(c->xb, c->x, L->ffn_norm, n, dim, in->norm_eps);
         a = prepare(c, c->xb, n, dim);
-        linear(c, &L->w_gate, &a, c->hb); /* (n, ffn) */
-        linear(c, &L->w_up, &a, c->hb2);  /* (n, ffn) */
+        { /* gate and up (n, ffn): one pool job */
+            const matmul_weight *w2[2] = {&L->w_gate, &L->w_up};
+            float *y2[2] = {c->hb, c->hb2};
+            matmul_n(c->pool, w2, 2, &a, y2);
+        }
         if (m->arch->geglu) {
             for (size_t i = 0; i < (size_t)n * ffn; i++) c->hb[i] = gelu_tanh(c->hb[i]) * c->hb2[i];
         } else {

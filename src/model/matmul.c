@@ -422,12 +422,19 @@ static inline float dot_row(const matmul_weight *w, const uint8_t *row, const ma
 /* Parallel product                                                                 */
 /* ================================================================================ */
 
+/* One product of a job: its rows cut into tasks [task0, task0 + n_tasks) of task_rows. */
 typedef struct {
     const matmul_weight *w;
-    const matmul_act *a;
     float *y;
-    int32_t ldy;
-    int32_t task_rows;
+    int32_t ldy, task_rows, task0, n_tasks;
+} matmul_part;
+
+enum { MATMUL_MAX_PARTS = 4 };
+
+typedef struct {
+    const matmul_act *a;
+    int32_t n_parts;
+    matmul_part part[MATMUL_MAX_PARTS];
 } matmul_job;
 
 /* Rows [r0, r1) for every vector of the batch: a tile of rows stays in L1 while the
@@ -444,25 +451,53 @@ static void matmul_rows_c(const matmul_weight *w, const matmul_act *a, float *y,
 
 static void matmul_task(void *arg, int32_t task, int32_t thread) {
     (void)thread;
-    const matmul_job *j = arg;
-    int32_t r0 = task * j->task_rows;
+    const matmul_job *jb = arg;
+    int32_t pi = 0;
+    while (task >= jb->part[pi].task0 + jb->part[pi].n_tasks) pi++;
+    const matmul_part *j = &jb->part[pi];
+    const matmul_act *a = jb->a;
+    int32_t r0 = (task - j->task0) * j->task_rows;
     int32_t r1 = r0 + j->task_rows < j->w->rows ? r0 + j->task_rows : j->w->rows;
 #ifdef MATMUL_X86
-    if (locks_have_avx512() && matmul_rows_avx512(j->w, j->a, j->y, j->ldy, r0, r1)) return;
+    if (locks_have_avx512() && matmul_rows_avx512(j->w, a, j->y, j->ldy, r0, r1)) return;
 #endif
     if (quant_is_ext(j->w->type)) { /* Q5_x and K-quants: quant.c, SIMD inside */
-        quant_rows(j->w, j->a, j->y, j->ldy, r0, r1);
+        quant_rows(j->w, a, j->y, j->ldy, r0, r1);
         return;
     }
 #ifdef MATMUL_X86
     /* AVX2 covers the block types (int8 and exact mode) and F32; F16/BF16 stay portable */
     if (locks_have_avx2() && (matmul_wants_q8(j->w->type) || j->w->type == GGML_TYPE_F32)) {
-        if (locks_have_avxvnni()) matmul_rows_vnni(j->w, j->a, j->y, j->ldy, r0, r1);
-        else matmul_rows_avx2(j->w, j->a, j->y, j->ldy, r0, r1);
+        if (locks_have_avxvnni()) matmul_rows_vnni(j->w, a, j->y, j->ldy, r0, r1);
+        else matmul_rows_avx2(j->w, a, j->y, j->ldy, r0, r1);
         return;
     }
 #endif
-    matmul_rows_c(j->w, j->a, j->y, j->ldy, r0, r1);
+    matmul_rows_c(j->w, a, j->y, j->ldy, r0, r1);
+}
+
+void matmul_n(locks_pool *pool, const matmul_weight *const *w, int32_t n, const matmul_act *a, float *const *y) {
+    matmul_init_tables(); /* once; an atomic check after that */
+    const int32_t threads = pool ? locks_pool_threads(pool) : 1;
+    matmul_job job = {a, 0, {{0}}};
+    int32_t n_tasks = 0;
+    for (int32_t i = 0; i < n; i++) {
+        /* each product cut as it would be on its own, so its rows come out the same */
+        int32_t per = (w[i]->rows + threads * TASKS_PER_THREAD - 1) / (threads * TASKS_PER_THREAD);
+        per = per < MIN_TASK_ROWS ? MIN_TASK_ROWS : (per + 3) & ~3;
+        const int32_t nt = (w[i]->rows + per - 1) / per;
+        job.part[job.n_parts++] = (matmul_part){w[i], y[i], w[i]->rows, per, n_tasks, nt};
+        n_tasks += nt;
+        if (job.n_parts == MATMUL_MAX_PARTS || i == n - 1) { /* a full job (or the last): run it */
+            if (pool) {
+                locks_pool_run(pool, n_tasks, matmul_task, &job);
+            } else {
+                for (int32_t t = 0; t < n_tasks; t++) matmul_task(&job, t, 0);
+            }
+            job.n_parts = 0;
+            n_tasks = 0;
+        }
+    }
 }
 
 void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy) {
@@ -470,8 +505,8 @@ void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float
     int32_t threads = pool ? locks_pool_threads(pool) : 1;
     int32_t per = (w->rows + threads * TASKS_PER_THREAD - 1) / (threads * TASKS_PER_THREAD);
     per = per < MIN_TASK_ROWS ? MIN_TASK_ROWS : (per + 3) & ~3;
-    matmul_job job = {w, a, y, ldy, per};
     int32_t n_tasks = (w->rows + per - 1) / per;
+    matmul_job job = {a, 1, {{w, y, ldy, per, 0, n_tasks}}};
     if (pool) {
         locks_pool_run(pool, n_tasks, matmul_task, &job);
     } else {

@@ -60,6 +60,12 @@ int matmul_wants_q8(ggml_type type);
  * Runs on the pool (NULL: inline). */
 void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy);
 
+/* matmul of n weights on the same activations, y[i] (row stride w[i]->rows) = w[i] . x,
+ * as one pool job (up to 4 products a job): the Q, K and V products of a layer, or the
+ * gate and up ones, wake the pool once and leave no thread idle between them. Each
+ * y[i] is bit for bit what matmul gives. */
+void matmul_n(locks_pool *pool, const matmul_weight *const *w, int32_t n, const matmul_act *a, float *const *y);
+
 /* Rows [r0, r1) of y as matmul computes them, with the AVX-512 kernels
  * (matmul_avx512.c; call only when locks_have_avx512()). Returns 0, doing nothing, for
  * what they do not cover (block types without int8 activations, rows of more than

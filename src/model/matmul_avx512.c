@@ -229,18 +229,21 @@ AVX512_INLINE __m512i act_unit(ggml_type t, const matmul_q8 *x, int32_t c, int u
 }
 
 /* Per token of a tile: the block scales d_x and d_x sum(q_x) as arrays (8-aligned,
- * zero past nb), for the 8-wide loads of a chunk. */
+ * zero past nb), for the 8-wide loads of a chunk. Slots [0, TILE_T) hold a tile's
+ * tokens, the rest the tail tokens that ride along the last full tile (rows_q). */
 typedef struct {
-    float d[TILE_T][MAX_BLOCKS] __attribute__((aligned(64)));
-    float ds[TILE_T][MAX_BLOCKS] __attribute__((aligned(64)));
+    float d[2 * TILE_T][MAX_BLOCKS] __attribute__((aligned(64)));
+    float ds[2 * TILE_T][MAX_BLOCKS] __attribute__((aligned(64)));
 } act_scales;
 
-static void act_scales_fill(act_scales *s, const matmul_q8 *const *x, int nt, int32_t nb) {
+/* Slots k0 .. k0 + nt - 1 from tokens x[0 .. nt - 1]. */
+static void act_scales_fill(act_scales *s, int k0, const matmul_q8 *const *x, int nt, int32_t nb) {
     int32_t nbp = (nb + 7) & ~7;
-    for (int k = 0; k < nt; k++) {
+    for (int kk = 0; kk < nt; kk++) {
+        const int k = k0 + kk;
         for (int32_t b = 0; b < nb; b++) {
-            s->d[k][b] = x[k][b].d;
-            s->ds[k][b] = x[k][b].ds;
+            s->d[k][b] = x[kk][b].d;
+            s->ds[k][b] = x[kk][b].ds;
         }
         for (int32_t b = nb; b < nbp; b++) s->d[k][b] = s->ds[k][b] = 0.0f;
     }
@@ -250,21 +253,22 @@ static void act_scales_fill(act_scales *s, const matmul_q8 *const *x, int nt, in
 /* The tile                                                                         */
 /* ================================================================================ */
 
-/* Chunk c (nblk blocks) of NR rows x NT tokens into acc. */
+/* Chunk c (nblk blocks) of NR rows x NT tokens (scales in slots k0 ..) into acc. */
 AVX512_INLINE void tile_chunk(ggml_type t, const uint8_t *const *rows, const matmul_q8 *const *x, const act_scales *as,
-                              int32_t c, const int nblk, __m512 acc[TILE_R][TILE_T], const int NR, const int NT) {
+                              int k0, int32_t c, const int nblk, __m512 acc[TILE_R][TILE_T], const int NR,
+                              const int NT) {
     const int kind = kind_of(t), bias = bias_of(t), mins = has_min(t);
     __m512 sl[TILE_R];
     __m256 mn[TILE_R];
     for (int r = 0; r < NR; r++) chunk_scales(t, rows[r], c, nblk, &sl[r], &mn[r]);
     __m512 dxs[TILE_T];
     for (int k = 0; k < NT; k++) {
-        __m512 d8 = _mm512_castps256_ps512(_mm256_load_ps(&as->d[k][8 * c]));
+        __m512 d8 = _mm512_castps256_ps512(_mm256_load_ps(&as->d[k0 + k][8 * c]));
         dxs[k] = kind == KIND_Q6K ? _mm512_permutexvar_ps(_mm512_load_si512((const void *)half_to_block), d8) : d8;
         if (NT == 1) /* one token: d_x folds into the weight scales, once per chunk */
             for (int r = 0; r < NR; r++) sl[r] = _mm512_mul_ps(sl[r], dxs[0]);
         if (mins) {
-            __m256 ds8 = _mm256_load_ps(&as->ds[k][8 * c]);
+            __m256 ds8 = _mm256_load_ps(&as->ds[k0 + k][8 * c]);
             for (int r = 0; r < NR; r++)
                 acc[r][k] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(mn[r]), _mm512_castps256_ps512(ds8),
                                                   acc[r][k], 0xFF);
@@ -293,9 +297,10 @@ AVX512_INLINE void tile_chunk(ggml_type t, const uint8_t *const *rows, const mat
     }
 }
 
-/* y[t][r] for NR rows (from row) x NT tokens (x[t]), both compile-time constants. */
+/* y[t][r] for NR rows (from row) x NT tokens (x[t], scales in slots k0 ..), NR and NT
+ * compile-time constants. */
 AVX512_INLINE void tile(ggml_type t, const matmul_weight *w, int32_t row, const matmul_q8 *const *x,
-                        const act_scales *as, float *y, int32_t ldy, const int NR, const int NT) {
+                        const act_scales *as, int k0, float *y, int32_t ldy, const int NR, const int NT) {
     const int32_t nb = w->cols / GGML_QBLOCK;
     const uint8_t *rows[TILE_R];
     for (int r = 0; r < NR; r++) rows[r] = w->data + (size_t)(row + r) * w->row_bytes;
@@ -309,49 +314,60 @@ AVX512_INLINE void tile(ggml_type t, const matmul_weight *w, int32_t row, const 
     const char *next = (const char *)rows[0] + span;
     for (int32_t c = 0; c < nb / 8; c++) {
         for (size_t o = (size_t)c * step; o < (size_t)(c + 1) * step; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
-        tile_chunk(t, rows, x, as, c, 8, acc, NR, NT);
+        tile_chunk(t, rows, x, as, k0, c, 8, acc, NR, NT);
     }
     if (nb % 8)
         for (size_t o = (size_t)(nb / 8) * step; o < span; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
     switch (nb % 8) { /* the K-quants have whole chunks (super-blocks) */
-    case 1: tile_chunk(t, rows, x, as, nb / 8, 1, acc, NR, NT); break;
-    case 2: tile_chunk(t, rows, x, as, nb / 8, 2, acc, NR, NT); break;
-    case 3: tile_chunk(t, rows, x, as, nb / 8, 3, acc, NR, NT); break;
-    case 4: tile_chunk(t, rows, x, as, nb / 8, 4, acc, NR, NT); break;
-    case 5: tile_chunk(t, rows, x, as, nb / 8, 5, acc, NR, NT); break;
-    case 6: tile_chunk(t, rows, x, as, nb / 8, 6, acc, NR, NT); break;
-    case 7: tile_chunk(t, rows, x, as, nb / 8, 7, acc, NR, NT); break;
+    case 1: tile_chunk(t, rows, x, as, k0, nb / 8, 1, acc, NR, NT); break;
+    case 2: tile_chunk(t, rows, x, as, k0, nb / 8, 2, acc, NR, NT); break;
+    case 3: tile_chunk(t, rows, x, as, k0, nb / 8, 3, acc, NR, NT); break;
+    case 4: tile_chunk(t, rows, x, as, k0, nb / 8, 4, acc, NR, NT); break;
+    case 5: tile_chunk(t, rows, x, as, k0, nb / 8, 5, acc, NR, NT); break;
+    case 6: tile_chunk(t, rows, x, as, k0, nb / 8, 6, acc, NR, NT); break;
+    case 7: tile_chunk(t, rows, x, as, k0, nb / 8, 7, acc, NR, NT); break;
     default: break;
     }
     for (int r = 0; r < NR; r++)
         for (int k = 0; k < NT; k++) y[(size_t)k * ldy + row + r] = _mm512_reduce_add_ps(acc[r][k]);
 }
 
-/* Rows [r0, r1) x every token, for one block type (a constant after inlining). */
+/* Rows [r0, r1) x every token, for one block type (a constant after inlining). The
+ * tokens go by tiles of TILE_T; the last n % TILE_T ride along the last full tile, one
+ * at a time on each row tile just read (so a pass of 5 tokens, speculation's verify,
+ * reads each weight row once), or, with no full tile (a decode token), on their own. */
 AVX512_INLINE void rows_q(ggml_type t, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
                           int32_t r0, int32_t r1, act_scales *as) {
-    int32_t nb = w->cols / GGML_QBLOCK;
-    for (int32_t t0 = 0; t0 < a->n; t0 += TILE_T) {
-        int nt = a->n - t0 < TILE_T ? a->n - t0 : TILE_T;
+    const int32_t nb = w->cols / GGML_QBLOCK, n_full = a->n - a->n % TILE_T;
+    const int tail = a->n - n_full;
+    const matmul_q8 *xt[TILE_T];
+    for (int k = 0; k < tail; k++) xt[k] = a->xq + (size_t)(n_full + k) * nb;
+    float *yt = y + (size_t)n_full * ldy;
+    for (int32_t t0 = 0; t0 < n_full; t0 += TILE_T) {
         const matmul_q8 *x[TILE_T];
-        for (int k = 0; k < nt; k++) x[k] = a->xq + (size_t)(t0 + k) * nb;
-        float *yt = y + (size_t)t0 * ldy;
-        if (nt == TILE_T) {
-            act_scales_fill(as, x, nt, nb);
-            int32_t r = r0;
-            for (; r + TILE_R <= r1; r += TILE_R) tile(t, w, r, x, as, yt, ldy, TILE_R, TILE_T);
-            for (; r < r1; r++) tile(t, w, r, x, as, yt, ldy, 1, TILE_T);
-        } else {
-            /* the last tokens one at a time (a decode token: this path alone) */
-            int stream = (size_t)w->rows * w->row_bytes > STREAM_BYTES;
-            for (int k = 0; k < nt; k++) {
-                const matmul_q8 *xk[1] = {x[k]};
-                act_scales_fill(as, xk, 1, nb);
-                int32_t r = r0;
-                for (; r + TILE_R <= r1 && !stream; r += TILE_R) tile(t, w, r, xk, as, yt + (size_t)k * ldy, ldy, TILE_R, 1);
-                for (; r < r1; r++) tile(t, w, r, xk, as, yt + (size_t)k * ldy, ldy, 1, 1);
-            }
+        for (int k = 0; k < TILE_T; k++) x[k] = a->xq + (size_t)(t0 + k) * nb;
+        const int ride = t0 + TILE_T == n_full ? tail : 0;
+        act_scales_fill(as, 0, x, TILE_T, nb);
+        if (ride) act_scales_fill(as, TILE_T, xt, ride, nb);
+        float *yf = y + (size_t)t0 * ldy;
+        int32_t r = r0;
+        for (; r + TILE_R <= r1; r += TILE_R) {
+            tile(t, w, r, x, as, 0, yf, ldy, TILE_R, TILE_T);
+            for (int k = 0; k < ride; k++) tile(t, w, r, &xt[k], as, TILE_T + k, yt + (size_t)k * ldy, ldy, TILE_R, 1);
         }
+        for (; r < r1; r++) {
+            tile(t, w, r, x, as, 0, yf, ldy, 1, TILE_T);
+            for (int k = 0; k < ride; k++) tile(t, w, r, &xt[k], as, TILE_T + k, yt + (size_t)k * ldy, ldy, 1, 1);
+        }
+    }
+    if (n_full > 0) return;
+    /* no full tile: the tokens one at a time (a decode token: this path alone) */
+    const int stream = (size_t)w->rows * w->row_bytes > STREAM_BYTES;
+    for (int k = 0; k < tail; k++) {
+        act_scales_fill(as, 0, &xt[k], 1, nb);
+        int32_t r = r0;
+        for (; r + TILE_R <= r1 && !stream; r += TILE_R) tile(t, w, r, &xt[k], as, 0, yt + (size_t)k * ldy, ldy, TILE_R, 1);
+        for (; r < r1; r++) tile(t, w, r, &xt[k], as, 0, yt + (size_t)k * ldy, ldy, 1, 1);
     }
 }
 
@@ -413,7 +429,7 @@ int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, in
         return 1;
     }
     if (!a->xq || w->cols / GGML_QBLOCK > MAX_BLOCKS) return 0;
-    static _Thread_local act_scales as; /* 64 KB: too much for a worker's stack */
+    static _Thread_local act_scales as; /* 128 KB: too much for a worker's stack */
     switch (t) {
     case GGML_TYPE_Q4_0: rows_q4_0(w, a, y, ldy, r0, r1, &as); return 1;
     case GGML_TYPE_Q4_1: rows_q4_1(w, a, y, ldy, r0, r1, &as); return 1;
