@@ -146,6 +146,24 @@ def test_close_with_a_live_plan_closes_the_plan():
 
 
 # ---- threads ----------------------------------------------------------------------
+def run_threads(work, n):
+    """work(t) on n threads at once; asserts none raised (the main thread reports)."""
+    errors = []
+
+    def guarded(t):
+        try:
+            work(t)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+
+
 def test_two_threads_one_cache(rng):
     """Two threads, one sequence each, looping extend + decode_step on one shared cache
     (1000 iterations in all); every output against float64 attention. Before the binding
@@ -153,33 +171,25 @@ def test_two_threads_one_cache(rng):
     hkv, d, hq, iters = 2, 64, 4, 500
     c = locks.Cache(1, hkv, d, 2 * (iters * 3 // 16 + 2), max_seqs=2, n_threads=2)
     seeds = rng.integers(1 << 31, size=2)
-    results, errors = {}, []
+    results = {}
 
     def work(t):
-        try:
-            r = np.random.default_rng(int(seeds[t]))
-            s = c.seq_add()
-            ks, vs, checks = [], [], []
-            for i in range(iters):
-                n = int(r.integers(1, 4))
-                k, v = (r.standard_normal((n, hkv, d)).astype(np.float32) for _ in range(2))
-                c.extend(s, [(k, v)])
-                ks.append(k)
-                vs.append(v)
-                q = r.standard_normal((1, hq, d)).astype(np.float32)
-                out = c.decode_step(0, [s], q, budget=1 << 20)
-                if i % 25 == 24:  # keep q, out and the length for the float64 check
-                    checks.append((sum(len(x) for x in ks), q[0], out[0].copy()))
-            results[t] = (np.concatenate(ks), np.concatenate(vs), checks)
-        except Exception as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
+        r = np.random.default_rng(int(seeds[t]))
+        s = c.seq_add()
+        ks, vs, checks = [], [], []
+        for i in range(iters):
+            n = int(r.integers(1, 4))
+            k, v = (r.standard_normal((n, hkv, d)).astype(np.float32) for _ in range(2))
+            c.extend(s, [(k, v)])
+            ks.append(k)
+            vs.append(v)
+            q = r.standard_normal((1, hq, d)).astype(np.float32)
+            out = c.decode_step(0, [s], q, budget=1 << 20)
+            if i % 25 == 24:  # keep q, out and the length for the float64 check
+                checks.append((sum(len(x) for x in ks), q[0], out[0].copy()))
+        results[t] = (np.concatenate(ks), np.concatenate(vs), checks)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
+    run_threads(work, 2)
     worst = 0.0
     for k, v, checks in results.values():
         for n, q, out in checks:
@@ -213,21 +223,12 @@ def test_four_threads_one_sequence(rng):
     c, s, kv = filled(rng, n=300, n_threads=2)
     qs = rng.standard_normal((4, 200, 1, 4, 64)).astype(np.float32)
     outs = np.zeros_like(qs)
-    errors = []
 
     def work(t):
-        try:
-            for i in range(200):
-                outs[t, i] = c.decode_step(i % 2, [s], qs[t, i], budget=4096)
-        except Exception as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
+        for i in range(200):
+            outs[t, i] = c.decode_step(i % 2, [s], qs[t, i], budget=4096)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
+    run_threads(work, 4)
     for t in range(4):
         for i in range(0, 200, 7):
             layer = i % 2
