@@ -18,13 +18,17 @@
  *    summaries), unless its comment says otherwise. locks_last_error() says why it
  *    failed (which argument, which value).
  *  - Threads: a cache may be used from several threads at once. Every call on a cache
- *    (and on a step plan or graph of it) runs under the cache's own lock, so calls are
- *    serialised whole: each sees the cache as the previous call left it, and work
- *    inside a call is still spread over the cache's pool. Calls that only read what
- *    never changes after init (locks_cache_get_params, locks_cache_serves,
- *    locks_cache_pool, locks_cache_summary_bytes, locks_cache_k_page / v_page) skip
- *    the lock. Pointers a call returns into the cache (locks_cache_block_table, the K/V
- *    pages) stay valid only while no other thread changes that sequence. Calls on
+ *    (and on a step plan or graph of it) runs under the cache's own lock, so calls that
+ *    change it are serialised whole: each sees the cache as the previous call left it,
+ *    and work inside a call is still spread over the cache's pool. The calls that only
+ *    read the sequence tables (locks_cache_seq_len, locks_cache_block_table,
+ *    locks_cache_free_pages) share the lock: they run side by side, and a call that
+ *    changes the cache waits for them (a waiting one goes before new reads). Calls
+ *    that only read what never changes after init (locks_cache_get_params,
+ *    locks_cache_serves, locks_cache_pool, locks_cache_summary_bytes,
+ *    locks_cache_k_page / v_page) skip the lock. Pointers a call returns into the cache
+ *    (locks_cache_block_table, the K/V pages) stay valid only while no other thread
+ *    changes that sequence. Calls on
  *    different caches run in parallel (caches sharing a pool take turns inside it).
  *    locks_cache_free must not overlap any other call on that cache. An engine
  *    context (locks_model.h) is used by one thread at a time.

@@ -23,6 +23,10 @@
  *
  * Threading: a context is used by one thread at a time; its cache's pool of n_threads
  * workers (caller included) runs both the matmuls and the attention.
+ *
+ * Errors: as in locks.h, a failed locks_model_load / locks_ctx_* / locks_generate call
+ * sets locks_last_error() to why, named by the call ("locks_ctx_prefill: token 300 at
+ * index 2 (the vocabulary is 0..299)"), and a refused call leaves the context as it was.
  */
 #ifndef LOCKS_MODEL_H
 #define LOCKS_MODEL_H
@@ -65,7 +69,8 @@ typedef struct {
 
 /* Maps and checks a GGUF file. Returns NULL and sets *err: LOCKS_ERR_IO, LOCKS_ERR_FORMAT
  * (malformed file, missing tensor or key, inconsistent shapes), LOCKS_ERR_UNSUPPORTED
- * (another architecture or tensor type; the log says which), LOCKS_ERR_OOM. */
+ * (another architecture or tensor type; locks_last_error and the log say which),
+ * LOCKS_ERR_OOM. */
 locks_model *locks_model_load(const char *path, locks_status *err);
 void locks_model_free(locks_model *m);
 locks_model_info locks_model_get_info(const locks_model *m);

@@ -28,6 +28,8 @@
 #   CPU_PEER_IGNORE_LOAD=1 measure even when the load is high (testing the script only;
 #   written into the output and the table's heading), CPU_PEER_TINY=1 tiny depths and
 #   prompts (testing the script only; the numbers mean nothing).
+#   For tests/cpu_peer_heading.sh only: CPU_PEER_LOADAVG=FILE read instead of /proc/loadavg,
+#   CPU_PEER_HEADING_ONLY=1 stop with status 0 right after the heading.
 # Prompts are the prose haystack cut to the wanted number of tokens (counted with our
 # tokenizer); llama.cpp gets the same counts as depths / prompt sizes.
 set -euo pipefail
@@ -46,14 +48,14 @@ for a in "$@"; do
     case $a in
     smollm2 | gemma3) models="$models $a" ;;
     decode | prefill | spec | rss) parts="$parts $a" ;;
-    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) echo "cpu-peer: unknown model or part '$a' (models: smollm2 gemma3; parts: decode prefill spec rss)" >&2; exit 2 ;;
     esac
 done
 models=${models:-" smollm2 gemma3"}
 parts=${parts:-" decode prefill spec rss"}
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
+load1() { cut -d' ' -f1 "${CPU_PEER_LOADAVG:-/proc/loadavg}"; }
 load=$(load1)
 if awk -v l="$load" 'BEGIN { exit !(l > 1.2) }'; then
     if [ "$IGNORE_LOAD" = 1 ]; then
@@ -104,6 +106,7 @@ flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c
     if [ "$IGNORE_LOAD" = 1 ]; then echo "LOAD CHECK SKIPPED (CPU_PEER_IGNORE_LOAD=1): these numbers are not a comparison"; fi
     if [ "$TINY" = 1 ]; then echo "TINY SETTINGS (CPU_PEER_TINY=1): script test, the numbers mean nothing"; fi
 } | tee "$LOG" >&2
+if [ "${CPU_PEER_HEADING_ONLY:-0}" = 1 ]; then exit 0; fi
 
 # ntok FILE MODEL: tokens of FILE's text with our tokenizer (BOS included if the model wants
 # one; at least 16); `locks run -c 16` stops right after tokenizing a longer prompt.

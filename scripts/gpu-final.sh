@@ -35,16 +35,10 @@ STAGE=.gpu-stage/peer
 T0=$(date +%s)
 export DEADLINE=$((T0 + ${CALL_S:-585}))
 rc=0
-say() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+. scripts/gpu-common.sh  # say, run_test
 finish() {
   tar czf "$FOUT/final$1.tar.gz" -C "$KEEP" "final$1" 2>/dev/null
   exit $rc
-}
-run_test() { # name timeout [env...]
-  local t=$1 lim=$2; shift 2
-  env "$@" timeout "$lim" "$B/$t" > "$W/$t.log" 2>&1; local r=$?
-  say "$t exit $r: $(tail -1 "$W/$t.log")"
-  [ $r = 0 ] || { rc=1; grep -m8 FAIL "$W/$t.log"; }
 }
 {
 if [ "$1" = 1 ]; then

@@ -20,13 +20,7 @@ B=$KEEP/bin
 mkdir -p "$W" "$B" "$FOUT"
 T0=$(date +%s)
 rc=0
-say() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-run_test() { # name timeout [env...]
-  local t=$1 lim=$2; shift 2
-  env "$@" timeout "$lim" "$B/$t" > "$W/$t.log" 2>&1; local r=$?
-  say "$t exit $r: $(tail -1 "$W/$t.log")"
-  [ $r = 0 ] || { rc=1; grep -m8 FAIL "$W/$t.log"; }
-}
+. scripts/gpu-common.sh  # say, run_test
 if [ "$1" = 1 ]; then
   S=.gpu-stage/recheck
   rm -rf "$B"/* && tar xJf "$S/locks-bin.tar.xz" -C "$B" || { echo "no binaries"; exit 1; }

@@ -10,12 +10,8 @@ csv=${1:?usage: plot-eval.sh EVAL.csv OUT.png [TITLE]}
 png=${2:?usage: plot-eval.sh EVAL.csv OUT.png [TITLE]}
 title=${3:-"Mass coverage relative to the oracle"}
 
-if ! command -v gnuplot >/dev/null 2>&1; then
-    echo "plot-eval: installing gnuplot-nox" >&2
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gnuplot-nox >/dev/null
-fi
+. "$(dirname "$0")/plot-common.sh"
+need_gnuplot plot-eval
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -35,16 +31,5 @@ while read -r sel; do
     plots="$plots'$tmp/$sel.dat' using 1:2 with linespoints lw 2 pt 7 title '$sel'"
 done < "$tmp/order"
 
-gnuplot <<GP
-set terminal pngcairo size 1000,560 enhanced font 'sans,11' noenhanced
-set output '$png'
-set title "$title"
-set xlabel 'token budget'
-set ylabel 'mass coverage / oracle'
-set logscale x 2
-set grid
-set key outside right top
-set yrange [*:1.02]
-plot $plots
-GP
+plot_png "$png" "$title" 'token budget' 'mass coverage / oracle' 'set yrange [*:1.02]' "$plots"
 echo "plot-eval: wrote $png"

@@ -11,12 +11,8 @@ csv=${1:?usage: plot-fidelity.sh FIDELITY.csv OUT.png [TITLE]}
 png=${2:?usage: plot-fidelity.sh FIDELITY.csv OUT.png [TITLE]}
 title=${3:-"Teacher-forced top-1 agreement with dense attention"}
 
-if ! command -v gnuplot >/dev/null 2>&1; then
-    echo "plot-fidelity: installing gnuplot-nox" >&2
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gnuplot-nox >/dev/null
-fi
+. "$(dirname "$0")/plot-common.sh"
+need_gnuplot plot-fidelity
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -42,15 +38,5 @@ while read -r name; do
     plots="$plots'$tmp/$name.dat' using 1:2 with $style title '${name//_/ }'"
 done < "$tmp/order"
 
-gnuplot <<GP
-set terminal pngcairo size 1000,560 enhanced font 'sans,11' noenhanced
-set output '$png'
-set title "$title"
-set xlabel 'mean tokens attended per (step, layer, KV head)'
-set ylabel 'top-1 agreement with dense (%)'
-set logscale x 2
-set grid
-set key outside right top
-plot $plots
-GP
+plot_png "$png" "$title" 'mean tokens attended per (step, layer, KV head)' 'top-1 agreement with dense (%)' "" "$plots"
 echo "plot-fidelity: wrote $png"

@@ -10,7 +10,7 @@
  * that depend on the backend (init, free, append, remove, truncate, write, summary
  * read-back) live in backend.c and call the host parts here.
  */
-#define _POSIX_C_SOURCE 200809L /* PTHREAD_MUTEX_RECURSIVE */
+#define _POSIX_C_SOURCE 200809L /* pthread_rwlock_t */
 #include "cache.h"
 
 #include <math.h>
@@ -77,11 +77,49 @@ static locks_status check_params(const locks_cache_params *p) {
 
 /* ---- the cache's lock (cache.h) ---- */
 
-void locks_cache_lock(const locks_cache *c) {
-    pthread_mutex_lock((pthread_mutex_t *)&c->mu); /* c itself is never const: mu is the lock's state */
+/* A token naming the calling thread: the address of a thread-local, never 0. */
+static uintptr_t thread_token(void) {
+    static _Thread_local char me;
+    return (uintptr_t)&me;
 }
 
-void locks_cache_unlock(const locks_cache *c) { pthread_mutex_unlock((pthread_mutex_t *)&c->mu); }
+/* c itself is never const: rw, owner and depth are the lock's state */
+void locks_cache_lock(const locks_cache *c) {
+    locks_cache *m = (locks_cache *)c;
+    const uintptr_t me = thread_token();
+    if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) == me) { /* only this thread stores me there */
+        m->depth++;
+        return;
+    }
+    pthread_rwlock_wrlock(m->rw);
+    __atomic_store_n(&m->owner, me, __ATOMIC_RELAXED);
+    m->depth = 1;
+}
+
+void locks_cache_unlock(const locks_cache *c) {
+    locks_cache *m = (locks_cache *)c;
+    if (--m->depth > 0) return;
+    __atomic_store_n(&m->owner, (uintptr_t)0, __ATOMIC_RELAXED);
+    pthread_rwlock_unlock(m->rw);
+}
+
+void locks_cache_lock_read(const locks_cache *c) {
+    locks_cache *m = (locks_cache *)c;
+    if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) == thread_token()) {
+        m->depth++; /* inside this thread's own exclusive call */
+        return;
+    }
+    pthread_rwlock_rdlock(m->rw);
+}
+
+void locks_cache_unlock_read(const locks_cache *c) {
+    locks_cache *m = (locks_cache *)c;
+    if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) == thread_token()) {
+        m->depth--;
+        return;
+    }
+    pthread_rwlock_unlock(m->rw);
+}
 
 uint32_t locks_cache_enter(const locks_cache *c) {
     locks_cache_lock(c);
@@ -102,13 +140,23 @@ locks_cache *locks_cache_init_host(const locks_cache_params *params, locks_statu
     st = LOCKS_ERR_OOM;
     c = locks_alloc(1, sizeof *c);
     if (!c) goto fail;
-    pthread_mutexattr_t attr;
-    if (pthread_mutexattr_init(&attr) != 0) goto fail;
-    int rc = pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
-    if (rc == 0) rc = pthread_mutex_init(&c->mu, &attr);
-    pthread_mutexattr_destroy(&attr);
-    if (rc != 0) goto fail;
-    c->mu_ok = 1;
+    pthread_rwlock_t *rw = locks_alloc(1, sizeof *rw);
+    pthread_rwlockattr_t attr;
+    if (!rw || pthread_rwlockattr_init(&attr) != 0) {
+        locks_free(rw);
+        goto fail;
+    }
+#if defined(__GLIBC__) /* a waiting writer goes first, so a stream of reads cannot starve it (no
+                          read call nests another, which this kind would deadlock) */
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    const int rc = pthread_rwlock_init(rw, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    if (rc != 0) {
+        locks_free(rw);
+        goto fail;
+    }
+    c->rw = rw;
     c->p = *params;
     c->d = params->head_dim;
     c->hkv = params->n_kv_heads;
@@ -204,7 +252,8 @@ void locks_cache_release(locks_cache *c) {
     locks_free(c->s_c_s);
     for (int32_t i = 0; i < 4; i++) locks_free(c->scratch[i].p);
     locks_ext_pages_free(c->ext);
-    if (c->mu_ok) pthread_mutex_destroy(&c->mu);
+    if (c->rw) pthread_rwlock_destroy(c->rw);
+    locks_free(c->rw);
     locks_free(c);
 }
 
@@ -495,19 +544,19 @@ int32_t locks_cache_page_refs(const locks_cache *c, int32_t page) {
 
 int32_t locks_cache_seq_len(const locks_cache *c, int32_t seq_id) {
     if (!c) return -1;
-    locks_cache_lock(c);
+    locks_cache_lock_read(c);
     const locks_seq *s = locks_cache_seq(c, seq_id);
     int32_t len = s ? s->len : -1;
-    locks_cache_unlock(c);
+    locks_cache_unlock_read(c);
     return len;
 }
 
 const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int32_t *n_pages) {
     if (!c) return NULL;
-    locks_cache_lock(c);
+    locks_cache_lock_read(c);
     const locks_seq *s = locks_cache_seq(c, seq_id);
     if (s && n_pages) *n_pages = s->n_pages;
-    locks_cache_unlock(c);
+    locks_cache_unlock_read(c);
     return s ? s->table : NULL;
 }
 
@@ -515,7 +564,7 @@ const int32_t *locks_cache_block_table(const locks_cache *c, int32_t seq_id, int
  * caller's): the pages no sequence's table holds. */
 int32_t locks_cache_free_pages(const locks_cache *c) {
     if (!c) return 0;
-    locks_cache_lock(c);
+    locks_cache_lock_read(c);
     int32_t n = c->n_free;
     uint8_t *used = c->ext ? locks_alloc((size_t)c->p.n_pages, 1) : NULL;
     if (used) {
@@ -527,7 +576,7 @@ int32_t locks_cache_free_pages(const locks_cache *c) {
     } else if (c->ext) {
         n = 0; /* no memory to count with: claim none free rather than too many */
     }
-    locks_cache_unlock(c);
+    locks_cache_unlock_read(c);
     return n;
 }
 

@@ -24,12 +24,15 @@
  *    K/V, summaries and selector metadata never change; a page goes back to the free
  *    list when its last holder drops it (remove, truncate), and a truncate whose new
  *    end falls inside a shared page first gives the sequence its own copy of it.
- *  - Every public call on a cache runs under the cache's lock (mu, recursive), taken
- *    at the public entry (locks_cache_enter / locks_cache_leave) and never inside the
- *    pool's tasks: calls from several threads are serialised, so the step scratch,
- *    the block tables and the free list have one user at a time; the library
- *    parallelises inside each call. Only what never changes after init is read
- *    without it (params, page pointers, summary_bytes).
+ *  - Every public call on a cache runs under the cache's lock (rw), taken at the
+ *    public entry (locks_cache_enter / locks_cache_leave) and never inside the pool's
+ *    tasks: calls that change the cache are serialised, so the step scratch, the block
+ *    tables and the free list have one user at a time; the library parallelises
+ *    inside each call. The calls that only read the tables (seq_len, block_table,
+ *    free_pages) share it (locks_cache_lock_read) and run side by side. The holder of
+ *    the exclusive lock may enter again, shared or exclusive (owner, depth); a shared
+ *    holder must not ask for the exclusive lock. Only what never changes after init is
+ *    read without it (params, page pointers, summary_bytes).
  *
  * Layering: this file is the core every other module stands on; it calls nothing
  * above it. The selectors' per-page metadata lives in blocks the cache holds for them
@@ -106,8 +109,9 @@ typedef struct {
 } locks_ext_pages;
 
 struct locks_cache {
-    pthread_mutex_t mu; /* the cache's lock (recursive; see the top of this file) */
-    int mu_ok;          /* mu was initialised */
+    void *rw;                /* the cache's lock, a pthread_rwlock_t of cache.c's (see the top of this file) */
+    uintptr_t owner;         /* the exclusive holder's thread token, 0 if none (__atomic_* only) */
+    int32_t depth;           /* the exclusive holder's nesting, read and written by it alone */
     locks_cache_params p;
     int32_t d, hkv, r;
     size_t block;       /* P * d: elements of one (page, head) K block */
@@ -143,6 +147,10 @@ locks_status locks_cache_leave(const locks_cache *c, locks_status st, const char
  * phases). */
 void locks_cache_lock(const locks_cache *c);
 void locks_cache_unlock(const locks_cache *c);
+/* The lock shared, for calls that only read the tables (inside the exclusive holder's own
+ * call it nests like locks_cache_lock). */
+void locks_cache_lock_read(const locks_cache *c);
+void locks_cache_unlock_read(const locks_cache *c);
 
 /* ---- construction (called by backend.c) ---- */
 

@@ -23,23 +23,6 @@ enum { NS = 3, STEPS = 24, NCTX = 512 };
 
 static const tiny_shape SHAPE = {2, 256, 4, 2, 64, 512, 300};
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
-static locks_ctx_params params(locks_selector sel, int32_t n_seqs) {
-    locks_ctx_params p = locks_ctx_default_params();
-    p.n_ctx = NCTX;
-    p.n_batch = 32;
-    p.n_seqs = n_seqs;
-    p.step.selector = sel;
-    p.step.budget = sel == LOCKS_SEL_FULL ? NCTX : 64;
-    return p;
-}
-
 /* Prompts of different lengths (sequence 2 empty), STEPS batched decode steps with each
  * sequence fed its own argmax, against the sequences decoded alone. */
 static void check_together(const locks_model *m, locks_selector sel) {
@@ -58,17 +41,17 @@ static void check_together(const locks_model *m, locks_selector sel) {
 
     /* together */
     locks_status st;
-    locks_ctx *c = locks_ctx_init(m, params(sel, NS), &st);
+    locks_ctx *c = locks_ctx_init(m, tiny_params(sel, NS, NCTX), &st);
     SETUP(c);
     for (int s = 0; s < NS; s++) {
         if (plen[s]) CHECK(locks_ctx_prefill_seq(c, s, prompt[s], plen[s], lg + (size_t)s * V));
-        toks[s] = plen[s] ? argmax(lg + (size_t)s * V, V) : tu_int(0, V - 1);
+        toks[s] = plen[s] ? tiny_argmax(lg + (size_t)s * V, V) : tu_int(0, V - 1);
     }
     float *all = malloc(sizeof(float) * (size_t)NS * STEPS * V);
     SETUP(all);
     for (int t = 0; t < STEPS; t++) {
         CHECK(locks_ctx_decode_batch(c, toks + (size_t)t * NS, all + (size_t)t * NS * V));
-        for (int s = 0; s < NS; s++) toks[(size_t)(t + 1) * NS + s] = argmax(all + ((size_t)t * NS + s) * V, V);
+        for (int s = 0; s < NS; s++) toks[(size_t)(t + 1) * NS + s] = tiny_argmax(all + ((size_t)t * NS + s) * V, V);
     }
     int lens_ok = 1;
     for (int s = 0; s < NS; s++) lens_ok &= locks_ctx_seq_len(c, s) == plen[s] + STEPS;
@@ -84,7 +67,7 @@ static void check_together(const locks_model *m, locks_selector sel) {
 
     /* alone, fed the same tokens */
     for (int s = 0; s < NS; s++) {
-        locks_ctx *a = locks_ctx_init(m, params(sel, 1), &st);
+        locks_ctx *a = locks_ctx_init(m, tiny_params(sel, 1, NCTX), &st);
         SETUP(a);
         if (plen[s]) CHECK(locks_ctx_prefill(a, prompt[s], plen[s], ref));
         for (int t = 0; t < STEPS; t++) {
@@ -114,12 +97,12 @@ static void check_together(const locks_model *m, locks_selector sel) {
 static void check_bad_input(const locks_model *m) {
     const int32_t V = locks_model_get_info(m).n_vocab;
     locks_status st;
-    locks_ctx_params p = params(LOCKS_SEL_FULL, 0);
+    locks_ctx_params p = tiny_params(LOCKS_SEL_FULL, 0, NCTX);
     test_cond(!locks_ctx_init(m, p, &st) && st == LOCKS_ERR_INVALID_ARG, "n_seqs 0: %s", locks_status_str(st));
     p.n_seqs = LOCKS_CTX_MAX_SEQS + 1;
     test_cond(!locks_ctx_init(m, p, &st) && st == LOCKS_ERR_INVALID_ARG, "n_seqs 9: %s", locks_status_str(st));
 
-    p = params(LOCKS_SEL_LOCKS, 2);
+    p = tiny_params(LOCKS_SEL_LOCKS, 2, NCTX);
     p.n_ctx = 128;
     locks_ctx *c = locks_ctx_init(m, p, &st);
     SETUP(c);
@@ -151,7 +134,7 @@ static void check_bad_input(const locks_model *m) {
               locks_ctx_seq_len(c, 0), locks_ctx_seq_len(c, 1));
     CHECK(locks_ctx_set_step(c, p.step));
     CHECK(locks_ctx_decode_batch(c, tk, lg));
-    locks_ctx *a = locks_ctx_init(m, params(LOCKS_SEL_LOCKS, 1), &st);
+    locks_ctx *a = locks_ctx_init(m, tiny_params(LOCKS_SEL_LOCKS, 1, NCTX), &st);
     SETUP(a);
     CHECK(locks_ctx_prefill(a, pr, 5, NULL));
     CHECK(locks_ctx_decode(a, 7, ref));
@@ -179,7 +162,7 @@ static void check_bad_input(const locks_model *m) {
 
 /* The CUDA backend as this build and machine have it: never half-made. */
 static void check_backend(const locks_model *m) {
-    locks_ctx_params p = params(LOCKS_SEL_LOCKS, 2);
+    locks_ctx_params p = tiny_params(LOCKS_SEL_LOCKS, 2, NCTX);
     p.backend = LOCKS_BACKEND_CUDA;
     locks_status st;
     locks_ctx *c = locks_ctx_init(m, p, &st);

@@ -123,18 +123,41 @@ static void test_messages(void) {
     locks_cache_free(c);
 }
 
+/* A cache of `layers` layers, hkv KV heads and 16 pages with one empty sequence, and
+ * n tokens of random keys and values [n][hkv][D] to write into it; kv_free frees all. */
+typedef struct {
+    locks_cache *c;
+    int32_t seq;
+    float *k, *v;
+} cache_kv;
+
+static cache_kv with_kv(int32_t layers, int32_t hkv, int32_t n) {
+    cache_kv x = {cache(layers, hkv, 16, LOCKS_SEL_BIT(LOCKS_SEL_LOCKS)), -1, NULL, NULL};
+    CHECK(locks_cache_seq_add(x.c, &x.seq));
+    const size_t len = (size_t)n * (size_t)hkv * D;
+    x.k = malloc(sizeof(float) * len);
+    x.v = malloc(sizeof(float) * len);
+    SETUP(x.k && x.v);
+    tu_fill_normal(x.k, len, 1.0);
+    tu_fill_normal(x.v, len, 1.0);
+    return x;
+}
+
+static void kv_free(cache_kv *x) {
+    free(x->k);
+    free(x->v);
+    locks_cache_free(x->c);
+}
+
 /* A refused write (NaN, Inf, |x| > 65504) stores nothing: the next step gives what it
  * gave before, which is float64 dense attention over the tokens written so far. */
 static void test_write_refused(void) {
     const int32_t hkv = 2, hq = 4, n = 40;
-    locks_cache *c = cache(1, hkv, 16, LOCKS_SEL_BIT(LOCKS_SEL_LOCKS));
-    int32_t seq;
-    CHECK(locks_cache_seq_add(c, &seq));
+    cache_kv x = with_kv(1, hkv, n);
+    locks_cache *c = x.c;
+    int32_t seq = x.seq;
+    float *k = x.k, *v = x.v;
     const size_t row = (size_t)hkv * D;
-    float *k = malloc(sizeof(float) * (size_t)n * row), *v = malloc(sizeof(float) * (size_t)n * row);
-    SETUP(k && v);
-    tu_fill_normal(k, (size_t)n * row, 1.0);
-    tu_fill_normal(v, (size_t)n * row, 1.0);
     v[5] = 65504.f; /* the largest fp16 value is fine */
     CHECK(locks_cache_append(c, seq, n));
     CHECK(locks_cache_write(c, seq, 0, 0, n, k, v));
@@ -161,23 +184,18 @@ static void test_write_refused(void) {
         free(kk);
         free(vv);
     }
-    free(k);
-    free(v);
-    locks_cache_free(c);
+    kv_free(&x);
 }
 
 /* Appended but unwritten tokens, and a layer written shorter than another, are refused
  * (step, score, attend, prefix attention); the written layer still matches float64. */
 static void test_unwritten(void) {
     const int32_t hkv = 2, hq = 4, n = 100;
-    locks_cache *c = cache(2, hkv, 16, LOCKS_SEL_BIT(LOCKS_SEL_LOCKS));
-    int32_t seq;
-    CHECK(locks_cache_seq_add(c, &seq));
+    cache_kv x = with_kv(2, hkv, n);
+    locks_cache *c = x.c;
+    int32_t seq = x.seq;
+    const float *k = x.k, *v = x.v;
     const size_t row = (size_t)hkv * D;
-    float *k = malloc(sizeof(float) * (size_t)n * row), *v = malloc(sizeof(float) * (size_t)n * row);
-    SETUP(k && v);
-    tu_fill_normal(k, (size_t)n * row, 1.0);
-    tu_fill_normal(v, (size_t)n * row, 1.0);
     float q[4 * D], out[4 * D];
     double ref[4 * D];
     tu_fill_normal(q, (size_t)hq * D, 0.5);
@@ -215,9 +233,7 @@ static void test_unwritten(void) {
     CHECK(locks_cache_append(c, seq, 10));
     st = locks_decode_step(c, 0, &seq, 1, q, hq, &sp, out, NULL, NULL);
     expect_msg(st, LOCKS_ERR_INVALID_ARG, "locks_decode_step", "token 40");
-    free(k);
-    free(v);
-    locks_cache_free(c);
+    kv_free(&x);
 }
 
 /* seq_remove gives the pages back: their summaries are gone. */

@@ -31,13 +31,6 @@ static void on_log(locks_log_level level, const char *msg, void *user) {
     if (level == LOCKS_LOG_ERROR) snprintf(last_log, sizeof last_log, "%s", msg);
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static locks_ctx_params params(locks_selector sel, int32_t n_seqs, int graph) {
     locks_ctx_params p = locks_ctx_default_params();
     p.backend = LOCKS_BACKEND_CUDA;
@@ -71,13 +64,13 @@ static void check_together(const locks_model *m, locks_selector sel) {
         if (!c) return;
         for (int s = 0; s < NS; s++) {
             if (plen[s]) CHECK(locks_ctx_prefill_seq(c, s, prompt[s], plen[s], lg + (size_t)s * V));
-            if (graph) toks[s] = plen[s] ? argmax(lg + (size_t)s * V, V) : 7;
+            if (graph) toks[s] = plen[s] ? tiny_argmax(lg + (size_t)s * V, V) : 7;
         }
         for (int t = 0; t < STEPS; t++) {
             CHECK(locks_ctx_decode_batch(c, toks + (size_t)t * NS, all[graph] + (size_t)t * NS * V));
             if (graph)
                 for (int s = 0; s < NS; s++)
-                    toks[(size_t)(t + 1) * NS + s] = argmax(all[graph] + ((size_t)t * NS + s) * V, V);
+                    toks[(size_t)(t + 1) * NS + s] = tiny_argmax(all[graph] + ((size_t)t * NS + s) * V, V);
         }
         if (graph) {
             locks_run_stats rs = locks_ctx_stats(c);
@@ -103,7 +96,7 @@ static void check_together(const locks_model *m, locks_selector sel) {
             if (isnan(d)) d = HUGE_VAL;
             if (d > maxd) maxd = d;
         }
-        agree += argmax(all[1] + r * V, V) == argmax(ref + r * V, V);
+        agree += tiny_argmax(all[1] + r * V, V) == tiny_argmax(ref + r * V, V);
     }
     const double top1 = (double)agree / (NS * STEPS);
     test_cond(top1 >= 0.98 && maxd <= 0.05, "%s: together vs alone: top-1 %.4f (>= 0.98), max |dlogit| %.4g (<= 0.05)",

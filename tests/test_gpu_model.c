@@ -249,13 +249,7 @@ int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     tu_seed("test_gpu_model");
     char path[4096];
-    if (!tu_find_model(path, sizeof path)) {
-        fprintf(stderr, "test_gpu_model: no model (set LOCKS_MODEL or run scripts/fetch-model.sh)\n");
-        return 1;
-    }
-    locks_status st;
-    locks_model *m = locks_model_load(path, &st);
-    SETUP(m);
+    locks_model *m = tu_load_model("test_gpu_model", path, sizeof path);
     int32_t n;
     int32_t *toks = doc_tokens(m, N_TOTAL, &n);
     /* LOCKS_TEST_GPU_MODEL_DECODE=N: N decode steps instead of 1280 (a quicker look) */

@@ -18,10 +18,8 @@ static void on_q(int32_t layer, int32_t pos, const float *q, void *user) {
 int main(void) {
     tu_seed("test_model_backend");
     char path[4096];
-    SETUP(tu_find_model(path, sizeof path));
+    locks_model *m = tu_load_model("test_model_backend", path, sizeof path);
     locks_status st;
-    locks_model *m = locks_model_load(path, &st);
-    SETUP(m);
     locks_ctx_params p = locks_ctx_default_params();
     p.n_ctx = 256;
     p.backend = LOCKS_BACKEND_CUDA;

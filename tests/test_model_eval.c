@@ -258,17 +258,7 @@ static void test_command(const char *argv0, const char *model) {
 int main(int argc, char **argv) {
     (void)argc;
     char path[1024];
-    if (!tu_find_model(path, sizeof path)) {
-        fprintf(stderr, "test_model_eval: no model (set LOCKS_MODEL or fix scripts/fetch-model.sh)\n");
-        return 1;
-    }
-    locks_status st;
-    locks_model *m = locks_model_load(path, &st);
-    if (!m) {
-        fprintf(stderr, "test_model_eval: cannot load %s: %s (run scripts/fetch-model.sh)\n", path,
-                locks_status_str(st));
-        return 1;
-    }
+    locks_model *m = tu_load_model("test_model_eval", path, sizeof path);
     test_truncate(m);
     locks_model_free(m);
     test_command(argv[0], path);

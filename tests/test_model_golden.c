@@ -103,16 +103,8 @@ static char *long_prompt(void) {
 int main(void) {
     tu_seed("test_model_golden");
     char path[4096];
-    if (!tu_find_model(path, sizeof path)) {
-        fprintf(stderr, "test_model_golden: no model (set LOCKS_MODEL or fix scripts/fetch-model.sh)\n");
-        return 1;
-    }
+    locks_model *m = tu_load_model("test_model_golden", path, sizeof path);
     locks_status st;
-    locks_model *m = locks_model_load(path, &st);
-    if (!m) {
-        fprintf(stderr, "locks_model_load(%s): %s\n", path, locks_status_str(st));
-        return 1;
-    }
     locks_model_info in = locks_model_get_info(m);
     int32_t nv = in.n_vocab;
     int print = getenv("LOCKS_GOLDEN_PRINT") != NULL;

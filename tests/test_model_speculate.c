@@ -298,16 +298,7 @@ static void test_errors(const locks_model *m, const char *text) {
 
 int main(void) {
     char path[1024];
-    if (!tu_find_model(path, sizeof path)) {
-        fprintf(stderr, "test_model_speculate: no model (set LOCKS_MODEL or fix scripts/fetch-model.sh)\n");
-        return 1;
-    }
-    locks_status st;
-    locks_model *m = locks_model_load(path, &st);
-    if (!m) {
-        fprintf(stderr, "test_model_speculate: cannot load %s: %s\n", path, locks_status_str(st));
-        return 1;
-    }
+    locks_model *m = tu_load_model("test_model_speculate", path, sizeof path);
     char *needle = needle_text();
     char *prose = read_text("/usr/share/common-licenses/GPL-3", 6000);
     char *code = read_text("src/attend.c", 6000);

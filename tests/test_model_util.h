@@ -46,6 +46,23 @@ static inline int tu_find_gemma3(char *path, size_t cap) {
     return ok && path[0];
 }
 
+/* The SmolLM2 model (tu_find_model; its path into path[cap]), loaded. Exits 1 with a line
+ * naming `test` and the reason when there is no model or it does not load: every model
+ * test needs it. */
+static inline locks_model *tu_load_model(const char *test, char *path, size_t cap) {
+    if (!tu_find_model(path, cap)) {
+        fprintf(stderr, "%s: no model (set LOCKS_MODEL or run scripts/fetch-model.sh)\n", test);
+        exit(1);
+    }
+    locks_status st;
+    locks_model *m = locks_model_load(path, &st);
+    if (!m) {
+        fprintf(stderr, "%s: cannot load %s: %s (%s)\n", test, path, locks_status_str(st), locks_last_error());
+        exit(1);
+    }
+    return m;
+}
+
 #ifdef LOCKS_TEST_UTIL_H /* SETUP and CHECK: the tests that include test_util.h first */
 /* The first `want` token ids of the file at path (from the source root, as ctest runs),
  * special-token text not parsed; *n = want. SETUP fails when the file is missing or

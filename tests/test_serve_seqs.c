@@ -25,23 +25,6 @@ enum { NS = 4, STEPS = 20, NCTX = 384 };
 
 static const tiny_shape SHAPE = {2, 256, 4, 2, 64, 512, 300};
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
-static locks_ctx_params params(locks_selector sel, int32_t n_seqs) {
-    locks_ctx_params p = locks_ctx_default_params();
-    p.n_ctx = NCTX;
-    p.n_batch = 32;
-    p.n_seqs = n_seqs;
-    p.step.selector = sel;
-    p.step.budget = sel == LOCKS_SEL_FULL ? NCTX : 64;
-    return p;
-}
-
 typedef struct {
     int32_t toks[NCTX]; /* what the sequence was fed */
     int32_t n;
@@ -60,7 +43,7 @@ static void check_subsets(const locks_model *m, locks_selector sel) {
     float *all = calloc((size_t)NS * NCTX * V, sizeof(float));
     SETUP(out && ref && all && V <= 300);
     locks_status st;
-    locks_ctx *c = locks_ctx_init(m, params(sel, NS), &st);
+    locks_ctx *c = locks_ctx_init(m, tiny_params(sel, NS, NCTX), &st);
     SETUP(c);
     for (int s = 0; s < NS; s++) {
         for (int32_t i = 0; i < plen[s]; i++) lg[s].toks[i] = tu_int(0, V - 1);
@@ -78,7 +61,7 @@ static void check_subsets(const locks_model *m, locks_selector sel) {
             int k = tu_int(0, i), x = seqs[i];
             seqs[i] = seqs[k], seqs[k] = x;
         }
-        for (int i = 0; i < n; i++) toks[i] = argmax(lg[seqs[i]].last, V);
+        for (int i = 0; i < n; i++) toks[i] = tiny_argmax(lg[seqs[i]].last, V);
         int32_t before[NS];
         for (int s = 0; s < NS; s++) before[s] = locks_ctx_seq_len(c, s);
         CHECK(locks_ctx_decode_seqs(c, seqs, n, toks, out));
@@ -109,7 +92,7 @@ static void check_subsets(const locks_model *m, locks_selector sel) {
     double maxd = 0.0;
     int same = 1, compared = 0;
     for (int s = 0; s < NS; s++) {
-        locks_ctx *a = locks_ctx_init(m, params(sel, 1), &st);
+        locks_ctx *a = locks_ctx_init(m, tiny_params(sel, 1, NCTX), &st);
         SETUP(a);
         if (plen[s]) CHECK(locks_ctx_prefill(a, lg[s].toks, plen[s], NULL));
         for (int32_t i = plen[s]; i < lg[s].n; i++) {
@@ -136,7 +119,7 @@ static void check_subsets(const locks_model *m, locks_selector sel) {
 static void check_bad_input(const locks_model *m) {
     const int32_t V = locks_model_get_info(m).n_vocab;
     locks_status st;
-    locks_ctx_params p = params(LOCKS_SEL_LOCKS, 3);
+    locks_ctx_params p = tiny_params(LOCKS_SEL_LOCKS, 3, NCTX);
     p.n_ctx = 128;
     locks_ctx *c = locks_ctx_init(m, p, &st);
     SETUP(c);
@@ -196,16 +179,16 @@ static void check_speculate_round(const locks_model *m) {
     locks_status st;
     /* reference: greedy under full, alone */
     int32_t ref[GEN];
-    locks_ctx *a = locks_ctx_init(m, params(LOCKS_SEL_FULL, 1), &st);
+    locks_ctx *a = locks_ctx_init(m, tiny_params(LOCKS_SEL_FULL, 1, NCTX), &st);
     SETUP(a);
     CHECK(locks_ctx_prefill(a, pr, PLEN, lg));
     for (int i = 0; i < GEN; i++) {
-        ref[i] = argmax(lg, V);
+        ref[i] = tiny_argmax(lg, V);
         if (i + 1 < GEN) CHECK(locks_ctx_decode(a, ref[i], lg));
     }
     locks_ctx_free(a);
 
-    locks_ctx_params p = params(LOCKS_SEL_LOCKS, 3); /* budget 64: drafts differ from dense at times */
+    locks_ctx_params p = tiny_params(LOCKS_SEL_LOCKS, 3, NCTX); /* budget 64: drafts differ from dense at times */
     locks_ctx *c = locks_ctx_init(m, p, &st);
     SETUP(c);
     locks_sampler_params sp = locks_sampler_default_params();
@@ -215,7 +198,7 @@ static void check_speculate_round(const locks_model *m) {
     CHECK(locks_ctx_prefill_seq(c, 0, pr, 20, NULL));
     CHECK(locks_ctx_prefill_seq(c, 2, pr, PLEN, lg));
     int32_t got[GEN + 8], n_got = 0, out[5], n_out, rounds = 0, accepted = 0;
-    got[n_got++] = argmax(lg, V);
+    got[n_got++] = tiny_argmax(lg, V);
     while (n_got < GEN) {
         int32_t n = locks_ctx_seq_len(c, 2);
         CHECK(locks_speculate_round(c, 2, got[n_got - 1], 4, &p.step, smp, out, &n_out));
@@ -264,7 +247,7 @@ static void check_kv_roundtrip(const locks_model *m) {
     float *a_lg = malloc(sizeof(float) * (size_t)V), *b_lg = malloc(sizeof(float) * (size_t)V);
     SETUP(k && v && a_lg && b_lg);
     locks_status st;
-    locks_ctx *a = locks_ctx_init(m, params(LOCKS_SEL_LOCKS, 2), &st), *b = locks_ctx_init(m, params(LOCKS_SEL_LOCKS, 3), &st);
+    locks_ctx *a = locks_ctx_init(m, tiny_params(LOCKS_SEL_LOCKS, 2, NCTX), &st), *b = locks_ctx_init(m, tiny_params(LOCKS_SEL_LOCKS, 3, NCTX), &st);
     SETUP(a && b);
     CHECK(locks_ctx_prefill_seq(a, 1, pr, PLEN, NULL));
     for (int32_t l = 0; l < in.n_layers; l++)
@@ -279,7 +262,7 @@ static void check_kv_roundtrip(const locks_model *m) {
         CHECK(locks_ctx_decode_seqs(a, &sa, 1, &tok, a_lg));
         CHECK(locks_ctx_decode_seqs(b, &sb, 1, &tok, b_lg));
         same &= memcmp(a_lg, b_lg, sizeof(float) * (size_t)V) == 0;
-        tok = argmax(a_lg, V);
+        tok = tiny_argmax(a_lg, V);
     }
     test_cond(same, "decoding after a K/V load differs from the original sequence");
     test_cond(locks_ctx_seq_load_kv(b, 2, NCTX + 1, k, v) == LOCKS_ERR_POOL_FULL && locks_ctx_seq_len(b, 2) == PLEN + 12,

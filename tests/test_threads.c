@@ -2,21 +2,31 @@
  * test_threads.c — the thread contract (locks.h "Threads"): one cache used from several
  * threads at once. Each of T threads owns a sequence and loops append + write + decode
  * (and now and then removes and re-adds it, so the free list is shared traffic); R more
- * threads decode one shared, fixed sequence concurrently. Every output is compared with
- * float64 dense attention over what that thread wrote. Short on purpose: `make test`
- * also runs it under ThreadSanitizer (build-tsan, make test-tsan), which reports any
- * unserialised access.
+ * threads decode one shared, fixed sequence concurrently, and R_READ threads loop the
+ * read-only calls (seq_len, block_table, free_pages) on it meanwhile. Every output is
+ * compared with float64 dense attention over what that thread wrote; every read with
+ * what the shared sequence holds. Short on purpose: `make test` also runs it under
+ * ThreadSanitizer (build-tsan, make test-tsan), which reports any unserialised access.
+ *
+ * test_readers_share: the read-only calls share the cache's lock. While one thread holds
+ * it shared (cache.h's locks_cache_lock_read, as a read-only call does), another thread's
+ * seq_len / block_table / free_pages return, and an append waits until it is let go.
  */
 #include "test_util.h" /* first: it sets _POSIX_C_SOURCE */
 
 #include <pthread.h>
 
+#include <time.h>
+
+#include "cache.h"
 #include "util.h"
 
-enum { P = LOCKS_PAGE, D = 64, HKV = 2, HQ = 4, T_OWN = 3, T_SHARED = 3, ITERS = 24, SHARED_LEN = 72 };
+enum { P = LOCKS_PAGE, D = 64, HKV = 2, HQ = 4, T_OWN = 3, T_SHARED = 3, R_READ = 2, ITERS = 24, SHARED_LEN = 72 };
 
 static locks_cache *cache;
 static int32_t shared_seq;
+static int32_t shared_table[(SHARED_LEN + P - 1) / P];
+static int writers_done; /* __atomic_*: the decoding threads have finished */
 static float shared_k[SHARED_LEN * HKV * D], shared_v[SHARED_LEN * HKV * D];
 
 typedef struct {
@@ -133,6 +143,86 @@ static void *shared_loop(void *arg) {
     return NULL;
 }
 
+/* The read-only calls, looped until the decoding threads finish: the shared sequence
+ * never changes, so each read must give what it held at the start. */
+static void *read_loop(void *arg) {
+    worker *w = arg;
+    const int32_t n_pages = locks_cache_get_params(cache).n_pages;
+    int32_t rounds = 0;
+    while (!__atomic_load_n(&writers_done, __ATOMIC_ACQUIRE) || rounds < 16) {
+        rounds++;
+        if (locks_cache_seq_len(cache, shared_seq) != SHARED_LEN) w->bad++;
+        int32_t n = 0;
+        const int32_t *bt = locks_cache_block_table(cache, shared_seq, &n);
+        if (!bt || n != (int32_t)(sizeof shared_table / sizeof shared_table[0]) ||
+            memcmp(bt, shared_table, sizeof shared_table) != 0)
+            w->bad++;
+        const int32_t f = locks_cache_free_pages(cache);
+        if (f < 0 || f > n_pages - n) w->bad++;
+    }
+    w->maxd = rounds;
+    return NULL;
+}
+
+typedef struct {
+    int (*call)(void); /* a call on the cache; returns when it returned */
+    int done;          /* __atomic_*: the call returned */
+} side_call;
+
+static int call_seq_len(void) { return locks_cache_seq_len(cache, shared_seq) == SHARED_LEN; }
+static int call_block_table(void) {
+    int32_t n = 0;
+    return locks_cache_block_table(cache, shared_seq, &n) != NULL && n == (SHARED_LEN + P - 1) / P;
+}
+static int call_free_pages(void) { return locks_cache_free_pages(cache) >= 0; }
+static int call_append(void) {
+    const int ok = locks_cache_append(cache, shared_seq, 1) == LOCKS_OK;
+    return ok && locks_cache_seq_truncate(cache, shared_seq, SHARED_LEN) == LOCKS_OK;
+}
+
+static void *side_loop(void *arg) {
+    side_call *s = arg;
+    __atomic_store_n(&s->done, s->call() ? 1 : 2, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Waits up to ms for s->done; returns it (0: still running). */
+static int wait_done(side_call *s, int ms) {
+    for (int i = 0; i < ms; i++) {
+        int d = __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
+        if (d) return d;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    return __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
+}
+
+static void test_readers_share(void) {
+    struct {
+        const char *name;
+        int (*call)(void);
+    } reads[] = {{"seq_len", call_seq_len}, {"block_table", call_block_table}, {"free_pages", call_free_pages}};
+    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++) {
+        side_call s = {reads[i].call, 0};
+        pthread_t th;
+        locks_cache_lock_read(cache); /* another reader is inside */
+        SETUP(pthread_create(&th, NULL, side_loop, &s) == 0);
+        const int d = wait_done(&s, 5000);
+        locks_cache_unlock_read(cache);
+        pthread_join(th, NULL);
+        test_cond(d == 1, "%s beside a reader: %s", reads[i].name, d == 0 ? "waited for it (5 s)" : "wrong result");
+    }
+    side_call w = {call_append, 0};
+    pthread_t th;
+    locks_cache_lock_read(cache);
+    SETUP(pthread_create(&th, NULL, side_loop, &w) == 0);
+    const int early = wait_done(&w, 100);
+    locks_cache_unlock_read(cache);
+    const int late = wait_done(&w, 5000);
+    pthread_join(th, NULL);
+    test_cond(early == 0, "an append ran while a reader held the cache");
+    test_cond(late == 1, "the append after the reader left: %s", late == 0 ? "still waiting" : "failed");
+}
+
 int main(void) {
     uint64_t seed = tu_seed("test_threads");
     locks_cache_params cp = locks_cache_default_params();
@@ -150,15 +240,28 @@ int main(void) {
     tu_fill_normal(shared_v, sizeof shared_v / sizeof shared_v[0], 1.0);
     CHECK(locks_cache_append(cache, shared_seq, SHARED_LEN));
     CHECK(locks_cache_write(cache, shared_seq, 0, 0, SHARED_LEN, shared_k, shared_v));
+    int32_t n_shared = 0;
+    const int32_t *bt = locks_cache_block_table(cache, shared_seq, &n_shared);
+    SETUP(bt && n_shared == (int32_t)(sizeof shared_table / sizeof shared_table[0]));
+    memcpy(shared_table, bt, sizeof shared_table);
+    test_readers_share();
 
-    pthread_t th[T_OWN + T_SHARED];
-    worker w[T_OWN + T_SHARED];
+    pthread_t th[T_OWN + T_SHARED], rt[R_READ];
+    worker w[T_OWN + T_SHARED], r[R_READ];
     memset(w, 0, sizeof w);
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < R_READ; i++) SETUP(pthread_create(&rt[i], NULL, read_loop, &r[i]) == 0);
     for (int i = 0; i < T_OWN + T_SHARED; i++) {
         w[i].seed = seed * 31u + (uint64_t)i * 0x1234567u + 1u;
         SETUP(pthread_create(&th[i], NULL, i < T_OWN ? own_loop : shared_loop, &w[i]) == 0);
     }
     for (int i = 0; i < T_OWN + T_SHARED; i++) pthread_join(th[i], NULL);
+    __atomic_store_n(&writers_done, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < R_READ; i++) {
+        pthread_join(rt[i], NULL);
+        test_cond(r[i].bad == 0, "reader %d: %d of %.0f rounds read something the shared sequence does not hold", i,
+                  r[i].bad, r[i].maxd);
+    }
     for (int i = 0; i < T_OWN + T_SHARED; i++) {
         test_cond(w[i].failed == 0, "thread %d (%s): %d calls failed", i, i < T_OWN ? "own sequence" : "shared",
                   w[i].failed);

@@ -3,7 +3,8 @@
  * not a real one (test_batch, test_gpu_batch): F32 weights drawn from the test's RNG
  * (tu_normal), F32 norms near 1, a byte-free gpt2 vocabulary of "<i>" tokens (enough for
  * locks_model_load; these tests feed token ids, never text). Written to a temporary file
- * that the caller loads and removes.
+ * that the caller loads and removes. Also what those tests share: greedy argmax and the
+ * context parameters they run the model with.
  */
 #ifndef LOCKS_TINY_LLAMA_H
 #define LOCKS_TINY_LLAMA_H
@@ -68,6 +69,27 @@ static void tiny_tensors(buf *b, const tiny_shape *s, int pass, uint64_t *off) {
             put(b, zero, (32 - bytes % 32) % 32);
         }
     }
+}
+
+/* The index of x's largest value (the first of ties): greedy decoding. */
+static inline int32_t tiny_argmax(const float *x, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* A CPU context of n_seqs sequences of up to n_ctx tokens, prefilled 32 at a time:
+ * `full` attends everything (budget n_ctx), any other selector a budget of 64, below
+ * the context, so that selection matters. */
+static inline locks_ctx_params tiny_params(locks_selector sel, int32_t n_seqs, int32_t n_ctx) {
+    locks_ctx_params p = locks_ctx_default_params();
+    p.n_ctx = n_ctx;
+    p.n_batch = 32;
+    p.n_seqs = n_seqs;
+    p.step.selector = sel;
+    p.step.budget = sel == LOCKS_SEL_FULL ? n_ctx : 64;
+    return p;
 }
 
 /* Writes the model to a temporary file and loads it; the file is removed. */

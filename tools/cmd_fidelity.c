@@ -270,6 +270,121 @@ static int write_rows(const char *json_path, const char *csv_path, const char *c
     return bad ? -1 : 0;
 }
 
+/* Each base configuration as it is, or (per_layer) once per global layer with only that
+ * layer sparse (`full` stays one row); into cfg[cap]. Returns the count. */
+static int expand_configs(const fid_config *base, int n_base, int per_layer, const locks_model_info *in,
+                          fid_config *cfg, int cap) {
+    int n_cfg = 0;
+    for (int b = 0; b < n_base; b++) {
+        if (!per_layer || base[b].step.selector == LOCKS_SEL_FULL) {
+            cfg[n_cfg++] = base[b];
+            continue;
+        }
+        for (int32_t l = 0; l < in->n_layers && n_cfg < cap; l++) {
+            if (in->swa_window > 0 && (l + 1) % in->swa_period != 0) continue; /* local: exact window */
+            cfg[n_cfg] = base[b];
+            cfg[n_cfg++].layer = l;
+        }
+    }
+    return n_cfg;
+}
+
+/* The first evaluated position's context must exceed this: the smallest fixed budget
+ * (below it a configuration is dense), or with mass targets the forced pages. */
+static int32_t smallest_budget(const fid_config *cfg, int n_cfg, int n_masses, int32_t sink, int32_t recent) {
+    int32_t min_budget = INT32_MAX;
+    for (int c = 0; c < n_cfg; c++)
+        if (cfg[c].step.selector != LOCKS_SEL_FULL && cfg[c].step.mass == 0.0f && cfg[c].step.budget < min_budget)
+            min_budget = cfg[c].step.budget;
+    if (min_budget == INT32_MAX) min_budget = 1; /* only full */
+    if (n_masses > 0) { /* mass rows count every position past the forced pages */
+        int32_t forced = (sink + recent + 1) * LOCKS_PAGE;
+        if (forced < min_budget) min_budget = forced;
+    }
+    return min_budget;
+}
+
+/* What one configuration's decode at position t is measured by. */
+typedef struct {
+    locks_ctx *ctx;
+    fid_hook *hook;
+    const int32_t *tokens;
+    const double *lp; /* dense log-probabilities at t */
+    int32_t top_d;    /* dense top-1 at t */
+    int32_t n_vocab, n_sel_layers, n_kv_heads;
+    float *lg;        /* [n_vocab] scratch: the configuration's logits */
+    double *lq;       /* [n_vocab] scratch: their log-probabilities */
+} fid_probe;
+
+/* Decodes token t under configuration fc from a context of t tokens (truncated back
+ * after), adding agreement, KL(dense || sparse), tokens attended, bytes read and time to
+ * each of rows[0..1]. Returns the status, the reason printed. */
+static locks_status score_config(const fid_probe *p, const fid_config *fc, int32_t t, fid_acc *rows[2]) {
+    locks_status st;
+    if ((st = locks_ctx_set_step(p->ctx, fc->step)) != LOCKS_OK ||
+        (st = locks_ctx_set_sparse_layer(p->ctx, fc->layer)) != LOCKS_OK) {
+        char lab[96];
+        config_label(fc, lab, sizeof lab);
+        fprintf(stderr, "locks eval: cannot set %s: %s\n", lab, tool_why(st));
+        return st;
+    }
+    p->hook->len = t + 1;
+    p->hook->layer = fc->layer;
+    p->hook->tok = 0;
+    locks_run_stats s0 = locks_ctx_stats(p->ctx);
+    const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
+    st = locks_ctx_decode(p->ctx, p->tokens[t], p->lg);
+    const double w1 = now_ms(CLOCK_MONOTONIC), c1 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
+    if (st != LOCKS_OK) {
+        char lab[96];
+        config_label(fc, lab, sizeof lab);
+        fprintf(stderr, "locks eval: %s at position %d: %s\n", lab, t, tool_why(st));
+        return st;
+    }
+    locks_run_stats s1 = locks_ctx_stats(p->ctx);
+    if ((st = locks_ctx_truncate(p->ctx, t)) != LOCKS_OK) return st;
+    const int32_t V = p->n_vocab;
+    log_softmax(p->lg, V, p->lq);
+    double kl = 0.0;
+    for (int32_t i = 0; i < V; i++)
+        if (p->lp[i] > -745.0) kl += exp(p->lp[i]) * (p->lp[i] - p->lq[i]);
+    const int agree = argmax_f(p->lg, V) == p->top_d;
+    const double tok = (double)p->hook->tok / ((fc->layer >= 0 ? 1.0 : (double)p->n_sel_layers) * p->n_kv_heads);
+    const double bytes = (double)(s1.bytes_meta - s0.bytes_meta) + (double)(s1.bytes_kv - s0.bytes_kv);
+    for (int r = 0; r < 2; r++) {
+        rows[r]->n++;
+        rows[r]->agree += agree;
+        rows[r]->kl += kl;
+        rows[r]->tokens += tok;
+        rows[r]->bytes += bytes;
+        rows[r]->wall_ms += w1 - w0;
+        rows[r]->cpu_ms += c1 - c0;
+    }
+    return LOCKS_OK;
+}
+
+/* The table on stdout: per (document, window) row, then all together. */
+static void print_report(const char *const *docs, int n_docs, int n_at, const int32_t *row_len, const fid_acc *acc,
+                         const fid_config *cfg, int n_cfg, int n_rows) {
+    for (int r = 0; r < n_rows; r++) {
+        char doc[160];
+        row_name(doc, sizeof doc, docs, n_docs, n_at, row_len, r);
+        printf("%s\n%-34s %5s %9s %10s %11s %13s %10s %10s\n", doc, "configuration", "layer", "positions",
+               "top-1 agr", "mean KL", "mean tokens", "ms/step", "CPU-ms");
+        for (int c = 0; c < n_cfg; c++) {
+            const fid_acc *a = &acc[(size_t)r * n_cfg + c];
+            if (a->n == 0) continue;
+            char lab[96], layer[16];
+            config_label(&cfg[c], lab, sizeof lab);
+            if (cfg[c].layer < 0) snprintf(layer, sizeof layer, "all");
+            else snprintf(layer, sizeof layer, "%d", cfg[c].layer);
+            printf("%-34s %5s %9lld %9.2f%% %11.5f %13.1f %10.1f %10.1f\n", lab, layer, (long long)a->n,
+                   100.0 * (double)a->agree / (double)a->n, a->kl / (double)a->n, a->tokens / (double)a->n,
+                   a->wall_ms / (double)a->n, a->cpu_ms / (double)a->n);
+        }
+    }
+}
+
 int fidelity_main(int argc, char **argv) {
     const char *model_path = NULL, *json_path = NULL, *csv_path = NULL;
     const char *docs[FID_MAX_DOCS];
@@ -409,30 +524,8 @@ int fidelity_main(int argc, char **argv) {
             base[n_base++].layer = -1;
         }
     }
-    for (int b = 0; b < n_base; b++) {
-        if (!per_layer) {
-            cfg[n_cfg++] = base[b];
-            continue;
-        }
-        if (base[b].step.selector == LOCKS_SEL_FULL) {
-            cfg[n_cfg++] = base[b];
-            continue;
-        }
-        for (int32_t l = 0; l < in.n_layers && n_cfg < (int)(sizeof cfg / sizeof cfg[0]); l++) {
-            if (in.swa_window > 0 && (l + 1) % in.swa_period != 0) continue; /* local: exact window */
-            cfg[n_cfg] = base[b];
-            cfg[n_cfg++].layer = l;
-        }
-    }
-    int32_t min_budget = INT32_MAX;
-    for (int c = 0; c < n_cfg; c++)
-        if (cfg[c].step.selector != LOCKS_SEL_FULL && cfg[c].step.mass == 0.0f && cfg[c].step.budget < min_budget)
-            min_budget = cfg[c].step.budget;
-    if (min_budget == INT32_MAX) min_budget = 1; /* only full */
-    if (n_masses > 0) { /* mass rows count every position past the forced pages */
-        int32_t forced = (sink + recent + 1) * LOCKS_PAGE;
-        if (forced < min_budget) min_budget = forced;
-    }
+    n_cfg = expand_configs(base, n_base, per_layer, &in, cfg, (int)(sizeof cfg / sizeof cfg[0]));
+    const int32_t min_budget = smallest_budget(cfg, n_cfg, n_masses, sink, recent);
 
     const int n_rows = n_docs * n_at + 1; /* (document, window) rows, then all */
     fid_acc *acc = calloc((size_t)n_cfg * (size_t)n_rows, sizeof *acc);
@@ -529,51 +622,13 @@ int fidelity_main(int argc, char **argv) {
                 const float *dl = dense + (size_t)pi * V;
                 const int32_t top_d = argmax_f(dl, V);
                 log_softmax(dl, V, lp);
+                const fid_probe probe = {ctx, &hook, tokens, lp, top_d, V, n_sel_layers, in.n_kv_heads, lg, lq};
                 for (int c = 0; c < n_cfg; c++) {
                     const fid_config *fc = &cfg[c];
                     if (fc->step.selector != LOCKS_SEL_FULL && fc->step.mass == 0.0f && fc->step.budget >= t + 1)
                         continue; /* dense there */
-                    if ((st = locks_ctx_set_step(ctx, fc->step)) != LOCKS_OK ||
-                        (st = locks_ctx_set_sparse_layer(ctx, fc->layer)) != LOCKS_OK) {
-                        char lab[96];
-                        config_label(fc, lab, sizeof lab);
-                        fprintf(stderr, "locks eval: cannot set %s: %s\n", lab, tool_why(st));
-                        goto done;
-                    }
-                    hook.len = t + 1;
-                    hook.layer = fc->layer;
-                    hook.tok = 0;
-                    locks_run_stats s0 = locks_ctx_stats(ctx);
-                    const double w0 = now_ms(CLOCK_MONOTONIC), c0 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
-                    st = locks_ctx_decode(ctx, tokens[t], lg);
-                    const double w1 = now_ms(CLOCK_MONOTONIC), c1 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
-                    if (st != LOCKS_OK) {
-                        char lab[96];
-                        config_label(fc, lab, sizeof lab);
-                        fprintf(stderr, "locks eval: %s at position %d: %s\n", lab, t, tool_why(st));
-                        goto done;
-                    }
-                    locks_run_stats s1 = locks_ctx_stats(ctx);
-                    if ((st = locks_ctx_truncate(ctx, t)) != LOCKS_OK) goto done;
-                    log_softmax(lg, V, lq);
-                    double kl = 0.0;
-                    for (int32_t i = 0; i < V; i++)
-                        if (lp[i] > -745.0) kl += exp(lp[i]) * (lp[i] - lq[i]);
-                    const int agree = argmax_f(lg, V) == top_d;
-                    const double tok =
-                        (double)hook.tok / ((fc->layer >= 0 ? 1.0 : (double)n_sel_layers) * in.n_kv_heads);
-                    const double bytes =
-                        (double)(s1.bytes_meta - s0.bytes_meta) + (double)(s1.bytes_kv - s0.bytes_kv);
                     fid_acc *rows[2] = {&acc[(size_t)row * n_cfg + c], &acc[(size_t)(n_rows - 1) * n_cfg + c]};
-                    for (int r = 0; r < 2; r++) {
-                        rows[r]->n++;
-                        rows[r]->agree += agree;
-                        rows[r]->kl += kl;
-                        rows[r]->tokens += tok;
-                        rows[r]->bytes += bytes;
-                        rows[r]->wall_ms += w1 - w0;
-                        rows[r]->cpu_ms += c1 - c0;
-                    }
+                    if (score_config(&probe, fc, t, rows) != LOCKS_OK) goto done;
                 }
                 fprintf(stderr, "\r  position %d (%d left)   ", t, pi);
             }
@@ -593,23 +648,7 @@ int fidelity_main(int argc, char **argv) {
 
     /* ---- report: per (document, window), then all together ---- */
     if (write_rows(json_path, csv_path, docs, n_docs, n_at, row_len, acc, cfg, n_cfg) != 0) goto done;
-    for (int r = 0; r < n_rows; r++) {
-        char doc[160];
-        row_name(doc, sizeof doc, docs, n_docs, n_at, row_len, r);
-        printf("%s\n%-34s %5s %9s %10s %11s %13s %10s %10s\n", doc, "configuration", "layer", "positions",
-               "top-1 agr", "mean KL", "mean tokens", "ms/step", "CPU-ms");
-        for (int c = 0; c < n_cfg; c++) {
-            const fid_acc *a = &acc[(size_t)r * n_cfg + c];
-            if (a->n == 0) continue;
-            char lab[96], layer[16];
-            config_label(&cfg[c], lab, sizeof lab);
-            if (cfg[c].layer < 0) snprintf(layer, sizeof layer, "all");
-            else snprintf(layer, sizeof layer, "%d", cfg[c].layer);
-            printf("%-34s %5s %9lld %9.2f%% %11.5f %13.1f %10.1f %10.1f\n", lab, layer, (long long)a->n,
-                   100.0 * (double)a->agree / (double)a->n, a->kl / (double)a->n, a->tokens / (double)a->n,
-                   a->wall_ms / (double)a->n, a->cpu_ms / (double)a->n);
-        }
-    }
+    print_report(docs, n_docs, n_at, row_len, acc, cfg, n_cfg, n_rows);
     rc = 0;
 done:
     locks_ctx_free(ctx);

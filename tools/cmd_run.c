@@ -211,18 +211,27 @@ out:
     return rc;
 }
 
-int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *dump_path = NULL;
-    const char *logits_path = NULL;
-    int32_t n_ctx = 0, n_predict = 128, n_threads = 2, chat = 0, verbose = 0, f32_act = 0, rank = 8;
-    int32_t speculate = 0, compare = 0; /* draft length K (0 = plain decoding); --compare */
+/* What `locks run` was asked for (its command line). */
+typedef struct {
+    const char *model_path, *prompt, *prompt_file, *dump_path, *logits_path;
+    int32_t n_ctx, n_predict, n_threads, chat, verbose, f32_act, rank;
+    int32_t speculate, compare; /* draft length K (0 = plain decoding); --compare */
+    int32_t no_graph;
+    locks_backend backend;
+    locks_sampler_params sp;
+    locks_step_params step;
+} run_opts;
 
-    int32_t no_graph = 0;
-    locks_backend backend = LOCKS_BACKEND_CPU;
+/* Reads the command line into *o. Returns -1 to go on, else the exit status (0 after
+ * --help, 2 for a bad or missing option, the reason printed). */
+static int parse_args(int argc, char **argv, run_opts *o) {
+    *o = (run_opts){.n_predict = 128, .n_threads = 2, .rank = 8, .backend = LOCKS_BACKEND_CPU};
     int seeded = 0;
-    locks_sampler_params sp = locks_sampler_default_params();
-    locks_step_params step = locks_step_default_params();
-    step.selector = LOCKS_SEL_LOCKS;
+    o->sp = locks_sampler_default_params();
+    o->step = locks_step_default_params();
+    o->step.selector = LOCKS_SEL_LOCKS;
+    locks_sampler_params *sp = &o->sp;
+    locks_step_params *step = &o->step;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -232,70 +241,70 @@ int cmd_run(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--chat")) {
-            chat = 1, takes = 0;
+            o->chat = 1, takes = 0;
         } else if (!strcmp(a, "--f32-act")) {
-            f32_act = 1, takes = 0;
+            o->f32_act = 1, takes = 0;
         } else if (!strcmp(a, "--compare")) {
-            compare = 1, takes = 0;
+            o->compare = 1, takes = 0;
         } else if (!strcmp(a, "-v")) {
-            verbose = 1, takes = 0;
+            o->verbose = 1, takes = 0;
         } else if (!strcmp(a, "--no-graph")) {
-            no_graph = 1, takes = 0;
+            o->no_graph = 1, takes = 0;
         } else if (!v) {
             fprintf(stderr, "locks run: %s needs a value\n", a);
             return 2;
         } else if (!strcmp(a, "-m")) {
-            model_path = v;
+            o->model_path = v;
         } else if (!strcmp(a, "-p")) {
-            prompt = v;
+            o->prompt = v;
         } else if (!strcmp(a, "-f")) {
-            prompt_file = v;
+            o->prompt_file = v;
         } else if (!strcmp(a, "--dump-kv")) {
-            dump_path = v;
+            o->dump_path = v;
         } else if (!strcmp(a, "--eval-logits")) {
-            logits_path = v;
+            o->logits_path = v;
         } else if (!strcmp(a, "-c")) {
-            ok = parse_int(v, 16, 1 << 24, &n_ctx);
+            ok = parse_int(v, 16, 1 << 24, &o->n_ctx);
         } else if (!strcmp(a, "-n")) {
-            ok = parse_int(v, 0, 1 << 24, &n_predict);
+            ok = parse_int(v, 0, 1 << 24, &o->n_predict);
         } else if (!strcmp(a, "-t")) {
-            ok = parse_int(v, 1, 256, &n_threads);
+            ok = parse_int(v, 1, 256, &o->n_threads);
         } else if (!strcmp(a, "--temp")) {
-            ok = parse_float(v, &sp.temp);
+            ok = parse_float(v, &sp->temp);
         } else if (!strcmp(a, "--top-k")) {
-            ok = parse_int(v, 0, 1 << 30, &sp.top_k);
+            ok = parse_int(v, 0, 1 << 30, &sp->top_k);
         } else if (!strcmp(a, "--top-p")) {
-            ok = parse_float(v, &sp.top_p);
+            ok = parse_float(v, &sp->top_p);
         } else if (!strcmp(a, "-s")) {
             char *end;
-            sp.seed = strtoull(v, &end, 10);
+            sp->seed = strtoull(v, &end, 10);
             ok = *end == '\0';
             seeded = 1;
         } else if (!strcmp(a, "--selector")) {
-            ok = locks_selector_parse(v, &step.selector) == LOCKS_OK;
+            ok = locks_selector_parse(v, &step->selector) == LOCKS_OK;
         } else if (!strcmp(a, "--budget")) {
-            ok = parse_int(v, 1, INT32_MAX, &step.budget);
+            ok = parse_int(v, 1, INT32_MAX, &step->budget);
         } else if (!strcmp(a, "--sink")) {
-            ok = parse_int(v, 0, 1 << 20, &step.n_sink);
+            ok = parse_int(v, 0, 1 << 20, &step->n_sink);
         } else if (!strcmp(a, "--recent")) {
-            ok = parse_int(v, 0, 1 << 20, &step.n_recent);
+            ok = parse_int(v, 0, 1 << 20, &step->n_recent);
         } else if (!strcmp(a, "--mass")) {
-            ok = parse_float(v, &step.mass) && step.mass > 0.0f && step.mass < 1.0f;
+            ok = parse_float(v, &step->mass) && step->mass > 0.0f && step->mass < 1.0f;
             if (!ok) {
                 fprintf(stderr, "locks run: --mass wants a fraction strictly between 0 and 1, not '%s'\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--speculate")) {
-            ok = parse_int(v, 1, 1 << 24, &speculate);
+            ok = parse_int(v, 1, 1 << 24, &o->speculate);
             if (!ok) {
                 fprintf(stderr, "locks run: --speculate wants a draft length K >= 1, not '%s'\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--rank")) {
-            ok = parse_int(v, 1, LOCKS_MAX_RANK, &rank);
+            ok = parse_int(v, 1, LOCKS_MAX_RANK, &o->rank);
         } else if (!strcmp(a, "--backend")) {
             ok = !strcmp(v, "cpu") || !strcmp(v, "cuda");
-            backend = !strcmp(v, "cuda") ? LOCKS_BACKEND_CUDA : LOCKS_BACKEND_CPU;
+            o->backend = !strcmp(v, "cuda") ? LOCKS_BACKEND_CUDA : LOCKS_BACKEND_CPU;
         } else {
             fprintf(stderr, "locks run: unknown option '%s' (--help lists them)\n", a);
             return 2;
@@ -306,23 +315,113 @@ int cmd_run(int argc, char **argv) {
         }
         i += takes;
     }
-    if (!prompt && !prompt_file) {
+    if (!o->prompt && !o->prompt_file) {
         fprintf(stderr, "locks run: give a prompt with -p TEXT or -f FILE (--help lists the options)\n");
         return 2;
     }
-    if (speculate && step.selector == LOCKS_SEL_FULL) {
+    if (o->speculate && step->selector == LOCKS_SEL_FULL) {
         fprintf(stderr, "locks run: --speculate drafts with a sparse selector; --selector full needs no draft\n");
         return 2;
     }
-    if (compare && !speculate) {
+    if (o->compare && !o->speculate) {
         fprintf(stderr, "locks run: --compare goes with --speculate K\n");
         return 2;
     }
-    if (speculate && (dump_path || logits_path)) {
+    if (o->speculate && (o->dump_path || o->logits_path)) {
         fprintf(stderr, "locks run: --speculate does not combine with --dump-kv or --eval-logits\n");
         return 2;
     }
-    if (!seeded) sp.seed = (uint64_t)time(NULL);
+    if (!seeded) sp->seed = (uint64_t)time(NULL);
+    return -1;
+}
+
+/* The prompt wrapped as one user turn in the model's chat template (Gemma's when the
+ * vocabulary has <start_of_turn>, else ChatML with SmolLM2's system prompt), malloc'd;
+ * NULL if out of memory. */
+static char *chat_prompt(const locks_model *m, const char *prompt) {
+    size_t need = 0;
+    char *text = NULL;
+    if (locks_tokenizer_find(locks_model_tokenizer(m), "<start_of_turn>", 15) >= 0) {
+        /* Gemma's template (it opens with <bos> itself) */
+        locks_chat_msg msgs[1] = {{"user", prompt}};
+        locks_gemma_chat_format(msgs, 1, true, NULL, 0, &need);
+        text = malloc(need + 1);
+        if (text && locks_gemma_chat_format(msgs, 1, true, text, need + 1, &need) == LOCKS_OK) return text;
+    } else {
+        locks_chat_msg msgs[2] = {{"system", LOCKS_SMOLLM2_SYSTEM_PROMPT}, {"user", prompt}};
+        locks_chatml_format(msgs, 2, true, NULL, 0, &need);
+        text = malloc(need + 1);
+        if (text && locks_chatml_format(msgs, 2, true, text, need + 1, &need) == LOCKS_OK) return text;
+    }
+    free(text);
+    return NULL;
+}
+
+/* --dump-kv: the prompt's K/V, the decode steps' queries and the last prompt queries
+ * (rec) of the layers a selector acts in, to path (tools/dump.h's format). Returns 0, or
+ * 1 with the reason printed. */
+static int write_dump(locks_ctx *ctx, const locks_model_info *in, query_rec *rec, int32_t n_prompt,
+                      const char *dump_path) {
+    int32_t steps = locks_ctx_len(ctx) - n_prompt;
+    if (steps < 1) {
+        fprintf(stderr, "locks run: --dump-kv needs at least one decode step (-n >= 2)\n");
+        return 1;
+    }
+    /* Only the layers a selector acts in: a local (sliding-window) layer attends its
+     * window exactly whatever the selector, so replaying it over the whole context
+     * would score attention the model never computes. dump layer i = model layer
+     * layers[i]; the recorded queries are compacted to [n_dump][steps][Hq][d]. */
+    int32_t *layers = malloc(sizeof(int32_t) * (size_t)in->n_layers), n_dump = 0;
+    int32_t *cache_layers = malloc(sizeof(int32_t) * (size_t)in->n_layers); /* where they sit in the cache */
+    if (!layers || !cache_layers) {
+        free(layers);
+        free(cache_layers);
+        return 1;
+    }
+    for (int32_t l = 0; l < in->n_layers; l++)
+        if (!(in->swa_window > 0 && (l + 1) % in->swa_period != 0)) {
+            cache_layers[n_dump] = locks_ctx_cache_layer(ctx, l);
+            layers[n_dump++] = l;
+        }
+    for (int32_t i = 0; i < n_dump; i++) {
+        memmove(rec->q + (size_t)i * steps * rec->qsize, rec->q + (size_t)layers[i] * rec->max_steps * rec->qsize,
+                sizeof(float) * (size_t)steps * rec->qsize);
+        memmove(rec->q_obs + (size_t)i * rec->n_obs * rec->qsize, rec->q_obs + (size_t)layers[i] * rec->n_obs * rec->qsize,
+                sizeof(float) * (size_t)rec->n_obs * rec->qsize);
+    }
+    locks_dump_shape sh = {0};
+    sh.n_layers = n_dump;
+    sh.n_q_heads = in->n_heads;
+    sh.n_kv_heads = in->n_kv_heads;
+    sh.head_dim = in->head_dim;
+    sh.n_ctx = n_prompt;
+    sh.n_steps = steps;
+    sh.kv_dtype = LOCKS_DTYPE_F16;
+    sh.scale = 1.0f / sqrtf((float)in->head_dim);
+    sh.rope_theta = in->rope_theta;
+    memcpy(sh.model, in->name, sizeof sh.model - 1); /* truncated, NUL-padded */
+    sh.n_obs = rec->n_obs;
+    locks_status st = locks_dump_write_cache_layers(dump_path, &sh, locks_ctx_cache(ctx), locks_ctx_seq(ctx), NULL,
+                                                    rec->q, rec->q_obs, cache_layers);
+    free(layers);
+    free(cache_layers);
+    if (st != LOCKS_OK) {
+        fprintf(stderr, "locks run: writing %s failed: %s\n", dump_path, tool_why(st));
+        return 1;
+    }
+    fprintf(stderr, "KV dump: %s (%d prompt tokens, %d decode steps, %d of %d layers%s)\n", dump_path, n_prompt,
+            steps, sh.n_layers, in->n_layers, sh.n_layers < in->n_layers ? ": the global ones, local layers left out" : "");
+    return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o;
+    const int parsed = parse_args(argc, argv, &o);
+    if (parsed >= 0) return parsed;
+    const char *prompt = o.prompt, *const dump_path = o.dump_path;
+    int32_t n_ctx = o.n_ctx, n_predict = o.n_predict;
+    const int32_t chat = o.chat, verbose = o.verbose, speculate = o.speculate;
+    const locks_step_params step = o.step;
     ru_log_to_stderr(verbose);
 
     int rc = 1;
@@ -334,32 +433,21 @@ int cmd_run(int argc, char **argv) {
     query_rec rec = {0};
     ru_stream out = {0};
 
-    if (prompt_file) {
-        file_text = read_file(prompt_file);
+    if (o.prompt_file) {
+        file_text = read_file(o.prompt_file);
         if (!file_text) {
-            fprintf(stderr, "locks run: cannot read %s\n", prompt_file);
+            fprintf(stderr, "locks run: cannot read %s\n", o.prompt_file);
             goto done;
         }
         prompt = file_text;
     }
-    m = ru_load_model(model_path);
+    m = ru_load_model(o.model_path);
     if (!m) goto done;
     locks_model_info in = locks_model_get_info(m);
 
-    if (chat && locks_tokenizer_find(locks_model_tokenizer(m), "<start_of_turn>", 15) >= 0) {
-        /* Gemma's template (it opens with <bos> itself) */
-        locks_chat_msg msgs[1] = {{"user", prompt}};
-        size_t need = 0;
-        locks_gemma_chat_format(msgs, 1, true, NULL, 0, &need);
-        chat_text = malloc(need + 1);
-        if (!chat_text || locks_gemma_chat_format(msgs, 1, true, chat_text, need + 1, &need) != LOCKS_OK) goto done;
-        prompt = chat_text;
-    } else if (chat) {
-        locks_chat_msg msgs[2] = {{"system", LOCKS_SMOLLM2_SYSTEM_PROMPT}, {"user", prompt}};
-        size_t need = 0;
-        locks_chatml_format(msgs, 2, true, NULL, 0, &need);
-        chat_text = malloc(need + 1);
-        if (!chat_text || locks_chatml_format(msgs, 2, true, chat_text, need + 1, &need) != LOCKS_OK) goto done;
+    if (chat) {
+        chat_text = chat_prompt(m, prompt);
+        if (!chat_text) goto done;
         prompt = chat_text;
     }
     int32_t n_prompt = 0;
@@ -394,16 +482,16 @@ int cmd_run(int argc, char **argv) {
 
     locks_ctx_params cp = locks_ctx_default_params();
     cp.n_ctx = n_ctx;
-    cp.n_threads = n_threads;
-    cp.rank = rank;
+    cp.n_threads = o.n_threads;
+    cp.rank = o.rank;
     cp.step = step;
-    cp.f32_act = f32_act;
+    cp.f32_act = o.f32_act;
     cp.progress = ru_progress;
-    cp.backend = backend;
-    cp.cuda_graph = !no_graph;
+    cp.backend = o.backend;
+    cp.cuda_graph = !o.no_graph;
     /* how far back a run truncates: speculation drops its drafts, --compare the dense answer */
     if (speculate + 1 > cp.swa_rollback) cp.swa_rollback = speculate + 1;
-    if (compare && n_predict + 1 > cp.swa_rollback) cp.swa_rollback = n_predict + 1;
+    if (o.compare && n_predict + 1 > cp.swa_rollback) cp.swa_rollback = n_predict + 1;
     if (dump_path) {
         rec.n_layers = in.n_layers;
         rec.max_steps = n_predict;
@@ -422,20 +510,20 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "locks run: cannot create the context: %s\n", tool_why(st));
         goto done;
     }
-    smp = locks_sampler_init(sp, in.n_vocab, &st);
+    smp = locks_sampler_init(o.sp, in.n_vocab, &st);
     if (!smp) goto done;
     fprintf(stderr, "prompt: %d tokens; context %d; selector %s, budget %d, sink %d, recent %d, rank %d; %s\n",
-            n_prompt, n_ctx, locks_selector_name(step.selector), step.budget, step.n_sink, step.n_recent, rank,
-            backend == LOCKS_BACKEND_CUDA ? (no_graph ? "GPU, kernel by kernel" : "GPU, one CUDA graph per token")
+            n_prompt, n_ctx, locks_selector_name(step.selector), step.budget, step.n_sink, step.n_recent, o.rank,
+            o.backend == LOCKS_BACKEND_CUDA ? (o.no_graph ? "GPU, kernel by kernel" : "GPU, one CUDA graph per token")
                                           : "CPU");
 
-    if (logits_path) {
-        rc = eval_logits(ctx, tokens, n_prompt, in.n_vocab, logits_path);
+    if (o.logits_path) {
+        rc = eval_logits(ctx, tokens, n_prompt, in.n_vocab, o.logits_path);
         goto done;
     }
-    if (compare) {
+    if (o.compare) {
         locks_spec_params spp = {speculate, step};
-        rc = spec_compare(ctx, tokens, n_prompt, n_predict, sp, &spp, in.n_vocab);
+        rc = spec_compare(ctx, tokens, n_prompt, n_predict, o.sp, &spp, in.n_vocab);
         goto done;
     }
     out.m = m;
@@ -471,57 +559,7 @@ int cmd_run(int argc, char **argv) {
         ru_report(stderr, &rs, in.n_layers);
     }
 
-    if (dump_path) {
-        int32_t steps = locks_ctx_len(ctx) - n_prompt;
-        if (steps < 1) {
-            fprintf(stderr, "locks run: --dump-kv needs at least one decode step (-n >= 2)\n");
-            goto done;
-        }
-        /* Only the layers a selector acts in: a local (sliding-window) layer attends its
-         * window exactly whatever the selector, so replaying it over the whole context
-         * would score attention the model never computes. dump layer i = model layer
-         * layers[i]; the recorded queries are compacted to [n_dump][steps][Hq][d]. */
-        int32_t *layers = malloc(sizeof(int32_t) * (size_t)in.n_layers), n_dump = 0;
-        int32_t *cache_layers = malloc(sizeof(int32_t) * (size_t)in.n_layers); /* where they sit in the cache */
-        if (!layers || !cache_layers) {
-            free(layers);
-            free(cache_layers);
-            goto done;
-        }
-        for (int32_t l = 0; l < in.n_layers; l++)
-            if (!(in.swa_window > 0 && (l + 1) % in.swa_period != 0)) {
-                cache_layers[n_dump] = locks_ctx_cache_layer(ctx, l);
-                layers[n_dump++] = l;
-            }
-        for (int32_t i = 0; i < n_dump; i++) {
-            memmove(rec.q + (size_t)i * steps * rec.qsize, rec.q + (size_t)layers[i] * rec.max_steps * rec.qsize,
-                    sizeof(float) * (size_t)steps * rec.qsize);
-            memmove(rec.q_obs + (size_t)i * rec.n_obs * rec.qsize, rec.q_obs + (size_t)layers[i] * rec.n_obs * rec.qsize,
-                    sizeof(float) * (size_t)rec.n_obs * rec.qsize);
-        }
-        locks_dump_shape sh = {0};
-        sh.n_layers = n_dump;
-        sh.n_q_heads = in.n_heads;
-        sh.n_kv_heads = in.n_kv_heads;
-        sh.head_dim = in.head_dim;
-        sh.n_ctx = n_prompt;
-        sh.n_steps = steps;
-        sh.kv_dtype = LOCKS_DTYPE_F16;
-        sh.scale = 1.0f / sqrtf((float)in.head_dim);
-        sh.rope_theta = in.rope_theta;
-        memcpy(sh.model, in.name, sizeof sh.model - 1); /* truncated, NUL-padded */
-        sh.n_obs = rec.n_obs;
-        st = locks_dump_write_cache_layers(dump_path, &sh, locks_ctx_cache(ctx), locks_ctx_seq(ctx), NULL, rec.q,
-                                           rec.q_obs, cache_layers);
-        free(layers);
-        free(cache_layers);
-        if (st != LOCKS_OK) {
-            fprintf(stderr, "locks run: writing %s failed: %s\n", dump_path, tool_why(st));
-            goto done;
-        }
-        fprintf(stderr, "KV dump: %s (%d prompt tokens, %d decode steps, %d of %d layers%s)\n", dump_path, n_prompt,
-                steps, sh.n_layers, in.n_layers, sh.n_layers < in.n_layers ? ": the global ones, local layers left out" : "");
-    }
+    if (dump_path && write_dump(ctx, &in, &rec, n_prompt, dump_path) != 0) goto done;
     rc = 0;
 done:
     locks_sampler_free(smp);

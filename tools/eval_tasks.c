@@ -855,6 +855,57 @@ static void print_summary(const opts *o, const rec_list *l, const char *model_na
 /* Main                                                                             */
 /* ================================================================================ */
 
+/* How many (selector, budget) records of this sample the output file still lacks. */
+static int sample_todo(const opts *o, const rec_list *recs, locks_task_kind kind, const char *hay, int32_t context,
+                       int32_t s) {
+    int todo = 0;
+    for (int si = 0; si < o->n_sels; si++) {
+        int nb = o->sels[si] == LOCKS_SEL_FULL ? 1 : o->n_budgets;
+        for (int bi = 0; bi < nb; bi++) {
+            char key[256];
+            make_key(key, sizeof key, o, locks_task_name(kind), hay, context, s, locks_selector_name(o->sels[si]),
+                     o->sels[si] == LOCKS_SEL_FULL ? 0 : o->budgets[bi]);
+            todo += !recs_has(recs, key);
+        }
+    }
+    return todo;
+}
+
+/* R->needle_pages: the pages holding a carrier needle's tokens (positions shifted by the
+ * BOS), each once, at most 256; on_step's carrier recall counts them. */
+static void note_needle_pages(run *R, const locks_task *t, int32_t bos) {
+    R->n_needle_pages = 0;
+    for (int32_t i = 0; i < t->n_needles; i++) {
+        if (!t->needles[i].carrier) continue;
+        int32_t p0 = (t->needles[i].tok_begin + bos) / LOCKS_PAGE;
+        int32_t p1 = (t->needles[i].tok_end + bos - 1) / LOCKS_PAGE;
+        for (int32_t p = p0; p <= p1 && R->n_needle_pages < 256; p++) {
+            int dup = 0;
+            for (int32_t k = 0; k < R->n_needle_pages; k++) dup |= R->needle_pages[k] == p;
+            if (!dup) R->needle_pages[R->n_needle_pages++] = p;
+        }
+    }
+}
+
+/* The needles' token spans must decode to their text (else carrier recall would count
+ * the wrong pages). Returns 0, or 1 with the reason printed. */
+static int check_needle_spans(const run *R, const locks_task *t, const int32_t *prompt, int32_t bos) {
+    for (int32_t i = 0; i < t->n_needles; i++) {
+        char piece[256];
+        size_t plen = 0;
+        const locks_task_needle *nd = &t->needles[i];
+        size_t want = nd->byte_end - nd->byte_begin;
+        locks_status st = locks_tokenizer_decode(R->tok, prompt + bos + nd->tok_begin, nd->tok_end - nd->tok_begin,
+                                                 true, piece, sizeof piece, &plen);
+        CHECKM(!st && plen == want && !memcmp(piece, t->prompt + nd->byte_begin, want),
+               "%s: needle %d tokens [%d, %d) do not decode to its text", locks_task_name(t->kind), i, nd->tok_begin,
+               nd->tok_end);
+    }
+    return 0;
+fail:
+    return 1;
+}
+
 int eval_tasks_main(int argc, char **argv) {
     opts o;
     int rc = parse_opts(argc, argv, &o);
@@ -940,19 +991,7 @@ int eval_tasks_main(int argc, char **argv) {
                                                           ? LOCKS_HAYSTACK_NOISE
                                                           : locks_task_haystack(kind, o.haystack));
                 if (kind == LOCKS_TASK_FWE) hay = "none";
-                /* What is left to do for this sample? */
-                int todo = 0;
-                for (int si = 0; si < o.n_sels; si++) {
-                    int nb = o.sels[si] == LOCKS_SEL_FULL ? 1 : o.n_budgets;
-                    for (int bi = 0; bi < nb; bi++) {
-                        char key[256];
-                        make_key(key, sizeof key, &o, locks_task_name(kind), hay, context, s,
-                                 locks_selector_name(o.sels[si]),
-                                 o.sels[si] == LOCKS_SEL_FULL ? 0 : o.budgets[bi]);
-                        todo += !recs_has(&recs, key);
-                    }
-                }
-                if (!todo) continue;
+                if (!sample_todo(&o, &recs, kind, hay, context, s)) continue;
 
                 locks_task_params tp = locks_task_default_params();
                 tp.kind = kind;
@@ -976,31 +1015,8 @@ int eval_tasks_main(int argc, char **argv) {
                 if (bos) prompt[0] = R.info.bos_id;
                 memcpy(prompt + bos, R.ids, (size_t)n * sizeof *prompt);
                 int32_t n_prompt = n + bos;
-                R.n_needle_pages = 0;
-                for (int32_t i = 0; i < t.n_needles; i++) {
-                    if (!t.needles[i].carrier) continue;
-                    int32_t p0 = (t.needles[i].tok_begin + bos) / LOCKS_PAGE;
-                    int32_t p1 = (t.needles[i].tok_end + bos - 1) / LOCKS_PAGE;
-                    for (int32_t p = p0; p <= p1 && R.n_needle_pages < 256; p++) {
-                        int dup = 0;
-                        for (int32_t k = 0; k < R.n_needle_pages; k++) dup |= R.needle_pages[k] == p;
-                        if (!dup) R.needle_pages[R.n_needle_pages++] = p;
-                    }
-                }
-                /* The carrier spans must decode to the needles' text (else carrier recall
-                 * would count the wrong pages). */
-                for (int32_t i = 0; i < t.n_needles; i++) {
-                    char piece[256];
-                    size_t plen = 0;
-                    const locks_task_needle *nd = &t.needles[i];
-                    size_t want = nd->byte_end - nd->byte_begin;
-                    st = locks_tokenizer_decode(R.tok, prompt + bos + nd->tok_begin,
-                                                nd->tok_end - nd->tok_begin, true, piece,
-                                                sizeof piece, &plen);
-                    CHECKM(!st && plen == want && !memcmp(piece, t.prompt + nd->byte_begin, want),
-                           "%s: needle %d tokens [%d, %d) do not decode to its text",
-                           locks_task_name(kind), i, nd->tok_begin, nd->tok_end);
-                }
+                note_needle_pages(&R, &t, bos);
+                if (check_needle_spans(&R, &t, prompt, bos)) goto fail;
                 int32_t max_gen = o.max_gen > 0 ? o.max_gen : t.max_gen;
                 fprintf(stderr, "[%s %s ctx %d sample %d/%d depth %.2f: %d tokens, answer %s%s] "
                                 "%.0f s elapsed\n",

@@ -31,13 +31,7 @@ mkdir -p "$W" "$B" "$FOUT"
 T0=$(date +%s)
 END=$((T0 + ${CALL_S:-560}))  # the call's own deadline: memcheck takes what is left
 rc=0
-say() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-run_test() { # name timeout [env...]
-  local t=$1 lim=$2; shift 2
-  env "$@" timeout "$lim" "$B/$t" > "$W/$t.log" 2>&1; local r=$?
-  say "$t exit $r: $(tail -1 "$W/$t.log")"
-  [ $r = 0 ] || { rc=1; grep -m8 FAIL "$W/$t.log"; }
-}
+. scripts/gpu-common.sh  # say, run_test
 if [ -f "$STAGE/locks-bin.tar.xz" ]; then
   rm -rf "${B:?}"/* && tar xJf "$STAGE/locks-bin.tar.xz" -C "$B" || { echo "cannot unpack the binaries"; exit 1; }
   cp "$STAGE/COMMIT" "$KEEP/COMMIT" 2>/dev/null

@@ -20,9 +20,12 @@ Arguments are checked before they reach the library: integers against their rang
 (:class:`locks.IntRangeError`, an ``OverflowError``, outside int32; ``InvalidArgError``
 outside the documented range), arrays for their form (``TypeError`` for a list or a
 complex array, ``InvalidArgError`` for a shape). Threads: one cache may be shared by
-threads; the binding serialises the calls on it (a lock per cache, held for the whole
-call, the GIL released inside the library), calls on different caches run concurrently.
-A call on a closed cache raises :class:`locks.ClosedError`.
+threads; the binding serialises the calls that change it (a lock per cache, held for
+the whole call, the GIL released inside the library), while the read-only ones
+(:meth:`Cache.seq_len`, :meth:`Cache.block_table`, :attr:`Cache.free_pages`,
+:attr:`Cache.summary_bytes`, :meth:`PagedCache.physical`) share the lock and run side
+by side (the library's own lock lets them, locks.h "Threads"); calls on different
+caches run concurrently. A call on a closed cache raises :class:`locks.ClosedError`.
 """
 from __future__ import annotations
 
@@ -92,15 +95,97 @@ def _real(name: str, x: Any) -> float:
     return float(x)
 
 
+class _RWLock:
+    """A cache's lock in the binding: many readers or one writer. ``with lock:`` holds it
+    exclusively; ``with lock.shared():`` shares it with other readers. A waiting writer
+    goes first (new readers wait for it), so a stream of reads cannot starve a write.
+    The writer may enter again, shared or exclusive (a write calling a read), and so may
+    a reader, shared; a reader must not ask for it exclusively."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0  # shared entries held, nested ones included
+        self._writers_waiting = 0
+        self._writer: Optional[int] = None
+        self._depth = 0  # the writer's nesting, its shared entries included
+        self._mine = threading.local()  # .n: this thread's shared entries
+
+    def __enter__(self) -> "_RWLock":
+        me = threading.get_ident()
+        with self._cond:
+            if self._writer != me:
+                self._writers_waiting += 1
+                while self._writer is not None or self._readers:
+                    self._cond.wait()
+                self._writers_waiting -= 1
+                self._writer = me
+            self._depth += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._cond:
+            self._depth -= 1
+            if self._depth == 0:
+                self._writer = None
+                self._cond.notify_all()
+
+    class _Shared:
+        def __init__(self, lock: "_RWLock") -> None:
+            self.lock = lock
+
+        def __enter__(self) -> None:
+            lk = self.lock
+            with lk._cond:
+                if lk._writer == threading.get_ident():
+                    lk._depth += 1
+                    return
+                n = getattr(lk._mine, "n", 0)
+                if n == 0:  # a nested entry must not wait for a writer waiting on it
+                    while lk._writer is not None or lk._writers_waiting:
+                        lk._cond.wait()
+                lk._mine.n = n + 1
+                lk._readers += 1
+
+        def __exit__(self, *exc: Any) -> None:
+            lk = self.lock
+            with lk._cond:
+                if lk._writer == threading.get_ident():
+                    lk._depth -= 1
+                    return
+                lk._mine.n -= 1
+                lk._readers -= 1
+                if lk._readers == 0:
+                    lk._cond.notify_all()
+
+    def shared(self) -> "_RWLock._Shared":
+        return _RWLock._Shared(self)
+
+
+def _closed(self: Any, f: Callable[..., Any]) -> ClosedError:
+    return ClosedError(f"{type(self).__name__}.{f.__name__}",
+                       "cache" if isinstance(self, Cache) else "plan (or its cache)")
+
+
 def _locked(f: F) -> F:
-    """The method runs holding the cache's lock (the binding's thread contract: calls on
-    one cache are serialised) and refuses a closed cache."""
+    """The method runs holding the cache's lock exclusively (the binding's thread
+    contract: calls that change a cache are serialised) and refuses a closed cache."""
     @functools.wraps(f)
     def g(self: "Cache", *args: Any, **kw: Any) -> Any:
         with self._lock:
             if not self._c:
-                raise ClosedError(f"{type(self).__name__}.{f.__name__}",
-                                  "cache" if isinstance(self, Cache) else "plan (or its cache)")
+                raise _closed(self, f)
+            return f(self, *args, **kw)
+    return g  # type: ignore[return-value]
+
+
+def _read_locked(f: F) -> F:
+    """A read-only method: it shares the cache's lock with other readers (close() and
+    the calls that change the cache wait for it) and refuses a closed cache."""
+    @functools.wraps(f)
+    def g(self: "Cache", *args: Any, **kw: Any) -> Any:
+        with self._lock.shared():
+            if not self._c:
+                raise _closed(self, f)
             return f(self, *args, **kw)
     return g  # type: ignore[return-value]
 
@@ -186,14 +271,15 @@ class Cache:
     "locks"; "full" and "oracle" need none). Use as a context manager or call close();
     errors raise :class:`locks.LocksError` subclasses.
 
-    Threads: the object may be shared; its calls are serialised by a lock of its own
-    (held for the whole call, so a call sees no other thread's half-done work).
-    close() waits for a running call, closes the cache's :class:`StepPlan` objects
+    Threads: the object may be shared; its calls that change it are serialised by a
+    lock of its own (held for the whole call, so a call sees no other thread's half-done
+    work); the read-only ones (seq_len, block_table, free_pages, summary_bytes) share
+    that lock and run side by side. close() waits for a running call, closes the cache's :class:`StepPlan` objects
     first, and every later call raises :class:`locks.ClosedError`."""
 
     def __new__(cls, *args: Any, **kw: Any) -> "Cache":
         self = super().__new__(cls)
-        self._c, self._lock, self._plans = None, threading.RLock(), weakref.WeakSet()
+        self._c, self._lock, self._plans = None, _RWLock(), weakref.WeakSet()
         return self
 
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, n_pages: int,
@@ -313,7 +399,7 @@ class Cache:
         """Removes the sequence and frees its pages."""
         check(lib.locks_cache_seq_remove(self._c, _int("seq", seq)), "locks_cache_seq_remove")
 
-    @_locked
+    @_read_locked
     def seq_len(self, seq: int) -> int:
         """Tokens reserved in the sequence (NoSeqError for an unknown id)."""
         n = lib.locks_cache_seq_len(self._c, _int("seq", seq))
@@ -335,7 +421,7 @@ class Cache:
         self._stream()
         check(lib.locks_cache_seq_truncate(self._c, seq, length), "locks_cache_seq_truncate")
 
-    @_locked
+    @_read_locked
     def block_table(self, seq: int) -> np.ndarray:
         """The sequence's block table (logical page -> physical page), a copy."""
         n = ctypes.c_int32()
@@ -345,13 +431,13 @@ class Cache:
         return np.ctypeslib.as_array(t, shape=(n.value,)).copy() if n.value else np.zeros(0, np.int32)
 
     @property
-    @_locked
+    @_read_locked
     def free_pages(self) -> int:
         """Free physical pages left in the pool."""
         return lib.locks_cache_free_pages(self._c)
 
     @property
-    @_locked
+    @_read_locked
     def summary_bytes(self) -> int:
         """Bytes of summaries stored per (page, KV head)."""
         return lib.locks_cache_summary_bytes(self._c)
@@ -604,7 +690,7 @@ class PagedCache(Cache):
         check(lib.locks_cache_pages_release(self._c, pg.ctypes.data_as(_capi.c_int32_p), len(pg)),
               "locks_cache_pages_release")
 
-    @_locked
+    @_read_locked
     def physical(self, seq: int, pages: np.ndarray, n_pages: np.ndarray) -> list:
         """Per KV head h, the caller's physical page ids of ``pages[h, :n_pages[h]]``
         (logical indices, as select / decode_step return them)."""

@@ -1,7 +1,8 @@
 """The package's contract under misuse (issue 21): integers checked against their range
 before they reach the library (no wrap at int32), arrays of the wrong form refused with
 the form expected, calls after close() refused, a failed extend leaving the sequence as
-it was, and one cache shared by threads (the binding serialises its calls)."""
+it was, and one cache shared by threads (the binding serialises the calls that change it;
+the read-only calls share its lock)."""
 import threading
 
 import numpy as np
@@ -145,6 +146,24 @@ def test_close_with_a_live_plan_closes_the_plan():
 
 
 # ---- threads ----------------------------------------------------------------------
+def run_threads(work, n):
+    """work(t) on n threads at once; asserts none raised (the main thread reports)."""
+    errors = []
+
+    def guarded(t):
+        try:
+            work(t)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+
+
 def test_two_threads_one_cache(rng):
     """Two threads, one sequence each, looping extend + decode_step on one shared cache
     (1000 iterations in all); every output against float64 attention. Before the binding
@@ -152,33 +171,25 @@ def test_two_threads_one_cache(rng):
     hkv, d, hq, iters = 2, 64, 4, 500
     c = locks.Cache(1, hkv, d, 2 * (iters * 3 // 16 + 2), max_seqs=2, n_threads=2)
     seeds = rng.integers(1 << 31, size=2)
-    results, errors = {}, []
+    results = {}
 
     def work(t):
-        try:
-            r = np.random.default_rng(int(seeds[t]))
-            s = c.seq_add()
-            ks, vs, checks = [], [], []
-            for i in range(iters):
-                n = int(r.integers(1, 4))
-                k, v = (r.standard_normal((n, hkv, d)).astype(np.float32) for _ in range(2))
-                c.extend(s, [(k, v)])
-                ks.append(k)
-                vs.append(v)
-                q = r.standard_normal((1, hq, d)).astype(np.float32)
-                out = c.decode_step(0, [s], q, budget=1 << 20)
-                if i % 25 == 24:  # keep q, out and the length for the float64 check
-                    checks.append((sum(len(x) for x in ks), q[0], out[0].copy()))
-            results[t] = (np.concatenate(ks), np.concatenate(vs), checks)
-        except Exception as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
+        r = np.random.default_rng(int(seeds[t]))
+        s = c.seq_add()
+        ks, vs, checks = [], [], []
+        for i in range(iters):
+            n = int(r.integers(1, 4))
+            k, v = (r.standard_normal((n, hkv, d)).astype(np.float32) for _ in range(2))
+            c.extend(s, [(k, v)])
+            ks.append(k)
+            vs.append(v)
+            q = r.standard_normal((1, hq, d)).astype(np.float32)
+            out = c.decode_step(0, [s], q, budget=1 << 20)
+            if i % 25 == 24:  # keep q, out and the length for the float64 check
+                checks.append((sum(len(x) for x in ks), q[0], out[0].copy()))
+        results[t] = (np.concatenate(ks), np.concatenate(vs), checks)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
+    run_threads(work, 2)
     worst = 0.0
     for k, v, checks in results.values():
         for n, q, out in checks:
@@ -212,23 +223,89 @@ def test_four_threads_one_sequence(rng):
     c, s, kv = filled(rng, n=300, n_threads=2)
     qs = rng.standard_normal((4, 200, 1, 4, 64)).astype(np.float32)
     outs = np.zeros_like(qs)
-    errors = []
 
     def work(t):
-        try:
-            for i in range(200):
-                outs[t, i] = c.decode_step(i % 2, [s], qs[t, i], budget=4096)
-        except Exception as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
+        for i in range(200):
+            outs[t, i] = c.decode_step(i % 2, [s], qs[t, i], budget=4096)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
+    run_threads(work, 4)
     for t in range(4):
         for i in range(0, 200, 7):
             layer = i % 2
             ref = ref_attention(qs[t, i, 0], f16(kv[layer][0]), f16(kv[layer][1]))
             assert np.max(np.abs(outs[t, i, 0] - ref)) / np.max(np.abs(ref)) < 2e-5, (t, i)
+
+
+READS = {
+    "seq_len": lambda c, s: c.seq_len(s),
+    "block_table": lambda c, s: c.block_table(s),
+    "free_pages": lambda c, s: c.free_pages,
+    "summary_bytes": lambda c, s: c.summary_bytes,
+}
+
+
+def test_read_only_calls_share_the_lock(rng):
+    """While one thread holds the cache's lock shared (as a read-only call does), another
+    thread's read-only calls return and its append waits until the lock is let go
+    (before: every call took the lock exclusively, so the reads waited too)."""
+    c, s, _ = filled(rng, n=40)
+
+    def side(call):
+        done = threading.Event()
+        th = threading.Thread(target=lambda: (call(), done.set()))
+        th.start()
+        return th, done
+
+    for name, read in READS.items():
+        with c._lock.shared():
+            th, done = side(lambda: read(c, s))
+            returned = done.wait(5)
+        th.join()
+        assert returned, f"{name} waited for another reader"
+    with c._lock.shared():
+        th, done = side(lambda: c.append(s, 1))
+        early = done.wait(0.1)
+    th.join(5)
+    assert not early, "an append ran while a reader held the cache"
+    assert done.is_set() and c.seq_len(s) == 41
+
+
+def test_reads_beside_writes_and_close(rng):
+    """Readers loop the read-only calls on a fixed sequence while a writer extends and
+    decodes another one: every read gives what the fixed sequence holds; then close()
+    under the readers: they get ClosedError, nothing else (no use after free)."""
+    c = locks.Cache(1, 2, 64, 64, max_seqs=2, n_threads=2)
+    s = c.seq_add()
+    k, v = (rng.standard_normal((40, 2, 64)).astype(np.float32) for _ in range(2))
+    c.extend(s, [(k, v)])
+    table = c.block_table(s)
+    stop, errors, rounds = threading.Event(), [], [0, 0]
+
+    def reader(t):
+        try:
+            while not stop.is_set():
+                assert c.seq_len(s) == 40
+                assert np.array_equal(c.block_table(s), table)
+                assert 0 <= c.free_pages <= 64 - len(table)
+                rounds[t] += 1
+        except locks.ClosedError:
+            pass
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    readers = [threading.Thread(target=reader, args=(t,)) for t in range(2)]
+    for th in readers:
+        th.start()
+    w = c.seq_add()
+    r = np.random.default_rng(int(rng.integers(1 << 31)))
+    for i in range(60):
+        c.extend(w, [tuple(r.standard_normal((3, 2, 64)).astype(np.float32) for _ in range(2))])
+        c.decode_step(0, [w], r.standard_normal((1, 4, 64)).astype(np.float32), budget=256)
+        if i % 20 == 19:
+            c.truncate(w, 0)
+    c.close()
+    stop.set()
+    for th in readers:
+        th.join()
+    assert not errors, errors
+    assert min(rounds) > 0, rounds

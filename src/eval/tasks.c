@@ -447,6 +447,23 @@ static locks_status set_answer(locks_task *t, int i, const char *s) {
 
 /* Writes the FWE prompt holding the first m words of seq into b (from empty) and its
  * token count into *n_tok; m = 0 gives the fixed part alone. */
+/* Needle i of the multi-value / multi-query tasks: " One of the special magic numbers for
+ * KEY is: VAL.", a carrier whose expected answer i is VAL. */
+static locks_status magic_needle(gen_t *g, locks_task *t, int i, const char *key, const char *val) {
+    snprintf(g->needle_text[i], sizeof g->needle_text[i], " One of the special magic numbers for %s is: %s.", key,
+             val);
+    g->carrier[i] = 1;
+    return set_answer(t, i, val);
+}
+
+/* Their question and answer prefix: every magic number for WHO (a key, or a list). */
+static void ask_all_numbers(gen_t *g, const char *who) {
+    snprintf(g->question, sizeof g->question,
+             "\nWhat are all the special magic numbers for %s mentioned in the provided text?", who);
+    snprintf(g->answer_prefix, sizeof g->answer_prefix,
+             "The special magic numbers for %s mentioned in the provided text are", who);
+}
+
 static locks_status fwe_assemble(const gen_t *g, sbuf *b, const char (*words)[48],
                                  const int32_t *seq, int32_t m, int32_t *n_tok) {
     const locks_task_params *p = g->p;
@@ -661,18 +678,10 @@ static locks_status describe_task(gen_t *g, rng_t *r, locks_task *t) {
         for (int i = 0; i < n; i++) {
             pick_number(r, 7, used, n_used, val);
             snprintf(used[n_used++], 48, "%s", val);
-            snprintf(g->needle_text[i], sizeof g->needle_text[i],
-                     " One of the special magic numbers for %s is: %s.", key, val);
-            g->carrier[i] = 1;
-            st = set_answer(t, i, val);
-            if (st) return st;
+            if ((st = magic_needle(g, t, i, key, val))) return st;
         }
         g->n_needles = n;
-        snprintf(g->question, sizeof g->question,
-                 "\nWhat are all the special magic numbers for %s mentioned in the provided text?",
-                 key);
-        snprintf(g->answer_prefix, sizeof g->answer_prefix,
-                 "The special magic numbers for %s mentioned in the provided text are", key);
+        ask_all_numbers(g, key);
         t->max_gen = 12 * n;
         break;
     }
@@ -687,11 +696,7 @@ static locks_status describe_task(gen_t *g, rng_t *r, locks_task *t) {
             snprintf(used[n_used++], 48, "%s", keys[i]);
             pick_number(r, 7, used, n_used, val);
             snprintf(used[n_used++], 48, "%s", val);
-            snprintf(g->needle_text[i], sizeof g->needle_text[i],
-                     " One of the special magic numbers for %s is: %s.", keys[i], val);
-            g->carrier[i] = 1;
-            st = set_answer(t, i, val);
-            if (st) return st;
+            if ((st = magic_needle(g, t, i, keys[i], val))) return st;
         }
         g->n_needles = n;
         char list[400];
@@ -699,11 +704,7 @@ static locks_status describe_task(gen_t *g, rng_t *r, locks_task *t) {
         for (int i = 0; i < n; i++)
             k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", keys[i],
                                   i + 2 < n ? ", " : (i + 2 == n ? " and " : ""));
-        snprintf(g->question, sizeof g->question,
-                 "\nWhat are all the special magic numbers for %s mentioned in the provided text?",
-                 list);
-        snprintf(g->answer_prefix, sizeof g->answer_prefix,
-                 "The special magic numbers for %s mentioned in the provided text are", list);
+        ask_all_numbers(g, list);
         t->max_gen = 12 * n;
         break;
     }

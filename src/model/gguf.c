@@ -194,7 +194,7 @@ static int key_eq(const gguf_kv *kv, const char *key) {
 #define FAIL(code, ...)                                 \
     do {                                                \
         locks_log(LOCKS_LOG_ERROR, "gguf: " __VA_ARGS__); \
-        st = (code);                                    \
+        st = locks_fail((code), __VA_ARGS__);           \
         goto fail;                                      \
     } while (0)
 
@@ -366,34 +366,30 @@ gguf *gguf_open_buffer(const void *buf, size_t size, locks_status *err) {
 
 gguf *gguf_open(const char *path, locks_status *err) {
     if (!path) {
-        if (err) *err = LOCKS_ERR_INVALID_ARG;
+        if (err) *err = locks_fail(LOCKS_ERR_INVALID_ARG, "the path is NULL");
         return NULL;
     }
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
-        locks_log(LOCKS_LOG_ERROR, "gguf: cannot open '%s': %s", path, strerror(errno));
-        if (err) *err = LOCKS_ERR_IO;
+        if (err) *err = locks_fail(LOCKS_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
         return NULL;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        locks_log(LOCKS_LOG_ERROR, "gguf: '%s' is not a regular file", path);
         close(fd);
-        if (err) *err = LOCKS_ERR_IO;
+        if (err) *err = locks_fail(LOCKS_ERR_IO, "'%s' is not a regular file", path);
         return NULL;
     }
     size_t size = (size_t)sb.st_size;
     if (size < 24) {
-        locks_log(LOCKS_LOG_ERROR, "gguf: '%s' is too short (%zu bytes) to be a GGUF file", path, size);
         close(fd);
-        if (err) *err = LOCKS_ERR_FORMAT;
+        if (err) *err = locks_fail(LOCKS_ERR_FORMAT, "'%s' is too short (%zu bytes) to be a GGUF file", path, size);
         return NULL;
     }
     void *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
-        locks_log(LOCKS_LOG_ERROR, "gguf: cannot map '%s': %s", path, strerror(errno));
-        if (err) *err = LOCKS_ERR_IO;
+        if (err) *err = locks_fail(LOCKS_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
         return NULL;
     }
     return open_common(base, size, 1, err);

@@ -117,30 +117,26 @@ static locks_status meta_i32(const gguf *g, const char *arch, const char *name, 
         *out = dflt;
         return LOCKS_OK;
     }
-    if (st != LOCKS_OK) locks_log(LOCKS_LOG_ERROR, "model: key %s is %s", key, st == LOCKS_ERR_INVALID_ARG ? "missing" : "not an integer");
-    return st == LOCKS_OK ? LOCKS_OK : LOCKS_ERR_FORMAT;
+    if (st != LOCKS_OK)
+        return locks_fail(LOCKS_ERR_FORMAT, "key %s is %s", key, st == LOCKS_ERR_INVALID_ARG ? "missing" : "not an integer");
+    return LOCKS_OK;
 }
 
 /* A 2-D weight (rows, cols) by name, shape-checked. */
 static locks_status load_weight(const gguf *g, const char *name, int32_t rows, int32_t cols,
                                 matmul_weight *w) {
     const gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) {
-        locks_log(LOCKS_LOG_ERROR, "model: tensor %s is missing", name);
-        return LOCKS_ERR_FORMAT;
-    }
-    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
-        locks_log(LOCKS_LOG_ERROR, "model: tensor %s has shape [%lld, %lld, %lld], expected [%d, %d]",
-                  name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], cols, rows);
-        return LOCKS_ERR_FORMAT;
-    }
-    if (matmul_wants_q8(t->type) && cols % GGML_QBLOCK != 0) return LOCKS_ERR_FORMAT;
+    if (!t) return locks_fail(LOCKS_ERR_FORMAT, "tensor %s is missing", name);
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return locks_fail(LOCKS_ERR_FORMAT, "tensor %s has shape [%lld, %lld, %lld], expected [%d, %d]", name,
+                          (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], cols, rows);
+    if (matmul_wants_q8(t->type) && cols % GGML_QBLOCK != 0)
+        return locks_fail(LOCKS_ERR_FORMAT, "tensor %s (%s): %d columns are not a multiple of %d", name,
+                          ggml_type_name(t->type), cols, GGML_QBLOCK);
     size_t bad = 0, n_blocks = (size_t)rows * (size_t)cols / (size_t)(quant_is_ext(t->type) ? quant_block_elems(t->type) : GGML_QBLOCK);
-    if (matmul_wants_q8(t->type) && quant_check_scales(t->type, t->data, n_blocks, &bad) != LOCKS_OK) {
-        locks_log(LOCKS_LOG_ERROR, "model: tensor %s (%s): block %zu has a non-finite scale", name,
-                  ggml_type_name(t->type), bad);
-        return LOCKS_ERR_FORMAT;
-    }
+    if (matmul_wants_q8(t->type) && quant_check_scales(t->type, t->data, n_blocks, &bad) != LOCKS_OK)
+        return locks_fail(LOCKS_ERR_FORMAT, "tensor %s (%s): block %zu has a non-finite scale", name,
+                          ggml_type_name(t->type), bad);
     w->data = t->data;
     w->type = t->type;
     w->rows = rows;
@@ -154,10 +150,8 @@ static locks_status load_norm(const gguf *g, const char *name, int32_t n, float 
     matmul_weight w;
     const gguf_tensor *t = gguf_find_tensor(g, name);
     if (!t || t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1 ||
-        (matmul_wants_q8(t->type))) {
-        locks_log(LOCKS_LOG_ERROR, "model: tensor %s is missing or not a float vector of %d", name, n);
-        return LOCKS_ERR_FORMAT;
-    }
+        (matmul_wants_q8(t->type)))
+        return locks_fail(LOCKS_ERR_FORMAT, "tensor %s is missing or not a float vector of %d", name, n);
     w = (matmul_weight){t->data, t->type, 1, n, t->nbytes};
     *out = locks_alloc((size_t)n, sizeof(float));
     if (!*out) return LOCKS_ERR_OOM;
@@ -177,74 +171,57 @@ static int is_eog(const locks_model *m, int32_t tok) {
 }
 
 /* The model from an opened GGUF (taken over: closed with the model, or here on failure). */
-static locks_model *model_from_gguf(gguf *gg, locks_status *err) {
-    locks_status st = LOCKS_OK;
-    locks_model *m = locks_alloc(1, sizeof *m);
-    if (!m) {
-        gguf_close(gg);
-        st = LOCKS_ERR_OOM;
-        goto fail;
-    }
-    matmul_init_tables();
-    m->g = gg;
-    const gguf *g = m->g;
+/* ---- The loader, in the order it reads the file: architecture, hyper-parameters,
+ * token ids, weights, tokenizer. Each failing step says why (locks_fail). ---- */
 
+static locks_status read_arch(const gguf *g, locks_model *m) {
     const char *arch;
     size_t arch_len;
-    if (gguf_get_str(g, "general.architecture", &arch, &arch_len) != LOCKS_OK) {
-        locks_log(LOCKS_LOG_ERROR, "model: general.architecture is missing");
-        st = LOCKS_ERR_FORMAT;
-        goto fail;
-    }
+    if (gguf_get_str(g, "general.architecture", &arch, &arch_len) != LOCKS_OK)
+        return locks_fail(LOCKS_ERR_FORMAT, "general.architecture is missing");
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
         if (strlen(ARCHS[i].name) == arch_len && memcmp(arch, ARCHS[i].name, arch_len) == 0) m->arch = &ARCHS[i];
-    if (!m->arch) {
-        locks_log(LOCKS_LOG_ERROR, "model: general.architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3)",
-                  (int)arch_len, arch);
-        st = LOCKS_ERR_UNSUPPORTED;
-        goto fail;
-    }
+    if (!m->arch)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                          "general.architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3)", (int)arch_len,
+                          arch);
+    snprintf(m->info.arch, sizeof m->info.arch, "%s", m->arch->name);
+    return LOCKS_OK;
+}
+
+/* The shape (dims, layers, heads), RoPE and norm constants, the sliding window. */
+static locks_status read_hparams(const gguf *g, locks_model *m) {
     const char *an = m->arch->name;
     char key[128];
-
-    /* ---- hyper-parameters ---- */
     locks_model_info *in = &m->info;
+    locks_status st;
     if ((st = meta_i32(g, an, "embedding_length", -1, &in->dim)) ||
         (st = meta_i32(g, an, "block_count", -1, &in->n_layers)) ||
         (st = meta_i32(g, an, "attention.head_count", -1, &in->n_heads)) ||
         (st = meta_i32(g, an, "attention.head_count_kv", in->n_heads, &in->n_kv_heads)) ||
         (st = meta_i32(g, an, "feed_forward_length", -1, &in->ffn_dim)) ||
         (st = meta_i32(g, an, "context_length", 2048, &in->n_ctx_train)))
-        goto fail;
+        return st;
     if (in->dim <= 0 || in->n_layers <= 0 || in->n_layers > 1024 || in->n_heads <= 0 ||
         in->n_kv_heads <= 0 || in->n_heads % in->n_kv_heads != 0 || in->dim % in->n_heads != 0 ||
-        in->ffn_dim <= 0) {
-        locks_log(LOCKS_LOG_ERROR, "model: inconsistent hyper-parameters (dim %d, layers %d, heads %d/%d, ffn %d)",
-                  in->dim, in->n_layers, in->n_heads, in->n_kv_heads, in->ffn_dim);
-        st = LOCKS_ERR_FORMAT;
-        goto fail;
-    }
+        in->ffn_dim <= 0)
+        return locks_fail(LOCKS_ERR_FORMAT, "inconsistent hyper-parameters (dim %d, layers %d, heads %d/%d, ffn %d)",
+                          in->dim, in->n_layers, in->n_heads, in->n_kv_heads, in->ffn_dim);
     in->head_dim = in->dim / in->n_heads;
     int32_t kl = 0, vl = 0; /* Gemma 3 / Qwen3: heads wider than dim / n_heads */
     if ((st = meta_i32(g, an, "attention.key_length", in->head_dim, &kl)) ||
         (st = meta_i32(g, an, "attention.value_length", kl, &vl)))
-        goto fail;
-    if (kl != vl) {
-        locks_log(LOCKS_LOG_ERROR, "model: %s.attention.key_length %d != value_length %d", an, kl, vl);
-        st = LOCKS_ERR_UNSUPPORTED;
-        goto fail;
-    }
+        return st;
+    if (kl != vl)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "%s.attention.key_length %d != value_length %d", an, kl, vl);
     in->head_dim = kl;
-    if (in->head_dim != 64 && in->head_dim != 128 && in->head_dim != 256) {
-        locks_log(LOCKS_LOG_ERROR, "model: head_dim %d is not supported by the cache (64, 128, 256)", in->head_dim);
-        st = LOCKS_ERR_UNSUPPORTED;
-        goto fail;
-    }
-    if ((st = meta_i32(g, an, "rope.dimension_count", in->head_dim, &m->n_rot))) goto fail;
-    if (m->n_rot <= 0 || m->n_rot > in->head_dim || m->n_rot % 2 != 0) {
-        st = LOCKS_ERR_FORMAT;
-        goto fail;
-    }
+    if (in->head_dim != 64 && in->head_dim != 128 && in->head_dim != 256)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "head_dim %d is not supported by the cache (64, 128, 256)",
+                          in->head_dim);
+    if ((st = meta_i32(g, an, "rope.dimension_count", in->head_dim, &m->n_rot))) return st;
+    if (m->n_rot <= 0 || m->n_rot > in->head_dim || m->n_rot % 2 != 0)
+        return locks_fail(LOCKS_ERR_FORMAT, "%s.rope.dimension_count %d (must be even, 2..head_dim %d)", an, m->n_rot,
+                          in->head_dim);
     in->rope_theta = 10000.0f;
     in->norm_eps = 1e-5f;
     locks_status s1, s2;
@@ -252,37 +229,29 @@ static locks_model *model_from_gguf(gguf *gg, locks_status *err) {
     s1 = gguf_get_f32(g, key, &in->rope_theta);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", an);
     s2 = gguf_get_f32(g, key, &in->norm_eps);
-    if (s1 == LOCKS_ERR_FORMAT || s2 == LOCKS_ERR_FORMAT || !(in->rope_theta > 0.0f) || !(in->norm_eps >= 0.0f)) {
-        locks_log(LOCKS_LOG_ERROR, "model: bad %s.rope.freq_base or layer_norm_rms_epsilon", an);
-        st = LOCKS_ERR_FORMAT;
-        goto fail;
-    }
+    if (s1 == LOCKS_ERR_FORMAT || s2 == LOCKS_ERR_FORMAT || !(in->rope_theta > 0.0f) || !(in->norm_eps >= 0.0f))
+        return locks_fail(LOCKS_ERR_FORMAT, "bad %s.rope.freq_base or layer_norm_rms_epsilon", an);
     in->rope_theta_swa = in->rope_theta;
     if (m->arch->swa) {
-        if ((st = meta_i32(g, an, "attention.sliding_window", -1, &in->swa_window))) goto fail;
-        if (in->swa_window <= 0) {
-            locks_log(LOCKS_LOG_ERROR, "model: %s.attention.sliding_window = %d", an, in->swa_window);
-            st = LOCKS_ERR_FORMAT;
-            goto fail;
-        }
+        if ((st = meta_i32(g, an, "attention.sliding_window", -1, &in->swa_window))) return st;
+        if (in->swa_window <= 0)
+            return locks_fail(LOCKS_ERR_FORMAT, "%s.attention.sliding_window = %d", an, in->swa_window);
         in->swa_period = GEMMA3_SWA_PERIOD;
         in->rope_theta_swa = GEMMA3_ROPE_BASE_SWA;
         snprintf(key, sizeof key, "%s.rope.freq_base_swa", an);
-        if (gguf_get_f32(g, key, &in->rope_theta_swa) == LOCKS_ERR_FORMAT || !(in->rope_theta_swa > 0.0f)) {
-            locks_log(LOCKS_LOG_ERROR, "model: bad %s", key);
-            st = LOCKS_ERR_FORMAT;
-            goto fail;
-        }
+        if (gguf_get_f32(g, key, &in->rope_theta_swa) == LOCKS_ERR_FORMAT || !(in->rope_theta_swa > 0.0f))
+            return locks_fail(LOCKS_ERR_FORMAT, "bad %s", key);
     }
     snprintf(key, sizeof key, "%s.rope.scaling.type", an);
     const char *rs;
     size_t rs_len;
-    if (gguf_get_str(g, key, &rs, &rs_len) == LOCKS_OK && !(rs_len == 4 && memcmp(rs, "none", 4) == 0)) {
-        locks_log(LOCKS_LOG_ERROR, "model: %s '%.*s' is not supported", key, (int)rs_len, rs);
-        st = LOCKS_ERR_UNSUPPORTED;
-        goto fail;
-    }
-    snprintf(in->arch, sizeof in->arch, "%s", an);
+    if (gguf_get_str(g, key, &rs, &rs_len) == LOCKS_OK && !(rs_len == 4 && memcmp(rs, "none", 4) == 0))
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "%s '%.*s' is not supported", key, (int)rs_len, rs);
+    return LOCKS_OK;
+}
+
+/* The special token ids and the model's name (all optional). */
+static void read_token_info(const gguf *g, locks_model_info *in) {
     in->bos_id = in->eos_id = -1;
     uint32_t u;
     if (gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &u) == LOCKS_OK && u <= INT32_MAX) in->bos_id = (int32_t)u;
@@ -296,83 +265,101 @@ static locks_model *model_from_gguf(gguf *gg, locks_status *err) {
         memcpy(in->name, name, name_len);
         in->name[name_len] = '\0';
     }
+}
 
-    /* ---- weights ---- */
-    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
-    if (!te || te->ne[0] != in->dim || te->ne[1] <= 0 || te->ne[1] > INT32_MAX) {
-        locks_log(LOCKS_LOG_ERROR, "model: token_embd.weight is missing or not [dim, n_vocab]");
-        st = LOCKS_ERR_FORMAT;
-        goto fail;
+/* Layer l's projections, norms and (by architecture) QK-norms, post-norms, biases. */
+static locks_status load_layer(const gguf *g, locks_model *m, int32_t l) {
+    const locks_model_info *in = &m->info;
+    const int32_t dim = in->dim, q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
+    llama_layer *L = &m->layers[l];
+    locks_status st;
+    char nm[96];
+#define W(field, suffix, rows, cols)                                      \
+    snprintf(nm, sizeof nm, "blk.%d." suffix ".weight", (int)l);          \
+    if ((st = load_weight(g, nm, rows, cols, &L->field)) != LOCKS_OK) return st
+    W(wq, "attn_q", q_dim, dim);
+    W(wk, "attn_k", kv_dim, dim);
+    W(wv, "attn_v", kv_dim, dim);
+    W(wo, "attn_output", dim, q_dim);
+    W(w_gate, "ffn_gate", in->ffn_dim, dim);
+    W(w_up, "ffn_up", in->ffn_dim, dim);
+    W(w_down, "ffn_down", dim, in->ffn_dim);
+#undef W
+#define V(field, suffix, n)                                               \
+    snprintf(nm, sizeof nm, "blk.%d." suffix, (int)l);                    \
+    if ((st = load_norm(g, nm, n, &L->field)) != LOCKS_OK) return st
+    V(attn_norm, "attn_norm.weight", dim);
+    V(ffn_norm, "ffn_norm.weight", dim);
+    if (m->arch->qk_norm) {
+        V(q_norm, "attn_q_norm.weight", in->head_dim);
+        V(k_norm, "attn_k_norm.weight", in->head_dim);
     }
+    if (m->arch->post_norms) {
+        V(post_attn_norm, "post_attention_norm.weight", dim);
+        V(post_ffn_norm, "post_ffw_norm.weight", dim);
+    }
+    if (m->arch->qkv_bias) {
+        V(bq, "attn_q.bias", q_dim);
+        V(bk, "attn_k.bias", kv_dim);
+        V(bv, "attn_v.bias", kv_dim);
+    }
+#undef V
+    L->local = in->swa_window > 0 && (l + 1) % in->swa_period != 0;
+    return LOCKS_OK;
+}
+
+/* The embeddings (which give n_vocab), the output head (tied when absent), every layer. */
+static locks_status load_weights(const gguf *g, locks_model *m) {
+    locks_model_info *in = &m->info;
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (!te || te->ne[0] != in->dim || te->ne[1] <= 0 || te->ne[1] > INT32_MAX)
+        return locks_fail(LOCKS_ERR_FORMAT, "token_embd.weight is missing or not [dim %d, n_vocab]", in->dim);
     in->n_vocab = (int32_t)te->ne[1];
-    int32_t dim = in->dim, q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
-    if ((st = load_weight(g, "token_embd.weight", in->n_vocab, dim, &m->tok_embd))) goto fail;
+    locks_status st;
+    if ((st = load_weight(g, "token_embd.weight", in->n_vocab, in->dim, &m->tok_embd))) return st;
     if (gguf_find_tensor(g, "output.weight")) {
-        if ((st = load_weight(g, "output.weight", in->n_vocab, dim, &m->output))) goto fail;
+        if ((st = load_weight(g, "output.weight", in->n_vocab, in->dim, &m->output))) return st;
     } else {
         m->output = m->tok_embd; /* tied embeddings */
     }
-    if ((st = load_norm(g, "output_norm.weight", dim, &m->output_norm))) goto fail;
+    if ((st = load_norm(g, "output_norm.weight", in->dim, &m->output_norm))) return st;
     m->layers = locks_alloc((size_t)in->n_layers, sizeof *m->layers);
-    if (!m->layers) {
-        st = LOCKS_ERR_OOM;
+    if (!m->layers) return LOCKS_ERR_OOM;
+    for (int32_t l = 0; l < in->n_layers; l++)
+        if ((st = load_layer(g, m, l)) != LOCKS_OK) return st;
+    return LOCKS_OK;
+}
+
+static locks_model *model_from_gguf(gguf *gg, locks_status *err) {
+    const uint32_t mark = locks_error_mark();
+    locks_status st = LOCKS_ERR_OOM;
+    locks_model *m = locks_alloc(1, sizeof *m);
+    if (!m) {
+        gguf_close(gg);
         goto fail;
     }
-    for (int32_t l = 0; l < in->n_layers; l++) {
-        llama_layer *L = &m->layers[l];
-        char nm[96];
-#define W(field, suffix, rows, cols)                                      \
-    snprintf(nm, sizeof nm, "blk.%d." suffix ".weight", (int)l);          \
-    if ((st = load_weight(g, nm, rows, cols, &L->field)) != LOCKS_OK) goto fail
-        W(wq, "attn_q", q_dim, dim);
-        W(wk, "attn_k", kv_dim, dim);
-        W(wv, "attn_v", kv_dim, dim);
-        W(wo, "attn_output", dim, q_dim);
-        W(w_gate, "ffn_gate", in->ffn_dim, dim);
-        W(w_up, "ffn_up", in->ffn_dim, dim);
-        W(w_down, "ffn_down", dim, in->ffn_dim);
-#undef W
-        snprintf(nm, sizeof nm, "blk.%d.attn_norm.weight", (int)l);
-        if ((st = load_norm(g, nm, dim, &L->attn_norm))) goto fail;
-        snprintf(nm, sizeof nm, "blk.%d.ffn_norm.weight", (int)l);
-        if ((st = load_norm(g, nm, dim, &L->ffn_norm))) goto fail;
-#define V(field, suffix, n)                                               \
-    snprintf(nm, sizeof nm, "blk.%d." suffix, (int)l);                    \
-    if ((st = load_norm(g, nm, n, &L->field)) != LOCKS_OK) goto fail
-        if (m->arch->qk_norm) {
-            V(q_norm, "attn_q_norm.weight", in->head_dim);
-            V(k_norm, "attn_k_norm.weight", in->head_dim);
-        }
-        if (m->arch->post_norms) {
-            V(post_attn_norm, "post_attention_norm.weight", dim);
-            V(post_ffn_norm, "post_ffw_norm.weight", dim);
-        }
-        if (m->arch->qkv_bias) {
-            V(bq, "attn_q.bias", q_dim);
-            V(bk, "attn_k.bias", kv_dim);
-            V(bv, "attn_v.bias", kv_dim);
-        }
-#undef V
-        L->local = in->swa_window > 0 && (l + 1) % in->swa_period != 0;
-    }
-
-    if ((st = load_tokenizer(g, &m->tok)) != LOCKS_OK) goto fail;
+    matmul_init_tables();
+    m->g = gg;
+    if ((st = read_arch(gg, m)) != LOCKS_OK || (st = read_hparams(gg, m)) != LOCKS_OK) goto fail;
+    read_token_info(gg, &m->info);
+    if ((st = load_weights(gg, m)) != LOCKS_OK || (st = load_tokenizer(gg, &m->tok)) != LOCKS_OK) goto fail;
     if (err) *err = LOCKS_OK;
     return m;
 fail:
+    if (locks_error_mark() != mark) /* a step said why: the reason goes to the log as well */
+        locks_log(LOCKS_LOG_ERROR, "model: %s", locks_last_error());
     locks_model_free(m);
     if (err) *err = st;
     return NULL;
 }
 
 locks_model *locks_model_load(const char *path, locks_status *err) {
+    const uint32_t mark = locks_error_mark();
     locks_status st = LOCKS_OK;
     gguf *g = gguf_open(path, &st);
-    if (!g) {
-        if (err) *err = st;
-        return NULL;
-    }
-    return model_from_gguf(g, err);
+    locks_model *m = g ? model_from_gguf(g, &st) : NULL;
+    if (err) *err = locks_fail_call(st, "locks_model_load", mark);
+    return m;
 }
 
 locks_model *llama_model_load_buffer(const void *buf, size_t size, locks_status *err) {
@@ -515,23 +502,77 @@ locks_ctx_params locks_ctx_default_params(void) {
     return p;
 }
 
+/* ---- The public entries' argument checks ----
+ * Each check that fails says why in locks_last_error (locks_fail: which argument, its
+ * value, what is allowed); the public entry takes locks_error_mark() first and returns
+ * through locks_fail_call, which puts the entry's name in front. */
+
 /* The decode step's parameters, checked where they are given (init, set_step) rather
  * than at the first decode. */
-static int step_ok(const locks_step_params *s) {
-    return s->budget > 0 && s->n_sink >= 0 && s->n_recent >= 0 && (int)s->selector >= 0 &&
-           s->selector < LOCKS_SEL_COUNT && (s->scale == 0.0f || (isfinite(s->scale) && s->scale > 0.0f)) &&
-           (s->mass == 0.0f || (s->mass > 0.0f && s->mass < 1.0f));
+static locks_status step_check(const locks_step_params *s) {
+    const locks_status bad = LOCKS_ERR_INVALID_ARG;
+    if (s->budget <= 0) return locks_fail(bad, "step.budget %d (must be >= 1)", s->budget);
+    if (s->n_sink < 0) return locks_fail(bad, "step.n_sink %d (must be >= 0)", s->n_sink);
+    if (s->n_recent < 0) return locks_fail(bad, "step.n_recent %d (must be >= 0)", s->n_recent);
+    if ((int)s->selector < 0 || s->selector >= LOCKS_SEL_COUNT)
+        return locks_fail(bad, "step.selector %d (must be 0..%d)", (int)s->selector, LOCKS_SEL_COUNT - 1);
+    if (!(s->scale == 0.0f || (isfinite(s->scale) && s->scale > 0.0f)))
+        return locks_fail(bad, "step.scale %g (must be finite and > 0, or 0 for 1/sqrt(head_dim))", (double)s->scale);
+    if (!(s->mass == 0.0f || (s->mass > 0.0f && s->mass < 1.0f)))
+        return locks_fail(bad, "step.mass %g (must be in (0, 1), or 0 for none)", (double)s->mass);
+    return LOCKS_OK;
+}
+
+static locks_status ctx_check(const locks_ctx *c) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "the context is NULL");
+    if (c->broken)
+        return locks_fail(LOCKS_ERR_INVALID_ARG,
+                          "the context is broken: the rollback of an earlier failed call failed (locks_ctx_reset "
+                          "clears it)");
+    return LOCKS_OK;
+}
+
+static locks_status seq_check(const locks_ctx *c, int32_t seq) {
+    if (seq < 0 || seq >= c->n_seqs)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "seq %d (the context has sequences 0..%d)", seq, c->n_seqs - 1);
+    return LOCKS_OK;
+}
+
+/* tokens[i] for i < n are token ids of the model's vocabulary */
+static locks_status tokens_check(const locks_ctx *c, const int32_t *tokens, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->m->info.n_vocab)
+            return locks_fail(LOCKS_ERR_INVALID_ARG, "token %d at index %d (the vocabulary is 0..%d)", tokens[i], i,
+                              c->m->info.n_vocab - 1);
+    return LOCKS_OK;
+}
+
+/* n more tokens fit sequence seq */
+static locks_status room_check(const locks_ctx *c, int32_t seq, int32_t n) {
+    if (n > c->p.n_ctx - c->n_tokens[seq])
+        return locks_fail(LOCKS_ERR_POOL_FULL, "sequence %d holds %d tokens: %d more exceed n_ctx %d", seq,
+                          c->n_tokens[seq], n, c->p.n_ctx);
+    return LOCKS_OK;
+}
+
+static locks_status params_check(const locks_model *m, const locks_ctx_params *p) {
+    const locks_status bad = LOCKS_ERR_INVALID_ARG;
+    if (!m) return locks_fail(bad, "the model is NULL");
+    if (p->n_ctx <= 0 || p->n_ctx > INT32_MAX / LOCKS_CTX_MAX_SEQS - LOCKS_PAGE)
+        return locks_fail(bad, "n_ctx %d (must be 1..%d)", p->n_ctx, INT32_MAX / LOCKS_CTX_MAX_SEQS - LOCKS_PAGE);
+    if (p->n_threads <= 0 || p->n_threads > 256) return locks_fail(bad, "n_threads %d (must be 1..256)", p->n_threads);
+    if (p->n_batch <= 0 || p->n_batch > 4096) return locks_fail(bad, "n_batch %d (must be 1..4096)", p->n_batch);
+    if (p->n_seqs < 1 || p->n_seqs > LOCKS_CTX_MAX_SEQS)
+        return locks_fail(bad, "n_seqs %d (must be 1..%d)", p->n_seqs, LOCKS_CTX_MAX_SEQS);
+    if (p->swa_rollback < 0) return locks_fail(bad, "swa_rollback %d (must be >= 0)", p->swa_rollback);
+    return step_check(&p->step);
 }
 
 /* A context on the worker threads of `pool` (NULL: it starts its own, p.n_threads). */
 static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool *pool, locks_status *err) {
     locks_status st = LOCKS_OK;
     locks_ctx *c = NULL;
-    if (!m || p.n_ctx <= 0 || p.n_threads <= 0 || p.n_threads > 256 || p.n_batch <= 0 ||
-        p.n_batch > 4096 || p.n_seqs < 1 || p.n_seqs > LOCKS_CTX_MAX_SEQS || p.swa_rollback < 0 || !step_ok(&p.step)) {
-        st = LOCKS_ERR_INVALID_ARG;
-        goto fail;
-    }
+    if ((st = params_check(m, &p)) != LOCKS_OK) goto fail;
     const locks_model_info *in = &m->info;
     c = locks_alloc(1, sizeof *c);
     if (!c) {
@@ -657,7 +698,11 @@ fail:
 }
 
 locks_ctx *locks_ctx_init(const locks_model *m, locks_ctx_params p, locks_status *err) {
-    return ctx_init(m, p, NULL, err);
+    const uint32_t mark = locks_error_mark();
+    locks_status st;
+    locks_ctx *c = ctx_init(m, p, NULL, &st);
+    if (err) *err = locks_fail_call(st, "locks_ctx_init", mark);
+    return c;
 }
 
 void locks_ctx_free(locks_ctx *c) {
@@ -685,8 +730,9 @@ void locks_ctx_free(locks_ctx *c) {
     locks_free(c);
 }
 
-locks_status locks_ctx_reset(locks_ctx *c) {
+static locks_status ctx_reset(locks_ctx *c) {
     locks_status st;
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "the context is NULL");
     for (int32_t s = 0; s < c->n_seqs; s++) { /* removed and re-added in order: same slots */
         if (c->seq[s] >= 0 && (st = locks_cache_seq_remove(c->cache, c->seq[s])) != LOCKS_OK) return st;
         c->seq[s] = -1;
@@ -700,6 +746,11 @@ locks_status locks_ctx_reset(locks_ctx *c) {
     return LOCKS_OK;
 }
 
+locks_status locks_ctx_reset(locks_ctx *c) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(ctx_reset(c), "locks_ctx_reset", mark);
+}
+
 int32_t locks_ctx_len(const locks_ctx *c) { return c->n_tokens[0]; }
 
 int32_t locks_ctx_seq_len(const locks_ctx *c, int32_t seq) {
@@ -709,24 +760,32 @@ int32_t locks_ctx_seq_len(const locks_ctx *c, int32_t seq) {
 /* Drops every token of sequence s after the first n. The local layers' rings need no
  * change, only the window before n still in them: positions n - window + 1 .. n - 1. */
 static locks_status truncate_seq(locks_ctx *c, int32_t s, int32_t n) {
-    if (!c || c->broken || n < 0 || n > c->n_tokens[s]) return LOCKS_ERR_INVALID_ARG;
+    locks_status st = ctx_check(c);
+    if (st != LOCKS_OK) return st;
+    if (n < 0 || n > c->n_tokens[s])
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "n %d (sequence %d holds %d tokens: 0..%d)", n, s, c->n_tokens[s],
+                          c->n_tokens[s]);
     int32_t need = n - c->m->info.swa_window + 1;
     if (c->n_local > 0 && n > 0 && (need > 0 ? need : 0) < c->swa_lo[s]) {
-        locks_log(LOCKS_LOG_ERROR,
-                  "model: cannot truncate to %d tokens: the sliding-window layers keep positions %d .. %d only "
-                  "(window %d; truncate to >= %d or to 0, or raise swa_rollback, now %d)",
-                  n, c->swa_lo[s], c->n_tokens[s] - 1, c->m->info.swa_window,
-                  c->swa_lo[s] + c->m->info.swa_window - 1, c->p.swa_rollback);
-        return LOCKS_ERR_UNSUPPORTED;
+        st = locks_fail(LOCKS_ERR_UNSUPPORTED,
+                        "cannot truncate to %d tokens: the sliding-window layers keep positions %d .. %d only "
+                        "(window %d; truncate to >= %d or to 0, or raise swa_rollback, now %d)",
+                        n, c->swa_lo[s], c->n_tokens[s] - 1, c->m->info.swa_window,
+                        c->swa_lo[s] + c->m->info.swa_window - 1, c->p.swa_rollback);
+        locks_log(LOCKS_LOG_ERROR, "model: %s", locks_last_error());
+        return st;
     }
-    locks_status st = locks_cache_seq_truncate(c->cache, c->seq[s], n);
+    st = locks_cache_seq_truncate(c->cache, c->seq[s], n);
     if (st != LOCKS_OK) return st;
     c->n_tokens[s] = n;
     if (n == 0) c->swa_lo[s] = 0;
     return LOCKS_OK;
 }
 
-locks_status locks_ctx_truncate(locks_ctx *c, int32_t n) { return truncate_seq(c, 0, n); }
+locks_status locks_ctx_truncate(locks_ctx *c, int32_t n) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(truncate_seq(c, 0, n), "locks_ctx_truncate", mark);
+}
 const locks_model *locks_ctx_model(const locks_ctx *c) { return c->m; }
 locks_ctx_params locks_ctx_get_params(const locks_ctx *c) { return c->p; }
 locks_cache *locks_ctx_cache(locks_ctx *c) { return c->cache; }
@@ -741,31 +800,36 @@ size_t locks_ctx_swa_bytes(const locks_ctx *c) {
 int32_t locks_ctx_seq(const locks_ctx *c) { return c->seq[0]; }
 
 locks_status locks_ctx_set_step(locks_ctx *c, locks_step_params step) {
-    if (!step_ok(&step)) return LOCKS_ERR_INVALID_ARG;
-    if (!locks_cache_serves(c->cache, step.selector)) return LOCKS_ERR_NO_META;
-    c->p.step = step;
-    return LOCKS_OK;
+    const uint32_t mark = locks_error_mark();
+    locks_status st = c ? step_check(&step) : locks_fail(LOCKS_ERR_INVALID_ARG, "the context is NULL");
+    if (st == LOCKS_OK && !locks_cache_serves(c->cache, step.selector))
+        st = locks_fail(LOCKS_ERR_NO_META, "step.selector %s: the context's cache keeps no metadata for it (add it to "
+                        "locks_ctx_params.selectors at init)", locks_selector_name(step.selector));
+    if (st == LOCKS_OK) c->p.step = step;
+    return locks_fail_call(st, "locks_ctx_set_step", mark);
 }
 
 locks_status locks_ctx_set_sparse_layer(locks_ctx *c, int32_t layer) {
-    if (!c || layer < -1 || layer >= c->m->info.n_layers) return LOCKS_ERR_INVALID_ARG;
-    c->sparse_layer = layer;
-    return LOCKS_OK;
+    const uint32_t mark = locks_error_mark();
+    locks_status st = c ? LOCKS_OK : locks_fail(LOCKS_ERR_INVALID_ARG, "the context is NULL");
+    if (st == LOCKS_OK && (layer < -1 || layer >= c->m->info.n_layers))
+        st = locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (must be -1 for none, or 0..%d)", layer,
+                        c->m->info.n_layers - 1);
+    if (st == LOCKS_OK) c->sparse_layer = layer;
+    return locks_fail_call(st, "locks_ctx_set_sparse_layer", mark);
 }
 
 locks_run_stats locks_ctx_stats(const locks_ctx *c) { return c->stats; }
 void locks_ctx_stats_reset(locks_ctx *c) { memset(&c->stats, 0, sizeof c->stats); }
 
-locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
-    locks_status st = LOCKS_OK;
+static locks_ctx *ctx_clone(const locks_ctx *src, locks_status *err) {
+    locks_status st = ctx_check(src);
     float *k = NULL, *v = NULL;
     locks_ctx *c = NULL;
-    if (!src || src->broken) {
-        st = LOCKS_ERR_INVALID_ARG;
-        goto fail;
-    }
+    if (st != LOCKS_OK) goto fail;
     if (src->gpu || src->n_seqs > 1) { /* K/V on the device (the clone copies host pages), or several sequences */
-        st = LOCKS_ERR_UNSUPPORTED;
+        st = locks_fail(LOCKS_ERR_UNSUPPORTED, "only a CPU context of one sequence is cloned (this one: %s, %d sequences)",
+                        src->gpu ? "CUDA" : "CPU", src->n_seqs);
         goto fail;
     }
     c = ctx_init(src->m, src->p, src->pool, &st); /* the parent's threads */
@@ -819,6 +883,14 @@ fail:
     locks_ctx_free(c);
     if (err) *err = st;
     return NULL;
+}
+
+locks_ctx *locks_ctx_clone(const locks_ctx *src, locks_status *err) {
+    const uint32_t mark = locks_error_mark();
+    locks_status st;
+    locks_ctx *c = ctx_clone(src, &st);
+    if (err) *err = locks_fail_call(st, "locks_ctx_clone", mark);
+    return c;
 }
 
 /* Process CPU time (all threads) in ms. */
@@ -1038,10 +1110,9 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
  * before the call, and only if that fails too is the context marked broken. */
 static locks_status run_tokens(locks_ctx *c, int32_t sq, const int32_t *tokens, int32_t n, int mode, float *logits,
                                int all_logits) {
-    for (int32_t t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= c->m->info.n_vocab) return LOCKS_ERR_INVALID_ARG;
-    if (c->n_tokens[sq] + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
-    locks_status st = locks_cache_append(c->cache, c->seq[sq], n);
+    locks_status st = tokens_check(c, tokens, n);
+    if (st == LOCKS_OK) st = room_check(c, sq, n);
+    if (st == LOCKS_OK) st = locks_cache_append(c->cache, c->seq[sq], n);
     if (st != LOCKS_OK) return st;
     st = forward(c, sq, tokens, n, mode, logits, all_logits);
     if (st != LOCKS_OK) {
@@ -1058,9 +1129,14 @@ static locks_status run_tokens(locks_ctx *c, int32_t sq, const int32_t *tokens, 
  * attending as mode (PREFILL or VERIFY) says. */
 static locks_status prefill(locks_ctx *c, int32_t sq, const int32_t *tokens, int32_t n, float *logits,
                             int all_logits, int mode) {
-    if (!c || (!tokens && n > 0) || n < 0 || sq < 0 || sq >= c->n_seqs) return LOCKS_ERR_INVALID_ARG;
-    if (c->broken) return LOCKS_ERR_INVALID_ARG;
-    if (c->n_tokens[sq] + n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+    locks_status st0 = ctx_check(c);
+    if (st0 == LOCKS_OK) st0 = seq_check(c, sq);
+    if (st0 == LOCKS_OK && (n < 0 || (!tokens && n > 0)))
+        st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "n %d with tokens %s (n >= 0 tokens, not NULL when n > 0)", n,
+                         tokens ? "given" : "NULL");
+    if (st0 == LOCKS_OK) st0 = room_check(c, sq, n);
+    if (st0 == LOCKS_OK) st0 = tokens_check(c, tokens, n);
+    if (st0 != LOCKS_OK) return st0;
     double t0 = locks_now_ms(), c0 = cpu_ms();
     int32_t n0 = c->n_tokens[sq];
     for (int32_t done = 0; done < n;) {
@@ -1084,21 +1160,36 @@ static locks_status prefill(locks_ctx *c, int32_t sq, const int32_t *tokens, int
 }
 
 locks_status locks_ctx_prefill(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits) {
-    return prefill(c, 0, tokens, n, logits, 0, FWD_PREFILL);
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(prefill(c, 0, tokens, n, logits, 0, FWD_PREFILL), "locks_ctx_prefill", mark);
 }
 
 locks_status locks_ctx_prefill_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits) {
-    return prefill(c, seq, tokens, n, logits, 0, FWD_PREFILL);
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(prefill(c, seq, tokens, n, logits, 0, FWD_PREFILL), "locks_ctx_prefill_seq", mark);
+}
+
+static locks_status no_logits(void) {
+    return locks_fail(LOCKS_ERR_INVALID_ARG, "logits is NULL (this call returns every token's logits)");
 }
 
 locks_status locks_ctx_prefill_all(locks_ctx *c, const int32_t *tokens, int32_t n, float *logits) {
-    if (!logits) return LOCKS_ERR_INVALID_ARG;
-    return prefill(c, 0, tokens, n, logits, 1, FWD_VERIFY);
+    const uint32_t mark = locks_error_mark();
+    locks_status st = logits ? prefill(c, 0, tokens, n, logits, 1, FWD_VERIFY) : no_logits();
+    return locks_fail_call(st, "locks_ctx_prefill_all", mark);
 }
 
-locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
-    if (!c || !logits || c->broken) return LOCKS_ERR_INVALID_ARG;
-    if (c->gpu && c->n_seqs > 1) return LOCKS_ERR_UNSUPPORTED; /* the device decodes all sequences together */
+/* The device decodes all sequences together: one sequence alone only on the CPU. */
+static locks_status gpu_one_seq(const locks_ctx *c) {
+    return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                      "the CUDA engine decodes all %d sequences together (locks_ctx_decode_batch), not one", c->n_seqs);
+}
+
+static locks_status ctx_decode(locks_ctx *c, int32_t token, float *logits) {
+    locks_status st0 = ctx_check(c);
+    if (st0 == LOCKS_OK && !logits) st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "logits is NULL");
+    if (st0 == LOCKS_OK && c->gpu && c->n_seqs > 1) st0 = gpu_one_seq(c);
+    if (st0 != LOCKS_OK) return st0;
     double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = run_tokens(c, 0, &token, 1, FWD_DECODE, logits, 0);
     if (st != LOCKS_OK) return st;
@@ -1108,13 +1199,19 @@ locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
     return LOCKS_OK;
 }
 
-locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *logits) {
-    if (!c || !tokens || c->broken) return LOCKS_ERR_INVALID_ARG;
+locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(ctx_decode(c, token, logits), "locks_ctx_decode", mark);
+}
+
+static locks_status decode_batch(locks_ctx *c, const int32_t *tokens, float *logits) {
+    locks_status st0 = ctx_check(c);
+    if (st0 == LOCKS_OK && !tokens) st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "tokens is NULL");
+    if (st0 != LOCKS_OK) return st0;
     const int32_t ns = c->n_seqs, V = c->m->info.n_vocab;
-    for (int32_t s = 0; s < ns; s++) { /* everything checked before any sequence moves */
-        if (tokens[s] < 0 || tokens[s] >= V) return LOCKS_ERR_INVALID_ARG;
-        if (c->n_tokens[s] + 1 > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
-    }
+    for (int32_t s = 0; s < ns; s++) /* everything checked before any sequence moves */
+        if ((st0 = tokens_check(c, tokens + s, 1)) != LOCKS_OK || (st0 = room_check(c, s, 1)) != LOCKS_OK)
+            return st0;
     double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = LOCKS_OK;
     if (c->gpu) { /* one token of every sequence in one pass */
@@ -1142,6 +1239,11 @@ locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *
     c->stats.decode_ms += locks_now_ms() - t0;
     c->stats.decode_cpu_ms += cpu_ms() - c0;
     return LOCKS_OK;
+}
+
+locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *logits) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(decode_batch(c, tokens, logits), "locks_ctx_decode_batch", mark);
 }
 
 /* ================================================================================ */
@@ -1175,12 +1277,18 @@ static locks_status generate_gpu(locks_ctx *c, const int32_t *prompt, int32_t n_
     return st;
 }
 
-locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt,
-                            int32_t n_predict, locks_sampler *s, locks_token_fn on_token,
-                            void *user, int32_t *out, int32_t *n_out) {
+static locks_status generate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
+                             locks_sampler *s, locks_token_fn on_token, void *user, int32_t *out, int32_t *n_out) {
     if (n_out) *n_out = 0;
-    if (!c || !s || n_prompt <= 0 || n_predict < 0) return LOCKS_ERR_INVALID_ARG;
-    if (c->gpu && c->n_seqs > 1) return LOCKS_ERR_UNSUPPORTED; /* the device decodes all sequences together */
+    locks_status st0 = ctx_check(c);
+    if (st0 == LOCKS_OK && !s) st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "the sampler is NULL");
+    if (st0 == LOCKS_OK && (n_prompt <= 0 || !prompt))
+        st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "n_prompt %d with prompt %s (a prompt of >= 1 tokens is needed)",
+                         n_prompt, prompt ? "given" : "NULL");
+    if (st0 == LOCKS_OK && n_predict < 0)
+        st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "n_predict %d (must be >= 0)", n_predict);
+    if (st0 == LOCKS_OK && c->gpu && c->n_seqs > 1) st0 = gpu_one_seq(c);
+    if (st0 != LOCKS_OK) return st0;
     if (c->gpu) return generate_gpu(c, prompt, n_prompt, n_predict, s, on_token, user, out, n_out);
     float *logits = locks_alloc((size_t)c->m->info.n_vocab, sizeof(float));
     if (!logits) return LOCKS_ERR_OOM;
@@ -1200,6 +1308,14 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
     return st;
 }
 
+locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_prompt,
+                            int32_t n_predict, locks_sampler *s, locks_token_fn on_token,
+                            void *user, int32_t *out, int32_t *n_out) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(generate(c, prompt, n_prompt, n_predict, s, on_token, user, out, n_out), "locks_generate",
+                           mark);
+}
+
 /* ================================================================================ */
 /* Serving: a step over any subset of the sequences                                 */
 /* ================================================================================ */
@@ -1207,21 +1323,29 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
 /* For a server's continuous batching: requests join and leave between steps, so a step
  * decodes the sequences that are generating now, not all of them. Same checks and the
  * same all-or-nothing rule as locks_ctx_decode_batch. */
-locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens, float *logits) {
-    if (!c || !seqs || !tokens || n < 1 || n > c->n_seqs || c->broken) return LOCKS_ERR_INVALID_ARG;
+static locks_status decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens, float *logits) {
+    locks_status st0 = ctx_check(c);
+    if (st0 == LOCKS_OK && (!seqs || !tokens))
+        st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !seqs ? "seqs" : "tokens");
+    if (st0 == LOCKS_OK && (n < 1 || n > c->n_seqs))
+        st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "n %d (must be 1..%d, the context's sequences)", n, c->n_seqs);
+    if (st0 != LOCKS_OK) return st0;
     const int32_t V = c->m->info.n_vocab;
     uint32_t seen = 0;
     for (int32_t i = 0; i < n; i++) { /* everything checked before any sequence moves */
         int32_t s = seqs[i];
-        if (s < 0 || s >= c->n_seqs || (seen >> s & 1u)) return LOCKS_ERR_INVALID_ARG;
+        if ((st0 = seq_check(c, s)) != LOCKS_OK) return st0;
+        if (seen >> s & 1u) return locks_fail(LOCKS_ERR_INVALID_ARG, "seqs[%d] = %d appears twice", i, s);
         seen |= 1u << s;
-        if (tokens[i] < 0 || tokens[i] >= V) return LOCKS_ERR_INVALID_ARG;
-        if (c->n_tokens[s] + 1 > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+        if ((st0 = tokens_check(c, tokens + i, 1)) != LOCKS_OK || (st0 = room_check(c, s, 1)) != LOCKS_OK) return st0;
     }
     if (c->gpu) { /* the device pass decodes every sequence: only the whole set, in order */
         for (int32_t i = 0; i < n; i++)
-            if (seqs[i] != i || n != c->n_seqs) return LOCKS_ERR_UNSUPPORTED;
-        return locks_ctx_decode_batch(c, tokens, logits);
+            if (seqs[i] != i || n != c->n_seqs)
+                return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                                  "the CUDA engine decodes all %d sequences in order (seqs 0..%d), not a subset",
+                                  c->n_seqs, c->n_seqs - 1);
+        return decode_batch(c, tokens, logits);
     }
     double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = LOCKS_OK;
@@ -1238,9 +1362,17 @@ locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n,
     return LOCKS_OK;
 }
 
+locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens, float *logits) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(decode_seqs(c, seqs, n, tokens, logits), "locks_ctx_decode_seqs", mark);
+}
+
 locks_status locks_ctx_truncate_seq(locks_ctx *c, int32_t seq, int32_t n) {
-    if (!c || seq < 0 || seq >= c->n_seqs) return LOCKS_ERR_INVALID_ARG;
-    return truncate_seq(c, seq, n);
+    const uint32_t mark = locks_error_mark();
+    locks_status st = ctx_check(c);
+    if (st == LOCKS_OK) st = seq_check(c, seq);
+    if (st == LOCKS_OK) st = truncate_seq(c, seq, n);
+    return locks_fail_call(st, "locks_ctx_truncate_seq", mark);
 }
 
 /* ---- Shared prefix pages ---- */
@@ -1287,16 +1419,26 @@ locks_status locks_ctx_seq_share(locks_ctx *c, int32_t dst, int32_t src, int32_t
 }
 
 locks_status locks_ctx_prefill_all_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits) {
-    if (!logits) return LOCKS_ERR_INVALID_ARG;
-    return prefill(c, seq, tokens, n, logits, 1, FWD_VERIFY);
+    const uint32_t mark = locks_error_mark();
+    locks_status st = logits ? prefill(c, seq, tokens, n, logits, 1, FWD_VERIFY) : no_logits();
+    return locks_fail_call(st, "locks_ctx_prefill_all_seq", mark);
 }
 
 /* ---- A sequence's K/V out and back in (slot save / restore) ---- */
 
-locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t layer, uint16_t *k, uint16_t *v) {
-    if (!c || !k || !v || seq < 0 || seq >= c->n_seqs || layer < 0 || layer >= c->m->info.n_layers || c->broken)
-        return LOCKS_ERR_INVALID_ARG;
-    if (c->gpu) return LOCKS_ERR_UNSUPPORTED;
+/* K/V copies are host-side: a context on the GPU keeps them on the device. */
+static locks_status kv_on_host(const locks_ctx *c) {
+    return c->gpu ? locks_fail(LOCKS_ERR_UNSUPPORTED, "the K/V of a CUDA context stay on the device") : LOCKS_OK;
+}
+
+static locks_status seq_read_kv(const locks_ctx *c, int32_t seq, int32_t layer, uint16_t *k, uint16_t *v) {
+    locks_status st0 = ctx_check(c);
+    if (st0 == LOCKS_OK) st0 = seq_check(c, seq);
+    if (st0 == LOCKS_OK && (layer < 0 || layer >= c->m->info.n_layers))
+        st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the model has layers 0..%d)", layer, c->m->info.n_layers - 1);
+    if (st0 == LOCKS_OK && (!k || !v)) st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !k ? "k" : "v");
+    if (st0 == LOCKS_OK) st0 = kv_on_host(c);
+    if (st0 != LOCKS_OK) return st0;
     const int32_t hkv = c->m->info.n_kv_heads, d = c->m->info.head_dim, n = c->n_tokens[seq];
     if (c->m->layers[layer].local) { /* the ring's positions swa_lo .. n - 1; 0 before */
         const swa_ring r = ctx_ring(c, seq, layer);
@@ -1331,10 +1473,21 @@ locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t laye
     return LOCKS_OK;
 }
 
-locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v) {
-    if (!c || seq < 0 || seq >= c->n_seqs || n < 0 || (n > 0 && (!k || !v)) || c->broken) return LOCKS_ERR_INVALID_ARG;
-    if (c->gpu) return LOCKS_ERR_UNSUPPORTED;
-    if (n > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
+locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t layer, uint16_t *k, uint16_t *v) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(seq_read_kv(c, seq, layer, k, v), "locks_ctx_seq_read_kv", mark);
+}
+
+static locks_status seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v) {
+    locks_status st0 = ctx_check(c);
+    if (st0 == LOCKS_OK) st0 = seq_check(c, seq);
+    if (st0 == LOCKS_OK && (n < 0 || (n > 0 && (!k || !v))))
+        st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "n %d with k, v %s (n >= 0; k and v not NULL when n > 0)", n,
+                         k && v ? "given" : "NULL");
+    if (st0 == LOCKS_OK) st0 = kv_on_host(c);
+    if (st0 == LOCKS_OK && n > c->p.n_ctx)
+        st0 = locks_fail(LOCKS_ERR_POOL_FULL, "n %d exceeds n_ctx %d", n, c->p.n_ctx);
+    if (st0 != LOCKS_OK) return st0;
     const int32_t L = c->m->info.n_layers, hkv = c->m->info.n_kv_heads, d = c->m->info.head_dim;
     const size_t per_layer = (size_t)n * (size_t)hkv * (size_t)d;
     float *kf = locks_alloc(per_layer ? per_layer : 1, sizeof(float));
@@ -1372,4 +1525,9 @@ locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const u
     locks_free(kf);
     locks_free(vf);
     return st;
+}
+
+locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(seq_load_kv(c, seq, n, k, v), "locks_ctx_seq_load_kv", mark);
 }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# cpu_peer_heading.sh — scripts/cpu-peer.sh up to its heading, with the 1-minute load read
+# from a stub (CPU_PEER_LOADAVG) and stubs for llama-bench, our CLI and the haystack:
+#   quiet (0.05)                 -> status 0, the heading in the log, no SKIPPED/TINY line
+#   loaded (3.50)                -> status 2, "not measuring", no heading
+#   loaded, CPU_PEER_IGNORE_LOAD -> status 0, the heading says LOAD CHECK SKIPPED
+#   quiet, CPU_PEER_TINY         -> status 0, the heading says TINY SETTINGS
+# The quiet case is the one 027fd32 fixed: a false `[ ] && echo` ended the heading's tee'd
+# group with status 1, and set -e + pipefail stopped the script after its heading.
+set -u
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin"
+printf '#!/bin/sh\nexit 0\n' > "$tmp/bin/llama-bench"
+chmod +x "$tmp/bin/llama-bench"
+echo "some prose" > "$tmp/doc.txt"
+fails=0
+
+# case NAME LOAD WANT_RC WANT_TEXT UNWANTED_TEXT [ENV=VALUE...]
+case_() {
+    local name=$1 load=$2 want_rc=$3 want=$4 unwanted=$5
+    shift 5
+    echo "$load 0.50 0.40 1/100 12345" > "$tmp/loadavg"
+    local out=$tmp/out-$name
+    rm -rf "$out"
+    env CPU_PEER_LOADAVG="$tmp/loadavg" CPU_PEER_HEADING_ONLY=1 LLAMA_BIN="$tmp/bin" LOCKS=/bin/true \
+        DOC="$tmp/doc.txt" OUT="$out" "$@" scripts/cpu-peer.sh smollm2 decode > "$tmp/stdout" 2> "$tmp/stderr"
+    local rc=$?
+    local text
+    text=$(cat "$tmp/stderr" "$out"/*/log 2> /dev/null)
+    if [ "$rc" != "$want_rc" ]; then
+        echo "FAIL $name: status $rc, want $want_rc; stderr:"; sed 's/^/    /' "$tmp/stderr"; fails=$((fails + 1))
+    elif ! grep -qF -- "$want" <<< "$text"; then
+        echo "FAIL $name: output lacks '$want':"; sed 's/^/    /' <<< "$text"; fails=$((fails + 1))
+    elif [ -n "$unwanted" ] && grep -qF -- "$unwanted" <<< "$text"; then
+        echo "FAIL $name: output has '$unwanted':"; sed 's/^/    /' <<< "$text"; fails=$((fails + 1))
+    else
+        echo "ok   $name"
+    fi
+}
+
+case_ quiet 0.05 0 "1-minute load at start 0.05" "SKIPPED"
+case_ quiet-log 0.05 0 "# cpu-peer " "TINY SETTINGS"
+case_ loaded 3.50 2 "1-minute load is 3.50 (> 1.2): something else runs; not measuring" "# cpu-peer "
+case_ loaded-ignored 3.50 0 "LOAD CHECK SKIPPED (CPU_PEER_IGNORE_LOAD=1)" "" CPU_PEER_IGNORE_LOAD=1
+case_ quiet-tiny 0.05 0 "TINY SETTINGS (CPU_PEER_TINY=1)" "SKIPPED" CPU_PEER_TINY=1
+[ "$fails" = 0 ] || { echo "cpu_peer_heading: $fails case(s) FAILED"; exit 1; }
+echo "cpu_peer_heading: all 5 cases passed"
