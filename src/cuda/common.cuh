@@ -160,6 +160,21 @@ static inline size_t summary_index(const locks_cuda_cache *c, int32_t layer, int
 /* Workspace sizing (step.cu): grows the buffers to hold n_seqs x n_q_heads; never
  * shrinks (captured graphs keep pointing at them). */
 locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t n_q_heads);
+/* attend.cu's rows mode (see attend_kernel), for the GPU model engine's verify
+ * (src/model/cuda/verify.cu): q_attn [rows][hq][d] as qprep writes them, row r at length
+ * len0 + r; d_slot: the block-table row; d_ident: 0 .. rows - 1; d_lens: len0 + r;
+ * part_*: rows x hkv x locks_cuda_attend_rows_splits(c, n_seqs, max_list) x G partials. */
+int32_t locks_cuda_attend_rows_splits(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_list);
+locks_status locks_cuda_attend_rows_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t max_list,
+                                           int32_t hq, const uint16_t *q_attn, int32_t rows, int32_t len0,
+                                           const int32_t *d_slot, const int32_t *d_ident, const int32_t *d_lens,
+                                           float *part_o, float2 *part_ml, float *out, cudaStream_t st);
+/* The batch the step kernels read (ws.seq_slots, step position -> slot), for callers
+ * outside the backend (the GPU model engine): uploads ids[0 .. n) after the stream drains,
+ * unless owner is not NULL and its list is the one held already; owner (an engine or a
+ * graph; NULL for a one-off batch) is remembered. Widest selection a workspace row holds. */
+locks_status locks_cuda_use_slots(locks_cuda_cache *c, const int32_t *ids, int32_t n, const void *owner);
+int32_t locks_cuda_ws_max_pages(const locks_cuda_cache *c);
 
 /* Launch wrappers shared by the step and the piece-wise entries (each defined in the
  * op's own file). seg count = n_seqs * Hkv; seq_slots maps step position -> slot. */

@@ -414,10 +414,10 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
              * default: on the H200 the fused token was 3% slower at one sequence (its
              * products 5.08 ms vs cuBLAS 4.02 for Llama-3.1-8B, the rest 0.34 vs 1.13 ms)
              * and 3-6x slower at 2-8 (CUDA cores, not tensor cores); bench/RESULTS.md. */
-            const char *ev = getenv("LOCKS_CUDA_GEMV");
+            const int g = locks_cuda_get_lab().engine_gemv;
             const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
                              lg_gemv_supported(s->ffn_dim, n_seqs);
-            e->gemv = fits && ev && (ev[0] == '1' || ev[0] == '2') ? ev[0] - '0' : 0;
+            e->gemv = fits && (g == 1 || g == 2) ? g : 0;
             if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
@@ -455,12 +455,10 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         if ((st = locks_cuda_summary_build(e->cc, 0, e->build, n_seqs)) != LOCKS_OK) goto fail;
         e->step = locks_step_default_params();
         e->max_ctx = cache->p.n_pages * LOCKS_PAGE;
-        const char *fz = getenv("LOCKS_ENGINE_FUSED");
-        e->prep_fused = !(fz && fz[0] == '0');
-        const char *pz = getenv("LOCKS_ENGINE_PAD");
-        e->gemm_rows = pz && pz[0] == '0' ? 1 : GEMM_ROWS;
-        const char *rz = getenv("LOCKS_ENGINE_REST");
-        e->rest = !(rz && rz[0] == '0');
+        const locks_cuda_lab lab = locks_cuda_get_lab();
+        e->prep_fused = lab.engine_fused != 0;
+        e->gemm_rows = lab.engine_pad ? GEMM_ROWS : 1;
+        e->rest = lab.engine_rest != 0;
         if (cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking) != cudaSuccess ||
             cudaEventCreateWithFlags(&e->ev_fork, cudaEventDisableTiming) != cudaSuccess ||
             cudaEventCreateWithFlags(&e->ev_join, cudaEventDisableTiming) != cudaSuccess) {
@@ -871,14 +869,9 @@ static locks_status check_lengths(lg_ctx *e) {
 }
 
 static locks_status own_slots(lg_ctx *e) {
-    locks_cuda_cache *c = e->cc;
-    if (c->slots_owner == (const void *)e) return LOCKS_OK;
     int32_t ids[MAX_ENGINE_SEQS];
     for (int32_t i = 0; i < e->n_seqs; i++) ids[i] = i;
-    CU_TRY(cudaStreamSynchronize(e->st));
-    CU_TRY(cudaMemcpy(c->ws.seq_slots, ids, (size_t)e->n_seqs * 4, cudaMemcpyHostToDevice));
-    c->slots_owner = e;
-    return LOCKS_OK;
+    return locks_cuda_use_slots(e->cc, ids, e->n_seqs, e);
 }
 
 static locks_status capture(lg_ctx *e, int parts) {
@@ -1066,14 +1059,12 @@ extern "C" locks_status lg_op_attend_decode(locks_cache *c, int32_t layer, int32
                                             int32_t n_q_heads, float scale, int32_t max_list, float *d_out) {
     if (!c || !c->cuda || layer < 0 || layer >= c->p.n_layers || seq < 0 || seq >= c->p.max_seqs ||
         locks_cache_seq_len(c, seq) < 1 || n_q_heads % c->p.n_kv_heads != 0 ||
-        max_list < (locks_cache_seq_len(c, seq) + 15) / 16 || max_list > c->cuda->ws.max_pages)
+        max_list < (locks_cache_seq_len(c, seq) + 15) / 16 || max_list > locks_cuda_ws_max_pages(c->cuda))
         return LOCKS_ERR_INVALID_ARG;
     locks_cuda_cache *cc = c->cuda;
     if (scale <= 0.f) scale = 1.f / sqrtf((float)c->p.head_dim);
     LOCKS_TRY(locks_cuda_ws_reserve(cc, 1, n_q_heads));
-    CU_TRY(cudaStreamSynchronize(cc->stream));
-    CU_TRY(cudaMemcpy(cc->ws.seq_slots, &seq, 4, cudaMemcpyHostToDevice));
-    cc->slots_owner = NULL;
+    LOCKS_TRY(locks_cuda_use_slots(cc, &seq, 1, NULL));
     LOCKS_TRY(locks_cuda_qprep_launch(cc, d_q, n_q_heads * c->p.head_dim, 1, n_q_heads, scale, cc->stream));
     /* the dense path of locks_cuda_step_enqueue (an engine of one sequence) */
     LOCKS_TRY(locks_cuda_attend_launch(cc, layer, 1, n_q_heads, NULL, NULL, 0, 1, max_list, d_out, NULL, cc->stream));
