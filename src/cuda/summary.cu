@@ -16,7 +16,6 @@
  * coefficients unquantized. RS (8 or 16) rank slots per summary, slots >= rank zero.
  * fp32 arithmetic: the int4/int8 quantization error is orders above the Jacobi error.
  */
-#include <stdlib.h>
 
 #include "common.cuh"
 
@@ -423,7 +422,7 @@ static __device__ __forceinline__ void summ2_store_coef(const summary_out &o, si
     }
 }
 
-template <int D, typename T, int RS, bool ROLL>
+template <int D, typename T, int RS>
 static __global__ void __launch_bounds__(SUMM2_WARPS * 32)
 summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t *__restrict__ pages, int32_t n,
                 int32_t hkv, int32_t n_pages_pool, int32_t rank, summary_out o) {
@@ -460,30 +459,14 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
 
     const size_t sidx = (size_t)h * n_pages_pool + page; /* within this layer */
     summ2_store_mu<D>(sm, o, sidx, li, valid, f32);
-    float cvals[RS]; /* lane li: c_(li) k; ROLL: the loop is not unrolled (cvals then on the stack) */
-#pragma unroll(ROLL ? 1 : RS)
+    float cvals[RS]; /* lane li: c_(li) k */
+#pragma unroll(RS)
     for (int k = 0; k < RS; k++) {
         cvals[k] = 0.f;
         if (k >= rank) summ2_zero_slot<D, RS>(o, sidx, k, li, valid, f32);
         else cvals[k] = summ2_basis_slot<D, RS>(sm, o, sidx, k, lam, sig0, li, hbase, valid, f32);
     }
     summ2_store_coef<RS>(o, sidx, cvals, li, valid, f32);
-}
-
-/* Builds of at most this many page-heads (rank slots 8) take summary2_kernel with its basis
- * loop rolled: 99 KB of SASS instead of 166 KB (D 128, bf16; nvdisasm), meant for the
- * latency-bound build of a decode token, whose code is cold after the token's weights
- * streamed through L2 (bench/RESULTS.md, issue 24: 65-70 us a layer in the token against
- * ~40 us warm). Lab switch LOCKS_CUDA_SUMMARY_ROLL=N, read once per process; unset or 0:
- * never (the unrolled kernel, as before). Same arithmetic in the same order either way. */
-static int64_t summary_roll_items(void) {
-    static int64_t roll = -1; /* read once: not a call to repeat inside a graph capture */
-    if (roll < 0) {
-        const char *e = getenv("LOCKS_CUDA_SUMMARY_ROLL");
-        const long long v = e ? atoll(e) : 0;
-        roll = v > 0 ? (int64_t)v : 0;
-    }
-    return roll;
 }
 
 template <int D, typename T, int RS>
@@ -507,27 +490,13 @@ static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const i
     }
     const size_t smem2 = sizeof(summ2_smem<D>) * 2 * SUMM2_WARPS;
     const unsigned blocks2 = (unsigned)((items + 2 * SUMM2_WARPS - 1) / (2 * SUMM2_WARPS));
-    if constexpr (RS == LOCKS_CUDA_MAX_RANK) { /* the rolled basis loop (summary_roll_items) */
-        if (items <= summary_roll_items()) {
-            static bool roll_set = false;
-            if (!roll_set) {
-                CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS, true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2));
-                roll_set = true;
-            }
-            summary2_kernel<D, T, RS, true><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(
-                cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv, c->p.n_pages, c->rank, o);
-            CU_LAUNCH_CHECK(summary2_kernel);
-            return LOCKS_OK;
-        }
-    }
     static bool smem2_set = false;
     if (!smem2_set) {
-        CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)smem2));
         smem2_set = true;
     }
-    summary2_kernel<D, T, RS, false><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(
+    summary2_kernel<D, T, RS><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(
         cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv, c->p.n_pages, c->rank, o);
     CU_LAUNCH_CHECK(summary2_kernel);
     return LOCKS_OK;
