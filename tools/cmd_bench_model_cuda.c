@@ -85,12 +85,7 @@ static void usage(FILE *f) {
 static int parse(int argc, char **argv, mopts *o) {
     memset(o, 0, sizeof *o);
     o->m = NULL;
-    const int32_t ctx[] = {32768, 131072, 262144, 524288, 1048576};
-    memcpy(o->ctx, ctx, sizeof ctx);
-    o->n_ctx = 5;
-    o->batch[0] = 1;
-    o->batch[1] = 8;
-    o->n_batch = 2;
+    args_gpu_sweep(o->ctx, &o->n_ctx, o->batch, &o->n_batch);
     o->ttft[0] = 32768;
     o->ttft[1] = 131072;
     o->n_ttft = 2;
@@ -132,15 +127,9 @@ static int parse(int argc, char **argv, mopts *o) {
             i++;
         } else if (!strcmp(a, "--profile")) {
             o->profile = 1;
-        } else if (!strcmp(a, "--csv") && v) {
-            o->csv = v;
-            i++;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
         } else {
-            usage(stderr);
-            return 2;
+            const int r = args_bench_tail(a, v, &i, &o->csv, usage);
+            if (r) return r;
         }
     }
     if (!o->m) {
