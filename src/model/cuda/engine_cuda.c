@@ -56,8 +56,8 @@ locks_status engine_cuda_check(const engine_cuda_model *m, const locks_ctx_param
     int listed = 0;
     for (int32_t i = 0; i < caps.n_archs; i++) listed |= !strcmp(m->info.arch, caps.archs[i]);
     if (!listed) {
-        locks_log(LOCKS_LOG_ERROR, "model: the GPU engine runs the llama architecture only, not %s (use the CPU backend)",
-                  m->info.arch);
+        locks_log(LOCKS_LOG_ERROR,
+                  "model: the GPU engine runs the llama architecture only, not %s (use the CPU backend)", m->info.arch);
         return locks_fail(LOCKS_ERR_UNSUPPORTED,
                           "engine_cuda_init: architecture %s: the GPU engine runs llama only (no biases, QK-norm, "
                           "GeGLU, sliding window or NeoX RoPE yet); use the CPU backend",
