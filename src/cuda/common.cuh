@@ -86,13 +86,13 @@ struct locks_cuda_ws {
     int32_t hq;            /* n_q_heads the buffers were sized for */
     int32_t nseq;          /* n_seqs capacity */
     int pdl;               /* launch the step's kernels with programmatic dependent launch
-                              (LOCKS_CUDA_PDL=0 turns it off, for A/B timing) */
+                              (locks_cuda_lab.pdl = 0 turns it off, for A/B timing) */
     int score_i8_g16;      /* G 9..16 on the int8 score kernel in two column tiles
-                              (LOCKS_CUDA_SCORE_I8G16=0: the fp16 kernel) */
-    int32_t att_min_pps;   /* fewest pages per attention split (LOCKS_CUDA_ATT_MIN_PPS) */
+                              (locks_cuda_lab.score_i8_g16 = 0: the fp16 kernel) */
+    int32_t att_min_pps;   /* fewest pages per attention split (locks_cuda_lab.att_min_pps) */
     int32_t topk_mb_min;   /* pages from which the multi-block top-k is used
-                              (LOCKS_CUDA_TOPK_MB_MIN) */
-    int32_t mass_ppb;      /* pages per mass block (LOCKS_CUDA_MASS_PPB) */
+                              (locks_cuda_lab.topk_mb_min) */
+    int32_t mass_ppb;      /* pages per mass block (locks_cuda_lab.mass_ppb) */
 };
 
 struct locks_cuda_cache {
