@@ -1,5 +1,5 @@
 /*
- * model_cuda.h — the Llama-family forward pass on the GPU (src/model/cuda/*.cu), callable
+ * model_cuda.h — the Llama-family forward pass on the GPU (the .cu files of src/model/cuda/), callable
  * from C: device weights, the per-token kernels, the causal prefill attention over the
  * paged cache, device sampling, and a decode engine whose whole token (every layer's
  * projections, K/V write and summary build, the LOCKS or dense step, the FFN, the logits
