@@ -313,6 +313,265 @@ static locks_status cp_check_tiling(const uint8_t *recv, size_t hdr_bytes, int32
     return claimed == n_pages ? LOCKS_OK : LOCKS_ERR_INVALID_ARG;
 }
 
+/* One decode step's state on this rank: what every rank knows without communicating
+ * (the global plan), this rank's shard, and the scratch carved from one allocation. */
+typedef struct {
+    locks_cache *c;
+    const locks_cp_shard *shard;
+    const locks_seq *s; /* the shard's sequence, NULL if its checks failed */
+    int32_t R, hq, H, d, G;
+    int32_t len_g, n_full_g, partial_g, n_pages_g; /* the global sequence */
+    locks_plan plan;
+    int dense;
+    int32_t k;                 /* pages chosen per KV head beyond the forced ones */
+    int32_t n_local, n_full_l; /* this rank's pages, and its full ones */
+    size_t hdr_bytes, cand_n, part_n, part_pad;
+    /* scratch: headers (own + R received), candidate keys (own + R), the global merge,
+     * local keys, partials (own + R), scores [hq][n_full_l], masses [H][n_full_l], a row,
+     * page lists [H][n_local + 1], their counts [H], the global page flags */
+    uint8_t *hdr, *hdr_recv;
+    uint64_t *cand, *cand_recv, *all, *keys;
+    float *part, *part_recv, *scores, *mass, *row;
+    int32_t *pages, *n_pages;
+    uint8_t *gflag;
+    float scale;
+} cp_step;
+
+/* The plan and the scratch sizes (consistent across ranks once the header shows that
+ * every rank passed its checks with the same global length). */
+static void step_plan(cp_step *t, const locks_cp_comm *comm, const locks_cp_shard *shard, int32_t n_q_heads,
+                      const locks_step_params *p, const locks_seq *s) {
+    locks_cache *c = shard->cache;
+    t->c = c;
+    t->shard = shard;
+    t->s = s;
+    t->R = comm->n_ranks, t->hq = n_q_heads;
+    t->H = c->hkv, t->d = c->d, t->G = t->hq / t->H > 0 ? t->hq / t->H : 1;
+    t->len_g = shard->global_len > 0 ? shard->global_len : 0;
+    t->n_full_g = t->len_g / P, t->partial_g = t->len_g % P, t->n_pages_g = (t->len_g + P - 1) / P;
+    t->plan = locks_plan_make(t->len_g, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
+    t->dense = t->plan.dense;
+    t->k = t->dense || t->plan.k < 0 ? 0 : t->plan.k;
+    t->n_local = s ? s->n_pages : 0, t->n_full_l = s ? s->len / P : 0;
+    t->hdr_bytes = sizeof(cp_header) + (size_t)t->hq * 2 * sizeof(double);
+    t->cand_n = (size_t)t->H * (size_t)t->k;                /* keys sent per rank */
+    t->part_n = (size_t)t->hq * ((size_t)t->d + 1) + 1;     /* (o, lse) + status, floats */
+    t->part_pad = (t->part_n + 1) & ~(size_t)1;
+}
+
+static size_t step_bytes(const cp_step *t) {
+    const size_t R = (size_t)t->R, k = (size_t)t->k, nf = (size_t)t->n_full_l;
+    return t->hdr_bytes * (R + 1) + sizeof(uint64_t) * (t->cand_n * (R + 1) + R * k + nf + 1) +
+           sizeof(float) * (t->part_pad * (R + 1) + (size_t)(t->hq + t->H + 1) * nf) +
+           sizeof(int32_t) * ((size_t)t->H * ((size_t)t->n_local + 1) + (size_t)t->H) + (size_t)t->n_pages_g + 64;
+}
+
+static void step_carve(cp_step *t, uint8_t *b) {
+    t->hdr = b, t->hdr_recv = b + t->hdr_bytes;
+    b += t->hdr_bytes * ((size_t)t->R + 1);
+    t->cand = (uint64_t *)(void *)b, t->cand_recv = t->cand + t->cand_n;
+    t->all = t->cand_recv + t->cand_n * (size_t)t->R;
+    t->keys = t->all + (size_t)t->R * t->k;
+    t->part = (float *)(void *)(t->keys + t->n_full_l + 1), t->part_recv = t->part + t->part_pad;
+    t->scores = t->part_recv + t->part_pad * (size_t)t->R, t->mass = t->scores + (size_t)t->hq * t->n_full_l;
+    t->row = t->mass + (size_t)t->H * t->n_full_l;
+    t->pages = (int32_t *)(void *)(t->row + t->n_full_l), t->n_pages = t->pages + (size_t)t->H * (t->n_local + 1);
+    t->gflag = (uint8_t *)(t->n_pages + t->H);
+}
+
+/* The scratch could not be allocated: announce LOCKS_ERR_OOM in the header round so
+ * nobody hangs (the header is tiny). */
+static locks_status announce_oom(cp_ctx *x, const cp_step *t) {
+    uint8_t *tmp = locks_alloc((size_t)t->R + 1, t->hdr_bytes);
+    if (!tmp) return LOCKS_ERR_OOM; /* documented limit: the other ranks would wait */
+    cp_header me;
+    memset(&me, 0, sizeof me);
+    me.status = LOCKS_ERR_OOM;
+    memcpy(tmp, &me, sizeof me);
+    locks_status gs = gather(x, tmp, tmp + t->hdr_bytes, t->hdr_bytes);
+    locks_free(tmp);
+    return gs != LOCKS_OK ? gs : LOCKS_ERR_OOM;
+}
+
+/* 1. The local page scores and, per query head, their (max, sum exp) into the header's
+ * pairs; then the header itself. Returns the local status. */
+static locks_status local_scores(cp_step *t, int32_t layer, const float *q, const locks_step_params *p,
+                                 locks_status st) {
+    double *pairs = (double *)(void *)(t->hdr + sizeof(cp_header));
+    for (int32_t h = 0; h < t->hq; h++) {
+        pairs[2 * h] = -INFINITY;
+        pairs[2 * h + 1] = 0.0;
+    }
+    if (st == LOCKS_OK && !t->dense && t->k > 0 && t->n_full_l > 0) {
+        locks_seq_work w;
+        memset(&w, 0, sizeof w);
+        w.seq_id = t->shard->seq_id;
+        w.s = t->s;
+        w.q = q;
+        w.scores = t->scores;
+        locks_cache_lock(t->c);
+        st = locks_score_run(t->c, layer, &w, 1, t->hq, p->selector, t->scale, 0);
+        locks_cache_unlock(t->c);
+        for (int32_t h = 0; h < t->hq && st == LOCKS_OK; h++) {
+            memcpy(t->row, t->scores + (size_t)h * t->n_full_l, sizeof(float) * (size_t)t->n_full_l);
+            const float mx = locks_max_n(t->row, (size_t)t->n_full_l);
+            pairs[2 * h] = mx;
+            pairs[2 * h + 1] = locks_exp_sum_n(t->row, (size_t)t->n_full_l, mx);
+        }
+    }
+    cp_header me;
+    memset(&me, 0, sizeof me);
+    me.status = st;
+    me.page0 = t->shard->page0;
+    me.n_pages = t->n_local;
+    me.len = t->s ? t->s->len : 0;
+    me.global_len = t->shard->global_len;
+    me.n_q_heads = t->hq;
+    me.selector = p->selector;
+    me.budget = p->budget;
+    me.n_sink = p->n_sink;
+    me.n_recent = p->n_recent;
+    me.n_kv_heads = t->H;
+    me.head_dim = t->d;
+    memcpy(&me.scale_bits, &p->scale, 4);
+    me.q_hash = q && st == LOCKS_OK ? q_hash(q, (size_t)t->hq * t->d) : 0;
+    memcpy(t->hdr, &me, sizeof me);
+    return st;
+}
+
+/* 2. Per KV head: the masses of the local full pages (score.c's arithmetic with the
+ * global (M, S) of gather #1) and this rank's k best non-forced pages, 0-padded, into
+ * cand. */
+static void local_candidates(cp_step *t, const locks_step_params *p, locks_status st) {
+    const locks_group_rule rule = locks_selector_group_rule(p->selector);
+    const int32_t n_full_l = t->n_full_l, G = t->G, k = t->k;
+    for (int32_t h = 0; h < t->H; h++) {
+        float *m = t->mass + (size_t)h * n_full_l;
+        for (int32_t i = 0; i < n_full_l; i++) m[i] = 0.0f;
+        for (int32_t g = 0; g < G && n_full_l > 0; g++) {
+            const int32_t qh = h * G + g;
+            double M = -INFINITY, S = 0.0;
+            for (int32_t r = 0; r < t->R; r++) {
+                const double *pr = (const double *)(void *)(t->hdr_recv + (size_t)r * t->hdr_bytes + sizeof(cp_header));
+                if (pr[2 * qh + 1] > 0.0 && pr[2 * qh] > M) M = pr[2 * qh];
+            }
+            for (int32_t r = 0; r < t->R; r++) {
+                const double *pr = (const double *)(void *)(t->hdr_recv + (size_t)r * t->hdr_bytes + sizeof(cp_header));
+                if (pr[2 * qh + 1] > 0.0) S += pr[2 * qh + 1] * exp(pr[2 * qh] - M);
+            }
+            float *sr = t->scores + (size_t)qh * n_full_l;
+            locks_exp_sum_n(sr, (size_t)n_full_l, (float)M);
+            const float inv = (float)(1.0 / S) / (rule == LOCKS_GROUP_MAX ? 1.0f : (float)G);
+            if (rule == LOCKS_GROUP_MAX) {
+                for (int32_t i = 0; i < n_full_l; i++) m[i] = sr[i] * inv > m[i] ? sr[i] * inv : m[i];
+            } else {
+                for (int32_t i = 0; i < n_full_l; i++) m[i] += sr[i] * inv;
+            }
+        }
+        int32_t n_cand = 0;
+        for (int32_t i = 0; i < n_full_l && st == LOCKS_OK; i++) {
+            const int32_t j = t->shard->page0 + i;
+            if (!is_forced(j, &t->plan)) t->keys[n_cand++] = locks_rank_key(m[i], j);
+        }
+        const int32_t kl = n_cand < k ? n_cand : k;
+        if (kl > 0 && kl < n_cand) locks_top_k(t->keys, n_cand, kl);
+        memcpy(t->cand + (size_t)h * k, t->keys, sizeof(uint64_t) * (size_t)kl);
+    }
+}
+
+/* 3. The selection per KV head from every rank's candidates (gather #2): the local page
+ * list to attend (pages, n_pages) and the global one (sel, if given). */
+static void select_pages(cp_step *t, locks_selection *sel, locks_status st) {
+    const int32_t n_local = t->n_local, k = t->k, R = t->R;
+    for (int32_t h = 0; h < t->H; h++) {
+        int32_t *pl = t->pages + (size_t)h * (n_local + 1), n = 0;
+        if (t->dense) {
+            for (int32_t i = 0; i < n_local; i++) pl[n++] = i;
+        } else {
+            memset(t->gflag, 0, (size_t)t->n_pages_g);
+            for (int32_t j = 0; j < t->n_full_g; j++) t->gflag[j] = (uint8_t)is_forced(j, &t->plan);
+            if (t->partial_g) t->gflag[t->n_full_g] = 1;
+            if (k > 0) {
+                for (int32_t r = 0; r < R; r++)
+                    memcpy(t->all + (size_t)r * k, t->cand_recv + ((size_t)r * t->H + h) * k,
+                           sizeof(uint64_t) * (size_t)k);
+                if (R > 1) locks_top_k(t->all, R * k, k);
+                for (int32_t i = 0; i < k; i++) t->gflag[~(uint32_t)t->all[i]] = 1; /* real keys: see decode.h */
+            }
+            for (int32_t i = 0; i < n_local; i++)
+                if (t->gflag[t->shard->page0 + i]) pl[n++] = i;
+        }
+        t->n_pages[h] = n;
+        if (sel && st == LOCKS_OK) {
+            int32_t *sp = sel->pages + (size_t)h * sel->max_pages, ns = 0;
+            for (int32_t j = 0; j < t->n_pages_g; j++)
+                if (t->dense || t->gflag[j]) sp[ns++] = j;
+            sel->n_pages[h] = ns;
+        }
+    }
+}
+
+/* 4. Attention over the local selection into the partials (o [hq][d], lse [hq]). */
+static locks_status attend_local(cp_step *t, int32_t layer, const float *q, locks_status st) {
+    float *o = t->part, *lse = t->part + (size_t)t->hq * t->d;
+    for (int32_t h = 0; h < t->hq; h++) lse[h] = -INFINITY;
+    if (st == LOCKS_OK && t->n_local > 0) {
+        locks_seq_work w;
+        memset(&w, 0, sizeof w);
+        w.seq_id = t->shard->seq_id;
+        w.s = t->s;
+        w.q = q;
+        w.pages = t->pages;
+        w.n_pages = t->n_pages;
+        w.max_pages = t->n_local + 1;
+        w.out = o;
+        w.lse = lse;
+        locks_cache_lock(t->c);
+        st = locks_attend_run(t->c, layer, &w, 1, t->hq, t->scale);
+        locks_cache_unlock(t->c);
+    }
+    return st;
+}
+
+/* 5. Every rank's partials (gather #3) merged by their lse, in float64: out [hq][d]. */
+static void merge_partials(const cp_step *t, float *out) {
+    const int32_t hq = t->hq, d = t->d;
+    for (int32_t h = 0; h < hq; h++) {
+        double M = -INFINITY;
+        for (int32_t r = 0; r < t->R; r++) {
+            const double l = t->part_recv[(size_t)r * t->part_pad + (size_t)hq * d + h];
+            M = l > M ? l : M;
+        }
+        float *oh = out + (size_t)h * d;
+        if (isinf(M)) { /* no page anywhere: zeros, as locks_decode_step */
+            memset(oh, 0, sizeof(float) * (size_t)d);
+            continue;
+        }
+        double acc[LOCKS_MAX_HEAD_DIM] = {0}, L = 0.0;
+        for (int32_t r = 0; r < t->R; r++) {
+            const float *pr = t->part_recv + (size_t)r * t->part_pad;
+            const double l = pr[(size_t)hq * d + h];
+            if (isinf(l)) continue;
+            const double wgt = exp(l - M);
+            L += wgt;
+            for (int32_t i = 0; i < d; i++) acc[i] += wgt * (double)pr[(size_t)h * d + i];
+        }
+        for (int32_t i = 0; i < d; i++) oh[i] = (float)(acc[i] / L);
+    }
+}
+
+/* The bytes this rank read: summaries of its full pages, K/V of the tokens it attended. */
+static void count_bytes(const cp_step *t, const locks_step_params *p, locks_cp_stats *cs) {
+    const uint64_t tok_bytes = 2u * 2u * (uint64_t)t->d;
+    if (t->k > 0)
+        cs->bytes_meta = locks_selector_meta_bytes(p->selector, t->c) * (uint64_t)t->n_full_l * (uint64_t)t->H;
+    for (int32_t h = 0; h < t->H; h++)
+        for (int32_t i = 0; i < t->n_pages[h]; i++) {
+            const int32_t nt = t->s->len - t->pages[(size_t)h * (t->n_local + 1) + i] * P;
+            cs->bytes_kv += tok_bytes * (uint64_t)(nt < P ? nt : P);
+        }
+}
+
 locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *shard, int32_t layer,
                                   const float *q, int32_t n_q_heads, const locks_step_params *p,
                                   float *out, locks_selection *sel, locks_cp_stats *stats) {
@@ -324,8 +583,6 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
     memset(&cs, 0, sizeof cs);
     cp_ctx x = {comm, &cs};
     locks_cache *c = shard->cache;
-    const int32_t R = comm->n_ranks, hq = n_q_heads;
-    const int32_t H = c->hkv, d = c->d, G = hq / H > 0 ? hq / H : 1;
     const locks_seq *s = NULL;
     /* the cache's lock around each local part (never across a collective: ranks that
      * are threads may share one cache) */
@@ -333,94 +590,21 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
     locks_status st = cp_check(shard, layer, q, n_q_heads, p, out, sel, &s);
     locks_cache_unlock(c);
 
-    /* What every rank knows without communicating (consistent across ranks once the
-     * header shows that every rank passed its checks with the same global length). */
-    const int32_t len_g = shard->global_len > 0 ? shard->global_len : 0;
-    const int32_t n_full_g = len_g / P, partial_g = len_g % P, n_pages_g = (len_g + P - 1) / P;
-    const locks_plan plan = locks_plan_make(len_g, p->budget, p->n_sink, p->n_recent, p->selector == LOCKS_SEL_FULL);
-    const int dense = plan.dense;
-    const int32_t k = dense || plan.k < 0 ? 0 : plan.k;
-    const int32_t n_local = s ? s->n_pages : 0, n_full_l = s ? s->len / P : 0;
-
+    cp_step t;
+    step_plan(&t, comm, shard, n_q_heads, p, s);
     /* All scratch in one allocation made before the first collective, so that after it
      * nothing can fail to allocate and every rank takes part in every later collective. */
-    const size_t hdr_bytes = sizeof(cp_header) + (size_t)hq * 2 * sizeof(double);
-    const size_t cand_n = (size_t)H * (size_t)k;                 /* keys sent per rank */
-    const size_t part_n = (size_t)hq * ((size_t)d + 1) + 1;      /* (o, lse) + status, floats */
-    const size_t part_pad = (part_n + 1) & ~(size_t)1;
-    size_t bytes = hdr_bytes * ((size_t)R + 1) +
-                   sizeof(uint64_t) * (cand_n * ((size_t)R + 1) + (size_t)R * k + (size_t)n_full_l + 1) +
-                   sizeof(float) * (part_pad * ((size_t)R + 1) + (size_t)(hq + H + 1) * (size_t)n_full_l) +
-                   sizeof(int32_t) * ((size_t)H * ((size_t)n_local + 1) + (size_t)H) + (size_t)n_pages_g + 64;
-    uint8_t *buf = locks_alloc(1, bytes);
-    if (!buf) {
-        /* Announce the failure in the header round so nobody hangs; the header is tiny. */
-        uint8_t *tmp = locks_alloc((size_t)R + 1, hdr_bytes);
-        if (!tmp) return LOCKS_ERR_OOM; /* documented limit: the other ranks would wait */
-        cp_header me;
-        memset(&me, 0, sizeof me);
-        me.status = LOCKS_ERR_OOM;
-        memcpy(tmp, &me, sizeof me);
-        locks_status gs = gather(&x, tmp, tmp + hdr_bytes, hdr_bytes);
-        locks_free(tmp);
-        return gs != LOCKS_OK ? gs : LOCKS_ERR_OOM;
-    }
-    uint8_t *b = buf;
-    uint8_t *hdr = b, *hdr_recv = b + hdr_bytes;
-    b += hdr_bytes * ((size_t)R + 1);
-    uint64_t *cand = (uint64_t *)(void *)b, *cand_recv = cand + cand_n, *all = cand_recv + cand_n * (size_t)R;
-    uint64_t *keys = all + (size_t)R * k;
-    float *part = (float *)(void *)(keys + n_full_l + 1), *part_recv = part + part_pad;
-    float *scores = part_recv + part_pad * (size_t)R, *mass = scores + (size_t)hq * n_full_l;
-    float *row = mass + (size_t)H * n_full_l;
-    int32_t *pages = (int32_t *)(void *)(row + n_full_l), *n_pages = pages + (size_t)H * (n_local + 1);
-    uint8_t *gflag = (uint8_t *)(n_pages + H);
-    const float scale = locks_step_scale(c, p->scale);
+    uint8_t *buf = locks_alloc(1, step_bytes(&t));
+    if (!buf) return announce_oom(&x, &t);
+    step_carve(&t, buf);
+    t.scale = locks_step_scale(c, p->scale);
 
     /* ---- 1. local scores and their (max, sum exp) per query head; gather #1 ---- */
     const double t0 = locks_now_ms();
-    double *pairs = (double *)(void *)(hdr + sizeof(cp_header));
-    for (int32_t h = 0; h < hq; h++) {
-        pairs[2 * h] = -INFINITY;
-        pairs[2 * h + 1] = 0.0;
-    }
-    if (st == LOCKS_OK && !dense && k > 0 && n_full_l > 0) {
-        locks_seq_work w;
-        memset(&w, 0, sizeof w);
-        w.seq_id = shard->seq_id;
-        w.s = s;
-        w.q = q;
-        w.scores = scores;
-        locks_cache_lock(c);
-        st = locks_score_run(c, layer, &w, 1, hq, p->selector, scale, 0);
-        locks_cache_unlock(c);
-        for (int32_t h = 0; h < hq && st == LOCKS_OK; h++) {
-            memcpy(row, scores + (size_t)h * n_full_l, sizeof(float) * (size_t)n_full_l);
-            const float mx = locks_max_n(row, (size_t)n_full_l);
-            pairs[2 * h] = mx;
-            pairs[2 * h + 1] = locks_exp_sum_n(row, (size_t)n_full_l, mx);
-        }
-    }
-    cp_header me;
-    memset(&me, 0, sizeof me);
-    me.status = st;
-    me.page0 = shard->page0;
-    me.n_pages = n_local;
-    me.len = s ? s->len : 0;
-    me.global_len = shard->global_len;
-    me.n_q_heads = hq;
-    me.selector = p->selector;
-    me.budget = p->budget;
-    me.n_sink = p->n_sink;
-    me.n_recent = p->n_recent;
-    me.n_kv_heads = H;
-    me.head_dim = d;
-    memcpy(&me.scale_bits, &p->scale, 4);
-    me.q_hash = q && st == LOCKS_OK ? q_hash(q, (size_t)hq * d) : 0;
-    memcpy(hdr, &me, sizeof me);
+    st = local_scores(&t, layer, q, p, st);
     cs.score_ms = locks_now_ms() - t0;
-    locks_status gs = gather(&x, hdr, hdr_recv, hdr_bytes);
-    if (gs == LOCKS_OK) gs = cp_check_tiling(hdr_recv, hdr_bytes, R, len_g);
+    locks_status gs = gather(&x, t.hdr, t.hdr_recv, t.hdr_bytes);
+    if (gs == LOCKS_OK) gs = cp_check_tiling(t.hdr_recv, t.hdr_bytes, t.R, t.len_g);
     if (gs != LOCKS_OK) { /* every rank sees the same headers: every rank stops here */
         locks_free(buf);
         return gs;
@@ -431,136 +615,30 @@ locks_status locks_cp_decode_step(locks_cp_comm *comm, const locks_cp_shard *sha
     /* ---- 2-3. masses, local top-k, gather #2, global top-k ---- */
     const double t1 = locks_now_ms();
     double comm_before = cs.comm_ms;
-    if (k > 0) {
-        const locks_group_rule rule = locks_selector_group_rule(p->selector);
-        for (int32_t h = 0; h < H; h++) {
-            /* masses of the local full pages: score.c's arithmetic with the global (M, S) */
-            float *m = mass + (size_t)h * n_full_l;
-            for (int32_t i = 0; i < n_full_l; i++) m[i] = 0.0f;
-            for (int32_t g = 0; g < G && n_full_l > 0; g++) {
-                const int32_t qh = h * G + g;
-                double M = -INFINITY, S = 0.0;
-                for (int32_t r = 0; r < R; r++) {
-                    const double *pr = (const double *)(void *)(hdr_recv + (size_t)r * hdr_bytes + sizeof(cp_header));
-                    if (pr[2 * qh + 1] > 0.0 && pr[2 * qh] > M) M = pr[2 * qh];
-                }
-                for (int32_t r = 0; r < R; r++) {
-                    const double *pr = (const double *)(void *)(hdr_recv + (size_t)r * hdr_bytes + sizeof(cp_header));
-                    if (pr[2 * qh + 1] > 0.0) S += pr[2 * qh + 1] * exp(pr[2 * qh] - M);
-                }
-                float *sr = scores + (size_t)qh * n_full_l;
-                locks_exp_sum_n(sr, (size_t)n_full_l, (float)M);
-                const float inv = (float)(1.0 / S) / (rule == LOCKS_GROUP_MAX ? 1.0f : (float)G);
-                if (rule == LOCKS_GROUP_MAX) {
-                    for (int32_t i = 0; i < n_full_l; i++) m[i] = sr[i] * inv > m[i] ? sr[i] * inv : m[i];
-                } else {
-                    for (int32_t i = 0; i < n_full_l; i++) m[i] += sr[i] * inv;
-                }
-            }
-            /* this rank's k best non-forced pages, 0-padded */
-            int32_t n_cand = 0;
-            for (int32_t i = 0; i < n_full_l && st == LOCKS_OK; i++) {
-                const int32_t j = shard->page0 + i;
-                if (!is_forced(j, &plan)) keys[n_cand++] = locks_rank_key(m[i], j);
-            }
-            const int32_t kl = n_cand < k ? n_cand : k;
-            if (kl > 0 && kl < n_cand) locks_top_k(keys, n_cand, kl);
-            memcpy(cand + (size_t)h * k, keys, sizeof(uint64_t) * (size_t)kl);
-        }
-        gs = gather(&x, cand, cand_recv, cand_n * sizeof(uint64_t));
+    if (t.k > 0) {
+        local_candidates(&t, p, st);
+        gs = gather(&x, t.cand, t.cand_recv, t.cand_n * sizeof(uint64_t));
         if (gs != LOCKS_OK) {
             locks_free(buf);
             return gs;
         }
     }
-    /* selection per KV head: the local page list (to attend) and the global one (sel) */
-    for (int32_t h = 0; h < H; h++) {
-        int32_t *pl = pages + (size_t)h * (n_local + 1), n = 0;
-        if (dense) {
-            for (int32_t i = 0; i < n_local; i++) pl[n++] = i;
-        } else {
-            memset(gflag, 0, (size_t)n_pages_g);
-            for (int32_t j = 0; j < n_full_g; j++) gflag[j] = (uint8_t)is_forced(j, &plan);
-            if (partial_g) gflag[n_full_g] = 1;
-            if (k > 0) {
-                for (int32_t r = 0; r < R; r++)
-                    memcpy(all + (size_t)r * k, cand_recv + ((size_t)r * H + h) * k, sizeof(uint64_t) * (size_t)k);
-                if (R > 1) locks_top_k(all, R * k, k);
-                for (int32_t i = 0; i < k; i++) gflag[~(uint32_t)all[i]] = 1; /* real keys: see decode.h */
-            }
-            for (int32_t i = 0; i < n_local; i++)
-                if (gflag[shard->page0 + i]) pl[n++] = i;
-        }
-        n_pages[h] = n;
-        if (sel && st == LOCKS_OK) {
-            int32_t *sp = sel->pages + (size_t)h * sel->max_pages, ns = 0;
-            for (int32_t j = 0; j < n_pages_g; j++)
-                if (dense || gflag[j]) sp[ns++] = j;
-            sel->n_pages[h] = ns;
-        }
-    }
+    select_pages(&t, sel, st);
     const double t2 = locks_now_ms();
     cs.select_ms = (t2 - t1) - (cs.comm_ms - comm_before);
 
     /* ---- 4. attend the local pages; gather #3 of (o, lse, status); merge ---- */
-    float *o = part, *lse = part + (size_t)hq * d;
-    for (int32_t h = 0; h < hq; h++) lse[h] = -INFINITY;
-    if (st == LOCKS_OK && n_local > 0) {
-        locks_seq_work w;
-        memset(&w, 0, sizeof w);
-        w.seq_id = shard->seq_id;
-        w.s = s;
-        w.q = q;
-        w.pages = pages;
-        w.n_pages = n_pages;
-        w.max_pages = n_local + 1;
-        w.out = o;
-        w.lse = lse;
-        locks_cache_lock(c);
-        st = locks_attend_run(c, layer, &w, 1, hq, scale);
-        locks_cache_unlock(c);
-    }
-    part[part_n - 1] = (float)st;
+    st = attend_local(&t, layer, q, st);
+    t.part[t.part_n - 1] = (float)st;
     const double t3 = locks_now_ms();
     cs.attend_ms = t3 - t2;
-    gs = gather(&x, part, part_recv, part_pad * sizeof(float));
+    gs = gather(&x, t.part, t.part_recv, t.part_pad * sizeof(float));
     if (gs == LOCKS_OK)
-        for (int32_t r = 0; r < R && st == LOCKS_OK; r++) /* the first failure in rank order */
-            st = (locks_status)(int32_t)part_recv[(size_t)r * part_pad + part_n - 1];
-    if (gs == LOCKS_OK && st == LOCKS_OK) {
-        for (int32_t h = 0; h < hq; h++) {
-            double M = -INFINITY;
-            for (int32_t r = 0; r < R; r++) {
-                const double l = part_recv[(size_t)r * part_pad + (size_t)hq * d + h];
-                M = l > M ? l : M;
-            }
-            float *oh = out + (size_t)h * d;
-            if (isinf(M)) { /* no page anywhere: zeros, as locks_decode_step */
-                memset(oh, 0, sizeof(float) * (size_t)d);
-                continue;
-            }
-            double acc[LOCKS_MAX_HEAD_DIM] = {0}, L = 0.0;
-            for (int32_t r = 0; r < R; r++) {
-                const float *pr = part_recv + (size_t)r * part_pad;
-                const double l = pr[(size_t)hq * d + h];
-                if (isinf(l)) continue;
-                const double wgt = exp(l - M);
-                L += wgt;
-                for (int32_t i = 0; i < d; i++) acc[i] += wgt * (double)pr[(size_t)h * d + i];
-            }
-            for (int32_t i = 0; i < d; i++) oh[i] = (float)(acc[i] / L);
-        }
-    }
+        for (int32_t r = 0; r < t.R && st == LOCKS_OK; r++) /* the first failure in rank order */
+            st = (locks_status)(int32_t)t.part_recv[(size_t)r * t.part_pad + t.part_n - 1];
+    if (gs == LOCKS_OK && st == LOCKS_OK) merge_partials(&t, out);
     if (stats) {
-        if (n_local > 0 && st == LOCKS_OK) {
-            const uint64_t tok_bytes = 2u * 2u * (uint64_t)d;
-            if (k > 0) cs.bytes_meta = locks_selector_meta_bytes(p->selector, c) * (uint64_t)n_full_l * (uint64_t)H;
-            for (int32_t h = 0; h < H; h++)
-                for (int32_t i = 0; i < n_pages[h]; i++) {
-                    const int32_t nt = s->len - pages[(size_t)h * (n_local + 1) + i] * P;
-                    cs.bytes_kv += tok_bytes * (uint64_t)(nt < P ? nt : P);
-                }
-        }
+        if (t.n_local > 0 && st == LOCKS_OK) count_bytes(&t, p, &cs);
         *stats = cs;
     }
     locks_free(buf);

@@ -12,12 +12,17 @@
  * wrong variant (bias, RoPE pairing, norm, window, base) is off by O(1).
  * Checked: logits of every position (decode path), the prefill path's last logits, and
  * bad input: unknown architecture, missing tensor, missing tokenizer field, a non-finite
- * K-quant scale — each refused with the key or tensor named in the log.
+ * K-quant scale — each refused with the key or tensor named in the log. The GPU engine's
+ * capability list (src/model/cuda/engine_cuda.h) refuses the other architectures, and
+ * for llama a selector, rank, summary precision, callback or weight type outside it,
+ * each by name, before any device is touched (so in every build).
  */
 #include "test_util.h"
 #include "gguf_buf.h"
 
 #include "locks_model.h"
+#include "model/cuda/engine_cuda.h"
+#include "model/llama_internal.h"
 #include "util.h"
 
 #include <unistd.h>
@@ -520,6 +525,77 @@ static void test_swa_ring(const locks_model *m, const int32_t *tok, const int32_
     free(got);
 }
 
+static void on_query_stub(int32_t layer, int32_t pos, const float *q, void *user) {
+    (void)layer, (void)pos, (void)q, (void)user;
+}
+
+/* llama on the GPU engine: each parameter outside the capability list is refused by the
+ * list with its name; inside it, the list passes (a build without CUDA then stops at
+ * "not built in", one with CUDA runs or fails on the device). A weight of a type not in
+ * the list is refused naming the tensor and layer. */
+static void test_gpu_list(const locks_model *m) {
+    locks_ctx_params base = locks_ctx_default_params();
+    base.n_ctx = 128;
+    base.backend = LOCKS_BACKEND_CUDA;
+    base.step.selector = LOCKS_SEL_FULL;
+    for (int k = 0; k < 6; k++) {
+        locks_ctx_params p = base;
+        const char *named = NULL;
+        switch (k) {
+        case 0: p.step.selector = LOCKS_SEL_QUEST, named = "selector quest"; break;
+        case 1: p.step.selector = LOCKS_SEL_ORACLE, named = "selector oracle"; break;
+        case 2: p.rank = 12, named = "rank 12"; break;
+        case 3: p.summary_prec = LOCKS_SUMMARY_F32, named = "fp32"; break;
+        case 4: p.on_query = on_query_stub, named = "callbacks"; break;
+        default: p.step.selector = LOCKS_SEL_LOCKS; break;
+        }
+        locks_clear_error();
+        locks_status st;
+        locks_ctx *g = locks_ctx_init(m, p, &st);
+        const char *why = locks_last_error();
+        if (named)
+            test_cond(!g && st == LOCKS_ERR_UNSUPPORTED && strstr(why, "engine_cuda_check") && strstr(why, named),
+                      "GPU list refuses %s: %s (%s)", named, locks_status_str(st), why);
+        else
+            test_cond(!strstr(why, "engine_cuda_check") && (g || st != LOCKS_OK),
+                      "llama with locks passes the GPU list: %s (%s)", locks_status_str(st), why);
+        locks_ctx_free(g);
+    }
+    /* the view llama.c hands the engine, with one weight of a type outside the list */
+    const locks_model_info in = locks_model_get_info(m);
+    engine_cuda_layer *ls = calloc((size_t)in.n_layers, sizeof *ls);
+    SETUP(ls);
+    for (int32_t l = 0; l < in.n_layers; l++)
+        ls[l] = (engine_cuda_layer){llama_model_weight(m, l, LLAMA_W_Q),    llama_model_weight(m, l, LLAMA_W_K),
+                                    llama_model_weight(m, l, LLAMA_W_V),    llama_model_weight(m, l, LLAMA_W_O),
+                                    llama_model_weight(m, l, LLAMA_W_GATE), llama_model_weight(m, l, LLAMA_W_UP),
+                                    llama_model_weight(m, l, LLAMA_W_DOWN), llama_model_norm(m, l, 0),
+                                    llama_model_norm(m, l, 1)};
+    engine_cuda_model view = {in,
+                              llama_model_n_rot(m),
+                              llama_model_tied(m),
+                              llama_model_weight(m, 0, LLAMA_W_TOK_EMBD),
+                              llama_model_weight(m, 0, LLAMA_W_OUTPUT),
+                              llama_model_norm(m, 0, 2),
+                              ls};
+    locks_clear_error();
+    locks_status st = engine_cuda_check(&view, &base);
+    test_cond(st == LOCKS_OK, "GPU list: llama's own weights pass: %s (%s)", locks_status_str(st), locks_last_error());
+    const engine_cuda_caps *caps = engine_cuda_capabilities();
+    int listed = 0;
+    for (int32_t i = 0; i < caps->n_weight_types; i++) listed |= caps->weight_types[i] == ls[1].wv->type;
+    test_cond(listed, "GPU list holds the test model's weight type %s", ggml_type_name(ls[1].wv->type));
+    matmul_weight odd = *ls[1].wv;
+    odd.type = (ggml_type)16; /* IQ2_XXS: no loader or engine path */
+    ls[1].wv = &odd;
+    locks_clear_error();
+    st = engine_cuda_check(&view, &base);
+    test_cond(st == LOCKS_ERR_UNSUPPORTED && strstr(locks_last_error(), "attn_v") &&
+                  strstr(locks_last_error(), "layer 1"),
+              "GPU list refuses an unlisted weight type by tensor: %s (%s)", locks_status_str(st), locks_last_error());
+    free(ls);
+}
+
 static void test_variant(const variant *v) {
     weights w;
     make_weights(v, &w);
@@ -559,6 +635,7 @@ static void test_variant(const variant *v) {
             test_cond(!strstr(locks_last_error(), "architecture"), "llama refused by the GPU arch check: %s",
                       locks_last_error());
         locks_ctx_free(g);
+        if (!strcmp(v->arch, "llama")) test_gpu_list(m);
         cp.backend = LOCKS_BACKEND_CPU;
         locks_ctx *c = locks_ctx_init(m, cp, &st);
         SETUP(c);

@@ -18,7 +18,7 @@
 #include "test_util.h"
 #include "tiny_llama.h"
 
-#include "cuda/model_cuda.h"
+#include "model/cuda/model_cuda.h"
 #include "locks_model.h"
 
 enum { NS = 4, STEPS = 40, NCTX = 1024 };

@@ -11,7 +11,7 @@
 
 #include "cache.h"
 #include "cuda/locks_cuda.h"
-#include "cuda/model_cuda.h"
+#include "model/cuda/model_cuda.h"
 #include "util.h"
 
 static void *dup_to_device(const void *h, size_t bytes) {
@@ -796,10 +796,13 @@ static void test_engine(void) {
     tu_close("engine: decode vs prefill logits", la, ref, (size_t)s.n_vocab, 2e-2 * (amax > 1 ? amax : 1), 2e-2);
 
     /* the same dense decode with the earlier attention prep (two RoPE launches, a copy of q,
-     * the K/V append; LOCKS_ENGINE_FUSED=0): the same arithmetic, so the same logits */
-    setenv("LOCKS_ENGINE_FUSED", "0", 1);
+     * the K/V append; lab switch engine_fused = 0): the same arithmetic, so the same logits */
+    const locks_cuda_lab lab0 = locks_cuda_get_lab();
+    locks_cuda_lab lab = lab0;
+    lab.engine_fused = 0;
+    locks_cuda_set_lab(&lab);
     eng o = eng_make(m, &s, n_ctx, &fp);
-    unsetenv("LOCKS_ENGINE_FUSED");
+    locks_cuda_set_lab(&lab0);
     CHECK(locks_cache_append(o.c, 0, 250));
     CHECK(lg_prefill(o.e, 0, toks, 250, 0, NULL));
     for (int32_t i = 250; i < n_all; i++) {
@@ -814,13 +817,15 @@ static void test_engine(void) {
     locks_cache_free(o.c);
 
     /* the same dense decode with the earlier launches of the small kernels and the summary
-     * builds in line (LOCKS_ENGINE_REST=0), and with the default launches kernel by kernel
+     * builds in line (lab switch engine_rest = 0), and with the default launches kernel by kernel
      * (no graph): the same logits and the same summaries of the pages filled while
      * decoding, bit for bit, as the default graph (PDL, summaries on a forked branch) */
     {
-        setenv("LOCKS_ENGINE_REST", "0", 1);
+        lab = lab0;
+        lab.engine_rest = 0;
+        locks_cuda_set_lab(&lab);
         eng r0 = eng_make(m, &s, n_ctx, &fp);
-        unsetenv("LOCKS_ENGINE_REST");
+        locks_cuda_set_lab(&lab0);
         eng u = eng_make(m, &s, n_ctx, &fp);
         float *lu = malloc(sizeof(float) * s.n_vocab);
         SETUP(lu);
@@ -837,7 +842,7 @@ static void test_engine(void) {
             CHECK(lg_decode(u.e, 0, NULL, lu));
         }
         test_cond(memcmp(la, lb, sizeof(float) * s.n_vocab) == 0,
-                  "engine: dense decode logits with LOCKS_ENGINE_REST=0 differ from the default launches");
+                  "engine: dense decode logits with engine_rest = 0 differ from the default launches");
         test_cond(memcmp(la, lu, sizeof(float) * s.n_vocab) == 0,
                   "engine: dense decode logits kernel by kernel differ from the graph (summaries forked)");
         const int32_t hd = s.head_dim, r = 8;
@@ -891,11 +896,13 @@ int main(void) {
     test_gemv();
     /* the engine with its decode products through cuBLAS and the small kernels (default),
      * through gemv.cu, and through gemv.cu with programmatic dependent launch */
-    const char *paths[] = {"0", "1", "2"};
-    for (int i = 0; i < 3; i++) {
-        setenv("LOCKS_CUDA_GEMV", paths[i], 1);
-        printf("  engine, LOCKS_CUDA_GEMV=%s\n", paths[i]);
+    for (int g = 0; g < 3; g++) {
+        locks_cuda_lab lab = locks_cuda_lab_default();
+        lab.engine_gemv = g;
+        locks_cuda_set_lab(&lab);
+        printf("  engine, lab switch engine_gemv = %d\n", g);
         test_engine();
     }
+    locks_cuda_set_lab(NULL);
     return test_report("test_gpu_model_ops");
 }

@@ -31,7 +31,7 @@
 
 #include "cache.h"
 #include "cuda/locks_cuda.h"
-#include "cuda/model_cuda.h"
+#include "model/cuda/model_cuda.h"
 #include "locks_model.h"
 #include "util.h"
 

@@ -20,7 +20,7 @@
 
 #include "cache.h"
 #include "cuda/locks_cuda.h"
-#include "cuda/model_cuda.h"
+#include "model/cuda/model_cuda.h"
 #include "locks_model.h"
 
 enum { NV_MAX = 8 };

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* One integer with an optional k/M suffix at s; *end past it. 0 if malformed or outside
  * [lo, hi]. */
@@ -38,4 +39,27 @@ int args_parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
     if (!parse_one(s, &end, lo, hi, &v) || *end) return 0;
     *out = v;
     return 1;
+}
+
+int args_bench_tail(const char *a, const char *v, int *i, const char **csv, void (*usage)(FILE *)) {
+    if (!strcmp(a, "--csv") && v) {
+        *csv = v;
+        (*i)++;
+        return 0;
+    }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        usage(stdout);
+        return 1;
+    }
+    usage(stderr);
+    return 2;
+}
+
+void args_gpu_sweep(int32_t *ctx, int *n_ctx, int32_t *batch, int *n_batch) {
+    static const int32_t c[] = {32768, 131072, 262144, 524288, 1048576};
+    memcpy(ctx, c, sizeof c);
+    *n_ctx = 5;
+    batch[0] = 1;
+    batch[1] = 8;
+    *n_batch = 2;
 }

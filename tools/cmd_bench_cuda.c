@@ -73,12 +73,7 @@ static int parse(int argc, char **argv, gopts *o) {
     o->shape[0] = &gshapes[0];
     o->shape[1] = &gshapes[1];
     o->n_shapes = 2;
-    const int32_t ctx[] = {32768, 131072, 262144, 524288, 1048576};
-    memcpy(o->ctx, ctx, sizeof ctx);
-    o->n_ctx = 5;
-    o->batch[0] = 1;
-    o->batch[1] = 8;
-    o->n_batch = 2;
+    args_gpu_sweep(o->ctx, &o->n_ctx, o->batch, &o->n_batch);
     o->budget = 2048;
     o->trials = 15;
     o->prefill = 131072;
@@ -129,15 +124,9 @@ static int parse(int argc, char **argv, gopts *o) {
                 return 2;
             }
             i++;
-        } else if (!strcmp(a, "--csv") && v) {
-            o->csv = v;
-            i++;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
         } else {
-            usage(stderr);
-            return 2;
+            const int r = args_bench_tail(a, v, &i, &o->csv, usage);
+            if (r) return r;
         }
     }
     if (o->budget <= 0 || o->trials < 3 || o->trials > 64) return 2;

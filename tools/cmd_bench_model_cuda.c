@@ -43,7 +43,7 @@ int cmd_bench_model_cuda(int argc, char **argv) {
 #include "args.h"
 #include "cache.h"
 #include "cuda/locks_cuda.h"
-#include "cuda/model_cuda.h"
+#include "model/cuda/model_cuda.h"
 #include "util.h"
 
 #define MAXL 16
@@ -75,7 +75,7 @@ static void usage(FILE *f) {
                "                   [--speculate K] [--profile]\n"
                "  --gemv LIST: the decode products through cuBLAS and the small kernels (0), through gemv.cu (1),\n"
                "               or gemv.cu with programmatic dependent launch (2), one after the other on the same\n"
-               "               cache (sets LOCKS_CUDA_GEMV); default: the environment\n"
+               "               cache (the lab switch engine_gemv); default: the environment\n"
                "  --speculate K: batch 1: the cost of a LOCKS draft token and of a dense verify of K + 1 tokens,\n"
                "               and the per-token speed of speculation as a function of the acceptance rate\n"
                "  --profile: after the timings, one LOCKS mid-page token and then one page-fill token, each alone\n"
@@ -85,12 +85,7 @@ static void usage(FILE *f) {
 static int parse(int argc, char **argv, mopts *o) {
     memset(o, 0, sizeof *o);
     o->m = NULL;
-    const int32_t ctx[] = {32768, 131072, 262144, 524288, 1048576};
-    memcpy(o->ctx, ctx, sizeof ctx);
-    o->n_ctx = 5;
-    o->batch[0] = 1;
-    o->batch[1] = 8;
-    o->n_batch = 2;
+    args_gpu_sweep(o->ctx, &o->n_ctx, o->batch, &o->n_batch);
     o->ttft[0] = 32768;
     o->ttft[1] = 131072;
     o->n_ttft = 2;
@@ -132,15 +127,9 @@ static int parse(int argc, char **argv, mopts *o) {
             i++;
         } else if (!strcmp(a, "--profile")) {
             o->profile = 1;
-        } else if (!strcmp(a, "--csv") && v) {
-            o->csv = v;
-            i++;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
         } else {
-            usage(stderr);
-            return 2;
+            const int r = args_bench_tail(a, v, &i, &o->csv, usage);
+            if (r) return r;
         }
     }
     if (!o->m) {
@@ -335,9 +324,13 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     /* the decode token's slot: token N - 8, mid-page (15 of 16 tokens build no summary) */
     for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 1));
     for (int gi = 0; gi < (o->n_gemv ? o->n_gemv : 1) && !rc; gi++) {
-        static const char *const vals[] = {"0", "1", "2"}, *const gtags[] = {" cublas", " gemv", " gemv+pdl"};
+        static const char *const gtags[] = {" cublas", " gemv", " gemv+pdl"};
         static const char *const ctags[] = {"-cublas", "-gemv", "-gemvpdl"};
-        if (o->n_gemv) setenv("LOCKS_CUDA_GEMV", vals[o->gemv[gi]], 1);
+        if (o->n_gemv) {
+            locks_cuda_lab lab = locks_cuda_get_lab();
+            lab.engine_gemv = o->gemv[gi];
+            locks_cuda_set_lab(&lab);
+        }
         const char *gtag = o->n_gemv ? gtags[o->gemv[gi]] : "", *ctag = o->n_gemv ? ctags[o->gemv[gi]] : "";
         if (gi > 0) /* mid-page again (the last pass left a full page) */
             for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 8));

@@ -8,6 +8,9 @@
 #include "cmds.h"
 #include "locks.h"
 #include "vmath.h"
+#ifdef LOCKS_HAVE_CUDA
+#include "cuda/locks_cuda.h"
+#endif
 
 const char *tool_why(int status) {
     static _Thread_local char buf[768];
@@ -34,6 +37,26 @@ static void usage(FILE *f) {
             "`locks <command> --help` lists a command's options.\n");
 }
 
+#ifdef LOCKS_HAVE_CUDA
+/* The CUDA lab switches (src/cuda/locks_cuda.h, for A/B timing in dev/cuda/ and scripts/)
+ * from the environment, the one place they are read: "0" turns a path off, a number sets a
+ * size; unset leaves the library's default. */
+static void cuda_lab_from_env(void) {
+    locks_cuda_lab lab = locks_cuda_lab_default();
+    const char *e;
+    if ((e = getenv("LOCKS_CUDA_PDL")) && e[0] == '0') lab.pdl = 0;
+    if ((e = getenv("LOCKS_CUDA_SCORE_I8G16")) && e[0] == '0') lab.score_i8_g16 = 0;
+    if ((e = getenv("LOCKS_CUDA_ATT_MIN_PPS"))) lab.att_min_pps = atoi(e);
+    if ((e = getenv("LOCKS_CUDA_TOPK_MB_MIN"))) lab.topk_mb_min = atoi(e);
+    if ((e = getenv("LOCKS_CUDA_MASS_PPB"))) lab.mass_ppb = atoi(e);
+    if ((e = getenv("LOCKS_CUDA_GEMV")) && (e[0] == '1' || e[0] == '2')) lab.engine_gemv = e[0] - '0';
+    if ((e = getenv("LOCKS_ENGINE_FUSED")) && e[0] == '0') lab.engine_fused = 0;
+    if ((e = getenv("LOCKS_ENGINE_PAD")) && e[0] == '0') lab.engine_pad = 0;
+    if ((e = getenv("LOCKS_ENGINE_REST")) && e[0] == '0') lab.engine_rest = 0;
+    locks_cuda_set_lab(&lab);
+}
+#endif
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -49,6 +72,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+#ifdef LOCKS_HAVE_CUDA
+    cuda_lab_from_env();
+#endif
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);

@@ -13,6 +13,8 @@
 #   call 1: dev/cuda/gpu24_run.sh step      the step of one layer vs cuDNN SDPA (gpu-check.sh's
 #                                           bench + table, 128K and 1M, batch 1)
 #   next:   dev/cuda/gpu24_run.sh roll      the page-fill token with and without LOCKS_CUDA_SUMMARY_ROLL=64
+#                                           (binaries built with dev/cuda/summary_roll.patch applied: the
+#                                           rolled build left the library in issue 23)
 #   call N: dev/cuda/gpu24_run.sh model PART SHA256   SmolLM2's other part (the first waits in
 #                                           $KEEP from an earlier call on the same warm machine)
 # From a staged copy: ROOT=. bash .gpu-stage/gpu24/gpu24_run.sh STAGES (run in the repository root).

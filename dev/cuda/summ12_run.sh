@@ -10,6 +10,8 @@
 # (ranks 8 q, 15 q, 8 f32; SUMM12_VARIANTS, default "0 2 1") and the engine's mid-page /
 # page-fill token times (SUMM12_MODELS, default "llama3-8b glm4-9b", context 32768, the
 # new kernel and the old). Logs: $OUT/logs.tar.xz.
+# The old kernel was deleted in issue 23 (LOCKS_CUDA_SUMMARY_OLD is read by nothing now):
+# this script is the record of run summ12, at the commits it names.
 set -uo pipefail
 FOUT=${OUT:-/tmp/summ12}
 L=/tmp/summ12w

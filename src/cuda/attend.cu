@@ -14,7 +14,6 @@
  * columns in n-tile x are the dims t d/4 + 2x + {0, 1}.
  */
 #include "common.cuh"
-#include "model_ops.cuh"
 
 #define ATT_WARPS 4
 #define MERGE_THREADS 256

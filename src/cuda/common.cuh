@@ -86,13 +86,13 @@ struct locks_cuda_ws {
     int32_t hq;            /* n_q_heads the buffers were sized for */
     int32_t nseq;          /* n_seqs capacity */
     int pdl;               /* launch the step's kernels with programmatic dependent launch
-                              (LOCKS_CUDA_PDL=0 turns it off, for A/B timing) */
+                              (locks_cuda_lab.pdl = 0 turns it off, for A/B timing) */
     int score_i8_g16;      /* G 9..16 on the int8 score kernel in two column tiles
-                              (LOCKS_CUDA_SCORE_I8G16=0: the fp16 kernel) */
-    int32_t att_min_pps;   /* fewest pages per attention split (LOCKS_CUDA_ATT_MIN_PPS) */
+                              (locks_cuda_lab.score_i8_g16 = 0: the fp16 kernel) */
+    int32_t att_min_pps;   /* fewest pages per attention split (locks_cuda_lab.att_min_pps) */
     int32_t topk_mb_min;   /* pages from which the multi-block top-k is used
-                              (LOCKS_CUDA_TOPK_MB_MIN) */
-    int32_t mass_ppb;      /* pages per mass block (LOCKS_CUDA_MASS_PPB) */
+                              (locks_cuda_lab.topk_mb_min) */
+    int32_t mass_ppb;      /* pages per mass block (locks_cuda_lab.mass_ppb) */
 };
 
 struct locks_cuda_cache {
@@ -160,6 +160,21 @@ static inline size_t summary_index(const locks_cuda_cache *c, int32_t layer, int
 /* Workspace sizing (step.cu): grows the buffers to hold n_seqs x n_q_heads; never
  * shrinks (captured graphs keep pointing at them). */
 locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t n_q_heads);
+/* attend.cu's rows mode (see attend_kernel), for the GPU model engine's verify
+ * (src/model/cuda/verify.cu): q_attn [rows][hq][d] as qprep writes them, row r at length
+ * len0 + r; d_slot: the block-table row; d_ident: 0 .. rows - 1; d_lens: len0 + r;
+ * part_*: rows x hkv x locks_cuda_attend_rows_splits(c, n_seqs, max_list) x G partials. */
+int32_t locks_cuda_attend_rows_splits(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_list);
+locks_status locks_cuda_attend_rows_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t max_list,
+                                           int32_t hq, const uint16_t *q_attn, int32_t rows, int32_t len0,
+                                           const int32_t *d_slot, const int32_t *d_ident, const int32_t *d_lens,
+                                           float *part_o, float2 *part_ml, float *out, cudaStream_t st);
+/* The batch the step kernels read (ws.seq_slots, step position -> slot), for callers
+ * outside the backend (the GPU model engine): uploads ids[0 .. n) after the stream drains,
+ * unless owner is not NULL and its list is the one held already; owner (an engine or a
+ * graph; NULL for a one-off batch) is remembered. Widest selection a workspace row holds. */
+locks_status locks_cuda_use_slots(locks_cuda_cache *c, const int32_t *ids, int32_t n, const void *owner);
+int32_t locks_cuda_ws_max_pages(const locks_cuda_cache *c);
 
 /* Launch wrappers shared by the step and the piece-wise entries (each defined in the
  * op's own file). seg count = n_seqs * Hkv; seq_slots maps step position -> slot. */

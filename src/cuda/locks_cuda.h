@@ -223,6 +223,31 @@ size_t locks_cuda_summary_stored_bytes_of(int32_t head_dim, int32_t rank, locks_
 /* Rank slots the device gives a summary of this rank: 8 or 16. */
 int32_t locks_cuda_rank_slots(int32_t rank);
 
+/* ---- Lab switches --------------------------------------------------------------------
+ * Earlier or alternative kernel paths kept for A/B timing (bench/RESULTS.md). The library
+ * reads no environment: it runs locks_cuda_lab_default() unless a tool or a test calls
+ * locks_cuda_set_lab (the `locks` command does once at start, from the environment
+ * variables named beside each field; tools/locks.c). Process-wide; a cache reads them when
+ * its step workspace is first reserved, a GPU model engine at lg_ctx_init, so set them
+ * before making either, and not while another thread makes one. */
+typedef struct {
+    int pdl;             /* LOCKS_CUDA_PDL: the step's kernels with programmatic dependent launch (1) */
+    int score_i8_g16;    /* LOCKS_CUDA_SCORE_I8G16: G 9..16 on the int8 score kernel (1; 0: fp16) */
+    int32_t att_min_pps; /* LOCKS_CUDA_ATT_MIN_PPS: fewest pages per attention split (0: by shape) */
+    int32_t topk_mb_min; /* LOCKS_CUDA_TOPK_MB_MIN: pages from which the multi-block top-k runs (-1: by shape) */
+    int32_t mass_ppb;    /* LOCKS_CUDA_MASS_PPB: pages per mass block (0: by shape) */
+    int engine_gemv;     /* LOCKS_CUDA_GEMV: the engine's decode products through cuBLAS and the small
+                            kernels (0), gemv.cu (1), gemv.cu with programmatic dependent launch (2) */
+    int engine_fused;    /* LOCKS_ENGINE_FUSED: one attention-prep kernel (1) or the earlier launches (0) */
+    int engine_pad;      /* LOCKS_ENGINE_PAD: products of fewer than 8 rows run with 8 (1) or as they come (0) */
+    int engine_rest;     /* LOCKS_ENGINE_REST: small kernels with PDL, summaries on a forked branch (1) or
+                            the earlier launches (0) */
+} locks_cuda_lab;
+locks_cuda_lab locks_cuda_lab_default(void);
+/* lab NULL: back to the defaults. */
+void locks_cuda_set_lab(const locks_cuda_lab *lab);
+locks_cuda_lab locks_cuda_get_lab(void);
+
 #ifdef __cplusplus
 }
 #endif

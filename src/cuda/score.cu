@@ -2,7 +2,7 @@
  * score.cu — LOCKS page scores from the quantized summaries, on the tensor cores.
  * Two kernels: score_i8_kernel (below, integer MMAs) for every group G <= 16 (G 9..16
  * in two column tiles of 8 heads, one per block), and this fp16 one, kept for A/B runs
- * (LOCKS_CUDA_SCORE_I8G16=0 sends G 9..16 here; it was their kernel before issue 12).
+ * (the lab switch score_i8_g16 = 0 sends G 9..16 here; it was their kernel before issue 12).
  * Both take quantized summaries of rank <= 8 (8 rank slots); ranks 9..15 and fp32
  * summaries go to the plain fp32 kernel score_gen_kernel (near the end).
  * Both zero the segment's radix histogram for mass.cu (the step's memset node before)
@@ -104,6 +104,49 @@ static __device__ __forceinline__ void score_issue(score_stage<D> &st, int32_t m
     }
 }
 
+/* The pages one warp of a score kernel scores: its sequence's full pages (n_full) and
+ * block-table row (bt), and the warp's batches of SCORE_BATCH pages b0, b0 + bstride, ...
+ * (my_n of them). */
+struct score_walk {
+    const int32_t *bt;
+    int32_t npool, n_full, b0, bstride, my_n;
+    /* lane i < SCORE_BATCH: physical page i of the warp's k-th batch, -1 past the end */
+    __device__ __forceinline__ int32_t page_of(int32_t k, int lane) const {
+        const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
+        /* the block-table load does not wait for the length (one DRAM round trip less) */
+        const int32_t pj = lane < SCORE_BATCH && j < npool ? bt[j] : -1;
+        return k < my_n && j < n_full ? pj : -1;
+    }
+};
+
+/* The score kernels' common prologue for segment (s, h), warp `warp` of block bx of nbx
+ * along x: the sequence's length and block-table row, the summary arrays moved to KV head
+ * h's physical page 0 (so page offsets fit 32 bits), and the warp's batches. */
+template <int D>
+static __device__ __forceinline__ score_walk
+score_walk_init(int32_t s, int32_t h, int32_t bx, int32_t nbx, int warp, const int32_t *__restrict__ seq_slots,
+                const int32_t *__restrict__ seq_len, const int32_t *__restrict__ block_table, int32_t npool,
+                const int8_t *__restrict__ &mu_q, const __half *__restrict__ &mu_s,
+                const uint8_t *__restrict__ &basis_q, const __half *__restrict__ &basis_s,
+                const int8_t *__restrict__ &coef_q, const __half *__restrict__ &coef_s) {
+    score_walk w;
+    const int32_t slot = seq_slots[s];
+    w.npool = npool;
+    w.n_full = seq_len[slot] / 16;
+    w.bt = block_table + (size_t)slot * npool;
+    const size_t sbase = (size_t)h * npool; /* summary index of physical page 0 */
+    mu_q += sbase * D;
+    mu_s += sbase;
+    basis_q += sbase * (LOCKS_CUDA_MAX_RANK * D / 2);
+    basis_s += sbase * LOCKS_CUDA_MAX_RANK;
+    coef_q += sbase * (16 * LOCKS_CUDA_MAX_RANK);
+    coef_s += sbase * LOCKS_CUDA_MAX_RANK;
+    const int32_t n_batch = (w.n_full + SCORE_BATCH - 1) / SCORE_BATCH;
+    w.b0 = bx * SCORE_WARPS + warp, w.bstride = nbx * SCORE_WARPS;
+    w.my_n = w.b0 < n_batch ? (n_batch - w.b0 + w.bstride - 1) / w.bstride : 0;
+    return w;
+}
+
 template <int D>
 static __global__ void __launch_bounds__(SCORE_WARPS * 32)
 score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
@@ -123,27 +166,10 @@ score_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s,
     const int g = lane >> 2, t = lane & 3;
     const int32_t seg = blockIdx.y;
     const int32_t s = seg / hkv, h = seg % hkv;
-    const int32_t slot = seq_slots[s];
-    const int32_t n_full = seq_len[slot] / 16;
-    const int32_t *bt = block_table + (size_t)slot * npool;
-    const size_t sbase = (size_t)h * npool; /* summary index of physical page 0 */
-    mu_q += sbase * D;
-    mu_s += sbase;
-    basis_q += sbase * (LOCKS_CUDA_MAX_RANK * D / 2);
-    basis_s += sbase * LOCKS_CUDA_MAX_RANK;
-    coef_q += sbase * (16 * LOCKS_CUDA_MAX_RANK);
-    coef_s += sbase * LOCKS_CUDA_MAX_RANK;
-
-    /* this warp's batches: b0, b0 + bstride, ... */
-    const int32_t n_batch = (n_full + SCORE_BATCH - 1) / SCORE_BATCH;
-    const int32_t b0 = blockIdx.x * SCORE_WARPS + warp, bstride = gridDim.x * SCORE_WARPS;
-    const int32_t my_n = b0 < n_batch ? (n_batch - b0 + bstride - 1) / bstride : 0;
-    auto page_of = [&](int32_t k) -> int32_t { /* lane i < 8: physical page i of the warp's k-th batch */
-        const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
-        /* the block-table load does not wait for the length (one DRAM round trip less) */
-        const int32_t pj = lane < SCORE_BATCH && j < npool ? bt[j] : -1;
-        return k < my_n && j < n_full ? pj : -1;
-    };
+    const score_walk w = score_walk_init<D>(s, h, blockIdx.x, gridDim.x, warp, seq_slots, seq_len, block_table, npool,
+                                            mu_q, mu_s, basis_q, basis_s, coef_q, coef_s);
+    const int32_t n_full = w.n_full, b0 = w.b0, bstride = w.bstride, my_n = w.my_n;
+    auto page_of = [&](int32_t k) -> int32_t { return w.page_of(k, lane); };
     /* prologue: stages 0 .. SCORE_STAGES-2 in flight, the block table one batch further */
 #pragma unroll
     for (int k = 0; k < SCORE_STAGES - 1; k++) {
@@ -458,26 +484,10 @@ score_i8_kernel(const int8_t *__restrict__ mu_q, const __half *__restrict__ mu_s
      * the same pages at about the same time, so the second read is an L2 hit */
     const int32_t tile = blockIdx.x % nct, bx = blockIdx.x / nct, nbx = gridDim.x / nct;
     const int32_t h0 = 8 * tile, gt = min(8, G - h0);
-    const int32_t slot = seq_slots[s];
-    const int32_t n_full = seq_len[slot] / 16;
-    const int32_t *bt = block_table + (size_t)slot * npool;
-    const size_t sbase = (size_t)h * npool;
-    mu_q += sbase * D;
-    mu_s += sbase;
-    basis_q += sbase * (LOCKS_CUDA_MAX_RANK * D / 2);
-    basis_s += sbase * LOCKS_CUDA_MAX_RANK;
-    coef_q += sbase * (16 * LOCKS_CUDA_MAX_RANK);
-    coef_s += sbase * LOCKS_CUDA_MAX_RANK;
-
-    const int32_t n_batch = (n_full + SCORE_BATCH - 1) / SCORE_BATCH;
-    const int32_t b0 = bx * SCORE_WARPS + warp, bstride = nbx * SCORE_WARPS;
-    const int32_t my_n = b0 < n_batch ? (n_batch - b0 + bstride - 1) / bstride : 0;
-    auto page_of = [&](int32_t k) -> int32_t {
-        const int32_t j = (b0 + k * bstride) * SCORE_BATCH + lane;
-        /* the block-table load does not wait for the length (one DRAM round trip less) */
-        const int32_t pj = lane < SCORE_BATCH && j < npool ? bt[j] : -1;
-        return k < my_n && j < n_full ? pj : -1;
-    };
+    const score_walk w = score_walk_init<D>(s, h, bx, nbx, warp, seq_slots, seq_len, block_table, npool, mu_q, mu_s,
+                                            basis_q, basis_s, coef_q, coef_s);
+    const int32_t n_full = w.n_full, b0 = w.b0, bstride = w.bstride, my_n = w.my_n;
+    auto page_of = [&](int32_t k) -> int32_t { return w.page_of(k, lane); };
     const uint32_t sst0 = (uint32_t)__cvta_generic_to_shared(stages);
     constexpr uint32_t STB = sizeof(score_stage<D>);
 #pragma unroll
@@ -896,7 +906,7 @@ static locks_status score_launch_t(locks_cuda_cache *c, int32_t layer, int32_t n
         return score_gen_launch<D, LOCKS_CUDA_RANK_SLOTS, false>(c, base, segs, hq, scale, nblk, st);
     }
     /* G <= 8: one column tile of the int8 kernel; G 9..16: two tiles, one per block (the
-     * same registers as G = 8); the fp16 kernel only if switched off (LOCKS_CUDA_SCORE_I8G16=0) */
+     * same registers as G = 8); the fp16 kernel only if switched off (score_i8_g16 = 0) */
     const int32_t nct = score_tiles(c, G);
     if (nct > 0) {
         auto kern = G <= 4 ? score_i8_kernel<D, true> : score_i8_kernel<D, false>;

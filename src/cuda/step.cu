@@ -27,6 +27,13 @@ static void dfree_ptr(void *p) {
     if (p) cudaFree(p);
 }
 
+static const locks_cuda_lab lab_default = {1, 1, 0, -1, 0, 0, 1, 1, 1};
+static locks_cuda_lab lab_now = lab_default;
+
+extern "C" locks_cuda_lab locks_cuda_lab_default(void) { return lab_default; }
+extern "C" void locks_cuda_set_lab(const locks_cuda_lab *lab) { lab_now = lab ? *lab : lab_default; }
+extern "C" locks_cuda_lab locks_cuda_get_lab(void) { return lab_now; }
+
 locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t hq) {
     struct locks_cuda_ws *w = &c->ws;
     /* A failure part-way leaves the workspace marked not ready (w->ready, w->hq are set
@@ -40,18 +47,12 @@ locks_status locks_cuda_ws_reserve(locks_cuda_cache *c, int32_t n_seqs, int32_t 
         LOCKS_TRY(locks_cuda_score_prepare(c));
         LOCKS_TRY(locks_cuda_topk_mb_prepare(c));
         LOCKS_TRY(locks_cuda_mass_cut_prepare(c));
-        /* lab switches (bench/RESULTS.md, issue 12); unset: the defaults (PDL and the int8
-         * kernel for G 9..16 on) */
-        const char *e = getenv("LOCKS_CUDA_PDL");
-        w->pdl = !(e && e[0] == '0');
-        e = getenv("LOCKS_CUDA_SCORE_I8G16");
-        w->score_i8_g16 = !(e && e[0] == '0');
-        e = getenv("LOCKS_CUDA_ATT_MIN_PPS");
-        w->att_min_pps = e ? atoi(e) : 0;
-        e = getenv("LOCKS_CUDA_TOPK_MB_MIN");
-        w->topk_mb_min = e ? atoi(e) : -1;
-        e = getenv("LOCKS_CUDA_MASS_PPB");
-        w->mass_ppb = e ? atoi(e) : 0;
+        /* lab switches (locks_cuda.h; bench/RESULTS.md, issue 12) */
+        w->pdl = lab_now.pdl;
+        w->score_i8_g16 = lab_now.score_i8_g16;
+        w->att_min_pps = lab_now.att_min_pps;
+        w->topk_mb_min = lab_now.topk_mb_min;
+        w->mass_ppb = lab_now.mass_ppb;
         w->ready = 1;
     }
     const int32_t hkv = c->p.n_kv_heads, G = hq / hkv;
@@ -183,6 +184,15 @@ static locks_status upload_slots(locks_cuda_cache *c, const int32_t *seq_ids, in
     CU_TRY(cudaMemcpy(c->ws.seq_slots, seq_ids, (size_t)n_seqs * 4, cudaMemcpyHostToDevice));
     return LOCKS_OK;
 }
+
+locks_status locks_cuda_use_slots(locks_cuda_cache *c, const int32_t *ids, int32_t n, const void *owner) {
+    if (owner && c->slots_owner == owner) return LOCKS_OK;
+    LOCKS_TRY(upload_slots(c, ids, n));
+    c->slots_owner = owner;
+    return LOCKS_OK;
+}
+
+int32_t locks_cuda_ws_max_pages(const locks_cuda_cache *c) { return c->ws.max_pages; }
 
 /* qprep + non-finite check with read-back (the API promises out untouched on NaN). */
 static locks_status prep_checked(locks_cuda_cache *c, const float *d_q, int32_t n_seqs, int32_t hq, float scale) {

@@ -1,50 +1,25 @@
 /*
- * summary.cu — summary build on the GPU. Two kernels compute the same summary:
- * summary2_kernel (the default; two pages per warp, Jacobi in registers: see its comment
- * below) and summary_kernel (one warp per (page, KV head), Jacobi in shared memory;
- * LOCKS_CUDA_SUMMARY_OLD=1 selects it, read once per process). bench/RESULTS.md, issue 12
- * summary build (summ12), compares them.
+ * summary.cu — summary build on the GPU: summary2_kernel, two pages per warp, Jacobi in
+ * registers (its comment below has the scheme; bench/RESULTS.md, issue 12 summary build
+ * (summ12), has its timings against the shared-memory kernel it replaced).
  *
- * summary_kernel: the warp loads the page's 16 keys into shared memory, centres them (mu), forms the
- * 16x16 Gram matrix X X^T, diagonalises it with parallel cyclic Jacobi (round-robin
- * ordering: 8 disjoint rotations per round, 15 rounds per sweep, until the
- * off-diagonal norm is below 1e-5 of the total, at most 8 sweeps), takes the top-r eigenpairs
- * (sigma = sqrt(lambda), c_ik = sigma u_ik, v_k = X^T u_k / sigma, zero when sigma is
- * ~0: sigma <= 1e-6 sigma_0, as summary.c), fixes each basis vector's sign (largest-
- * magnitude component positive: the CPU leaves Jacobi's arbitrary sign, so tests
- * compare sign-free quantities) and quantizes as the CPU does: mu int8 / one fp16
- * scale, V int4 [-7, 7] / one fp16 scale per vector, C int8 / one fp16 scale per
- * column, scales rounded up to fp16, values divided by the fp16 scale, rounded to
- * nearest even; or, for fp32 summaries, stores mu, the sign-fixed basis and the
+ * Per (page, KV head): load the page's 16 keys, centre them (mu), form the 16x16 Gram
+ * matrix X X^T, diagonalise it with parallel cyclic Jacobi (8 disjoint rotations per
+ * round, 15 rounds per sweep, until the off-diagonal norm is below 1e-5 of the total,
+ * at most 8 sweeps), take the top-r eigenpairs (sigma = sqrt(lambda), c_ik = sigma u_ik,
+ * v_k = X^T u_k / sigma, zero when sigma is ~0: sigma <= 1e-6 sigma_0, as summary.c), fix
+ * each basis vector's sign (largest-magnitude component positive: the CPU leaves
+ * Jacobi's arbitrary sign, so tests compare sign-free quantities) and quantize as the CPU
+ * does: mu int8 / one fp16 scale, V int4 [-7, 7] / one fp16 scale per vector, C int8 /
+ * one fp16 scale per column, scales rounded up to fp16, values divided by the fp16 scale,
+ * rounded to nearest even; or, for fp32 summaries, store mu, the sign-fixed basis and the
  * coefficients unquantized. RS (8 or 16) rank slots per summary, slots >= rank zero.
  * fp32 arithmetic: the int4/int8 quantization error is orders above the Jacobi error.
  */
-#include <stdlib.h>
 
 #include "common.cuh"
 
-#define SUMMARY_WARPS 4 /* warps (pages x heads) per block */
 #define JACOBI_MAX_SWEEPS 8
-
-template <int D> struct __align__(16) summary_smem {
-    float x[16][D + 4]; /* centred keys */
-    float a[16][17];    /* Gram matrix, rotated in place */
-    float u[16][17];    /* eigenvectors (columns) */
-    float mu[D];
-    float4 prm[8]; /* per pair of the round: p, q (int bits), c, s */
-    int order[16];
-};
-
-static __device__ __forceinline__ void rr_pair(int round, int k, int *p, int *q) {
-    /* circle method: 15 players on a circle + player 15 fixed */
-    if (k == 0) {
-        *p = round;
-        *q = 15;
-    } else {
-        *p = (round + k) % 15;
-        *q = (round + 15 - k) % 15;
-    }
-}
 
 /* fp16 scale for magnitudes <= amax mapped to [-qmax, qmax], rounded up like the CPU
  * (summary.c) so |x / scale| <= qmax; zero for amax == 0. */
@@ -71,270 +46,8 @@ struct summary_out {
     float *mu_f, *basis_f, *coef_f;
 };
 
-template <int D, typename T, int RS>
-static __global__ void __launch_bounds__(SUMMARY_WARPS * 32)
-summary_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t *__restrict__ pages, int32_t n,
-               int32_t hkv, int32_t n_pages_pool, int32_t rank, summary_out o) {
-    int8_t *const mu_q = o.mu_q;
-    __half *const mu_s = o.mu_s;
-    uint8_t *const basis_q = o.basis_q;
-    __half *const basis_s = o.basis_s;
-    int8_t *const coef_q = o.coef_q;
-    __half *const coef_s = o.coef_s;
-    const bool f32 = o.mu_f != nullptr;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    summary_smem<D> &sm = reinterpret_cast<summary_smem<D> *>(smem_raw)[threadIdx.x >> 5];
-    const int lane = threadIdx.x & 31;
-    const int64_t item = (int64_t)blockIdx.x * SUMMARY_WARPS + (threadIdx.x >> 5);
-    if (item >= (int64_t)n * hkv) return;
-    const int32_t page = pages[item / hkv];
-    if (page < 0) return; /* a decode graph's "no page filled" */
-    const int32_t h = (int32_t)(item % hkv);
-
-    /* 1. keys -> smem (16-byte loads) */
-    const T *kp = reinterpret_cast<const T *>(kpool) + (size_t)page * ld.page + (size_t)h * ld.head;
-#pragma unroll
-    for (int m = 0; m < 16 * D / 8 / 32; m++) {
-        int i = lane + 32 * m;
-        int tok = (8 * i) / D, dim = (8 * i) % D;
-        uint4 w = *reinterpret_cast<const uint4 *>(kp + (size_t)tok * ld.tok + dim);
-        const T *e = reinterpret_cast<const T *>(&w);
-#pragma unroll
-        for (int z = 0; z < 8; z++) sm.x[tok][dim + z] = kv_traits<T>::to_f(e[z]);
-    }
-    __syncwarp();
-    /* 2. mean and centring */
-    for (int dim = lane; dim < D; dim += 32) {
-        float s = 0.f;
-#pragma unroll
-        for (int i = 0; i < 16; i++) s += sm.x[i][dim];
-        float mu = s * (1.f / 16.f);
-        sm.mu[dim] = mu;
-#pragma unroll
-        for (int i = 0; i < 16; i++) sm.x[i][dim] -= mu;
-    }
-    __syncwarp();
-    /* 3. Gram matrix: 136 (i <= j) entries */
-    for (int idx = lane; idx < 136; idx += 32) {
-        int i = 0, rem = idx;
-        while (rem >= 16 - i) {
-            rem -= 16 - i;
-            i++;
-        }
-        int j = i + rem;
-        float s = 0.f;
-#pragma unroll 8
-        for (int dd = 0; dd < D; dd += 4) {
-            float4 a = *reinterpret_cast<const float4 *>(&sm.x[i][dd]);
-            float4 b = *reinterpret_cast<const float4 *>(&sm.x[j][dd]);
-            s += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-        }
-        sm.a[i][j] = s;
-        sm.a[j][i] = s;
-    }
-    for (int idx = lane; idx < 256; idx += 32) sm.u[idx >> 4][idx & 15] = (idx >> 4) == (idx & 15) ? 1.f : 0.f;
-    __syncwarp();
-
-    /* 4. parallel cyclic Jacobi */
-    for (int sweep = 0; sweep < JACOBI_MAX_SWEEPS; sweep++) {
-        float off = 0.f, tot = 0.f;
-        for (int idx = lane; idx < 256; idx += 32) {
-            float a = sm.a[idx >> 4][idx & 15];
-            tot += a * a;
-            if ((idx >> 4) != (idx & 15)) off += a * a;
-        }
-        off = warp_sum(off);
-        tot = warp_sum(tot);
-        if (off <= 1e-10f * tot || tot == 0.f) break;
-        for (int round = 0; round < 15; round++) {
-            if (lane < 8) {
-                int p, q;
-                rr_pair(round, lane, &p, &q);
-                float apq = sm.a[p][q], app = sm.a[p][p], aqq = sm.a[q][q];
-                float c = 1.f, s = 0.f;
-                if (fabsf(apq) > 1e-30f) {
-                    float theta = (aqq - app) / (2.f * apq);
-                    float t = (theta >= 0.f ? 1.f : -1.f) / (fabsf(theta) + sqrtf(theta * theta + 1.f));
-                    c = rsqrtf(t * t + 1.f);
-                    s = t * c;
-                }
-                sm.prm[lane] = make_float4(__int_as_float(p), __int_as_float(q), c, s);
-            }
-            __syncwarp();
-            /* each lane's 4 tasks use pairs lane/16 + 2m: one 16-byte load each, reused
-             * by both stages (shared-memory traffic is what bounds this kernel) */
-            float4 pr[4];
-#pragma unroll
-            for (int m = 0; m < 4; m++) pr[m] = sm.prm[(lane >> 4) + 2 * m];
-#pragma unroll
-            for (int m = 0; m < 4; m++) { /* rows: A <- J^T A */
-                const int j = lane & 15, p = __float_as_int(pr[m].x), q = __float_as_int(pr[m].y);
-                const float c = pr[m].z, s = pr[m].w;
-                float ap = sm.a[p][j], aq = sm.a[q][j];
-                sm.a[p][j] = c * ap - s * aq;
-                sm.a[q][j] = s * ap + c * aq;
-            }
-            __syncwarp();
-#pragma unroll
-            for (int m = 0; m < 4; m++) { /* columns: A <- A J, U <- U J */
-                const int j = lane & 15, p = __float_as_int(pr[m].x), q = __float_as_int(pr[m].y);
-                const float c = pr[m].z, s = pr[m].w;
-                float ap = sm.a[j][p], aq = sm.a[j][q];
-                /* the rotated pair element is zero by construction: store it exactly */
-                sm.a[j][p] = j == q ? 0.f : c * ap - s * aq;
-                sm.a[j][q] = j == p ? 0.f : s * ap + c * aq;
-                float up = sm.u[j][p], uq = sm.u[j][q];
-                sm.u[j][p] = c * up - s * uq;
-                sm.u[j][q] = s * up + c * uq;
-            }
-            __syncwarp();
-        }
-    }
-    /* 5. order eigenvalues, descending (ties: lower index first) */
-    if (lane < 16) {
-        float li = sm.a[lane][lane];
-        int r = 0;
-        for (int j = 0; j < 16; j++) {
-            float lj = sm.a[j][j];
-            r += (lj > li) || (lj == li && j < lane);
-        }
-        sm.order[r] = lane;
-    }
-    __syncwarp();
-
-    const size_t sidx = (size_t)h * n_pages_pool + page; /* within this layer */
-    /* 6. quantize mu (fp32: store it) */
-    if (f32) {
-        for (int dim = lane; dim < D; dim += 32) o.mu_f[sidx * D + dim] = sm.mu[dim];
-    } else {
-        float amax = 0.f;
-        for (int dim = lane; dim < D; dim += 32) amax = fmaxf(amax, fabsf(sm.mu[dim]));
-        amax = warp_max(amax);
-        __half sh = scale_f16(amax, 127.f);
-        float sc = __half2float(sh);
-        float inv = sc > 0.f ? 1.f / sc : 0.f;
-        for (int dim = lane; dim < D; dim += 32)
-            mu_q[sidx * D + dim] = (int8_t)q_round(sm.mu[dim] * inv, 127.f);
-        if (lane == 0) mu_s[sidx] = sh;
-    }
-    /* 7. basis vectors and coefficients */
-    const float sig0 = sqrtf(fmaxf(sm.a[sm.order[0]][sm.order[0]], 0.f));
-    float cvals[RS]; /* lane i < 16: c_ik */
-#pragma unroll
-    for (int k = 0; k < RS; k++) {
-        cvals[k] = 0.f;
-        uint8_t *vrow = f32 ? nullptr : basis_q + (sidx * RS + k) * (D / 2);
-        float *vrow_f = f32 ? o.basis_f + (sidx * RS + k) * D : nullptr;
-        if (k >= rank) {
-            if (f32) {
-                for (int b = lane; b < D; b += 32) vrow_f[b] = 0.f;
-            } else {
-                for (int b = lane; b < D / 2; b += 32) vrow[b] = 0;
-                if (lane == 0) basis_s[sidx * RS + k] = __float2half_rn(0.f);
-            }
-            continue;
-        }
-        const int col = sm.order[k];
-        const float lam = fmaxf(sm.a[col][col], 0.f);
-        const float sig = sqrtf(lam);
-        const bool null_dir = !(sig > 1e-6f * sig0) || sig == 0.f;
-        /* lane owns dimension pairs (2 (lane + 32 m), +1) */
-        float v[D / 32];
-#pragma unroll
-        for (int m = 0; m < D / 64; m++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int dim = 2 * (lane + 32 * m) + e;
-                float s = 0.f;
-#pragma unroll
-                for (int i = 0; i < 16; i++) s += sm.x[i][dim] * sm.u[i][col];
-                v[2 * m + e] = null_dir ? 0.f : s / sig;
-            }
-        }
-        /* sign: largest-magnitude component positive (lowest index on ties) */
-        float best = -1.f;
-        int bidx = 1 << 30;
-        float bval = 0.f;
-#pragma unroll
-        for (int z = 0; z < D / 32; z++) {
-            int dim = 2 * (lane + 32 * (z >> 1)) + (z & 1);
-            float a = fabsf(v[z]);
-            if (a > best || (a == best && dim < bidx)) {
-                best = a;
-                bidx = dim;
-                bval = v[z];
-            }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
-            float ov = __shfl_xor_sync(0xffffffffu, bval, o);
-            if (ob > best || (ob == best && oi < bidx)) {
-                best = ob;
-                bidx = oi;
-                bval = ov;
-            }
-        }
-        const float sgn = bval < 0.f ? -1.f : 1.f;
-        if (f32) {
-#pragma unroll
-            for (int z = 0; z < D / 32; z++) vrow_f[2 * (lane + 32 * (z >> 1)) + (z & 1)] = sgn * v[z];
-            if (lane < 16 && !null_dir) cvals[k] = sgn * sig * sm.u[lane][col];
-            continue;
-        }
-        float amax = 0.f;
-#pragma unroll
-        for (int z = 0; z < D / 32; z++) {
-            v[z] *= sgn;
-            amax = fmaxf(amax, fabsf(v[z]));
-        }
-        amax = warp_max(amax);
-        __half sh = scale_f16(amax, 7.f);
-        float sc = __half2float(sh);
-        float inv = sc > 0.f ? 1.f / sc : 0.f;
-#pragma unroll
-        for (int m = 0; m < D / 64; m++) {
-            int lo = (int)q_round(v[2 * m] * inv, 7.f), hi = (int)q_round(v[2 * m + 1] * inv, 7.f);
-            vrow[lane + 32 * m] = (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
-        }
-        if (lane == 0) basis_s[sidx * RS + k] = sh;
-        if (lane < 16 && !null_dir) cvals[k] = sgn * sig * sm.u[lane][col];
-    }
-    if (f32) {
-        if (lane < 16) {
-            float4 *crow = reinterpret_cast<float4 *>(o.coef_f + (sidx * 16 + lane) * RS);
-#pragma unroll
-            for (int k = 0; k < RS; k += 4) crow[k / 4] = make_float4(cvals[k], cvals[k + 1], cvals[k + 2], cvals[k + 3]);
-        }
-        return;
-    }
-    /* coefficients: per-column scale over the 16 tokens */
-    int8_t cq[RS];
-#pragma unroll
-    for (int k = 0; k < RS; k++) {
-        float amax = warp_max(lane < 16 ? fabsf(cvals[k]) : 0.f);
-        __half sh = scale_f16(amax, 127.f);
-        float sc = __half2float(sh);
-        float inv = sc > 0.f ? 1.f / sc : 0.f;
-        cq[k] = (int8_t)q_round(cvals[k] * inv, 127.f);
-        if (lane == 0) coef_s[sidx * RS + k] = sh;
-    }
-    if (lane < 16) {
-        uint32_t w[RS / 4];
-#pragma unroll
-        for (int u = 0; u < RS / 4; u++) {
-            w[u] = 0;
-#pragma unroll
-            for (int k = 0; k < 4; k++) w[u] |= (uint32_t)(uint8_t)cq[4 * u + k] << (8 * k);
-        }
-        uint2 *crow = reinterpret_cast<uint2 *>(coef_q + (sidx * 16 + lane) * RS);
-#pragma unroll
-        for (int u = 0; u < RS / 8; u++) crow[u] = make_uint2(w[2 * u], w[2 * u + 1]);
-    }
-}
-
 /* ------------------------------------------------------------------------------------
- * Register-Jacobi kernel (the default; LOCKS_CUDA_SUMMARY_OLD=1 selects the kernel above).
+ * The kernel.
  * Two pages per warp, one per half-warp of 16 lanes. Lane i of a half keeps row i of the
  * Gram matrix and row i of U in registers, stored relative to i: b[r] = A[i][i ^ r],
  * ub[r] = U[i][i ^ r]. A sweep is 15 rounds m = 1..15 of the 8 disjoint pairs
@@ -424,24 +137,13 @@ static __device__ __forceinline__ void jacobi_sweep(float (&b)[16], float (&ub)[
     jacobi_round<15>(b, ub, li, active);
 }
 
-template <int D, typename T, int RS, bool ROLL>
-static __global__ void __launch_bounds__(SUMM2_WARPS * 32)
-summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t *__restrict__ pages, int32_t n,
-                int32_t hkv, int32_t n_pages_pool, int32_t rank, summary_out o) {
-    constexpr int G = D / 64; /* float4 groups of dims per lane: dims 64 g + 4 li .. + 3 */
-    const bool f32 = o.mu_f != nullptr;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int lane = threadIdx.x & 31, li = lane & 15, hbase = lane & 16;
-    summ2_smem<D> &sm = reinterpret_cast<summ2_smem<D> *>(smem_raw)[(threadIdx.x >> 4)];
-    const int64_t item = ((int64_t)blockIdx.x * SUMM2_WARPS + (threadIdx.x >> 5)) * 2 + (lane >> 4);
-    bool valid = item < (int64_t)n * hkv;
-    int32_t page = valid ? pages[item / hkv] : 0;
-    if (page < 0) valid = false; /* a decode graph's "no page filled" */
-    if (!__any_sync(0xffffffffu, valid)) return;
-    if (!valid) page = 0;
-    const int32_t h = valid ? (int32_t)(item % hkv) : 0;
+/* The steps of summary2_kernel, each for the calling half-warp's page (lane li of 16);
+ * valid: the half has a page (an idle half computes on zeros and stores nothing). */
 
-    /* 1. keys -> smem (16-byte loads), zeros for an idle half */
+/* 1. the page's 16 keys -> sm.x (16-byte loads), zeros for an idle half */
+template <int D, typename T>
+static __device__ __forceinline__ void summ2_load_keys(summ2_smem<D> &sm, const uint16_t *__restrict__ kpool,
+                                                       kv_strides ld, int32_t page, int32_t h, int li, bool valid) {
     const T *kp = reinterpret_cast<const T *>(kpool) + (size_t)page * ld.page + (size_t)h * ld.head;
 #pragma unroll
     for (int m = 0; m < D / 8; m++) {
@@ -459,8 +161,11 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
         *reinterpret_cast<float4 *>(&sm.x[tok][dim]) = make_float4(f[0], f[1], f[2], f[3]);
         *reinterpret_cast<float4 *>(&sm.x[tok][dim + 4]) = make_float4(f[4], f[5], f[6], f[7]);
     }
-    __syncwarp();
-    /* 2. mean and centring */
+}
+
+/* 2. mean -> sm.mu, keys centred in place */
+template <int D> static __device__ __forceinline__ void summ2_centre(summ2_smem<D> &sm, int li) {
+    constexpr int G = D / 64;
 #pragma unroll
     for (int g = 0; g < G; g++) {
         const int d0 = 64 * g + 4 * li;
@@ -479,50 +184,44 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
             *reinterpret_cast<float4 *>(&sm.x[i][d0]) = v;
         }
     }
-    __syncwarp();
-    /* 3. Gram matrix: lane (rb, cb) forms A[rb + 4a][cb + 4b]; the mirrored lane forms
-     * the transposed entry with the same fmas, so A is exactly symmetric */
-    {
-        const int rb = li & 3, cb = li >> 2;
-        float acc[4][4];
-#pragma unroll
-        for (int a = 0; a < 4; a++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[a][e] = 0.f;
-#pragma unroll 4
-        for (int dd = 0; dd < D; dd += 4) {
-            float4 ra[4], cv[4];
-#pragma unroll
-            for (int a = 0; a < 4; a++) ra[a] = *reinterpret_cast<const float4 *>(&sm.x[rb + 4 * a][dd]);
-#pragma unroll
-            for (int e = 0; e < 4; e++) cv[e] = *reinterpret_cast<const float4 *>(&sm.x[cb + 4 * e][dd]);
-#pragma unroll
-            for (int a = 0; a < 4; a++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float s = acc[a][e];
-                    s = fmaf(ra[a].x, cv[e].x, s);
-                    s = fmaf(ra[a].y, cv[e].y, s);
-                    s = fmaf(ra[a].z, cv[e].z, s);
-                    s = fmaf(ra[a].w, cv[e].w, s);
-                    acc[a][e] = s;
-                }
-        }
-#pragma unroll
-        for (int a = 0; a < 4; a++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) sm.g[rb + 4 * a][cb + 4 * e] = acc[a][e];
-    }
-    __syncwarp();
-    float b[16], ub[16];
-#pragma unroll
-    for (int r = 0; r < 16; r++) {
-        b[r] = sm.g[li][li ^ r];
-        ub[r] = r == 0 ? 1.f : 0.f;
-    }
-    __syncwarp();
+}
 
-    /* 4. Jacobi */
+/* 3. Gram matrix -> sm.g: lane (rb, cb) forms A[rb + 4a][cb + 4b]; the mirrored lane
+ * forms the transposed entry with the same fmas, so A is exactly symmetric */
+template <int D> static __device__ __forceinline__ void summ2_gram(summ2_smem<D> &sm, int li) {
+    const int rb = li & 3, cb = li >> 2;
+    float acc[4][4];
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[a][e] = 0.f;
+#pragma unroll 4
+    for (int dd = 0; dd < D; dd += 4) {
+        float4 ra[4], cv[4];
+#pragma unroll
+        for (int a = 0; a < 4; a++) ra[a] = *reinterpret_cast<const float4 *>(&sm.x[rb + 4 * a][dd]);
+#pragma unroll
+        for (int e = 0; e < 4; e++) cv[e] = *reinterpret_cast<const float4 *>(&sm.x[cb + 4 * e][dd]);
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float s = acc[a][e];
+                s = fmaf(ra[a].x, cv[e].x, s);
+                s = fmaf(ra[a].y, cv[e].y, s);
+                s = fmaf(ra[a].z, cv[e].z, s);
+                s = fmaf(ra[a].w, cv[e].w, s);
+                acc[a][e] = s;
+            }
+    }
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sm.g[rb + 4 * a][cb + 4 * e] = acc[a][e];
+}
+
+/* 4. Jacobi sweeps until both pages of the warp converge (or JACOBI_MAX_SWEEPS) */
+static __device__ __forceinline__ void summ2_jacobi(float (&b)[16], float (&ub)[16], int li) {
     bool active = true;
     for (int sweep = 0; sweep < JACOBI_MAX_SWEEPS; sweep++) {
         float off = 0.f;
@@ -531,28 +230,32 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
         off = half_sum(off);
         const float tot = half_sum(b[0] * b[0]) + off;
         const bool conv = off <= 1e-10f * tot || tot == 0.f;
-        if (__all_sync(0xffffffffu, conv)) break;
+        if (__all_sync(0xffffffffu, conv)) return;
         active = !conv;
         jacobi_sweep(b, ub, li, active);
     }
-    /* 5. order eigenvalues, descending (ties: lower index first); U^T to smem */
-    const float lam = b[0];
-    {
-        int pos = 0;
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const float lj = __shfl_sync(0xffffffffu, lam, hbase | j);
-            pos += (lj > lam) || (lj == lam && j < li);
-        }
-        sm.order[pos] = li;
-#pragma unroll
-        for (int r = 0; r < 16; r++) sm.g[li ^ r][li] = ub[r];
-    }
-    const float sig0 = sqrtf(fmaxf(half_max(lam), 0.f));
-    __syncwarp();
+}
 
-    const size_t sidx = (size_t)h * n_pages_pool + page; /* within this layer */
-    /* 6. mu */
+/* 5. the eigenvalues' order, descending (ties: lower index first) -> sm.order; U^T -> sm.g */
+template <int D>
+static __device__ __forceinline__ void summ2_order(summ2_smem<D> &sm, float lam, const float (&ub)[16], int li,
+                                                   int hbase) {
+    int pos = 0;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const float lj = __shfl_sync(0xffffffffu, lam, hbase | j);
+        pos += (lj > lam) || (lj == lam && j < li);
+    }
+    sm.order[pos] = li;
+#pragma unroll
+    for (int r = 0; r < 16; r++) sm.g[li ^ r][li] = ub[r];
+}
+
+/* 6. mu: fp32, or int8 with one fp16 scale */
+template <int D>
+static __device__ __forceinline__ void summ2_store_mu(const summ2_smem<D> &sm, const summary_out &o, size_t sidx,
+                                                      int li, bool valid, bool f32) {
+    constexpr int G = D / 64;
     if (f32) {
         if (valid)
 #pragma unroll
@@ -582,95 +285,110 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
             if (li == 0) o.mu_s[sidx] = sh;
         }
     }
-    /* 7. basis vectors and coefficients */
-    float cvals[RS]; /* lane li: c_(li) k; ROLL: the loop is not unrolled (cvals then on the stack) */
-#pragma unroll(ROLL ? 1 : RS)
-    for (int k = 0; k < RS; k++) {
-        cvals[k] = 0.f;
-        if (k >= rank) {
-            if (valid) {
-                if (f32) {
-#pragma unroll
-                    for (int g = 0; g < G; g++)
-                        *reinterpret_cast<float4 *>(o.basis_f + (sidx * RS + k) * D + 64 * g + 4 * li) = make_float4(0.f, 0.f, 0.f, 0.f);
-                } else {
-#pragma unroll
-                    for (int g = 0; g < G; g++) *reinterpret_cast<uint16_t *>(o.basis_q + (sidx * RS + k) * (D / 2) + 32 * g + 2 * li) = 0;
-                    if (li == 0) o.basis_s[sidx * RS + k] = __float2half_rn(0.f);
-                }
-            }
-            continue;
-        }
-        const int col = sm.order[k];
-        const float lk = fmaxf(__shfl_sync(0xffffffffu, lam, hbase | col), 0.f);
-        const float sig = sqrtf(lk);
-        const bool null_dir = !(sig > 1e-6f * sig0) || sig == 0.f;
-        float u[16];
-#pragma unroll
-        for (int i = 0; i < 16; i += 4) {
-            const float4 w = *reinterpret_cast<const float4 *>(&sm.g[col][i]);
-            u[i] = w.x, u[i + 1] = w.y, u[i + 2] = w.z, u[i + 3] = w.w;
-        }
-        float v[4 * G];
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-                const float4 xv = *reinterpret_cast<const float4 *>(&sm.x[i][64 * g + 4 * li]);
-                s.x += xv.x * u[i], s.y += xv.y * u[i], s.z += xv.z * u[i], s.w += xv.w * u[i];
-            }
-            v[4 * g] = null_dir ? 0.f : s.x / sig;
-            v[4 * g + 1] = null_dir ? 0.f : s.y / sig;
-            v[4 * g + 2] = null_dir ? 0.f : s.z / sig;
-            v[4 * g + 3] = null_dir ? 0.f : s.w / sig;
-        }
-        /* sign: largest-magnitude component positive (lowest index on ties) */
-        float best = -1.f, bval = 0.f;
-        int bidx = 1 << 30;
-#pragma unroll
-        for (int z = 0; z < 4 * G; z++) {
-            const int dim = 64 * (z >> 2) + 4 * li + (z & 3);
-            const float a = fabsf(v[z]);
-            if (a > best || (a == best && dim < bidx)) best = a, bidx = dim, bval = v[z];
-        }
-        for (int off = 8; off > 0; off >>= 1) {
-            const float ob = __shfl_xor_sync(0xffffffffu, best, off);
-            const int oi = __shfl_xor_sync(0xffffffffu, bidx, off);
-            const float ov = __shfl_xor_sync(0xffffffffu, bval, off);
-            if (ob > best || (ob == best && oi < bidx)) best = ob, bidx = oi, bval = ov;
-        }
-        const float sgn = bval < 0.f ? -1.f : 1.f;
-        if (!null_dir) cvals[k] = sgn * sig * sm.g[col][li];
+}
+
+/* 7a. rank slot k >= rank: a zero basis vector */
+template <int D, int RS>
+static __device__ __forceinline__ void summ2_zero_slot(const summary_out &o, size_t sidx, int k, int li, bool valid,
+                                                       bool f32) {
+    constexpr int G = D / 64;
+    if (valid) {
         if (f32) {
-            if (valid)
 #pragma unroll
-                for (int g = 0; g < G; g++)
-                    *reinterpret_cast<float4 *>(o.basis_f + (sidx * RS + k) * D + 64 * g + 4 * li) =
-                        make_float4(sgn * v[4 * g], sgn * v[4 * g + 1], sgn * v[4 * g + 2], sgn * v[4 * g + 3]);
-            continue;
-        }
-        float amax = 0.f;
+            for (int g = 0; g < G; g++)
+                *reinterpret_cast<float4 *>(o.basis_f + (sidx * RS + k) * D + 64 * g + 4 * li) = make_float4(0.f, 0.f, 0.f, 0.f);
+        } else {
 #pragma unroll
-        for (int z = 0; z < 4 * G; z++) {
-            v[z] *= sgn;
-            amax = fmaxf(amax, fabsf(v[z]));
-        }
-        amax = half_max(amax);
-        const __half sh = scale_f16(amax, 7.f);
-        const float sc = __half2float(sh);
-        const float inv = sc > 0.f ? 1.f / sc : 0.f;
-        if (valid) {
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                uint32_t w = 0;
-#pragma unroll
-                for (int e = 0; e < 4; e++) w |= ((uint32_t)(int)q_round(v[4 * g + e] * inv, 7.f) & 0xFu) << (4 * e);
-                *reinterpret_cast<uint16_t *>(o.basis_q + (sidx * RS + k) * (D / 2) + 32 * g + 2 * li) = (uint16_t)w;
-            }
-            if (li == 0) o.basis_s[sidx * RS + k] = sh;
+            for (int g = 0; g < G; g++) *reinterpret_cast<uint16_t *>(o.basis_q + (sidx * RS + k) * (D / 2) + 32 * g + 2 * li) = 0;
+            if (li == 0) o.basis_s[sidx * RS + k] = __float2half_rn(0.f);
         }
     }
+}
+
+/* 7b. rank slot k < rank: basis vector v_k = X^T u_k / sigma with its sign fixed, stored
+ * fp32 or int4 with one fp16 scale; returns lane li's coefficient c_(li) k (0 for a null
+ * direction) */
+template <int D, int RS>
+static __device__ __forceinline__ float summ2_basis_slot(const summ2_smem<D> &sm, const summary_out &o, size_t sidx,
+                                                         int k, float lam, float sig0, int li, int hbase, bool valid,
+                                                         bool f32) {
+    constexpr int G = D / 64;
+    const int col = sm.order[k];
+    const float lk = fmaxf(__shfl_sync(0xffffffffu, lam, hbase | col), 0.f);
+    const float sig = sqrtf(lk);
+    const bool null_dir = !(sig > 1e-6f * sig0) || sig == 0.f;
+    float u[16];
+#pragma unroll
+    for (int i = 0; i < 16; i += 4) {
+        const float4 w = *reinterpret_cast<const float4 *>(&sm.g[col][i]);
+        u[i] = w.x, u[i + 1] = w.y, u[i + 2] = w.z, u[i + 3] = w.w;
+    }
+    float v[4 * G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const float4 xv = *reinterpret_cast<const float4 *>(&sm.x[i][64 * g + 4 * li]);
+            s.x += xv.x * u[i], s.y += xv.y * u[i], s.z += xv.z * u[i], s.w += xv.w * u[i];
+        }
+        v[4 * g] = null_dir ? 0.f : s.x / sig;
+        v[4 * g + 1] = null_dir ? 0.f : s.y / sig;
+        v[4 * g + 2] = null_dir ? 0.f : s.z / sig;
+        v[4 * g + 3] = null_dir ? 0.f : s.w / sig;
+    }
+    /* sign: largest-magnitude component positive (lowest index on ties) */
+    float best = -1.f, bval = 0.f;
+    int bidx = 1 << 30;
+#pragma unroll
+    for (int z = 0; z < 4 * G; z++) {
+        const int dim = 64 * (z >> 2) + 4 * li + (z & 3);
+        const float a = fabsf(v[z]);
+        if (a > best || (a == best && dim < bidx)) best = a, bidx = dim, bval = v[z];
+    }
+    for (int off = 8; off > 0; off >>= 1) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bidx, off);
+        const float ov = __shfl_xor_sync(0xffffffffu, bval, off);
+        if (ob > best || (ob == best && oi < bidx)) best = ob, bidx = oi, bval = ov;
+    }
+    const float sgn = bval < 0.f ? -1.f : 1.f;
+    const float cval = null_dir ? 0.f : sgn * sig * sm.g[col][li];
+    if (f32) {
+        if (valid)
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                *reinterpret_cast<float4 *>(o.basis_f + (sidx * RS + k) * D + 64 * g + 4 * li) =
+                    make_float4(sgn * v[4 * g], sgn * v[4 * g + 1], sgn * v[4 * g + 2], sgn * v[4 * g + 3]);
+        return cval;
+    }
+    float amax = 0.f;
+#pragma unroll
+    for (int z = 0; z < 4 * G; z++) {
+        v[z] *= sgn;
+        amax = fmaxf(amax, fabsf(v[z]));
+    }
+    amax = half_max(amax);
+    const __half sh = scale_f16(amax, 7.f);
+    const float sc = __half2float(sh);
+    const float inv = sc > 0.f ? 1.f / sc : 0.f;
+    if (valid) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            uint32_t w = 0;
+#pragma unroll
+            for (int e = 0; e < 4; e++) w |= ((uint32_t)(int)q_round(v[4 * g + e] * inv, 7.f) & 0xFu) << (4 * e);
+            *reinterpret_cast<uint16_t *>(o.basis_q + (sidx * RS + k) * (D / 2) + 32 * g + 2 * li) = (uint16_t)w;
+        }
+        if (li == 0) o.basis_s[sidx * RS + k] = sh;
+    }
+    return cval;
+}
+
+/* 8. coefficients: fp32, or int8 with a per-column fp16 scale over the 16 tokens */
+template <int RS>
+static __device__ __forceinline__ void summ2_store_coef(const summary_out &o, size_t sidx, const float (&cvals)[RS],
+                                                        int li, bool valid, bool f32) {
     if (f32) {
         if (valid) {
             float4 *crow = reinterpret_cast<float4 *>(o.coef_f + (sidx * 16 + li) * RS);
@@ -704,43 +422,58 @@ summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t
     }
 }
 
-static bool summary_old_kernel(void) {
-    static int old = -1; /* read once: not a call to repeat inside a graph capture */
-    if (old < 0) {
-        const char *e = getenv("LOCKS_CUDA_SUMMARY_OLD");
-        old = e && atoi(e) != 0;
-    }
-    return old != 0;
-}
+template <int D, typename T, int RS>
+static __global__ void __launch_bounds__(SUMM2_WARPS * 32)
+summary2_kernel(const uint16_t *__restrict__ kpool, kv_strides ld, const int32_t *__restrict__ pages, int32_t n,
+                int32_t hkv, int32_t n_pages_pool, int32_t rank, summary_out o) {
+    const bool f32 = o.mu_f != nullptr;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int lane = threadIdx.x & 31, li = lane & 15, hbase = lane & 16;
+    summ2_smem<D> &sm = reinterpret_cast<summ2_smem<D> *>(smem_raw)[(threadIdx.x >> 4)];
+    const int64_t item = ((int64_t)blockIdx.x * SUMM2_WARPS + (threadIdx.x >> 5)) * 2 + (lane >> 4);
+    bool valid = item < (int64_t)n * hkv;
+    int32_t page = valid ? pages[item / hkv] : 0;
+    if (page < 0) valid = false; /* a decode graph's "no page filled" */
+    if (!__any_sync(0xffffffffu, valid)) return;
+    if (!valid) page = 0;
+    const int32_t h = valid ? (int32_t)(item % hkv) : 0;
 
-/* Builds of at most this many page-heads (rank slots 8) take summary2_kernel with its basis
- * loop rolled: 99 KB of SASS instead of 166 KB (D 128, bf16; nvdisasm), meant for the
- * latency-bound build of a decode token, whose code is cold after the token's weights
- * streamed through L2 (bench/RESULTS.md, issue 24: 65-70 us a layer in the token against
- * ~40 us warm). Lab switch LOCKS_CUDA_SUMMARY_ROLL=N, read once per process; unset or 0:
- * never (the unrolled kernel, as before). Same arithmetic in the same order either way. */
-static int64_t summary_roll_items(void) {
-    static int64_t roll = -1; /* read once: not a call to repeat inside a graph capture */
-    if (roll < 0) {
-        const char *e = getenv("LOCKS_CUDA_SUMMARY_ROLL");
-        const long long v = e ? atoll(e) : 0;
-        roll = v > 0 ? (int64_t)v : 0;
+    summ2_load_keys<D, T>(sm, kpool, ld, page, h, li, valid);
+    __syncwarp();
+    summ2_centre<D>(sm, li);
+    __syncwarp();
+    summ2_gram<D>(sm, li);
+    __syncwarp();
+    float b[16], ub[16];
+#pragma unroll
+    for (int r = 0; r < 16; r++) {
+        b[r] = sm.g[li][li ^ r];
+        ub[r] = r == 0 ? 1.f : 0.f;
     }
-    return roll;
+    __syncwarp();
+    summ2_jacobi(b, ub, li);
+    const float lam = b[0];
+    summ2_order<D>(sm, lam, ub, li, hbase);
+    const float sig0 = sqrtf(fmaxf(half_max(lam), 0.f));
+    __syncwarp();
+
+    const size_t sidx = (size_t)h * n_pages_pool + page; /* within this layer */
+    summ2_store_mu<D>(sm, o, sidx, li, valid, f32);
+    float cvals[RS]; /* lane li: c_(li) k */
+#pragma unroll(RS)
+    for (int k = 0; k < RS; k++) {
+        cvals[k] = 0.f;
+        if (k >= rank) summ2_zero_slot<D, RS>(o, sidx, k, li, valid, f32);
+        else cvals[k] = summ2_basis_slot<D, RS>(sm, o, sidx, k, lam, sig0, li, hbase, valid, f32);
+    }
+    summ2_store_coef<RS>(o, sidx, cvals, li, valid, f32);
 }
 
 template <int D, typename T, int RS>
 static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const int32_t *d_pages,
                                      int32_t n, cudaStream_t st) {
     const int32_t hkv = c->p.n_kv_heads;
-    const size_t smem = sizeof(summary_smem<D>) * SUMMARY_WARPS;
-    static bool smem_set = false; /* once: not a call to repeat inside a graph capture */
-    if (!smem_set) {
-        CU_TRY(cudaFuncSetAttribute(summary_kernel<D, T, RS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = true;
-    }
     const int64_t items = (int64_t)n * hkv;
-    const unsigned blocks = (unsigned)((items + SUMMARY_WARPS - 1) / SUMMARY_WARPS);
     const size_t base = summary_index(c, layer, 0);
     summary_out o = {};
     if (c->f32) {
@@ -755,37 +488,17 @@ static locks_status summary_launch_t(locks_cuda_cache *c, int32_t layer, const i
         o.coef_q = c->coef + base * 16 * RS;
         o.coef_s = c->coef_scale + base * RS;
     }
-    if (!summary_old_kernel()) {
-        const size_t smem2 = sizeof(summ2_smem<D>) * 2 * SUMM2_WARPS;
-        const unsigned blocks2 = (unsigned)((items + 2 * SUMM2_WARPS - 1) / (2 * SUMM2_WARPS));
-        if constexpr (RS == LOCKS_CUDA_MAX_RANK) { /* the rolled basis loop (summary_roll_items) */
-            if (items <= summary_roll_items()) {
-                static bool roll_set = false;
-                if (!roll_set) {
-                    CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS, true>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2));
-                    roll_set = true;
-                }
-                summary2_kernel<D, T, RS, true><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(
-                    cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv, c->p.n_pages, c->rank, o);
-                CU_LAUNCH_CHECK(summary2_kernel);
-                return LOCKS_OK;
-            }
-        }
-        static bool smem2_set = false;
-        if (!smem2_set) {
-            CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem2));
-            smem2_set = true;
-        }
-        summary2_kernel<D, T, RS, false><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(
-            cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv, c->p.n_pages, c->rank, o);
-        CU_LAUNCH_CHECK(summary2_kernel);
-        return LOCKS_OK;
+    const size_t smem2 = sizeof(summ2_smem<D>) * 2 * SUMM2_WARPS;
+    const unsigned blocks2 = (unsigned)((items + 2 * SUMM2_WARPS - 1) / (2 * SUMM2_WARPS));
+    static bool smem2_set = false;
+    if (!smem2_set) {
+        CU_TRY(cudaFuncSetAttribute(summary2_kernel<D, T, RS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)smem2));
+        smem2_set = true;
     }
-    summary_kernel<D, T, RS><<<blocks, SUMMARY_WARPS * 32, smem, st>>>(cache_layer_k(c, layer), cache_strides(c),
-                                                                        d_pages, n, hkv, c->p.n_pages, c->rank, o);
-    CU_LAUNCH_CHECK(summary_kernel);
+    summary2_kernel<D, T, RS><<<blocks2, SUMM2_WARPS * 32, smem2, st>>>(
+        cache_layer_k(c, layer), cache_strides(c), d_pages, n, hkv, c->p.n_pages, c->rank, o);
+    CU_LAUNCH_CHECK(summary2_kernel);
     return LOCKS_OK;
 }
 

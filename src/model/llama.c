@@ -43,7 +43,7 @@
 #include <string.h>
 
 #include "gguf.h"
-#include "engine_cuda.h"
+#include "cuda/engine_cuda.h"
 #include "llama_internal.h"
 #include "locks_model.h"
 #include "matmul.h"
@@ -421,6 +421,19 @@ const float *llama_model_norm(const locks_model *m, int32_t layer, int which) {
 int32_t llama_model_n_rot(const locks_model *m) { return m->n_rot; }
 int llama_model_tied(const locks_model *m) { return m->output.data == m->tok_embd.data; }
 
+/* The GPU engine's view of m (engine_cuda.h): pointers into m, layers[] filled
+ * (n_layers entries, the caller's). */
+static engine_cuda_model gpu_view(const locks_model *m, engine_cuda_layer *layers) {
+    for (int32_t l = 0; l < m->info.n_layers; l++) {
+        const llama_layer *L = &m->layers[l];
+        layers[l] = (engine_cuda_layer){&L->wq,    &L->wk,        &L->wv,       &L->wo,
+                                        &L->w_gate, &L->w_up,     &L->w_down,   L->attn_norm,
+                                        L->ffn_norm};
+    }
+    return (engine_cuda_model){m->info,    m->n_rot, llama_model_tied(m), &m->tok_embd, &m->output,
+                               m->output_norm, layers};
+}
+
 int32_t locks_model_default_path(char *buf, size_t size) {
     const char *dir = getenv("LOCKS_MODEL_DIR");
     const char *home = getenv("HOME");
@@ -636,7 +649,14 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     cp.n_threads = locks_pool_threads(c->pool);
     cp.pool = c->pool;
     if (p.backend == LOCKS_BACKEND_CUDA) { /* weights, cache and engine on the GPU */
-        c->gpu = engine_cuda_init(m, &p, &c->cache, &st);
+        engine_cuda_layer *gl = locks_alloc((size_t)in->n_layers, sizeof *gl);
+        if (!gl) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+        const engine_cuda_model gm = gpu_view(m, gl);
+        c->gpu = engine_cuda_init(&gm, &p, &c->cache, &st);
+        locks_free(gl);
         if (!c->gpu) goto fail;
     } else {
         c->cache = locks_cache_init(cp, &st);

@@ -1,6 +1,8 @@
 /*
- * llama_internal.h — what llama.c lends the CUDA engine (engine_cuda.c): read access to a
- * loaded model's weights, checked at load against the hyper-parameters.
+ * llama_internal.h — what llama.c and sampler.c lend the tests and the fuzz harness (read
+ * access to a loaded model's weights, checked at load against the hyper-parameters) and
+ * each other. The GPU engine (cuda/engine_cuda.c) gets its view of the weights from
+ * llama.c instead (engine_cuda_model) and includes nothing of this.
  */
 #ifndef LOCKS_LLAMA_INTERNAL_H
 #define LOCKS_LLAMA_INTERNAL_H
@@ -25,5 +27,7 @@ int32_t llama_model_n_rot(const locks_model *m);
  * it); for the model loader's fuzz harness (tests/fuzz/fuzz_model.c). */
 locks_model *llama_model_load_buffer(const void *buf, size_t size, locks_status *err);
 int llama_model_tied(const locks_model *m);
+/* The sampler's parameters (sampler.c), for the device sampler. */
+locks_sampler_params locks_sampler_get_params(const locks_sampler *s);
 
 #endif

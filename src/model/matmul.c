@@ -197,15 +197,7 @@ static inline float dot_bf16(const uint8_t *w, const float *x, int32_t n) {
  * scaled in fp32 with one FMA per block. The integer sums are the same either way:
  * maddubs cannot saturate here (|15 * 127 * 2| and |128 * 127 * 2| < 32768). ---- */
 
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
-
-AVX2_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "simd_avx2.h"
 
 /* 16 bytes of nibbles -> 32 unsigned bytes: low nibbles (elements 0..15), then high. */
 AVX2_INLINE __m256i unpack_nibbles(const uint8_t *qs) {
@@ -214,20 +206,6 @@ AVX2_INLINE __m256i unpack_nibbles(const uint8_t *qs) {
     __m128i lo = _mm_and_si128(raw, m4);
     __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
     return _mm256_set_m128i(hi, lo);
-}
-
-/* sum of u8 w[j] * s8 x[j] over 32 bytes, as 8 fp32 partial sums. vnni is a constant
- * after inlining; vpdpbusd goes through inline assembly ({vex}: the AVX-VNNI encoding)
- * so that one body serves both instruction sets. */
-AVX2_INLINE __m256 dot_u8s8(__m256i w, __m256i x, const int vnni) {
-    __m256i p;
-    if (vnni) {
-        p = _mm256_setzero_si256();
-        __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(p) : "x"(w), "x"(x));
-    } else {
-        p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-    }
-    return _mm256_cvtepi32_ps(p);
 }
 
 /* A weight block as bytes ready for dot_u8s8: *wa the unsigned operand, *ws the sign

@@ -205,15 +205,7 @@ void quant_rows_c(const matmul_weight *w, const matmul_act *a, float *y, int32_t
 /* ================================================================================ */
 
 #ifdef QUANT_X86
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
-
-AVX2_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "simd_avx2.h"
 
 /* fp16 -> fp32 with F16C (h2f calls util's portable conversion: a call per sub-block) */
 AVX2_INLINE float h2f_f16c(const uint8_t *p) {
@@ -280,16 +272,7 @@ AVX2_INLINE void decode_sub_avx2(ggml_type type, const uint8_t *row, int32_t b, 
  * The sign trick makes the unsigned operand |q| and moves q's sign onto x; maddubs
  * cannot saturate (2 * 63 * 128 < 32768). */
 AVX2_INLINE __m256 dot_bytes(__m256i q, __m256i x, const int vnni) {
-    __m256i wa = _mm256_sign_epi8(q, q);
-    __m256i xs = _mm256_sign_epi8(x, q);
-    __m256i p;
-    if (vnni) {
-        p = _mm256_setzero_si256();
-        __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(p) : "x"(wa), "x"(xs));
-    } else {
-        p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), _mm256_set1_epi16(1));
-    }
-    return _mm256_cvtepi32_ps(p);
+    return dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q), vnni);
 }
 
 /* One row against nx (1..4) int8 vectors: each sub-block is decoded once. */

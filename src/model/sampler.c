@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "locks_model.h"
-#include "engine_cuda.h"
+#include "llama_internal.h"
 #include "util.h"
 
 typedef struct {

@@ -1,5 +1,5 @@
 /*
- * model_cuda.h — the Llama-family forward pass on the GPU (src/cuda/model_*.cu), callable
+ * model_cuda.h — the Llama-family forward pass on the GPU (the .cu files of src/model/cuda/), callable
  * from C: device weights, the per-token kernels, the causal prefill attention over the
  * paged cache, device sampling, and a decode engine whose whole token (every layer's
  * projections, K/V write and summary build, the LOCKS or dense step, the FFN, the logits
@@ -12,7 +12,7 @@
  *    Wq|Wk|Wv are stored as one (q_dim + 2 kv_dim, dim) matrix and Wgate|Wup as one
  *    (2 ffn, dim) matrix, so a layer runs 4 products (cuBLAS, fp32 accumulation, fp32
  *    output). Norm weights are fp32. The residual stream stays fp32; the input of every
- *    product is rounded once to the weight type. LOCKS_CUDA_GEMV=1 (or 2: with
+ *    product is rounded once to the weight type. The lab switch engine_gemv = 1 (or 2: with
  *    programmatic dependent launch) runs the decode token's products through gemv.cu
  *    instead, with the RMSNorms, the casts and SwiGLU folded into them (off by default:
  *    slower on the H200, bench/RESULTS.md).
@@ -118,7 +118,7 @@ locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n
  * verify.cu's rows mode), K/V written to the cache and the summaries of the pages they fill
  * built, as the decode graph does: row i's logits and K/V are bit for bit those of a dense
  * decode token at position pos + i (selector FULL, the same max_ctx; the default cuBLAS
- * products, not LOCKS_CUDA_GEMV). logits (host): [n][n_vocab], every token's. Not captured. */
+ * products, not engine_gemv). logits (host): [n][n_vocab], every token's. Not captured. */
 locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos, float *logits);
 
 /* Sets the decode step (selector FULL or LOCKS) and the decode context bound max_ctx

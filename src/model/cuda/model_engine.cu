@@ -11,13 +11,13 @@
  *            step (score, mass, top-k, attend, or dense attend; step.cu's one enqueue
  *            path) -> att ; x += Wo att ; xb = rms(x) ; gu = Wgu xb ;
  *            xb = silu(g) * u ; x += Wdown xb
- * LOCKS_ENGINE_FUSED=0 (read at lg_ctx_init) restores the earlier preparation for A/B
+ * The lab switch engine_fused = 0 (locks_cuda_lab, read at lg_ctx_init) restores the earlier preparation for A/B
  * timing: two RoPE launches, a 2D copy of q, the K/V append, qprep of the copy.
  * The small kernels (norms, the cast, SwiGLU, attention prep) are launched with
  * programmatic dependent launch, so each one's launch overlaps the end of the product
  * before it; embed and the decode prep are one kernel; with the full selector the
  * summary of a page that fills is built on a branch forked from the layer and joined at
- * the token's end (no kernel of a dense token reads summaries). LOCKS_ENGINE_REST=0
+ * the token's end (no kernel of a dense token reads summaries). engine_rest = 0
  * restores the earlier launches (A/B timing); the arithmetic is the same bit for bit.
  *   head     xb = rms(x) ; logits = Wout xb ; tok = sample(logits)
  * Nothing in it depends on the host after capture: lengths, block tables, positions and
@@ -283,7 +283,7 @@ struct lg_ctx {
     float *ss;      /* decode products: partial sums of squares of x's rows (gemv.cu) */
     int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
     int gemv;       /* decode products: 0 cuBLAS + the small kernels, 1 gemv.cu, 2 gemv.cu with
-                     * programmatic dependent launch (LOCKS_CUDA_GEMV, see lg_ctx_init) */
+                     * programmatic dependent launch (lab switch engine_gemv, see lg_ctx_init) */
     int gemv_now;   /* set while enqueuing a decode token that uses gemv.cu */
     uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
@@ -297,16 +297,16 @@ struct lg_ctx {
     locks_step_params step;
     int32_t max_ctx;
     int step_set;
-    int prep_fused; /* decode attention prep in one kernel (LOCKS_ENGINE_FUSED=0: the old launches) */
+    int prep_fused; /* decode attention prep in one kernel (engine_fused = 0: the old launches) */
     int rest;       /* the small kernels (norms, cast, SwiGLU, attention prep) with programmatic
                      * dependent launch, the embedding and decode prep in one kernel, and a dense
-                     * token's summary builds on a forked branch (LOCKS_ENGINE_REST=0: the
+                     * token's summary builds on a forked branch (engine_rest = 0: the
                      * earlier launches, for A/B timing; see lg_ctx_init) */
     cudaStream_t side;           /* the forked branch of a decode token (summary builds) */
     cudaEvent_t ev_fork, ev_join;
     int forked;                  /* enqueue time: work is pending on side */
     cudaGraphExec_t graph[LG_PART_ALL + 1]; /* per parts mask */
-    int32_t gemm_rows; /* GEMM_ROWS, or 1 with LOCKS_ENGINE_PAD=0 (A/B timing: no padding, no pieces; the verify
+    int32_t gemm_rows; /* GEMM_ROWS, or 1 with engine_pad = 0 (A/B timing: no padding, no pieces; the verify
                         * is then exact only where cuBLAS happens to be row invariant) */
     int gemm_chunked;  /* set while enqueuing a verify: products of more rows in GEMM_ROWS-row pieces */
     /* lg_verify's buffers, made on its first call */
@@ -408,16 +408,16 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
 #undef DA
         {
-            /* the decode products: cuBLAS and the small kernels unless LOCKS_CUDA_GEMV=1
+            /* the decode products: cuBLAS and the small kernels unless engine_gemv = 1
              * (gemv.cu, the norms, casts and SwiGLU folded into the products) or 2 (the same
              * with programmatic dependent launch), where gemv.cu takes the widths. Not the
              * default: on the H200 the fused token was 3% slower at one sequence (its
              * products 5.08 ms vs cuBLAS 4.02 for Llama-3.1-8B, the rest 0.34 vs 1.13 ms)
              * and 3-6x slower at 2-8 (CUDA cores, not tensor cores); bench/RESULTS.md. */
-            const char *ev = getenv("LOCKS_CUDA_GEMV");
+            const int g = locks_cuda_get_lab().engine_gemv;
             const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
                              lg_gemv_supported(s->ffn_dim, n_seqs);
-            e->gemv = fits && ev && (ev[0] == '1' || ev[0] == '2') ? ev[0] - '0' : 0;
+            e->gemv = fits && (g == 1 || g == 2) ? g : 0;
             if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
@@ -455,12 +455,10 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         if ((st = locks_cuda_summary_build(e->cc, 0, e->build, n_seqs)) != LOCKS_OK) goto fail;
         e->step = locks_step_default_params();
         e->max_ctx = cache->p.n_pages * LOCKS_PAGE;
-        const char *fz = getenv("LOCKS_ENGINE_FUSED");
-        e->prep_fused = !(fz && fz[0] == '0');
-        const char *pz = getenv("LOCKS_ENGINE_PAD");
-        e->gemm_rows = pz && pz[0] == '0' ? 1 : GEMM_ROWS;
-        const char *rz = getenv("LOCKS_ENGINE_REST");
-        e->rest = !(rz && rz[0] == '0');
+        const locks_cuda_lab lab = locks_cuda_get_lab();
+        e->prep_fused = lab.engine_fused != 0;
+        e->gemm_rows = lab.engine_pad ? GEMM_ROWS : 1;
+        e->rest = lab.engine_rest != 0;
         if (cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking) != cudaSuccess ||
             cudaEventCreateWithFlags(&e->ev_fork, cudaEventDisableTiming) != cudaSuccess ||
             cudaEventCreateWithFlags(&e->ev_join, cudaEventDisableTiming) != cudaSuccess) {
@@ -488,7 +486,7 @@ static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, i
     const cudaDataType_t t = e->m->s.wtype == LOCKS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float alpha = 1.f;
     const int32_t P = e->gemm_rows;
-    if (n > P && (!e->gemm_chunked || P == 1)) { /* (LOCKS_ENGINE_PAD=0: every product as it comes) */
+    if (n > P && (!e->gemm_chunked || P == 1)) { /* (engine_pad = 0: every product as it comes) */
         CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w, t, cols, e->xb, t, cols, &beta,
                             y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return LOCKS_OK;
@@ -621,7 +619,7 @@ static locks_status own_slots(lg_ctx *e);
  * (tests/test_gpu_verify.c compares them with memcmp): the same products (gemm's GEMM_ROWS
  * rows), norms and casts per row, the decode's attention prep (RoPE + K/V store) and
  * summary build, and the dense decode attention in its rows mode (verify.cu, attend.cu)
- * with the decode graph's split size (max_ctx, n_seqs). Not with LOCKS_CUDA_GEMV (the
+ * with the decode graph's split size (max_ctx, n_seqs). Not with engine_gemv (the
  * decode products are then gemv.cu's). One host wait, at the end. */
 extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
                                   float *logits) {
@@ -871,14 +869,9 @@ static locks_status check_lengths(lg_ctx *e) {
 }
 
 static locks_status own_slots(lg_ctx *e) {
-    locks_cuda_cache *c = e->cc;
-    if (c->slots_owner == (const void *)e) return LOCKS_OK;
     int32_t ids[MAX_ENGINE_SEQS];
     for (int32_t i = 0; i < e->n_seqs; i++) ids[i] = i;
-    CU_TRY(cudaStreamSynchronize(e->st));
-    CU_TRY(cudaMemcpy(c->ws.seq_slots, ids, (size_t)e->n_seqs * 4, cudaMemcpyHostToDevice));
-    c->slots_owner = e;
-    return LOCKS_OK;
+    return locks_cuda_use_slots(e->cc, ids, e->n_seqs, e);
 }
 
 static locks_status capture(lg_ctx *e, int parts) {
@@ -1066,14 +1059,12 @@ extern "C" locks_status lg_op_attend_decode(locks_cache *c, int32_t layer, int32
                                             int32_t n_q_heads, float scale, int32_t max_list, float *d_out) {
     if (!c || !c->cuda || layer < 0 || layer >= c->p.n_layers || seq < 0 || seq >= c->p.max_seqs ||
         locks_cache_seq_len(c, seq) < 1 || n_q_heads % c->p.n_kv_heads != 0 ||
-        max_list < (locks_cache_seq_len(c, seq) + 15) / 16 || max_list > c->cuda->ws.max_pages)
+        max_list < (locks_cache_seq_len(c, seq) + 15) / 16 || max_list > locks_cuda_ws_max_pages(c->cuda))
         return LOCKS_ERR_INVALID_ARG;
     locks_cuda_cache *cc = c->cuda;
     if (scale <= 0.f) scale = 1.f / sqrtf((float)c->p.head_dim);
     LOCKS_TRY(locks_cuda_ws_reserve(cc, 1, n_q_heads));
-    CU_TRY(cudaStreamSynchronize(cc->stream));
-    CU_TRY(cudaMemcpy(cc->ws.seq_slots, &seq, 4, cudaMemcpyHostToDevice));
-    cc->slots_owner = NULL;
+    LOCKS_TRY(locks_cuda_use_slots(cc, &seq, 1, NULL));
     LOCKS_TRY(locks_cuda_qprep_launch(cc, d_q, n_q_heads * c->p.head_dim, 1, n_q_heads, scale, cc->stream));
     /* the dense path of locks_cuda_step_enqueue (an engine of one sequence) */
     LOCKS_TRY(locks_cuda_attend_launch(cc, layer, 1, n_q_heads, NULL, NULL, 0, 1, max_list, d_out, NULL, cc->stream));

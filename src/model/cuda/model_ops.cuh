@@ -5,7 +5,7 @@
 #ifndef LOCKS_MODEL_OPS_CUH
 #define LOCKS_MODEL_OPS_CUH
 
-#include "common.cuh"
+#include "cuda/common.cuh"
 
 extern "C" {
 #include "model_cuda.h"
@@ -77,14 +77,6 @@ size_t lg_verify_ws_bytes(const locks_cuda_cache *c, int32_t n, int32_t hq, int3
 locks_status lg_verify_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                                      const float *q, int32_t q_stride, int32_t hq, float scale, int32_t n_seqs,
                                      int32_t max_list, void *ws, float *out, cudaStream_t st);
-/* attend.cu's rows mode (see attend_kernel): q_attn [rows][hq][d] as qprep writes them, row r
- * at length len0 + r; d_slot: the block-table row; d_ident: 0 .. rows - 1; d_lens: len0 + r;
- * part_*: rows x hkv x locks_cuda_attend_rows_splits(c, n_seqs, max_list) x G partials. */
-int32_t locks_cuda_attend_rows_splits(const locks_cuda_cache *c, int32_t n_seqs, int32_t max_list);
-locks_status locks_cuda_attend_rows_launch(locks_cuda_cache *c, int32_t layer, int32_t n_seqs, int32_t max_list,
-                                           int32_t hq, const uint16_t *q_attn, int32_t rows, int32_t len0,
-                                           const int32_t *d_slot, const int32_t *d_ident, const int32_t *d_lens,
-                                           float *part_o, float2 *part_ml, float *out, cudaStream_t st);
 /* RoPE + K/V store as lg_attn_prep_launch, for n rows of ONE sequence slot seq at
  * positions pos[0 .. n) (a verify). */
 locks_status lg_attn_prep_rows_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,

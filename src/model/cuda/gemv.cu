@@ -23,7 +23,7 @@
  * Blocks of 4 warps, at most 4 blocks per SM and one wave (lg_gemv_blocks): warps take
  * groups g, g + grid warps, ...
  */
-#include "common.cuh"
+#include "cuda/common.cuh"
 #include "model_ops.cuh"
 
 #include <math.h>

@@ -5,7 +5,7 @@
  * temperature softmax -> top-p -> one draw). Each has a plain C twin in llama.c /
  * sampler.c that the GPU tests compare against.
  */
-#include "common.cuh"
+#include "cuda/common.cuh"
 #include "model_ops.cuh"
 
 #include <math.h>

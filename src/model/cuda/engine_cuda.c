@@ -1,39 +1,111 @@
 /*
- * engine_cuda.c — llama.c's context on the GPU (see engine_cuda.h): loads the weights of
- * a locks_model into a device model (dequantizing block types row by row on the host),
- * creates the CUDA cache and the device engine, and runs prefill chunks and decode
- * tokens through them. Architectures other than llama are refused (check_arch) until
- * the device layer supports their variants.
+ * engine_cuda.c — llama.c's context on the GPU (see engine_cuda.h): checks a model and
+ * its parameters against the engine's capability list, loads the weights of the view
+ * llama.c gives into a device model (dequantizing block types row by row on the host),
+ * creates the CUDA cache and the device engine, and runs prefill chunks and decode tokens
+ * through them.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine_cuda.h"
-#include "llama_internal.h"
 #include "plan.h"
 #include "util.h"
 
+/* ---- The capability list ------------------------------------------------------------ */
+
 /* The device engine runs the Llama layer only: no Q/K/V biases (qwen2), no QK-norm
  * (qwen3, gemma3), no GeGLU, post-branch norms or sliding window (gemma3), and RoPE on
- * adjacent pairs. Any other architecture is refused before any device is touched, with
- * its name in the message, rather than run as Llama. */
-static locks_status check_arch(const locks_model *m) {
-    const locks_model_info in = locks_model_get_info(m);
-    if (!strcmp(in.arch, "llama")) return LOCKS_OK;
-    locks_log(LOCKS_LOG_ERROR, "model: the GPU engine runs the llama architecture only, not %s (use the CPU backend)",
-              in.arch);
+ * adjacent pairs. Weights of every type the loader reads are dequantized row by row on
+ * the host (matmul_row_f32) to the device's 16-bit type. The step runs the full and
+ * LOCKS selectors over quantized summaries (the CUDA backend's layout). */
+static const char *const caps_archs[] = {"llama"};
+static const ggml_type caps_types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,
+                                       GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
+                                       GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+static const locks_selector caps_selectors[] = {LOCKS_SEL_FULL, LOCKS_SEL_LOCKS};
+#define N_OF(a) ((int32_t)(sizeof(a) / sizeof((a)[0])))
+static const engine_cuda_caps caps = {
+    caps_archs, N_OF(caps_archs), caps_types, N_OF(caps_types), caps_selectors, N_OF(caps_selectors),
+    8 /* LOCKS_CUDA_MAX_RANK */, 0,
+};
+
+const engine_cuda_caps *engine_cuda_capabilities(void) { return &caps; }
+
+static int type_listed(ggml_type t) {
+    for (int32_t i = 0; i < caps.n_weight_types; i++)
+        if (caps.weight_types[i] == t) return 1;
+    return 0;
+}
+
+/* Every matrix of the view, named for the message. */
+static locks_status check_weight(const matmul_weight *w, const char *name, int32_t layer) {
+    if (!w) return locks_fail(LOCKS_ERR_INVALID_ARG, "engine_cuda_check: layer %d has no %s", layer, name);
+    if (type_listed(w->type)) return LOCKS_OK;
+    locks_log(LOCKS_LOG_ERROR, "model: the GPU engine does not upload %s weights (%s, layer %d); use the CPU backend",
+              ggml_type_name(w->type), name, layer);
     return locks_fail(LOCKS_ERR_UNSUPPORTED,
-                      "engine_cuda_init: architecture %s: the GPU engine runs llama only (no biases, QK-norm, GeGLU, "
-                      "sliding window or NeoX RoPE yet); use the CPU backend",
-                      in.arch);
+                      "engine_cuda_check: weight type %s (%s, layer %d) is not in the GPU engine's list; use the "
+                      "CPU backend",
+                      ggml_type_name(w->type), name, layer);
+}
+
+locks_status engine_cuda_check(const engine_cuda_model *m, const locks_ctx_params *p) {
+    if (!m || !p) return locks_fail(LOCKS_ERR_INVALID_ARG, "engine_cuda_check: NULL model or parameters");
+    int listed = 0;
+    for (int32_t i = 0; i < caps.n_archs; i++) listed |= !strcmp(m->info.arch, caps.archs[i]);
+    if (!listed) {
+        locks_log(LOCKS_LOG_ERROR,
+                  "model: the GPU engine runs the llama architecture only, not %s (use the CPU backend)", m->info.arch);
+        return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                          "engine_cuda_init: architecture %s: the GPU engine runs llama only (no biases, QK-norm, "
+                          "GeGLU, sliding window or NeoX RoPE yet); use the CPU backend",
+                          m->info.arch);
+    }
+    listed = 0;
+    for (int32_t i = 0; i < caps.n_selectors; i++) listed |= p->step.selector == caps.selectors[i];
+    if (!listed) {
+        locks_log(LOCKS_LOG_ERROR, "model: selector %s runs on the CPU backend only (the GPU runs full and locks)",
+                  locks_selector_name(p->step.selector));
+        return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                          "engine_cuda_check: selector %s: the GPU engine runs full and locks only; use the CPU "
+                          "backend",
+                          locks_selector_name(p->step.selector));
+    }
+    if (p->rank > caps.max_rank || p->summary_prec != LOCKS_SUMMARY_Q) {
+        locks_log(LOCKS_LOG_ERROR, "model: the GPU keeps quantized summaries of rank <= %d (asked: rank %d%s)",
+                  caps.max_rank, p->rank, p->summary_prec != LOCKS_SUMMARY_Q ? ", fp32" : "");
+        return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                          "engine_cuda_check: rank %d%s: the GPU engine keeps quantized summaries of rank <= %d",
+                          p->rank, p->summary_prec != LOCKS_SUMMARY_Q ? " fp32" : "", caps.max_rank);
+    }
+    if (!caps.callbacks && (p->on_query || p->on_step)) {
+        locks_log(LOCKS_LOG_ERROR, "model: on_query / on_step callbacks need the CPU backend");
+        return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                          "engine_cuda_check: on_query / on_step callbacks: the GPU engine has none; use the CPU "
+                          "backend");
+    }
+    locks_status st = check_weight(m->tok_embd, "token_embd", 0);
+    if (st == LOCKS_OK && !m->tied) st = check_weight(m->output, "output", 0);
+    for (int32_t l = 0; l < m->info.n_layers && st == LOCKS_OK; l++) {
+        const engine_cuda_layer *L = &m->layers[l];
+        const struct {
+            const matmul_weight *w;
+            const char *name;
+        } ws[] = {{L->wq, "attn_q"},        {L->wk, "attn_k"},    {L->wv, "attn_v"},       {L->wo, "attn_output"},
+                  {L->w_gate, "ffn_gate"}, {L->w_up, "ffn_up"}, {L->w_down, "ffn_down"}};
+        for (int32_t i = 0; i < N_OF(ws) && st == LOCKS_OK; i++) st = check_weight(ws[i].w, ws[i].name, l);
+    }
+    return st;
 }
 
 #ifndef LOCKS_HAVE_CUDA
 
-engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, locks_cache **cache, locks_status *err) {
-    (void)p, (void)cache;
-    locks_status st = check_arch(m);
+engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params *p, locks_cache **cache,
+                              locks_status *err) {
+    *cache = NULL;
+    locks_status st = engine_cuda_check(m, p);
     if (st == LOCKS_OK) {
         locks_log(LOCKS_LOG_ERROR, "model: the CUDA backend is not built in (configure with -DLOCKS_CUDA=ON)");
         st = locks_fail(LOCKS_ERR_UNSUPPORTED, "engine_cuda_init: the CUDA backend is not built in (configure with "
@@ -75,7 +147,9 @@ int32_t engine_cuda_next(const engine_cuda *g) {
 
 #else
 #include "cuda/locks_cuda.h"
-#include "cuda/model_cuda.h"
+#include "model_cuda.h"
+
+_Static_assert(LOCKS_CUDA_MAX_RANK == 8, "the capability list's max_rank is the device's rank slots");
 
 struct engine_cuda {
     lg_model *dm;
@@ -112,32 +186,15 @@ static locks_status upload_weight(lg_model *dm, lg_tensor t, int32_t layer, int3
 
 static int is_bf16(const matmul_weight *w) { return w->type == GGML_TYPE_BF16; }
 
-engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, locks_cache **cache, locks_status *err) {
+engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params *p, locks_cache **cache,
+                              locks_status *err) {
     locks_status st = LOCKS_OK;
     engine_cuda *g = NULL;
     float *f32 = NULL;
     uint16_t *h16 = NULL;
     *cache = NULL;
-    const locks_model_info in = locks_model_get_info(m);
-    st = check_arch(m);
-    if (st != LOCKS_OK) goto fail;
-    if (p->step.selector != LOCKS_SEL_FULL && p->step.selector != LOCKS_SEL_LOCKS) {
-        locks_log(LOCKS_LOG_ERROR, "model: selector %s runs on the CPU backend only (the GPU runs full and locks)",
-                  locks_selector_name(p->step.selector));
-        st = LOCKS_ERR_UNSUPPORTED;
-        goto fail;
-    }
-    if (p->rank > LOCKS_CUDA_MAX_RANK || p->summary_prec != LOCKS_SUMMARY_Q) {
-        locks_log(LOCKS_LOG_ERROR, "model: the GPU keeps quantized summaries of rank <= %d (asked: rank %d)",
-                  LOCKS_CUDA_MAX_RANK, p->rank);
-        st = LOCKS_ERR_UNSUPPORTED;
-        goto fail;
-    }
-    if (p->on_query || p->on_step) {
-        locks_log(LOCKS_LOG_ERROR, "model: on_query / on_step callbacks need the CPU backend");
-        st = LOCKS_ERR_UNSUPPORTED;
-        goto fail;
-    }
+    const locks_model_info in = m->info;
+    if ((st = engine_cuda_check(m, p)) != LOCKS_OK) goto fail;
     lg_shape sh = {0};
     sh.n_vocab = in.n_vocab;
     sh.dim = in.dim;
@@ -146,12 +203,12 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
     sh.n_kv_heads = in.n_kv_heads;
     sh.head_dim = in.head_dim;
     sh.ffn_dim = in.ffn_dim;
-    sh.n_rot = llama_model_n_rot(m);
+    sh.n_rot = m->n_rot;
     sh.rope_theta = in.rope_theta;
     sh.norm_eps = in.norm_eps;
-    sh.tied = llama_model_tied(m);
+    sh.tied = m->tied;
     sh.device = 0;
-    sh.wtype = is_bf16(llama_model_weight(m, 0, LLAMA_W_Q)) || is_bf16(llama_model_weight(m, 0, LLAMA_W_TOK_EMBD))
+    sh.wtype = is_bf16(m->layers[0].wq) || is_bf16(m->tok_embd)
                    ? LOCKS_DTYPE_BF16
                    : LOCKS_DTYPE_F16;
 
@@ -199,27 +256,25 @@ engine_cuda *engine_cuda_init(const locks_model *m, const locks_ctx_params *p, l
         goto fail;
     }
     const int32_t q_dim = in.n_heads * in.head_dim, kv_dim = in.n_kv_heads * in.head_dim;
-    if ((st = upload_weight(g->dm, LG_TOK_EMBD, 0, 0, llama_model_weight(m, 0, LLAMA_W_TOK_EMBD), sh.wtype, f32, h16,
-                            batch)))
+    if ((st = upload_weight(g->dm, LG_TOK_EMBD, 0, 0, m->tok_embd, sh.wtype, f32, h16, batch)))
         goto fail;
-    if (!sh.tied && (st = upload_weight(g->dm, LG_OUTPUT, 0, 0, llama_model_weight(m, 0, LLAMA_W_OUTPUT), sh.wtype, f32,
-                                        h16, batch)))
+    if (!sh.tied && (st = upload_weight(g->dm, LG_OUTPUT, 0, 0, m->output, sh.wtype, f32, h16, batch)))
         goto fail;
-    if ((st = lg_model_upload(g->dm, LG_OUTPUT_NORM, 0, 0, 1, llama_model_norm(m, 0, 2)))) goto fail;
+    if ((st = lg_model_upload(g->dm, LG_OUTPUT_NORM, 0, 0, 1, m->output_norm))) goto fail;
     for (int32_t l = 0; l < in.n_layers; l++) {
+        const engine_cuda_layer *L = &m->layers[l];
         struct {
             lg_tensor t;
             int32_t row0;
-            llama_weight_kind k;
-        } parts[] = {{LG_WQKV, 0, LLAMA_W_Q},        {LG_WQKV, q_dim, LLAMA_W_K},        {LG_WQKV, q_dim + kv_dim, LLAMA_W_V},
-                     {LG_WO, 0, LLAMA_W_O},          {LG_WGATE_UP, 0, LLAMA_W_GATE},     {LG_WGATE_UP, in.ffn_dim, LLAMA_W_UP},
-                     {LG_WDOWN, 0, LLAMA_W_DOWN}};
+            const matmul_weight *w;
+        } parts[] = {{LG_WQKV, 0, L->wq},     {LG_WQKV, q_dim, L->wk},        {LG_WQKV, q_dim + kv_dim, L->wv},
+                     {LG_WO, 0, L->wo},       {LG_WGATE_UP, 0, L->w_gate},    {LG_WGATE_UP, in.ffn_dim, L->w_up},
+                     {LG_WDOWN, 0, L->w_down}};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-            if ((st = upload_weight(g->dm, parts[i].t, l, parts[i].row0, llama_model_weight(m, l, parts[i].k), sh.wtype,
-                                    f32, h16, batch)))
+            if ((st = upload_weight(g->dm, parts[i].t, l, parts[i].row0, parts[i].w, sh.wtype, f32, h16, batch)))
                 goto fail;
-        if ((st = lg_model_upload(g->dm, LG_ATTN_NORM, l, 0, 1, llama_model_norm(m, l, 0))) ||
-            (st = lg_model_upload(g->dm, LG_FFN_NORM, l, 0, 1, llama_model_norm(m, l, 1))))
+        if ((st = lg_model_upload(g->dm, LG_ATTN_NORM, l, 0, 1, L->attn_norm)) ||
+            (st = lg_model_upload(g->dm, LG_FFN_NORM, l, 0, 1, L->ffn_norm)))
             goto fail;
     }
 

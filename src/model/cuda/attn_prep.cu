@@ -15,7 +15,7 @@
  * The engine launches this kernel with programmatic dependent launch after the QKV
  * product: it waits before it reads anything (a no-op in a plain launch).
  */
-#include "common.cuh"
+#include "cuda/common.cuh"
 #include "model_ops.cuh"
 
 #define PREP_WARPS 4
