@@ -11,9 +11,10 @@
 # Parts:
 #   decode   tok/s at depth 0 (ours `locks run --selector full`; llama-bench -p 0 -n NGEN)
 #            and at the long depths (SmolLM2 7.5K; Gemma 13.4K, 16K, 32K): ours from one
-#            prefill by `locks eval --fidelity --at` (full, LOCKS@256, LOCKS@2048, decode
-#            calls interleaved position by position over the last 32 positions before
-#            each depth, every 4th, logits included), llama-bench -p 0 -n 16 -d depth-16
+#            prefill per depth by `locks eval --fidelity --at depth` (full, LOCKS@256,
+#            LOCKS@2048, decode calls interleaved position by position over the last 64
+#            positions before the depth, every 2nd, logits included; wall and CPU ms per
+#            step in the log), llama-bench -p 0 -n 16 -d depth-16
 #   prefill  pp512 at depth 0 (ours: a 512-token prompt, `locks run -n 1`; llama-bench
 #            -p 512 -n 0) and a whole 16K prompt: time to first token, peak RSS
 #   spec     SmolLM2 at 6.5K: `locks run --speculate 4 --budget 256 --compare` (exact
@@ -152,21 +153,29 @@ for model in $models; do
             lts=$(lb_ts "$RUN/$model-d0-llama.out" | awk '$2 > 0 { print $4 }')
             result "$model" decode "decode at depth 0, dense" "$ts" "$lts" tok/s
             doc $((MAXD + 64)) "$M" "$RUN/$model-doc-decode.txt" > /dev/null # --max-tokens cuts it exactly
-            run "$model-long-ours" "$LOCKS" eval --fidelity "$RUN/$model-doc-decode.txt" -m "$M" --selectors full,locks \
-                --budgets 256,2048 --max-tokens "$MAXD" --window 32 --stride 4 --at "$DEPTHS" -t "$THREADS" \
-                --csv "$RUN/$model-long-ours.csv"
             ld=$(echo "$DEPTHS" | tr ',' '\n' | awk '{ printf "%s%d", (NR > 1 ? "," : ""), $1 - 16 }')
             run "$model-long-llama" "$LB" -m "$M" -t "$THREADS" -p 0 -n 16 -d "$ld" -r "$REPS" -o json
             for L in ${DEPTHS//,/ }; do
+                # one process (one prefill) per depth: a row does not inherit the state of a
+                # previous depth's decode calls (the 16K rows of one shared process came out
+                # below the 32K ones); 32 positions per configuration (2 apart), interleaved
+                run "$model-long-ours-$L" "$LOCKS" eval --fidelity "$RUN/$model-doc-decode.txt" -m "$M" \
+                    --selectors full,locks --budgets 256,2048 --max-tokens "$L" --window 64 --stride 2 --at "$L" \
+                    -t "$THREADS" --csv "$RUN/$model-long-ours-$L.csv"
                 lts=$(lb_ts "$RUN/$model-long-llama.out" | awk -v d=$((L - 16)) '$2 > 0 && $3 == d { print $4 }')
-                python3 - "$RUN/$model-long-ours.csv" "$L" "$lts" "$model" >> "$RES" << 'PY'
+                python3 - "$RUN/$model-long-ours-$L.csv" "$L" "$lts" "$model" "$LOG" >> "$RES" << 'PY'
 import csv, sys
-path, L, lts, model = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+path, L, lts, model, log = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 for r in csv.DictReader(open(path)):
     if r["document"] == "all" or r["layer"] != "-1" or int(r["length"]) != L:
         continue
     name = "dense" if r["selector"] == "full" else "%s@%s" % ("LOCKS" if r["selector"] == "locks" else r["selector"], r["budget"])
-    print("%s\tdecode\tdecode at %d, %s\t%.2f\t%s\ttok/s" % (model, L, name, 1000.0 / float(r["ms_per_step"]), lts))
+    ms, cpu = float(r["ms_per_step"]), float(r["cpu_ms_per_step"])
+    # wall above the process's CPU time with 2+ threads: the threads waited (something else ran)
+    with open(log, "a") as f:
+        f.write("  ours at %d, %s: %.2f ms/step wall, %.2f CPU-ms/step (%s positions)%s\n" % (
+            L, name, ms, cpu, r["positions"], "  <- wall > CPU: threads waited" if ms > cpu else ""))
+    print("%s\tdecode\tdecode at %d, %s\t%.2f\t%s\ttok/s" % (model, L, name, 1000.0 / ms, lts))
 PY
             done
             ;;
@@ -218,7 +227,11 @@ done
 python3 - "$RES" "$LOG" > "$RUN/table.md" << 'PY'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-head = [l.rstrip("\n") for l in open(sys.argv[2]) if not l.startswith("+ ") and not l.startswith("## ")][:6]
+head = []  # the log's heading: its lines before the first part starts
+for l in open(sys.argv[2]):
+    if l.startswith("## "):
+        break
+    head.append(l.rstrip("\n"))
 print("\n".join(head))
 print()
 print("| model | measurement | ours | llama.cpp | ours / llama.cpp |")

@@ -1079,27 +1079,91 @@ typedef struct {
  * head h to fp32: K transposed into kt [d][KB], V into v [KB][d]. Keys from nk up to
  * the next multiple of 16 are zeros (their weights are 0 too, and 0 * 0 keeps the
  * accumulators exact). Returns that multiple of 16. */
+/* Columns 0 .. P - 1 of kt [d][KB] from nt <= P fp16 K rows kb [nt][d] (columns nt ..
+ * P - 1 zeros); kf [P][d] is scratch for the paths without a register transpose. */
+static void load_kt_group(const uint16_t *kb, int32_t nt, int32_t d, float *kt, float *kf) {
+#ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        transpose_k_avx512(kb, nt, d, kt);
+        return;
+    }
+#endif
+    locks_f16_to_f32_n(kb, kf, (size_t)nt * d);
+    if (nt < P) memset(kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+    for (int32_t t = 0; t < P; t++)
+        for (int32_t c = 0; c < d; c++) kt[(size_t)c * KB + t] = kf[(size_t)t * d + c];
+}
+
 static int32_t prefill_load_block(const prefill_job *j, const prefill_scratch *sc, int32_t k0, int32_t h,
                                   int32_t nk) {
     const int32_t d = j->c->d, nkp = (nk + P - 1) / P * P;
     for (int32_t p0 = 0; p0 < nkp; p0 += P) {
         const int32_t lp = (k0 + p0) / P, phys = j->s->table[lp], nt = nk - p0 < P ? nk - p0 : P;
         float *vb = sc->v + (size_t)p0 * d;
-        const uint16_t *kb = locks_cache_kblock(j->c, j->layer, phys, h);
         locks_f16_to_f32_n(locks_cache_vblock(j->c, j->layer, phys, h), vb, (size_t)nt * d);
         if (nt < P) memset(vb + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
-#ifdef LOCKS_X86
-        if (locks_have_avx512()) {
-            transpose_k_avx512(kb, nt, d, sc->kt + p0);
-            continue;
-        }
-#endif
-        locks_f16_to_f32_n(kb, sc->kf, (size_t)nt * d);
-        if (nt < P) memset(sc->kf + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
-        for (int32_t t = 0; t < P; t++)
-            for (int32_t c = 0; c < d; c++) sc->kt[(size_t)c * KB + p0 + t] = sc->kf[(size_t)t * d + c];
+        load_kt_group(locks_cache_kblock(j->c, j->layer, phys, h), nt, d, sc->kt + p0, sc->kf);
     }
     return nkp;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Sliding-window tiles over a ring of fp16 K/V (Gemma 3's local layers, model/swa.c)  */
+/* ---------------------------------------------------------------------------------- */
+
+/*
+ * The prefill tile's work (K block transposed, tile_logits, online softmax per row,
+ * tile_accum) on keys addressed by position: key p's row is at k + (p % cap) * ld. Key
+ * blocks are aligned to absolute positions (p0 a multiple of KB), and every row's state
+ * is updated by its own visible keys only (the others' logits -inf, weights 0), so a
+ * row's result does not depend on which other rows share its tile: a decoded token gets,
+ * bit for bit, what it gets inside a verify or prefill batch.
+ */
+size_t locks_window_tile_floats(int32_t R, int32_t d) {
+    return prefill_scratch_floats(R, d) + ((size_t)P * d + 1) / 2; /* + one fp16 group gathered */
+}
+
+void locks_window_tile(const uint16_t *k, const uint16_t *v, size_t ld, int32_t cap, int32_t d, const float *q,
+                       int32_t R, int32_t G, int32_t first, int32_t window, int32_t part, int32_t n_parts,
+                       float scale, float *scratch, float *m, float *l, float *acc) {
+    prefill_scratch sc = prefill_scratch_at(scratch, R, d); /* its lg, kt, kf and v */
+    uint16_t *kg = (uint16_t *)(void *)(scratch + prefill_scratch_floats(R, d));
+    const int32_t end = first + R / G, lo = first - window + 1 > 0 ? first - window + 1 : 0;
+    for (int32_t k0 = lo / KB * KB; k0 < end; k0 += KB) {
+        if ((k0 / KB) % n_parts != part) continue;
+        const int32_t nk = end - k0 < KB ? end - k0 : KB, nkp = (nk + P - 1) / P * P;
+        for (int32_t p0 = 0; p0 < nkp; p0 += P) { /* K and V of keys k0 + p0 .. + nt - 1 */
+            const int32_t nt = nk - p0 < P ? nk - p0 : P, s0 = (k0 + p0) % cap;
+            float *vb = sc.v + (size_t)p0 * d;
+            const uint16_t *kb = k + (size_t)s0 * ld;
+            if (ld == (size_t)d && s0 + nt <= cap) { /* contiguous rows */
+                locks_f16_to_f32_n(v + (size_t)s0 * ld, vb, (size_t)nt * d);
+            } else {
+                for (int32_t t = 0; t < nt; t++) {
+                    const size_t row = (size_t)((k0 + p0 + t) % cap) * ld;
+                    memcpy(kg + (size_t)t * d, k + row, sizeof(uint16_t) * (size_t)d);
+                    locks_f16_to_f32_n(v + row, vb + (size_t)t * d, (size_t)d);
+                }
+                kb = kg;
+            }
+            if (nt < P) memset(vb + (size_t)nt * d, 0, sizeof(float) * (size_t)(P - nt) * d);
+            load_kt_group(kb, nt, d, sc.kt + p0, sc.kf);
+        }
+        tile_logits(q, R, sc.kt, d, nkp, scale, sc.lg);
+        for (int32_t r = 0; r < R; r++) { /* row r's query at p sees keys p - window + 1 .. p */
+            const int32_t p = first + r / G;
+            int32_t s = p - window + 1 - k0, e = p + 1 - k0, nv = 0;
+            s = s < 0 ? 0 : s;
+            e = e > nk ? nk : e;
+            float *lr = sc.lg + (size_t)r * KB;
+            if (e > s) {
+                for (int32_t t = 0; t < s; t++) lr[t] = -INFINITY;
+                nv = e;
+            }
+            prefill_row_update(lr, nv, nkp, &m[r], &l[r], acc + (size_t)r * d, d);
+        }
+        tile_accum(sc.lg, R, nkp, sc.v, d, acc);
+    }
 }
 
 static void prefill_task(void *arg, int32_t task, int32_t thread) {

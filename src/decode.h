@@ -74,4 +74,17 @@ locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, 
 locks_status locks_attend_verify_run(locks_cache *c, int32_t layer, const locks_seq *s, int32_t len0, int32_t n,
                                      const float *q, int32_t n_q_heads, float scale, float *out);
 
+/* attend.c: sliding-window attention of R rows q [R][d] (R = tokens * G, token-major:
+ * the G heads of one KV head) of the consecutive query positions first .. first + R / G
+ * - 1 over fp16 K/V rows addressed by position (key p at k + (p % cap) * ld, v likewise;
+ * positions first - window + 1 .. first + R / G - 1 must be there): the row of position p
+ * attends keys max(0, p - window + 1) .. p, scale * q . k, in key blocks of 64 aligned to
+ * absolute positions, only those with (block index % n_parts) == part. Updates each
+ * row's online-softmax state m [R], l [R], acc [R][d] (start: -inf, 0, 0); the caller
+ * merges the parts and divides by l. scratch: locks_window_tile_floats(R, d) floats. */
+size_t locks_window_tile_floats(int32_t R, int32_t d);
+void locks_window_tile(const uint16_t *k, const uint16_t *v, size_t ld, int32_t cap, int32_t d, const float *q,
+                       int32_t R, int32_t G, int32_t first, int32_t window, int32_t part, int32_t n_parts,
+                       float scale, float *scratch, float *m, float *l, float *acc);
+
 #endif

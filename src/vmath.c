@@ -325,6 +325,44 @@ double locks_exp_sum_n(float *x, size_t n, float sub) {
     return s;
 }
 
+#ifdef LOCKS_X86
+/* gelu_tanh(x) = 0.5 x (1 + tanh(y)) = x / (1 + exp(-2 y)), y = sqrt(2 / pi) (x + 0.044715
+ * x^3), through exp8: exp(-2 y) past 88.3 saturates (x / 2e38, the limit 0 to float
+ * precision), below -87.3 it is 0 (x). The tail goes through the same vector code, so an
+ * element's value does not depend on where it sits. */
+__attribute__((target("avx2,fma"))) static __m256 geglu8(__m256 x, __m256 u) {
+    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    const __m256 y = _mm256_mul_ps(_mm256_set1_ps(-2.0f * 0.7978845608028654f),
+                                   _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+    const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(y));
+    return _mm256_mul_ps(_mm256_div_ps(x, den), u);
+}
+
+__attribute__((target("avx2,fma"))) static void geglu_avx2(float *g, const float *u, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, geglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        float a[8] = {0}, b[8] = {0};
+        for (size_t j = i; j < n; j++) a[j - i] = g[j], b[j - i] = u[j];
+        _mm256_storeu_ps(a, geglu8(_mm256_loadu_ps(a), _mm256_loadu_ps(b)));
+        for (size_t j = i; j < n; j++) g[j] = a[j - i];
+    }
+}
+#endif
+
+void locks_geglu_n(float *g, const float *u, size_t n) {
+#ifdef LOCKS_X86
+    if (locks_have_avx2()) {
+        geglu_avx2(g, u, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) {
+        const float x = g[i];
+        g[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i];
+    }
+}
+
 float locks_lse(const float *x, int32_t n) {
     float m = x[0];
     for (int32_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;

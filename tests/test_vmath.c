@@ -1,8 +1,8 @@
 /*
  * test_vmath.c — the shared numeric kernels against libm / the scalar conversions:
  * fp16 -> fp32 for all 65536 halves, fp32 -> fp16 (round to nearest even) on random and
- * edge values, exp and log on random inputs over their used ranges, dot and lse vs
- * float64, max and exp-sum. Runs the version this machine selects, then the portable one.
+ * edge values, exp and log on random inputs over their used ranges, GeGLU, dot and lse
+ * vs float64, max and exp-sum. Runs the version this machine selects, then the portable one.
  */
 #include "test_util.h"
 
@@ -53,6 +53,30 @@ static void run(void) {
         }
     }
     test_cond(bad == 0, "exp: %zu values beyond 4e-7 relative", bad);
+
+    /* GeGLU: gelu_tanh(x) u against float64 over x in [-12, 12] (Gemma's gate values;
+     * both saturations), a few far out, and an odd tail */
+    {
+        static float u[N];
+        for (int32_t i = 0; i < N; i++) {
+            f[i] = (float)(24.0 * tu_uniform() - 12.0);
+            u[i] = (float)(4.0 * tu_uniform() - 2.0);
+        }
+        f[0] = 0.0f, f[1] = -60.0f, f[2] = 60.0f, f[3] = 1e-6f, f[4] = -3e4f, f[5] = 3e4f;
+        memcpy(g, f, sizeof f);
+        locks_geglu_n(g, u, N - 3);
+        bad = 0;
+        for (int32_t i = 0; i < N - 3; i++) {
+            const double x = (double)f[i];
+            const double want = 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) * (double)u[i];
+            if (!(fabs((double)g[i] - want) <= 1e-6 * fabs(x * (double)u[i]) + 1e-30)) {
+                if (bad < 4) fprintf(stderr, "  geglu(%.9g, %.9g) = %.9g want %.9g\n", x, (double)u[i], (double)g[i], want);
+                bad++;
+            }
+        }
+        test_cond(bad == 0, "geglu: %zu values beyond 1e-6 of |x u|", bad);
+        test_cond(g[N - 2] == f[N - 2] && g[N - 1] == f[N - 1], "geglu wrote past n");
+    }
 
     for (int32_t i = 0; i < N; i++) {
         f[i] = (float)pow(2.0, tu_uniform() * 60.0 - 30.0);

@@ -578,7 +578,7 @@ int fidelity_main(int argc, char **argv) {
             int32_t first = min_budget < L ? min_budget : L;
             if (window > 0 && L - window > first) { /* the first evaluated position of the window */
                 first = L - window;
-                first += (stride - (L - 1 - first) % stride) % stride; /* the last position (L - 1) is evaluated */
+                first += (L - 1 - first) % stride; /* so that the last position (L - 1) is evaluated */
             }
             int32_t n_pos = first < L ? (L - 1 - first) / stride + 1 : 0;
             if (n_pos == 0) {

@@ -51,6 +51,7 @@
 #include "swa.h"
 #include "tokenizer_gguf.h"
 #include "util.h"
+#include "vmath.h"
 
 /* ================================================================================ */
 /* Model                                                                            */
@@ -470,7 +471,7 @@ struct locks_ctx {
     matmul_q8 *xq;  /* (B, max(dim, q_dim, ffn_dim) / 32) quantized activations */
     float *inv_freq; /* (n_rot / 2,) RoPE frequencies theta^(-2i / n_rot) */
     float *inv_freq_swa; /* (n_rot / 2,) the same with the local layers' base */
-    float *swa_scratch;  /* (n_threads, swa_scratch_floats) local attention, or NULL */
+    float *swa_scratch;  /* (swa_scratch_floats) local attention, or NULL */
     locks_selection sel; /* the decode step's pages, kept only for p.on_step */
     int32_t sparse_layer; /* -1: decode steps use p.step at every layer; else at this one
                            * only, dense (`full`) at the others (locks_ctx_set_sparse_layer) */
@@ -683,8 +684,7 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     c->inv_freq_swa = locks_alloc((size_t)m->n_rot / 2, sizeof(float));
     if (in->swa_window > 0) {
         int32_t nthr = locks_pool_threads(c->pool);
-        c->swa_scratch = locks_alloc((size_t)(nthr > 0 ? nthr : 1) *
-                                         swa_scratch_floats(in->n_heads, in->n_kv_heads, in->head_dim, in->swa_window),
+        c->swa_scratch = locks_alloc(swa_scratch_floats(in->n_heads, in->n_kv_heads, in->head_dim, nthr, p.n_batch),
                                      sizeof(float));
         if (!c->swa_scratch) {
             st = LOCKS_ERR_OOM;
@@ -956,11 +956,6 @@ static void rope(float *v, int32_t n, int32_t n_heads, int32_t head_dim, int32_t
     }
 }
 
-/* GELU, tanh approximation (Gemma's gelu_pytorch_tanh). */
-static inline float gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-
 /* v[i] += b[i % len] for n rows of len */
 static void add_bias(float *v, const float *b, int32_t n, int32_t len) {
     for (int32_t t = 0; t < n; t++)
@@ -1102,7 +1097,7 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
             matmul_n(c->pool, w2, 2, &a, y2);
         }
         if (m->arch->geglu) {
-            for (size_t i = 0; i < (size_t)n * ffn; i++) c->hb[i] = gelu_tanh(c->hb[i]) * c->hb2[i];
+            locks_geglu_n(c->hb, c->hb2, (size_t)n * ffn); /* gelu_tanh(gate) * up (vmath) */
         } else {
             for (size_t i = 0; i < (size_t)n * ffn; i++) {
                 float g = c->hb[i];

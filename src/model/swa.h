@@ -35,10 +35,13 @@ locks_status swa_ring_write(swa_ring *r, int32_t pos, int32_t n, const float *k,
 /* out[t][Hq * d] for the n tokens at positions pos .. pos + n - 1, whose K/V (and those
  * of the window before them) are in the ring: cap >= window - 1 + n, or pos + n <= cap
  * (nothing overwritten yet); else LOCKS_ERR_INVALID_ARG. q[t][Hq * d] (after RoPE),
- * Hq = n_q_heads a multiple of Hkv (GQA groups of Hq / Hkv <= 16). scratch: n_threads * swa_scratch_floats(...) floats
- * (one slice per pool thread). Runs on the pool (NULL: inline). */
+ * Hq = n_q_heads a multiple of Hkv (GQA groups of Hq / Hkv <= 64). A token's result does
+ * not depend on n or on the tokens beside it (decoding one token gives, bit for bit, its
+ * row of a batch). scratch: swa_scratch_floats(..., n_threads, n_max) floats, n_max >= n
+ * and n_threads >= the pool's threads. Runs on the pool (NULL: inline). */
 locks_status swa_attend(locks_pool *pool, const swa_ring *r, int32_t pos, int32_t n, const float *q,
                         int32_t n_q_heads, float scale, int32_t window, float *scratch, float *out);
-size_t swa_scratch_floats(int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, int32_t window);
+size_t swa_scratch_floats(int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, int32_t n_threads,
+                          int32_t n_max);
 
 #endif
