@@ -1093,7 +1093,6 @@ locks_status locks_ctx_prefill_all(locks_ctx *c, const int32_t *tokens, int32_t 
 
 locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
     if (!c || !logits || c->broken) return LOCKS_ERR_INVALID_ARG;
-    if (c->gpu && c->n_seqs > 1) return LOCKS_ERR_UNSUPPORTED; /* the device decodes all sequences together */
     double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = run_tokens(c, 0, &token, 1, FWD_DECODE, logits, 0);
     if (st != LOCKS_OK) return st;
@@ -1101,6 +1100,28 @@ locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
     c->stats.decode_ms += locks_now_ms() - t0;
     c->stats.decode_cpu_ms += cpu_ms() - c0;
     return LOCKS_OK;
+}
+
+/* One decode token of each of the n sequences seqs on the device, in one pass (their
+ * tokens and room checked by the caller): each takes its slot, then the engine runs; if
+ * anything fails every slot taken is given back, and a give-back that fails leaves the
+ * context broken. */
+static locks_status decode_gpu(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens, float *logits) {
+    locks_status st = LOCKS_OK;
+    int32_t pos[LOCKS_CTX_MAX_SEQS] = {0};
+    for (int32_t i = 0; i < n && st == LOCKS_OK; i++) {
+        pos[i] = c->n_tokens[seqs[i]];
+        if ((st = locks_cache_append(c->cache, c->seq[seqs[i]], 1)) != LOCKS_OK)
+            for (int32_t r = 0; r < i; r++)
+                if (locks_cache_seq_truncate(c->cache, c->seq[seqs[r]], c->n_tokens[seqs[r]]) != LOCKS_OK) c->broken = 1;
+    }
+    if (st != LOCKS_OK) return st;
+    st = engine_cuda_decode_seqs(c->gpu, seqs, n, tokens, pos, logits, &c->p.step, c->p.n_ctx, &c->stats);
+    for (int32_t i = 0; i < n; i++) {
+        if (st == LOCKS_OK) c->n_tokens[seqs[i]] += 1;
+        else if (locks_cache_seq_truncate(c->cache, c->seq[seqs[i]], c->n_tokens[seqs[i]]) != LOCKS_OK) c->broken = 1;
+    }
+    return st;
 }
 
 locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *logits) {
@@ -1113,16 +1134,9 @@ locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *
     double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = LOCKS_OK;
     if (c->gpu) { /* one token of every sequence in one pass */
-        for (int32_t s = 0; s < ns && st == LOCKS_OK; s++)
-            if ((st = locks_cache_append(c->cache, c->seq[s], 1)) != LOCKS_OK)
-                for (int32_t r = 0; r < s; r++) /* a rollback that fails leaves the context broken */
-                    if (locks_cache_seq_truncate(c->cache, c->seq[r], c->n_tokens[r]) != LOCKS_OK) c->broken = 1;
-        if (st != LOCKS_OK) return st;
-        st = engine_cuda_decode_batch(c->gpu, tokens, c->n_tokens, logits, &c->p.step, c->p.n_ctx, &c->stats);
-        for (int32_t s = 0; s < ns; s++) {
-            if (st == LOCKS_OK) c->n_tokens[s] += 1;
-            else if (locks_cache_seq_truncate(c->cache, c->seq[s], c->n_tokens[s]) != LOCKS_OK) c->broken = 1;
-        }
+        int32_t all[LOCKS_CTX_MAX_SEQS];
+        for (int32_t s = 0; s < ns; s++) all[s] = s;
+        st = decode_gpu(c, all, ns, tokens, logits);
     } else { /* the sequences one after the other; all or nothing */
         for (int32_t s = 0; s < ns && st == LOCKS_OK; s++) {
             float *lg = logits ? logits + (size_t)s * (size_t)V : NULL;
@@ -1175,7 +1189,6 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
                             void *user, int32_t *out, int32_t *n_out) {
     if (n_out) *n_out = 0;
     if (!c || !s || n_prompt <= 0 || n_predict < 0) return LOCKS_ERR_INVALID_ARG;
-    if (c->gpu && c->n_seqs > 1) return LOCKS_ERR_UNSUPPORTED; /* the device decodes all sequences together */
     if (c->gpu) return generate_gpu(c, prompt, n_prompt, n_predict, s, on_token, user, out, n_out);
     float *logits = locks_alloc((size_t)c->m->info.n_vocab, sizeof(float));
     if (!logits) return LOCKS_ERR_OOM;
@@ -1213,18 +1226,17 @@ locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n,
         if (tokens[i] < 0 || tokens[i] >= V) return LOCKS_ERR_INVALID_ARG;
         if (c->n_tokens[s] + 1 > c->p.n_ctx) return LOCKS_ERR_POOL_FULL;
     }
-    if (c->gpu) { /* the device pass decodes every sequence: only the whole set, in order */
-        for (int32_t i = 0; i < n; i++)
-            if (seqs[i] != i || n != c->n_seqs) return LOCKS_ERR_UNSUPPORTED;
-        return locks_ctx_decode_batch(c, tokens, logits);
-    }
     double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = LOCKS_OK;
-    for (int32_t i = 0; i < n && st == LOCKS_OK; i++) {
-        st = run_tokens(c, seqs[i], &tokens[i], 1, FWD_DECODE, logits ? logits + (size_t)i * (size_t)V : NULL, 0);
-        if (st != LOCKS_OK)
-            for (int32_t r = 0; r < i; r++)
-                if (truncate_seq(c, seqs[r], c->n_tokens[seqs[r]] - 1) != LOCKS_OK) c->broken = 1;
+    if (c->gpu) { /* one pass; the sequences not named idle */
+        st = decode_gpu(c, seqs, n, tokens, logits);
+    } else {
+        for (int32_t i = 0; i < n && st == LOCKS_OK; i++) {
+            st = run_tokens(c, seqs[i], &tokens[i], 1, FWD_DECODE, logits ? logits + (size_t)i * (size_t)V : NULL, 0);
+            if (st != LOCKS_OK)
+                for (int32_t r = 0; r < i; r++)
+                    if (truncate_seq(c, seqs[r], c->n_tokens[seqs[r]] - 1) != LOCKS_OK) c->broken = 1;
+        }
     }
     if (st != LOCKS_OK) return st;
     c->stats.n_decode += n;

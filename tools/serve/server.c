@@ -1234,6 +1234,7 @@ int serve_run(const serve_params *p) {
     cp.rank = p->rank;
     cp.step = p->step;
     cp.n_batch = 64;
+    cp.backend = p->backend;
     locks_status st;
     srv.ctx = locks_ctx_init(srv.m, cp, &st);
     if (!srv.ctx) {

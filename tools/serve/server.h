@@ -22,6 +22,7 @@ typedef struct {
     int32_t max_queue;      /* requests waiting for a slot before 503 */
     size_t max_body;        /* bytes of a request body before 413 */
     int32_t rank;
+    locks_backend backend;  /* the context's backend (LOCKS_BACKEND_CPU = 0 by default) */
     const char *slot_save_path; /* folder of slot files (POST /slots/{id}?action=save|restore); NULL: off */
     locks_step_params step;        /* the default decode step (the `locks` object's defaults) */
     locks_sampler_params sampling; /* the default sampling */
