@@ -14,6 +14,8 @@
 #           serve: `locks serve --backend cuda` answers greedy completions equal to
 #                  `locks run --backend cuda --temp 0` (dev/cuda/gpu2122_serve.py, urllib)
 #           py:    scripts/gpu-python-check.sh (torch, transformers), a short decode bench
+#           probe: which call breaks test_hf.py's LocksStaticCache graph capture
+#                  (dev/cuda/gpu2122_capture_probe.py)
 # Run from the repository root. Logs under $OUT (the device tool's folder) as one tarball;
 # the output itself is the summary.
 set -uo pipefail
@@ -82,6 +84,13 @@ while [ $# -gt 0 ]; do
     timeout 240 python3 "$SD/gpu2122_serve.py" "$B/locks" "$MODEL" > "$W/serve.log" 2>&1; r=$?
     tail -25 "$W/serve.log"
     [ $r = 0 ] || rc=1
+    ;;
+  probe)
+    ln -sfn "$B" build-verify
+    LOCKS_LIBRARY=$PWD/build-verify/liblocks.so PYTHONPATH=$PWD/python:$PWD/python/tests PYTHONUNBUFFERED=1 \
+      timeout 120 python3 "$SD/gpu2122_capture_probe.py" > "$W/probe.log" 2>&1
+    say "hf capture probe exit $?"; grep -v "^  " "$W/probe.log" | tail -12
+    rm -f build-verify
     ;;
   py)
     ln -sfn "$B" build-verify

@@ -27,7 +27,7 @@ ldd "$BUILD/locks" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do
 done
 # one xz stream with a dictionary above the tar's size: every binary carries liblocks, stored once
 (cd "$T" && tar cf - . | xz --lzma2=preset=1,dict=320MiB -T1 > "$S/a/locks-bin.tar.xz")
-for d in a b; do cp "$SD/gpu2122_run.sh" "$S/$d/"; [ -f "$SD/gpu2122_serve.py" ] && cp "$SD/gpu2122_serve.py" "$S/$d/"; sha256sum "$GGUF" | cut -d' ' -f1 > "$S/$d/smollm2.sha256"; done
+for d in a b; do cp "$SD/gpu2122_run.sh" "$SD"/gpu2122_*.py "$S/$d/"; sha256sum "$GGUF" | cut -d' ' -f1 > "$S/$d/smollm2.sha256"; done
 tree=$(git -C "$MAIN" ls-files -z | du -c --files0-from=- -b | tail -1 | cut -f1)
 room=$(( 64 * 1048576 - tree - 1048576 ))
 first=$(( room - $(du -cb "$S/a" | tail -1 | cut -f1) ))
