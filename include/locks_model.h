@@ -226,8 +226,7 @@ locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits);
  * contexts, bit for bit). Sequences may differ in length; an empty one decodes its first
  * token. The calls without a sequence argument (prefill, prefill_all, decode, truncate,
  * len, seq, generate) act on sequence 0, reset empties all of them; locks_ctx_clone needs
- * n_seqs == 1. On the CUDA backend with n_seqs > 1, locks_ctx_decode and locks_generate
- * return LOCKS_ERR_UNSUPPORTED (the device decodes every sequence at once). */
+ * n_seqs == 1. */
 #define LOCKS_CTX_MAX_SEQS 8
 /* As locks_ctx_prefill, into sequence seq (0 .. n_seqs - 1; else LOCKS_ERR_INVALID_ARG). */
 locks_status locks_ctx_prefill_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits);
@@ -243,8 +242,10 @@ locks_status locks_ctx_decode_batch(locks_ctx *c, const int32_t *tokens, float *
  * (distinct, 0 .. n_seqs - 1, any order), tokens[n] (tokens[i] goes to seqs[i]); logits
  * (may be NULL): [n][n_vocab] in the same order. Sequences not named do not move. Checks
  * and all-or-nothing as locks_ctx_decode_batch; on the CPU backend the sequences run one
- * after the other (bit for bit separate decode calls). On the CUDA backend only the
- * whole set in order (n == n_seqs, seqs[i] == i), else LOCKS_ERR_UNSUPPORTED. */
+ * after the other (bit for bit separate decode calls). On the CUDA backend in one pass,
+ * whose work is the whole batch's whatever n (the idle rows run too): a sequence's logits
+ * are the same bit for bit whichever sequences decode with it and in which order
+ * (locks_ctx_decode on the GPU is this call for sequence 0 alone). */
 locks_status locks_ctx_decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens,
                                    float *logits);
 /* As locks_ctx_prefill_all, into sequence seq (for locks_speculate_round). */

@@ -12,6 +12,8 @@
  *  - scale: NaN / negative / Inf is INVALID_ARG (step, attend, graph capture), as on the
  *    CPU; locks_attend with a page outside the sequence is INVALID_ARG, as on the CPU.
  *  - locks_cache_snapkv_observe / _keep on a CUDA cache: LOCKS_ERR_UNSUPPORTED.
+ *  - A write with NaN, Inf or |x| > 65504 is refused (LOCKS_ERR_NONFINITE) with nothing
+ *    stored: host state and the step's output bit for bit as before; +-65504 is stored.
  */
 #include "test_util.h"
 
@@ -225,6 +227,45 @@ static void test_shared_behaviour(void) {
     locks_cache_free(c);
 }
 
+/* A write holding NaN, Inf or |x| > 65504 (fp16 would store Inf) is refused with
+ * LOCKS_ERR_NONFINITE and stores nothing, as on the CPU (test_contract): the host state and
+ * the step's output stay bit for bit; 65504 itself is stored. */
+static void test_write_refused(void) {
+    int32_t seq;
+    locks_cache *c = setup(&seq);
+    const host_state s0 = state_of(c, seq);
+    float before[HQ * D], after[HQ * D];
+    step_out(c, seq, before);
+    const size_t row = (size_t)H * D, n = (size_t)(LEN + 64) * row;
+    float *k = malloc(sizeof(float) * n), *v = malloc(sizeof(float) * n);
+    SETUP(k && v);
+    const float bad[] = {NAN, INFINITY, 7e4f, -65520.f, 65504.5f};
+    int refused = 1;
+    for (int b = 0; b < 5; b++) {
+        memcpy(k, g_k2, sizeof(float) * n);
+        memcpy(v, g_v, sizeof(float) * n);
+        (b % 2 ? k : v)[(size_t)W0 * row + (size_t)tu_int(0, WN * (int32_t)row - 1)] = bad[b];
+        const locks_status st = write_host(c, seq, W0, WN, k, v);
+        step_out(c, seq, after);
+        const host_state s1 = state_of(c, seq);
+        const int ok = st == LOCKS_ERR_NONFINITE && !memcmp(&s0, &s1, sizeof s0) && !memcmp(before, after, sizeof before);
+        if (!ok) printf("  write with %g: %s, state %s, step %s\n", (double)bad[b], locks_status_str(st),
+                        memcmp(&s0, &s1, sizeof s0) ? "CHANGED" : "same", memcmp(before, after, sizeof before) ? "CHANGED" : "same");
+        refused &= ok;
+    }
+    test_cond(refused, "a write with NaN / Inf / |x| > 65504 changed the cache or was accepted");
+    memcpy(k, g_k2, sizeof(float) * n);
+    memcpy(v, g_v, sizeof(float) * n);
+    v[(size_t)W0 * row + 3] = 65504.f, k[(size_t)W0 * row + 5] = -65504.f;
+    test_cond(write_host(c, seq, W0, WN, k, v) == LOCKS_OK, "a write with +-65504 (the largest fp16) refused");
+    step_out(c, seq, after);
+    test_cond(memcmp(before, after, sizeof before) != 0, "the accepted write did not change the step's output");
+    printf("  write refused for NaN, Inf, 7e4, -65520, 65504.5 with nothing changed; +-65504 stored\n");
+    free(k);
+    free(v);
+    locks_cache_free(c);
+}
+
 int main(void) {
     tu_seed("test_gpu_fault");
     const size_t row = (size_t)H * D, n = (size_t)(LEN + 64) * row;
@@ -248,6 +289,7 @@ int main(void) {
     SETUP(d_out);
     test_faults();
     test_shared_behaviour();
+    test_write_refused();
     locks_cuda_free_ptr((void **)&d_q);
     locks_cuda_free_ptr((void **)&d_out);
     locks_cuda_free_ptr((void **)&d_k2);

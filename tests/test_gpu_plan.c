@@ -13,12 +13,17 @@
  * Then: the host state after locks_step_plan_status (lengths, tables, filled marks)
  * lets the synchronous step follow; the status word reports a NaN query, a length past
  * max_ctx (which is not applied) and a budget the forced pages exceed; misuse gives
- * clear errors. HND and NHD, fp16 and bf16, fresh random data each run.
+ * clear errors. HND and NHD, fp16 and bf16, fresh random data each run. And the cache's
+ * lock: plan decode, set_lens, pages_filled, status and a step graph's replay, called on
+ * another thread while this one holds the lock, return only after it is released.
  */
 #include "test_util.h" /* first: it sets _POSIX_C_SOURCE */
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
+#include "cache.h" /* locks_cache_enter / leave: the cache's lock, held by the test */
 #include "util.h"
 
 enum { P = LOCKS_PAGE, L = 2, HKV = 2, G = 4, HQ = HKV * G, D = 128, STEPS = 40 };
@@ -47,6 +52,67 @@ static double rel_err(const float *got, const double *ref, size_t n) {
     }
     return mr > 0.0 ? md / mr : md;
 }
+
+/* A plan or graph call made on another thread while this one holds the cache's lock must
+ * wait for it (locks.h: every call on a cache, plans and graphs included, takes its lock). */
+typedef struct {
+    int what;
+    locks_cache *c;
+    locks_step_plan *plan;
+    locks_step_graph *graph;
+    const float *d_q;
+    float *d_out;
+    const int32_t *d_len, *d_table;
+    int32_t n_pages;
+    cudaStream_t st;
+    locks_status result;
+    atomic_int done;
+} lock_job;
+
+static void *lock_call(void *arg) {
+    lock_job *j = arg;
+    uint32_t bits = 0;
+    switch (j->what) {
+    case 0: j->result = locks_step_plan_decode(j->plan, 0, j->d_q, j->d_out, j->st); break;
+    case 1: j->result = locks_step_plan_set_lens(j->plan, j->d_len, j->d_table, j->n_pages, j->st); break;
+    case 2: j->result = locks_step_plan_pages_filled(j->plan, 0, 1, j->st); break;
+    case 3: j->result = locks_step_plan_status(j->plan, &bits); break;
+    default: j->result = locks_step_graph_replay(j->graph); break;
+    }
+    if (j->st) cudaStreamSynchronize(j->st);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+static void check_calls_take_lock(lock_job base) {
+    static const char *names[5] = {"plan_decode", "plan_set_lens", "plan_pages_filled", "plan_status", "graph_replay"};
+    int waited = 1, finished = 1;
+    for (int w = 0; w < 5; w++) {
+        if (w == 4 && !base.graph) continue;
+        lock_job j = base;
+        j.what = w;
+        atomic_store(&j.done, 0);
+        const uint32_t mark = locks_cache_enter(base.c);
+        pthread_t th;
+        SETUP(pthread_create(&th, NULL, lock_call, &j) == 0);
+        const struct timespec wait = {0, 150 * 1000 * 1000};
+        nanosleep(&wait, NULL);
+        const int early = atomic_load(&j.done);
+        locks_cache_leave(base.c, LOCKS_OK, "test", mark);
+        pthread_join(th, NULL);
+        if (early) printf("  %s returned while another thread held the cache's lock\n", names[w]);
+        waited &= !early;
+        finished &= atomic_load(&j.done) && j.result == LOCKS_OK;
+    }
+    test_cond(waited, "a plan / graph call ran while another thread held the cache's lock");
+    test_cond(finished, "a plan / graph call failed after the lock was released");
+    printf("  plan decode / set_lens / pages_filled / status and graph replay wait for the cache's lock\n");
+}
+
+static const plan_case CASES[4] = {{LOCKS_DTYPE_F16, LOCKS_LAYOUT_NHD},
+                                   {LOCKS_DTYPE_F16, LOCKS_LAYOUT_HND},
+                                   {LOCKS_DTYPE_BF16, LOCKS_LAYOUT_NHD},
+                                   {LOCKS_DTYPE_BF16, LOCKS_LAYOUT_HND}};
 
 static void run_case(const plan_case *x) {
     const int32_t len0 = tu_int(150, 400); /* any length: partial pages included */
@@ -340,6 +406,18 @@ static void run_case(const plan_case *x) {
         locks_cache_free(O);
     }
 
+    if (x == &CASES[0]) { /* the lock: on A, whose plan sp was captured above */
+        float *d_qg;
+        CU(cudaMalloc((void **)&d_qg, qn * 4));
+        CU(cudaMemcpy(d_qg, d_q[0], qn * 4, cudaMemcpyDeviceToDevice));
+        locks_step_graph *g = locks_step_graph_capture(A, 0, &sid[0], 1, d_qg, HQ, &ps, max_ctx, d_ob, &err);
+        test_cond(g != NULL, "graph capture on A: %s", locks_status_str(err));
+        lock_job base = {0, A, sp, g, d_q[0], d_os[0], d_len, d_table, seq_pages, st, LOCKS_OK, 0};
+        check_calls_take_lock(base);
+        locks_step_graph_free(g);
+        CU(cudaFree(d_qg));
+    }
+
     CU(cudaGraphExecDestroy(exec));
     CU(cudaGraphDestroy(graph));
     locks_step_plan_free(sp);
@@ -364,10 +442,6 @@ static void run_case(const plan_case *x) {
 
 int main(void) {
     tu_seed("test_gpu_plan");
-    const plan_case cases[4] = {{LOCKS_DTYPE_F16, LOCKS_LAYOUT_NHD},
-                                {LOCKS_DTYPE_F16, LOCKS_LAYOUT_HND},
-                                {LOCKS_DTYPE_BF16, LOCKS_LAYOUT_NHD},
-                                {LOCKS_DTYPE_BF16, LOCKS_LAYOUT_HND}};
-    for (int i = 0; i < 4; i++) run_case(&cases[i]);
+    for (int i = 0; i < 4; i++) run_case(&CASES[i]);
     return test_report("test_gpu_plan");
 }

@@ -2,7 +2,9 @@
  * cmd_serve.c — `locks serve`: the command line of the OpenAI-compatible server
  * (tools/serve/). Flags follow llama-server's where it has them (-m --host --port -np
  * -c -t -b -n --api-key --alias). Built only with libmicrohttpd and cJSON
- * (LOCKS_HAVE_SERVER); without them the command says so.
+ * (LOCKS_HAVE_SERVER); without them the command says so. --backend cuda serves from the
+ * GPU engine (every step of the continuous batch one graph replay); what the GPU does not
+ * do (slot save/restore) is refused at start.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +52,8 @@ static void usage(FILE *f) {
             "  --sink N, --recent N  pages always attended at the start / end (default 1, 1)\n"
             "  --rank R           summary rank 1..15 (default 8)\n"
             "  --temp X, --top-k N, --top-p X  default sampling (default 0.8, 40, 0.95)\n"
+            "  --backend NAME     cpu (default) or cuda: the GPU engine (llama models; selectors full and\n"
+            "                     locks; no --slot-save-path)\n"
             "  -v                 verbose library log\n"
             "  -h, --help         this text\n",
             LOCKS_CTX_MAX_SEQS, LOCKS_CTX_MAX_SEQS);
@@ -127,6 +131,9 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--temp")) ok = parse_float(v, &p.sampling.temp);
         else if (!strcmp(a, "--top-k")) ok = args_parse_int(v, 0, 1 << 30, &p.sampling.top_k);
         else if (!strcmp(a, "--top-p")) ok = parse_float(v, &p.sampling.top_p);
+        else if (!strcmp(a, "--backend"))
+            ok = (!strcmp(v, "cpu") || !strcmp(v, "cuda")),
+            p.backend = !strcmp(v, "cuda") ? LOCKS_BACKEND_CUDA : LOCKS_BACKEND_CPU;
         else {
             fprintf(stderr, "locks serve: unknown option '%s' (--help lists them)\n", a);
             return 2;
@@ -136,6 +143,11 @@ int cmd_serve(int argc, char **argv) {
             return 2;
         }
         i++;
+    }
+    if (p.backend == LOCKS_BACKEND_CUDA && p.slot_save_path) {
+        fprintf(stderr, "locks serve: --slot-save-path needs the CPU backend (a slot's K/V is not read back from "
+                        "the GPU yet); drop one of --backend cuda and --slot-save-path\n");
+        return 2;
     }
     p.n_ctx = n_ctx ? n_ctx : 4096 * p.n_slots;
     if (p.n_ctx / p.n_slots < 16) {

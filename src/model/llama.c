@@ -1194,16 +1194,9 @@ locks_status locks_ctx_prefill_all(locks_ctx *c, const int32_t *tokens, int32_t 
     return locks_fail_call(st, "locks_ctx_prefill_all", mark);
 }
 
-/* The device decodes all sequences together: one sequence alone only on the CPU. */
-static locks_status gpu_one_seq(const locks_ctx *c) {
-    return locks_fail(LOCKS_ERR_UNSUPPORTED,
-                      "the CUDA engine decodes all %d sequences together (locks_ctx_decode_batch), not one", c->n_seqs);
-}
-
 static locks_status ctx_decode(locks_ctx *c, int32_t token, float *logits) {
     locks_status st0 = ctx_check(c);
     if (st0 == LOCKS_OK && !logits) st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "logits is NULL");
-    if (st0 == LOCKS_OK && c->gpu && c->n_seqs > 1) st0 = gpu_one_seq(c);
     if (st0 != LOCKS_OK) return st0;
     double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = run_tokens(c, 0, &token, 1, FWD_DECODE, logits, 0);
@@ -1219,6 +1212,28 @@ locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits) {
     return locks_fail_call(ctx_decode(c, token, logits), "locks_ctx_decode", mark);
 }
 
+/* One decode token of each of the n sequences seqs on the device, in one pass (their
+ * tokens and room checked by the caller): each takes its slot, then the engine runs; if
+ * anything fails every slot taken is given back, and a give-back that fails leaves the
+ * context broken. */
+static locks_status decode_gpu(locks_ctx *c, const int32_t *seqs, int32_t n, const int32_t *tokens, float *logits) {
+    locks_status st = LOCKS_OK;
+    int32_t pos[LOCKS_CTX_MAX_SEQS] = {0};
+    for (int32_t i = 0; i < n && st == LOCKS_OK; i++) {
+        pos[i] = c->n_tokens[seqs[i]];
+        if ((st = locks_cache_append(c->cache, c->seq[seqs[i]], 1)) != LOCKS_OK)
+            for (int32_t r = 0; r < i; r++)
+                if (locks_cache_seq_truncate(c->cache, c->seq[seqs[r]], c->n_tokens[seqs[r]]) != LOCKS_OK) c->broken = 1;
+    }
+    if (st != LOCKS_OK) return st;
+    st = engine_cuda_decode_seqs(c->gpu, seqs, n, tokens, pos, logits, &c->p.step, c->p.n_ctx, &c->stats);
+    for (int32_t i = 0; i < n; i++) {
+        if (st == LOCKS_OK) c->n_tokens[seqs[i]] += 1;
+        else if (locks_cache_seq_truncate(c->cache, c->seq[seqs[i]], c->n_tokens[seqs[i]]) != LOCKS_OK) c->broken = 1;
+    }
+    return st;
+}
+
 static locks_status decode_batch(locks_ctx *c, const int32_t *tokens, float *logits) {
     locks_status st0 = ctx_check(c);
     if (st0 == LOCKS_OK && !tokens) st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "tokens is NULL");
@@ -1230,16 +1245,9 @@ static locks_status decode_batch(locks_ctx *c, const int32_t *tokens, float *log
     double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = LOCKS_OK;
     if (c->gpu) { /* one token of every sequence in one pass */
-        for (int32_t s = 0; s < ns && st == LOCKS_OK; s++)
-            if ((st = locks_cache_append(c->cache, c->seq[s], 1)) != LOCKS_OK)
-                for (int32_t r = 0; r < s; r++) /* a rollback that fails leaves the context broken */
-                    if (locks_cache_seq_truncate(c->cache, c->seq[r], c->n_tokens[r]) != LOCKS_OK) c->broken = 1;
-        if (st != LOCKS_OK) return st;
-        st = engine_cuda_decode_batch(c->gpu, tokens, c->n_tokens, logits, &c->p.step, c->p.n_ctx, &c->stats);
-        for (int32_t s = 0; s < ns; s++) {
-            if (st == LOCKS_OK) c->n_tokens[s] += 1;
-            else if (locks_cache_seq_truncate(c->cache, c->seq[s], c->n_tokens[s]) != LOCKS_OK) c->broken = 1;
-        }
+        int32_t all[LOCKS_CTX_MAX_SEQS];
+        for (int32_t s = 0; s < ns; s++) all[s] = s;
+        st = decode_gpu(c, all, ns, tokens, logits);
     } else { /* the sequences one after the other; all or nothing */
         for (int32_t s = 0; s < ns && st == LOCKS_OK; s++) {
             float *lg = logits ? logits + (size_t)s * (size_t)V : NULL;
@@ -1302,7 +1310,6 @@ static locks_status generate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
                          n_prompt, prompt ? "given" : "NULL");
     if (st0 == LOCKS_OK && n_predict < 0)
         st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "n_predict %d (must be >= 0)", n_predict);
-    if (st0 == LOCKS_OK && c->gpu && c->n_seqs > 1) st0 = gpu_one_seq(c);
     if (st0 != LOCKS_OK) return st0;
     if (c->gpu) return generate_gpu(c, prompt, n_prompt, n_predict, s, on_token, user, out, n_out);
     float *logits = locks_alloc((size_t)c->m->info.n_vocab, sizeof(float));
@@ -1354,21 +1361,17 @@ static locks_status decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, co
         seen |= 1u << s;
         if ((st0 = tokens_check(c, tokens + i, 1)) != LOCKS_OK || (st0 = room_check(c, s, 1)) != LOCKS_OK) return st0;
     }
-    if (c->gpu) { /* the device pass decodes every sequence: only the whole set, in order */
-        for (int32_t i = 0; i < n; i++)
-            if (seqs[i] != i || n != c->n_seqs)
-                return locks_fail(LOCKS_ERR_UNSUPPORTED,
-                                  "the CUDA engine decodes all %d sequences in order (seqs 0..%d), not a subset",
-                                  c->n_seqs, c->n_seqs - 1);
-        return decode_batch(c, tokens, logits);
-    }
     double t0 = locks_now_ms(), c0 = cpu_ms();
     locks_status st = LOCKS_OK;
-    for (int32_t i = 0; i < n && st == LOCKS_OK; i++) {
-        st = run_tokens(c, seqs[i], &tokens[i], 1, FWD_DECODE, logits ? logits + (size_t)i * (size_t)V : NULL, 0);
-        if (st != LOCKS_OK)
-            for (int32_t r = 0; r < i; r++)
-                if (truncate_seq(c, seqs[r], c->n_tokens[seqs[r]] - 1) != LOCKS_OK) c->broken = 1;
+    if (c->gpu) { /* one pass; the sequences not named idle */
+        st = decode_gpu(c, seqs, n, tokens, logits);
+    } else {
+        for (int32_t i = 0; i < n && st == LOCKS_OK; i++) {
+            st = run_tokens(c, seqs[i], &tokens[i], 1, FWD_DECODE, logits ? logits + (size_t)i * (size_t)V : NULL, 0);
+            if (st != LOCKS_OK)
+                for (int32_t r = 0; r < i; r++)
+                    if (truncate_seq(c, seqs[r], c->n_tokens[seqs[r]] - 1) != LOCKS_OK) c->broken = 1;
+        }
     }
     if (st != LOCKS_OK) return st;
     c->stats.n_decode += n;

@@ -163,6 +163,7 @@ int serve_run(const serve_params *p) {
     cp.rank = p->rank;
     cp.step = p->step;
     cp.n_batch = 64;
+    cp.backend = p->backend;
     locks_status st;
     /* kept prefixes: each a sequence of a slot's context (pages and sliding-window rings),
      * as many as --cache-ram pays for, measured on a context of one sequence */

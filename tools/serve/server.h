@@ -23,6 +23,7 @@ typedef struct {
     size_t max_body;        /* bytes of a request body before 413 */
     int32_t rank;
     int32_t cache_ram_mb;   /* --cache-ram: MB for kept prefixes (server.c); 0: none */
+    locks_backend backend;  /* the context's backend (LOCKS_BACKEND_CPU = 0 by default) */
     const char *slot_save_path; /* folder of slot files (POST /slots/{id}?action=save|restore); NULL: off */
     locks_step_params step;        /* the default decode step (the `locks` object's defaults) */
     locks_sampler_params sampling; /* the default sampling */

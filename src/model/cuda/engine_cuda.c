@@ -122,9 +122,10 @@ locks_status engine_cuda_forward(engine_cuda *g, int32_t seq, const int32_t *tok
         (void)stats;
     return LOCKS_ERR_UNSUPPORTED;
 }
-locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, const int32_t *pos, float *logits,
-                                      const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats) {
-    (void)g, (void)tokens, (void)pos, (void)logits, (void)step, (void)n_ctx, (void)stats;
+locks_status engine_cuda_decode_seqs(engine_cuda *g, const int32_t *seqs, int32_t n, const int32_t *tokens,
+                                     const int32_t *pos, float *logits, const locks_step_params *step, int32_t n_ctx,
+                                     locks_run_stats *stats) {
+    (void)g, (void)seqs, (void)n, (void)tokens, (void)pos, (void)logits, (void)step, (void)n_ctx, (void)stats;
     return LOCKS_ERR_UNSUPPORTED;
 }
 locks_status engine_cuda_verify(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
@@ -156,7 +157,7 @@ struct engine_cuda {
     lg_ctx *e;
     int use_graph;
     int32_t n_seqs;
-    int32_t next[LOCKS_CTX_MAX_SEQS]; /* tokens the last decode sampled */
+    int32_t next[LOCKS_CTX_MAX_SEQS]; /* tokens the last decode sampled, by row */
     int32_t head_dim, n_kv_heads, rank;
 };
 
@@ -320,15 +321,17 @@ static int64_t attended(int32_t len, const locks_step_params *p) {
     return (int64_t)pl.forced + (int64_t)LOCKS_PAGE * pl.k;
 }
 
-locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, const int32_t *pos, float *logits,
-                                      const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats) {
+locks_status engine_cuda_decode_seqs(engine_cuda *g, const int32_t *seqs, int32_t n, const int32_t *tokens,
+                                     const int32_t *pos, float *logits, const locks_step_params *step, int32_t n_ctx,
+                                     locks_run_stats *stats) {
     lg_shape sh = lg_model_shape(g->dm);
     locks_status st = lg_set_step(g->e, step, ((n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE) * LOCKS_PAGE);
+    if (st == LOCKS_OK) st = lg_set_rows(g->e, seqs, n);
     if (st == LOCKS_OK) st = lg_set_tokens(g->e, tokens);
     if (st == LOCKS_OK) st = lg_decode(g->e, g->use_graph, g->next, logits);
     if (st != LOCKS_OK) return st;
     const uint64_t tok_bytes = (uint64_t)sh.head_dim * 2 * 2 * (uint64_t)sh.n_kv_heads * (uint64_t)sh.n_layers;
-    for (int32_t s = 0; s < g->n_seqs; s++) {
+    for (int32_t s = 0; s < n; s++) {
         const int32_t len = pos[s] + 1;
         if (step->selector == LOCKS_SEL_LOCKS)
             stats->bytes_meta += (uint64_t)(len / LOCKS_PAGE) *
@@ -344,8 +347,7 @@ locks_status engine_cuda_forward(engine_cuda *g, int32_t seq, const int32_t *tok
                                  int decode, float *logits, const locks_step_params *step, int32_t n_ctx,
                                  locks_run_stats *stats) {
     if (!decode) return lg_prefill(g->e, seq, tokens, n, pos, logits);
-    if (g->n_seqs != 1 || seq != 0) return LOCKS_ERR_UNSUPPORTED; /* several: engine_cuda_decode_batch */
-    return engine_cuda_decode_batch(g, tokens, &pos, logits, step, n_ctx, stats);
+    return engine_cuda_decode_seqs(g, &seq, 1, tokens, &pos, logits, step, n_ctx, stats); /* that sequence alone */
 }
 
 locks_status engine_cuda_verify(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,

@@ -15,7 +15,8 @@
  * context's cache is a CUDA-backend locks_cache holding p->n_seqs sequences (slots 0 ..
  * n_seqs - 1, the engine's sequences), n_ctx tokens of room each. Prefill runs in chunks
  * of max(n_batch, 1024) tokens; every decode token is one replay of the captured CUDA
- * graph (or, with cuda_graph = 0, the same kernels launched one by one). In a build
+ * graph (or, with cuda_graph = 0, the same kernels launched one by one); a step may
+ * decode any subset of the sequences (the idle ones do not move). In a build
  * without CUDA every entry past the check fails with LOCKS_ERR_UNSUPPORTED.
  */
 #ifndef LOCKS_ENGINE_CUDA_H
@@ -72,15 +73,19 @@ engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params
 void engine_cuda_free(engine_cuda *g);
 
 /* Tokens [pos, pos + n) of sequence seq (reserved in the cache): a prefill chunk (decode
- * = 0) or one decode token (decode = 1, n = 1; only with one sequence). logits (may be
- * NULL): [n_vocab] of the last token. Decode adds its KV bytes to *stats. */
+ * = 0) or one decode token of that sequence alone (decode = 1, n = 1:
+ * engine_cuda_decode_seqs of {seq}). logits (may be NULL): [n_vocab] of the last token.
+ * Decode adds its KV bytes to *stats. */
 locks_status engine_cuda_forward(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
                                  int decode, float *logits, const locks_step_params *step, int32_t n_ctx,
                                  locks_run_stats *stats);
-/* One decode token of every sequence s, tokens[s] at position pos[s] (its slot reserved in
- * the cache), in one pass; logits (may be NULL): [n_seqs][n_vocab]. */
-locks_status engine_cuda_decode_batch(engine_cuda *g, const int32_t *tokens, const int32_t *pos, float *logits,
-                                      const locks_step_params *step, int32_t n_ctx, locks_run_stats *stats);
+/* One decode token of each of the n sequences seqs[i] (distinct cache slots 0 .. n_seqs - 1,
+ * any order), tokens[i] at position pos[i] (its slot reserved in the cache), in one pass
+ * (one graph replay; lg_set_rows: a subset's logits are those of the whole batch, bit for
+ * bit); logits (may be NULL): [n][n_vocab] in seqs' order. */
+locks_status engine_cuda_decode_seqs(engine_cuda *g, const int32_t *seqs, int32_t n, const int32_t *tokens,
+                                     const int32_t *pos, float *logits, const locks_step_params *step, int32_t n_ctx,
+                                     locks_run_stats *stats);
 /* The verify pass of speculative decoding (lg_verify): tokens [pos, pos + n) of sequence
  * seq (reserved) with dense attention, logits [n][n_vocab] of every token. */
 locks_status engine_cuda_verify(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,

@@ -126,13 +126,21 @@ locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens, int32_t n,
 locks_status lg_set_step(lg_ctx *e, const locks_step_params *p, int32_t max_ctx);
 locks_status lg_set_sampler(lg_ctx *e, const lg_sample_params *p);
 
-/* Writes the next input token of every sequence (host tokens[n_seqs]). */
+/* The sequences the next decode tokens are for (continuous batching): row i decodes slot
+ * seqs[i] (distinct, 0 .. n_seqs - 1), 1 <= n <= n_seqs, any order; seqs NULL: every
+ * sequence in order (the default). The graph is the same for every subset: all n_seqs
+ * rows run, the rows from n on idle (they write nothing to the cache; their step reads row
+ * 0's sequence), so a sequence's logits do not depend on which others decode with it, bit
+ * for bit, and a subset costs a whole batch's step. LOCKS_ERR_INVALID_ARG, nothing
+ * changed, for a bad set. */
+locks_status lg_set_rows(lg_ctx *e, const int32_t *seqs, int32_t n);
+/* Writes the next input token of every row (host tokens[n], n the rows of lg_set_rows). */
 locks_status lg_set_tokens(lg_ctx *e, const int32_t *tokens);
-/* One decode token for all n_seqs sequences (each must already hold the new token's slot:
+/* One decode token for the rows' sequences (each must already hold the new token's slot:
  * locks_cache_append). use_graph: replay the captured graph (captured on first use),
  * else launch kernel by kernel (the same kernels). The sampled tokens become the next
- * input; next (host, may be NULL) receives them, logits (host, may be NULL)
- * [n_seqs][n_vocab]. Checks the budget against the forced pages (LOCKS_ERR_BUDGET) and
+ * input; next (host, may be NULL) receives them, logits (host, may be NULL) [n][n_vocab],
+ * in the rows' order. Checks the budget against the forced pages (LOCKS_ERR_BUDGET) and
  * the lengths against max_ctx (LOCKS_ERR_INVALID_ARG) before launching. */
 locks_status lg_decode(lg_ctx *e, int use_graph, int32_t *next, float *logits);
 /* Samples from the device logits of slot seq (after lg_prefill) into the next input of

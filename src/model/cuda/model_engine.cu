@@ -287,6 +287,10 @@ struct lg_ctx {
     int gemv_now;   /* set while enqueuing a decode token that uses gemv.cu */
     uint64_t *samp_ws; /* the greedy sampler's partial maxima and tickets */
     int32_t *tok;   /* (n_seqs,) decode input tokens */
+    int32_t *row_slot; /* (n_seqs,) decode row -> cache slot, -1 for an idle row (own_slots uploads) */
+    int32_t h_rows[MAX_ENGINE_SEQS]; /* host: the slots of rows 0 .. n_rows - 1 (lg_set_rows) */
+    int32_t n_rows;  /* rows that decode a sequence; the others idle */
+    int rows_dirty;  /* h_rows changed since the last upload */
     int32_t *ptok;  /* (max_chunk,) prefill tokens */
     int32_t *pos;   /* (rows,) positions */
     int32_t *build; /* (n_seqs,) pages to summarise */
@@ -325,7 +329,7 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
         if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
     if (e->blas) cublasDestroy(e->blas);
     void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits, e->ss,
-                    e->samp_ws, e->tok, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter,
+                    e->samp_ws, e->tok, e->row_slot, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter,
                     e->v_logits, e->v_ws, e->v_build};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
@@ -397,6 +401,7 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->gu, R * 2 * s->ffn_dim * 4);
         DA(e->logits, (size_t)(n_seqs > GEMM_ROWS ? n_seqs : GEMM_ROWS) * s->n_vocab * 4); /* a padded product */
         DA(e->tok, (size_t)n_seqs * 4);
+        DA(e->row_slot, (size_t)n_seqs * 4);
         DA(e->ptok, (size_t)max_chunk * 4);
         DA(e->pos, R * 4);
         DA(e->build, (size_t)n_seqs * 4);
@@ -455,6 +460,9 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         if ((st = locks_cuda_summary_build(e->cc, 0, e->build, n_seqs)) != LOCKS_OK) goto fail;
         e->step = locks_step_default_params();
         e->max_ctx = cache->p.n_pages * LOCKS_PAGE;
+        for (int32_t i = 0; i < n_seqs; i++) e->h_rows[i] = i; /* every sequence, in order */
+        e->n_rows = n_seqs;
+        e->rows_dirty = 1;
         const locks_cuda_lab lab = locks_cuda_get_lab();
         e->prep_fused = lab.engine_fused != 0;
         e->gemm_rows = lab.engine_pad ? GEMM_ROWS : 1;
@@ -746,12 +754,33 @@ extern "C" locks_status lg_set_sampler(lg_ctx *e, const lg_sample_params *p) {
     return LOCKS_OK;
 }
 
+extern "C" locks_status lg_set_rows(lg_ctx *e, const int32_t *seqs, int32_t n) {
+    if (!e || (seqs && (n < 1 || n > e->n_seqs))) return LOCKS_ERR_INVALID_ARG;
+    int32_t r[MAX_ENGINE_SEQS];
+    uint32_t seen = 0;
+    if (!seqs) n = e->n_seqs;
+    for (int32_t i = 0; i < n; i++) {
+        r[i] = seqs ? seqs[i] : i;
+        if (r[i] < 0 || r[i] >= e->n_seqs || (seen >> r[i] & 1u)) return LOCKS_ERR_INVALID_ARG;
+        seen |= 1u << r[i];
+    }
+    if (n != e->n_rows || memcmp(r, e->h_rows, (size_t)n * 4) != 0) {
+        memcpy(e->h_rows, r, (size_t)n * 4);
+        e->n_rows = n;
+        e->rows_dirty = 1;
+    }
+    return LOCKS_OK;
+}
+
 extern "C" locks_status lg_set_tokens(lg_ctx *e, const int32_t *tokens) {
     if (!e || !tokens) return LOCKS_ERR_INVALID_ARG;
-    for (int32_t i = 0; i < e->n_seqs; i++)
+    int32_t t[MAX_ENGINE_SEQS] = {0}; /* an idle row embeds token 0 (its output is never read) */
+    for (int32_t i = 0; i < e->n_rows; i++) {
         if (tokens[i] < 0 || tokens[i] >= e->m->s.n_vocab) return LOCKS_ERR_INVALID_ARG;
-    CU_TRY(cudaMemcpyAsync(e->tok, tokens, (size_t)e->n_seqs * 4, cudaMemcpyHostToDevice, e->st));
-    CU_TRY(cudaStreamSynchronize(e->st));
+        t[i] = tokens[i];
+    }
+    CU_TRY(cudaMemcpyAsync(e->tok, t, (size_t)e->n_seqs * 4, cudaMemcpyHostToDevice, e->st));
+    CU_TRY(cudaStreamSynchronize(e->st)); /* t is on the stack */
     return LOCKS_OK;
 }
 
@@ -766,11 +795,11 @@ static locks_status enqueue_prep(lg_ctx *e, int32_t layer) {
     const int32_t ns = e->n_seqs;
     const float scale = e->step.scale > 0.f ? e->step.scale : 1.f / sqrtf((float)s->head_dim);
     if (e->prep_fused) {
-        LOCKS_TRY(lg_attn_prep_launch_ex(c, layer, e->qkv, e->qkv_dim, s->n_heads, s->n_rot, e->inv_freq, e->pos, ns,
-                                         e->rest, e->st));
+        LOCKS_TRY(lg_attn_prep_launch_ex(c, layer, e->qkv, e->qkv_dim, s->n_heads, s->n_rot, e->inv_freq, e->pos,
+                                         e->row_slot, ns, e->rest, e->st));
     } else {
         LOCKS_TRY(rope_copy(e, ns));
-        LOCKS_TRY(lg_kv_append_launch(c, layer, e->qkv, e->qkv_dim, e->q_dim, e->pos, ns, e->st));
+        LOCKS_TRY(lg_kv_append_launch(c, layer, e->qkv, e->qkv_dim, e->q_dim, e->pos, e->row_slot, ns, e->st));
     }
     if (e->rest && e->step.selector == LOCKS_SEL_FULL) {
         /* nothing in a dense token reads summaries: the build of a page that fills runs on
@@ -805,10 +834,11 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
     locks_cuda_cache *c = e->cc;
     const int one_launch = e->rest && !e->gemv_now && (parts & LG_PART_REST);
     if (one_launch) {
-        LOCKS_TRY(lg_embed_prep_launch(e->m->tok_embd, s->wtype, e->tok, s->dim, e->x, c->seq_len, c->block_table,
-                                       c->p.n_pages, ns, e->pos, e->build, e->st));
+        LOCKS_TRY(lg_embed_prep_launch(e->m->tok_embd, s->wtype, e->tok, s->dim, e->x, e->row_slot, c->seq_len,
+                                       c->block_table, c->p.n_pages, ns, e->pos, e->build, e->st));
     } else if (parts & (LG_PART_REST | LG_PART_PREP)) {
-        LOCKS_TRY(lg_decode_prep_launch(c->seq_len, c->block_table, c->p.n_pages, ns, e->pos, e->build, e->st));
+        LOCKS_TRY(lg_decode_prep_launch(e->row_slot, c->seq_len, c->block_table, c->p.n_pages, ns, e->pos, e->build,
+                                        e->st));
     }
     if ((parts & LG_PART_REST) && !one_launch) {
         if (e->gemv_now) {
@@ -848,11 +878,12 @@ static locks_status enqueue_decode(lg_ctx *e, int parts) {
     return st;
 }
 
-/* The host's checks before a token: lengths within max_ctx, forced pages within budget. */
+/* The host's checks before a token: lengths within max_ctx, forced pages within budget
+ * (the rows' sequences; an idle row reads row 0's). */
 static locks_status check_lengths(lg_ctx *e) {
     const locks_step_params *p = &e->step;
-    for (int32_t s = 0; s < e->n_seqs; s++) {
-        const int32_t len = locks_cache_seq_len(e->cache, s);
+    for (int32_t r = 0; r < e->n_rows; r++) {
+        const int32_t s = e->h_rows[r], len = locks_cache_seq_len(e->cache, s);
         if (len < 1 || len > e->max_ctx) {
             locks_log(LOCKS_LOG_ERROR, "cuda engine: sequence %d has %d tokens, the decode graph takes 1..%d", s, len,
                       e->max_ctx);
@@ -868,10 +899,25 @@ static locks_status check_lengths(lg_ctx *e) {
     return LOCKS_OK;
 }
 
+/* The decode rows' slots on the device: e->row_slot for the prep kernels (-1: idle), and the
+ * step's ws.seq_slots, where an idle row reads row 0's sequence. The step thus always runs
+ * all n_seqs rows, so its work split (score blocks, attention splits: sized by the rows)
+ * and with it every row's arithmetic is the same whichever rows are idle: a sequence
+ * decoded in any subset gets the logits it gets in the full batch, bit for bit. */
 static locks_status own_slots(lg_ctx *e) {
-    int32_t ids[MAX_ENGINE_SEQS];
-    for (int32_t i = 0; i < e->n_seqs; i++) ids[i] = i;
-    return locks_cuda_use_slots(e->cc, ids, e->n_seqs, e);
+    int32_t step[MAX_ENGINE_SEQS], rows[MAX_ENGINE_SEQS];
+    for (int32_t i = 0; i < e->n_seqs; i++) {
+        const int live = i < e->n_rows;
+        rows[i] = live ? e->h_rows[i] : -1;
+        step[i] = live ? e->h_rows[i] : e->h_rows[0];
+    }
+    if (e->rows_dirty) { /* a new row set: upload it whoever owned the slots */
+        LOCKS_TRY(locks_cuda_use_slots(e->cc, step, e->n_seqs, NULL));
+        CU_TRY(cudaStreamSynchronize(e->st));
+        CU_TRY(cudaMemcpy(e->row_slot, rows, (size_t)e->n_seqs * 4, cudaMemcpyHostToDevice));
+        e->rows_dirty = 0;
+    }
+    return locks_cuda_use_slots(e->cc, step, e->n_seqs, e);
 }
 
 static locks_status capture(lg_ctx *e, int parts) {
@@ -901,19 +947,19 @@ extern "C" locks_status lg_decode(lg_ctx *e, int use_graph, int32_t *next, float
         LOCKS_TRY(enqueue_decode(e, LG_PART_ALL));
     }
     const lg_shape *s = &e->m->s;
-    /* the device wrote slot len - 1 of every layer of every sequence: mark it in the host's
-     * written-slot masks, so summary reads and later locks_cache_write calls (prefill) see
-     * the page's true fill */
-    for (int32_t q = 0; q < e->n_seqs; q++) {
-        const locks_seq *sq = locks_cache_seq(e->cache, q);
+    /* the device wrote slot len - 1 of every layer of every row's sequence: mark it in the
+     * host's written-slot masks, so summary reads and later locks_cache_write calls (prefill)
+     * see the page's true fill */
+    for (int32_t q = 0; q < e->n_rows; q++) {
+        const locks_seq *sq = locks_cache_seq(e->cache, e->h_rows[q]);
         const int32_t pos = sq->len - 1;
         for (int32_t l = 0; l < s->n_layers; l++)
             e->cache->fill[(size_t)l * e->cache->p.n_pages + sq->table[pos / LOCKS_PAGE]] |=
                 (uint16_t)(1u << (pos % LOCKS_PAGE));
     }
-    if (next) CU_TRY(cudaMemcpyAsync(next, e->tok, (size_t)e->n_seqs * 4, cudaMemcpyDeviceToHost, e->st));
+    if (next) CU_TRY(cudaMemcpyAsync(next, e->tok, (size_t)e->n_rows * 4, cudaMemcpyDeviceToHost, e->st));
     if (logits)
-        CU_TRY(cudaMemcpyAsync(logits, e->logits, (size_t)e->n_seqs * s->n_vocab * 4, cudaMemcpyDeviceToHost, e->st));
+        CU_TRY(cudaMemcpyAsync(logits, e->logits, (size_t)e->n_rows * s->n_vocab * 4, cudaMemcpyDeviceToHost, e->st));
     CU_TRY(cudaStreamSynchronize(e->st));
     return LOCKS_OK;
 }

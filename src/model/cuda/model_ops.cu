@@ -192,58 +192,72 @@ locks_status lg_swiglu_launch(const float *gu, int32_t n, int32_t ffn, locks_dty
 
 /* ---- decode: positions, K/V append, pages to summarise ------------------------------------ */
 
-/* For each engine sequence s (cache slot s): pos[s] = seq_len[s] - 1 (the new token), and
- * build[s] = the physical page that token fills, or -1 if the page is not full yet. */
-static __global__ void decode_prep_kernel(const int32_t *__restrict__ seq_len, const int32_t *__restrict__ bt,
-                                          int32_t n_pages_pool, int32_t n_seqs, int32_t *pos, int32_t *build) {
+/* For each decode row s, the cache slot slot = slots[s] (slots NULL: slot s): pos[s] =
+ * seq_len[slot] - 1 (the new token), and build[s] = the physical page that token fills, or
+ * -1 if the page is not full yet. An idle row (slot < 0) gets pos -1 and build -1: the
+ * attention prep then writes nothing for it and no summary is built. */
+static __device__ __forceinline__ void prep_row(const int32_t *__restrict__ slots, const int32_t *__restrict__ seq_len,
+                                                const int32_t *__restrict__ bt, int32_t n_pages_pool, int32_t s,
+                                                int32_t *pos, int32_t *build) {
+    const int32_t slot = slots ? slots[s] : s;
+    if (slot < 0) {
+        pos[s] = -1;
+        build[s] = -1;
+        return;
+    }
+    const int32_t p = seq_len[slot] - 1;
+    pos[s] = p;
+    build[s] = (p % 16 == 15) ? bt[(size_t)slot * n_pages_pool + p / 16] : -1;
+}
+
+static __global__ void decode_prep_kernel(const int32_t *__restrict__ slots, const int32_t *__restrict__ seq_len,
+                                          const int32_t *__restrict__ bt, int32_t n_pages_pool, int32_t n_seqs,
+                                          int32_t *pos, int32_t *build) {
     const int32_t s = threadIdx.x;
     if (s >= n_seqs) return;
-    const int32_t p = seq_len[s] - 1;
-    pos[s] = p;
-    build[s] = (p % 16 == 15) ? bt[(size_t)s * n_pages_pool + p / 16] : -1;
+    prep_row(slots, seq_len, bt, n_pages_pool, s, pos, build);
 }
 
 /* The decode token's first kernel: embed_kernel's gather of row blockIdx.x and, in block 0,
  * decode_prep_kernel's positions and pages to summarise (one launch instead of two). */
 static __global__ void embed_prep_kernel(const void *__restrict__ e, int type, const int32_t *__restrict__ tok,
-                                         int32_t dim, float *__restrict__ x, const int32_t *__restrict__ seq_len,
-                                         const int32_t *__restrict__ bt, int32_t n_pages_pool, int32_t n_seqs,
-                                         int32_t *pos, int32_t *build) {
+                                         int32_t dim, float *__restrict__ x, const int32_t *__restrict__ slots,
+                                         const int32_t *__restrict__ seq_len, const int32_t *__restrict__ bt,
+                                         int32_t n_pages_pool, int32_t n_seqs, int32_t *pos, int32_t *build) {
     const int32_t t = blockIdx.x;
-    if (t == 0 && (int32_t)threadIdx.x < n_seqs) {
-        const int32_t s = threadIdx.x, p = seq_len[s] - 1;
-        pos[s] = p;
-        build[s] = (p % 16 == 15) ? bt[(size_t)s * n_pages_pool + p / 16] : -1;
-    }
+    if (t == 0 && (int32_t)threadIdx.x < n_seqs) prep_row(slots, seq_len, bt, n_pages_pool, threadIdx.x, pos, build);
     const size_t row = (size_t)tok[t] * dim;
     for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) x[(size_t)t * dim + i] = load16(e, row + i, type);
 }
 
 locks_status lg_embed_prep_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t dim, float *x,
-                                  const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool, int32_t n_seqs,
-                                  int32_t *pos, int32_t *build, cudaStream_t st) {
-    embed_prep_kernel<<<(unsigned)n_seqs, ROW_THREADS, 0, st>>>(e, (int)type, tok, dim, x, seq_len, bt, n_pages_pool,
-                                                                 n_seqs, pos, build);
+                                  const int32_t *slots, const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool,
+                                  int32_t n_seqs, int32_t *pos, int32_t *build, cudaStream_t st) {
+    embed_prep_kernel<<<(unsigned)n_seqs, ROW_THREADS, 0, st>>>(e, (int)type, tok, dim, x, slots, seq_len, bt,
+                                                                 n_pages_pool, n_seqs, pos, build);
     CU_LAUNCH_CHECK(embed_prep_kernel);
     return LOCKS_OK;
 }
 
-locks_status lg_decode_prep_launch(const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool, int32_t n_seqs,
-                                   int32_t *pos, int32_t *build, cudaStream_t st) {
-    decode_prep_kernel<<<1, 32, 0, st>>>(seq_len, bt, n_pages_pool, n_seqs, pos, build);
+locks_status lg_decode_prep_launch(const int32_t *slots, const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool,
+                                   int32_t n_seqs, int32_t *pos, int32_t *build, cudaStream_t st) {
+    decode_prep_kernel<<<1, 32, 0, st>>>(slots, seq_len, bt, n_pages_pool, n_seqs, pos, build);
     CU_LAUNCH_CHECK(decode_prep_kernel);
     return LOCKS_OK;
 }
 
-/* K/V of the new token of sequence blockIdx.y: rows of qkv [q | k | v] (row_stride floats,
+/* K/V of the new token of decode row blockIdx.y (cache slot slots[row], slots NULL: the
+ * row; pos < 0: an idle row, nothing written): rows of qkv [q | k | v] (row_stride floats,
  * k at k_off, v at k_off + kv_dim) -> page slot pos % 16 of pool layer kpool/vpool. */
 template <typename T>
 static __global__ void kv_append_kernel(const float *__restrict__ qkv, int32_t row_stride, int32_t k_off, int32_t hkv,
-                                        int32_t d, const int32_t *__restrict__ pos, const int32_t *__restrict__ bt,
-                                        int32_t n_pages_pool, uint16_t *kpool, uint16_t *vpool) {
+                                        int32_t d, const int32_t *__restrict__ pos, const int32_t *__restrict__ slots,
+                                        const int32_t *__restrict__ bt, int32_t n_pages_pool, uint16_t *kpool,
+                                        uint16_t *vpool) {
     const int32_t s = blockIdx.y;
     const int32_t p = pos[s];
-    const int32_t page = bt[(size_t)s * n_pages_pool + p / 16];
+    if (p < 0) return;
+    const int32_t page = bt[(size_t)(slots ? slots[s] : s) * n_pages_pool + p / 16];
     const int32_t kv_dim = hkv * d;
     for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < kv_dim; i += gridDim.x * blockDim.x) {
         const int32_t h = i / d, dim = i % d;
@@ -256,16 +270,17 @@ static __global__ void kv_append_kernel(const float *__restrict__ qkv, int32_t r
 }
 
 locks_status lg_kv_append_launch(locks_cuda_cache *c, int32_t layer, const float *qkv, int32_t row_stride, int32_t k_off,
-                                 const int32_t *pos, int32_t n_seqs, cudaStream_t st) {
+                                 const int32_t *pos, const int32_t *slots, int32_t n_seqs, cudaStream_t st) {
     const int32_t kv_dim = c->p.n_kv_heads * c->p.head_dim;
     dim3 grid((unsigned)((kv_dim + ROW_THREADS - 1) / ROW_THREADS), (unsigned)n_seqs);
     uint16_t *kp = c->k + (size_t)layer * c->kv_layer_elems, *vp = c->v + (size_t)layer * c->kv_layer_elems;
     if (c->p.kv_dtype == LOCKS_DTYPE_BF16)
         kv_append_kernel<__nv_bfloat16><<<grid, ROW_THREADS, 0, st>>>(qkv, row_stride, k_off, c->p.n_kv_heads,
-                                                                     c->p.head_dim, pos, c->block_table, c->p.n_pages, kp, vp);
+                                                                     c->p.head_dim, pos, slots, c->block_table,
+                                                                     c->p.n_pages, kp, vp);
     else
         kv_append_kernel<__half><<<grid, ROW_THREADS, 0, st>>>(qkv, row_stride, k_off, c->p.n_kv_heads, c->p.head_dim,
-                                                              pos, c->block_table, c->p.n_pages, kp, vp);
+                                                              pos, slots, c->block_table, c->p.n_pages, kp, vp);
     CU_LAUNCH_CHECK(kv_append_kernel);
     return LOCKS_OK;
 }

@@ -28,23 +28,28 @@ locks_status lg_rmsnorm_launch_ex(const float *x, const float *w, int32_t n, int
 locks_status lg_swiglu_launch_ex(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, int how,
                                  cudaStream_t st);
 locks_status lg_cast_launch_ex(const float *x, size_t n, locks_dtype type, void *out, int how, cudaStream_t st);
-/* lg_embed_launch of the n_seqs decode tokens and lg_decode_prep_launch in one kernel. */
+/* The decode token's rows (n_seqs of them): row s decodes cache slot slots[s] (device;
+ * slots NULL: slot s), or is idle where slots[s] < 0. lg_decode_prep_launch: pos[s] = that
+ * slot's seq_len - 1 and build[s] = the page the token fills (else -1); an idle row gets
+ * pos = build = -1, and the K/V writes below skip it. lg_embed_prep_launch: that and
+ * lg_embed_launch of the n_seqs tokens in one kernel. */
 locks_status lg_embed_prep_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t dim, float *x,
-                                  const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool, int32_t n_seqs,
-                                  int32_t *pos, int32_t *build, cudaStream_t st);
-locks_status lg_decode_prep_launch(const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool, int32_t n_seqs,
-                                   int32_t *pos, int32_t *build, cudaStream_t st);
+                                  const int32_t *slots, const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool,
+                                  int32_t n_seqs, int32_t *pos, int32_t *build, cudaStream_t st);
+locks_status lg_decode_prep_launch(const int32_t *slots, const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool,
+                                   int32_t n_seqs, int32_t *pos, int32_t *build, cudaStream_t st);
 locks_status lg_kv_append_launch(locks_cuda_cache *c, int32_t layer, const float *qkv, int32_t row_stride, int32_t k_off,
-                                 const int32_t *pos, int32_t n_seqs, cudaStream_t st);
+                                 const int32_t *pos, const int32_t *slots, int32_t n_seqs, cudaStream_t st);
 /* RoPE of the new tokens' query and key heads in their [q | k | v] rows (row_stride floats,
- * in place) + their K/V into page slot pos % 16 of the layer (attn_prep.cu). */
+ * in place) + their K/V into page slot pos % 16 of the layer (attn_prep.cu); row s is cache
+ * slot s (the _ex form: slots[s], slots NULL: s), a row with pos < 0 is skipped. */
 locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
                                  int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs,
                                  cudaStream_t st);
 /* The same, launched with programmatic dependent launch if pdl (qkv read after the wait). */
 locks_status lg_attn_prep_launch_ex(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
-                                    int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs, int pdl,
-                                    cudaStream_t st);
+                                    int32_t n_rot, const float *inv_freq, const int32_t *pos, const int32_t *slots,
+                                    int32_t n_seqs, int pdl, cudaStream_t st);
 /* d_ws: lg_sample_ws_bytes(n_rows) of device memory, zeroed once before the first call
  * (the greedy argmax's partials and tickets; it leaves the tickets zero). */
 locks_status lg_sample_launch(const float *logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *d_p,
