@@ -222,6 +222,16 @@ locks_status locks_cache_meta_add(locks_cache *c, int32_t slot, size_t bytes,
     return LOCKS_OK;
 }
 
+size_t locks_meta_take(size_t *end, size_t n, size_t sz) {
+    const size_t at = *end;
+    if (at == SIZE_MAX || (sz && n > (SIZE_MAX - 64 - at) / sz)) {
+        *end = SIZE_MAX;
+        return 0;
+    }
+    *end = at + ((n * sz + 63) & ~(size_t)63);
+    return at;
+}
+
 void *locks_cache_meta(const locks_cache *c, int32_t slot) { return c->meta[slot].p; }
 
 locks_cache_params locks_cache_get_params(const locks_cache *c) { return c->p; }
@@ -316,6 +326,31 @@ locks_status locks_check_scale(float scale) {
     if (scale == 0.0f || (scale > 0.0f && isfinite(scale))) return LOCKS_OK;
     return locks_fail(LOCKS_ERR_INVALID_ARG, "scale %g (must be 0 for 1/sqrt(head_dim), or positive and finite)",
                       (double)scale);
+}
+
+float locks_step_scale(const locks_cache *c, float scale) {
+    return scale > 0.0f ? scale : 1.0f / sqrtf((float)c->d);
+}
+
+int locks_scale_ok(float scale) { return scale == 0.0f || (isfinite(scale) && scale > 0.0f); }
+
+locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                  locks_selector sel) {
+    if (locks_cache_kv_ld(c) != (size_t)c->d && sel != LOCKS_SEL_FULL && sel != LOCKS_SEL_LOCKS &&
+        sel != LOCKS_SEL_QUEST)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "selector %s reads keys as contiguous 16 x d blocks: HND pages only",
+                          locks_selector_name(sel)); /* reads keys as contiguous 16 x d blocks */
+    const uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const locks_seq *s = locks_cache_seq(c, seq_ids[i]);
+        if (!s) return LOCKS_ERR_NO_SEQ;
+        for (int32_t j = 0; j < s->len / P; j++)
+            if (fill[s->table[j]] != 0xffffu) /* full page not reported */
+                return locks_fail(LOCKS_ERR_INVALID_ARG,
+                                  "sequence %d: logical page %d (physical %d) is full but not reported filled in layer %d",
+                                  seq_ids[i], j, s->table[j], layer);
+    }
+    return LOCKS_OK;
 }
 
 void *locks_cache_scratch(locks_cache *c, int32_t i, size_t bytes) {

@@ -28,12 +28,6 @@ typedef struct {
                          the step neither scores nor ranks this sequence */
 } locks_seq_work;
 
-/* Effective softmax scale of the params (0 -> 1/sqrt(d)). */
-float locks_step_scale(const locks_cache *c, float scale);
-/* 1 if scale is a valid softmax scale argument: 0 (the default) or finite and > 0.
- * Every entry point that takes a scale checks it before dispatching to a backend. */
-int locks_scale_ok(float scale);
-
 /* score.c: selector scores of every (sequence, KV head), then (with_mass) the group
  * masses; w[i].scores and w[i].mass must be set. */
 locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,

@@ -234,22 +234,3 @@ locks_status locks_cache_pages_release(locks_cache *c, const int32_t *pages, int
     locks_status st = pages_release(c, pages, n);
     return locks_cache_leave(c, st, "locks_cache_pages_release", mark);
 }
-
-locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
-                                  locks_selector sel) {
-    if (locks_cache_kv_ld(c) != (size_t)c->d && sel != LOCKS_SEL_FULL && sel != LOCKS_SEL_LOCKS &&
-        sel != LOCKS_SEL_QUEST)
-        return locks_fail(LOCKS_ERR_UNSUPPORTED, "selector %s reads keys as contiguous 16 x d blocks: HND pages only",
-                          locks_selector_name(sel)); /* reads keys as contiguous 16 x d blocks */
-    const uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
-    for (int32_t i = 0; i < n_seqs; i++) {
-        const locks_seq *s = locks_cache_seq(c, seq_ids[i]);
-        if (!s) return LOCKS_ERR_NO_SEQ;
-        for (int32_t j = 0; j < s->len / P; j++)
-            if (fill[s->table[j]] != 0xffffu) /* full page not reported */
-                return locks_fail(LOCKS_ERR_INVALID_ARG,
-                                  "sequence %d: logical page %d (physical %d) is full but not reported filled in layer %d",
-                                  seq_ids[i], j, s->table[j], layer);
-    }
-    return LOCKS_OK;
-}

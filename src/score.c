@@ -17,12 +17,6 @@
 
 enum { P = LOCKS_PAGE, SCORE_CHUNK = 256 /* pages per scoring task */ };
 
-float locks_step_scale(const locks_cache *c, float scale) {
-    return scale > 0.0f ? scale : 1.0f / sqrtf((float)c->d);
-}
-
-int locks_scale_ok(float scale) { return scale == 0.0f || (isfinite(scale) && scale > 0.0f); }
-
 typedef struct {
     locks_cache *c;
     int32_t layer, hq, G;

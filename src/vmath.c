@@ -332,3 +332,11 @@ float locks_lse(const float *x, int32_t n) {
     for (int32_t i = 0; i < n; i++) s += expf(x[i] - m);
     return m + logf(s);
 }
+
+void locks_page_mean(int32_t d, const float *k, float *mean) {
+    for (int32_t c = 0; c < d; c++) {
+        float acc = 0.0f;
+        for (int32_t i = 0; i < LOCKS_PAGE; i++) acc += k[(size_t)i * (size_t)d + (size_t)c];
+        mean[c] = acc * (1.0f / (float)LOCKS_PAGE);
+    }
+}

@@ -57,4 +57,7 @@ double locks_exp_sum_n(float *x, size_t n, float sub);
 /* log sum_i exp(x[i]) for n >= 1 finite values. */
 float locks_lse(const float *x, int32_t n);
 
+/* Page mean of k[16][d] in fp32 -> mean[d]. Shadow's centroid and landmark. */
+void locks_page_mean(int32_t d, const float *k, float *mean);
+
 #endif
