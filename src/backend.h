@@ -7,8 +7,10 @@
  * c->be, and that is the only place that chooses a backend. Every public call checks
  * the arguments both backends share and then calls through c->be; no file below the
  * table branches on the backend, and a backend never calls back up (docs/DESIGN.md 4.1,
- * scripts/check_floors.py). An operation a backend does not have is NULL: the public
- * call answers LOCKS_ERR_UNSUPPORTED naming the backend (locks_backend_missing).
+ * scripts/check_floors.py). An operation a backend does not have is NULL (each says
+ * what NULL means). The calls that run CPU kernels over host pages alone (prefill and
+ * prefix attention, a context-parallel rank's step) ask c->host_pages, which the
+ * backend's init sets, and answer LOCKS_ERR_UNSUPPORTED naming c->be->name otherwise.
  *
  * Arrays are the caller's, in the backend's memory: host memory for the CPU backend,
  * device memory for CUDA (locks.h says which calls take which).
@@ -63,15 +65,6 @@ typedef struct locks_backend_i {
     locks_status (*attend)(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
                            float scale, const int32_t *pages, const int32_t *n_pages, int32_t max_pages,
                            float *out, float *lse);
-    /* Causal dense attention of a prefill chunk; NULL where not built. */
-    locks_status (*prefill_attend)(locks_cache *c, const locks_seq *s, int32_t layer, int32_t seq_id, int32_t pos,
-                                   int32_t n, const float *q, int32_t n_q_heads, float scale, float *out);
-    /* Dense attention of n consecutive queries over a prefix of len tokens (verify). */
-    locks_status (*attend_prefix)(locks_cache *c, const locks_seq *s, int32_t layer, int32_t seq_id, int32_t len,
-                                  int32_t n, const float *q, int32_t n_q_heads, float *out);
-    /* 1: the pages, summaries and selector metadata are host memory that the CPU
-     * phases (and a context-parallel rank's step, cp.c) read directly. */
-    int host_pages;
 } locks_backend_i;
 
 extern const locks_backend_i locks_backend_cpu; /* backend_cpu.c */
@@ -79,8 +72,12 @@ extern const locks_backend_i locks_backend_cpu; /* backend_cpu.c */
 extern const locks_backend_i locks_backend_cuda; /* backend_cuda.c */
 #endif
 
-/* LOCKS_ERR_UNSUPPORTED with "a <backend> cache (<what>)" as the last error: the answer
- * of a public call whose operation the cache's backend does not have. */
-locks_status locks_backend_missing(const locks_cache *c, const char *what);
+/* backend.c: the table of backend b (NULL with *st set for a value that is not a
+ * locks_backend, or CUDA in a build without it): the one place that chooses. */
+const locks_backend_i *locks_backend_choose(locks_backend b, locks_status *st);
+/* backend.c: the constructors' shared tail: the host part (cache.c) over ext (the
+ * caller's pages, or NULL; owned from here on, freed on failure), then the backend's
+ * storage and selector metadata. NULL with *st set on failure. */
+locks_cache *locks_cache_make(const locks_cache_params *params, locks_ext_pages *ext, locks_status *st);
 
 #endif

@@ -495,7 +495,7 @@ void locks_cache_host_append_commit(locks_cache *c, int32_t seq_id, int32_t n_pa
 /* The CPU backend attends only written tokens: every slot of [0, len) of the sequence
  * must have been written in this layer (its bit set in the page's fill mask). */
 locks_status locks_cache_check_written(const locks_cache *c, int32_t seq_id, int32_t layer, int32_t len) {
-    if (c->ext || c->cuda) return LOCKS_OK; /* the caller's pages / the device's own checks */
+    if (c->ext || !c->host_pages) return LOCKS_OK; /* the caller's pages / the device's own checks */
     const locks_seq *s = &c->seqs[seq_id];
     const uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
     for (int32_t i = 0; i * P < len; i++) {
@@ -634,7 +634,7 @@ locks_pool *locks_cache_pool(const locks_cache *c) { return c ? c->pool : NULL; 
 
 size_t locks_cache_summary_bytes(const locks_cache *c) {
     if (!c) return 0;
-    if (c->cuda) return locks_summary_bytes(c->d, c->r, c->p.summary_prec); /* the host holds none */
+    if (!c->host_pages) return locks_summary_bytes(c->d, c->r, c->p.summary_prec); /* the host holds none */
     const size_t n = (size_t)c->p.n_layers * (size_t)c->hkv * (size_t)c->p.n_pages;
     return c->sum_bytes / n;
 }

@@ -28,8 +28,9 @@
  * above it. The selectors' per-page metadata lives in blocks the cache holds for them
  * (locks_cache_meta_add: selector.c says how many bytes each needs and registers the
  * hooks a page fill or a freed sequence slot runs); the backend that owns a cache's
- * storage is picked in one place, backend.c, which calls down into this file and into
- * backend_cuda.c.
+ * storage is picked in one place, backend.c, which points c->be at its table of
+ * operations (backend.h); this file never branches on it (c->host_pages says only
+ * whether the host holds the pages).
  */
 #ifndef LOCKS_CACHE_H
 #define LOCKS_CACHE_H
@@ -118,6 +119,9 @@ struct locks_cache {
     locks_pool *pool;
     locks_meta_block meta[LOCKS_META_SLOTS]; /* selector metadata (selector.h) */
     locks_scratch scratch[4];        /* step scratch (step.c) */
+    const struct locks_backend_i *be; /* the backend's operations (backend.h), chosen at init */
+    int32_t host_pages;              /* 1: K/V, summaries and metadata are host memory the CPU
+                                        code reads (set by the CPU backend's init) */
     struct locks_cuda_cache *cuda;   /* CUDA backend state (backend_cuda.c); NULL on CPU */
     locks_ext_pages *ext;            /* caller-owned pages (extkv.c); NULL: k, v above */
 };

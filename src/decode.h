@@ -68,4 +68,18 @@ locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, 
 locks_status locks_attend_verify_run(locks_cache *c, int32_t layer, const locks_seq *s, int32_t len0, int32_t n,
                                      const float *q, int32_t n_q_heads, float scale, float *out);
 
+/* The CPU backend's operations (backend.h, named in backend_cpu.c): each runs after the
+ * checks of its public call (step.c: locks_decode_step, score.c: locks_score, select.c:
+ * locks_select, attend.c: locks_attend), with the same arguments. */
+locks_status locks_cpu_decode_step(locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                   const float *q, int32_t n_q_heads, const locks_step_params *p, float *out,
+                                   locks_selection *sel, locks_step_stats *stats);
+locks_status locks_cpu_score(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                             const locks_step_params *p, float *mass);
+locks_status locks_cpu_select(const locks_cache *c, int32_t seq_id, const float *mass, const locks_step_params *p,
+                              int32_t *pages, int32_t *n_pages, int32_t max_pages);
+locks_status locks_cpu_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                              float scale, const int32_t *pages, const int32_t *n_pages, int32_t max_pages,
+                              float *out, float *lse);
+
 #endif
