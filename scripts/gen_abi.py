@@ -7,8 +7,10 @@
   python/locks/_abi.py the ctypes field lists python/locks/_capi.py builds its mirrors of
 
 `--check` (ctest test_abi_generated) regenerates both in memory and fails if the committed
-files differ, and parses include/locks.h to fail if a listed struct has a field (name or
-type) the list lacks, e.g. one added in tail padding, which no size or offset check sees.
+files differ, and parses each struct's own header (include/locks_core.h, locks_pages.h:
+the parts locks.h includes) to fail if a listed struct has a field (name or type) the list
+lacks, e.g. one added in tail padding, which no size or offset check sees, or is not in
+the header the list names.
 Usage: python3 scripts/gen_abi.py [--check]
 """
 import os
@@ -17,21 +19,22 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
-# (C struct, Python class, [(field, C type)]), in declaration order
+# (C struct, Python class, the public header that declares it, [(field, C type)]), in
+# declaration order; the headers are locks.h's parts, by concern
 STRUCTS = [
-    ("locks_cache_params", "CacheParams", [
+    ("locks_cache_params", "CacheParams", "locks_core.h", [
         ("n_layers", "int32_t"), ("n_kv_heads", "int32_t"), ("head_dim", "int32_t"), ("n_pages", "int32_t"),
         ("max_seqs", "int32_t"), ("rank", "int32_t"), ("summary_prec", "locks_summary_prec"),
         ("kv_dtype", "locks_dtype"), ("backend", "locks_backend"), ("n_threads", "int32_t"), ("device", "int32_t"),
         ("selectors", "uint32_t"), ("pool", "locks_pool *")]),
-    ("locks_step_params", "StepParams", [
+    ("locks_step_params", "StepParams", "locks_core.h", [
         ("selector", "locks_selector"), ("budget", "int32_t"), ("n_sink", "int32_t"), ("n_recent", "int32_t"),
         ("scale", "float"), ("mass", "float")]),
-    ("locks_selection", "Selection", [("pages", "int32_t *"), ("n_pages", "int32_t *"), ("max_pages", "int32_t")]),
-    ("locks_step_stats", "StepStats", [
+    ("locks_selection", "Selection", "locks_core.h", [("pages", "int32_t *"), ("n_pages", "int32_t *"), ("max_pages", "int32_t")]),
+    ("locks_step_stats", "StepStats", "locks_core.h", [
         ("bytes_meta", "uint64_t"), ("bytes_kv", "uint64_t"), ("bytes_dense", "uint64_t"), ("score_ms", "double"),
         ("select_ms", "double"), ("attend_ms", "double")]),
-    ("locks_ext_kv", "ExtKV", [
+    ("locks_ext_kv", "ExtKV", "locks_pages.h", [
         ("layout", "locks_kv_layout"), ("dtype", "locks_dtype"), ("k_pages", "const void *const *"),
         ("v_pages", "const void *const *"), ("page_stride", "size_t")]),
 ]
@@ -63,7 +66,7 @@ def gen_c():
            "#define ABI_IS(x, T) _Generic(&(x), T *: 1, default: 0)",
            "#define ABI_FIELD(S, f) (((S *)0)->f)",
            ""]
-    for cs, _, fields in STRUCTS:
+    for cs, _, _, fields in STRUCTS:
         prev = None
         for f, t in fields:
             out.append(f'_Static_assert(ABI_IS(ABI_FIELD({cs}, {f}), {t}), "{cs}.{f} is not {t}: update '
@@ -85,7 +88,7 @@ def gen_c():
             "    const char *type, *field;",
             "    size_t value;",
             "} abi_table[] = {"]
-    for cs, _, fields in STRUCTS:
+    for cs, _, _, fields in STRUCTS:
         out.append(f"    S({cs}),")
         out += [f"    F({cs}, {f})," for f, _ in fields]
     out += ["};",
@@ -122,7 +125,7 @@ def gen_py():
            "",
            "# C struct name -> (Python class name, [(field, ctypes type, C type)])",
            "FIELDS = {"]
-    for cs, py, fields in STRUCTS:
+    for cs, py, _, fields in STRUCTS:
         out.append(f'    "{cs}": ("{py}", [')
         out += [f'        ("{f}", {CTYPES[t]}, "{t}"),' for f, t in fields]
         out.append("    ]),")
@@ -131,7 +134,7 @@ def gen_py():
 
 
 def header_fields(text, name):
-    """[(field, C type)] of `typedef struct { ... } name;` in locks.h."""
+    """[(field, C type)] of `typedef struct { ... } name;` in a header's text."""
     m = re.search(r"typedef struct\s*\{([^{}]*)\}\s*" + name + r"\s*;", text, re.S)
     if not m:
         return None
@@ -160,12 +163,12 @@ def main():
     check = "--check" in sys.argv[1:]
     outputs = {os.path.join(ROOT, "src", "abi.c"): gen_c(), os.path.join(ROOT, "python", "locks", "_abi.py"): gen_py()}
     bad = []
-    header = open(os.path.join(ROOT, "include", "locks.h")).read()
-    for cs, _, fields in STRUCTS:
+    for cs, _, hname, fields in STRUCTS:
+        header = open(os.path.join(ROOT, "include", hname)).read()
         got = header_fields(header, cs)
         want = [(f, norm(t)) for f, t in fields]
         if got != want:
-            bad.append(f"include/locks.h {cs} has {got}, scripts/gen_abi.py lists {want}")
+            bad.append(f"include/{hname} {cs} has {got}, scripts/gen_abi.py lists {want}")
     for path, text in outputs.items():
         if check:
             old = open(path).read() if os.path.exists(path) else ""

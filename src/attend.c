@@ -10,11 +10,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend.h"
 #include "decode.h"
 #include "util.h"
-#ifdef LOCKS_HAVE_CUDA
-#include "cuda/locks_cuda.h"
-#endif
 #include "vmath.h"
 
 enum { P = LOCKS_PAGE, PREFETCH_AHEAD = 2 /* pages in flight: the current one + the next */ };
@@ -126,25 +124,13 @@ AVX512_TARGET static inline __m512 load_f16x16(const uint16_t *p, int half) {
                 : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-/* exp(x) for 16 floats: vmath's exp8, 16 lanes wide (the same operations, so the same
- * values). */
+/* exp(x) for 16 floats: LOCKS_EXP_CEPHES (vmath.h), as vmath's exp8 and exp16, so the
+ * same values. */
 AVX512_TARGET static inline __m512 exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
-    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+    __m512 res;
+    LOCKS_EXP_CEPHES(512, _mm512_roundscale_ps, x, res);
+    return _mm512_maskz_mov_ps((__mmask16)~under, res);
 }
 
 /* 16 keys' or values' channels from an fp16 block, or (F32) from the block converted
@@ -1222,7 +1208,8 @@ static locks_status prefill_attend(locks_cache *c, int32_t layer, int32_t seq_id
         st = locks_fail(LOCKS_ERR_INVALID_ARG, "tokens [%d, %d + %d) outside the sequence's %d", pos, pos, n, s->len);
     if (st != LOCKS_OK) return st;
     if (n == 0) return LOCKS_OK;
-    if (c->cuda) return locks_fail(LOCKS_ERR_UNSUPPORTED, "a CUDA cache (prefill attention is CPU-only for now)");
+    if (!c->host_pages)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "a %s cache (prefill attention is CPU-only for now)", c->be->name);
     if (c->ext) return locks_fail(LOCKS_ERR_UNSUPPORTED, "a cache over the caller's pages (the caller's prefill)");
     st = locks_cache_check_written(c, seq_id, layer, pos + n);
     if (st != LOCKS_OK) return st;
@@ -1245,7 +1232,7 @@ static locks_status attend(locks_cache *c, int32_t layer, int32_t seq_id, const 
     const locks_seq *s;
     locks_status st0 = locks_check_seq(c, seq_id, &s);
     if (st0 != LOCKS_OK) return st0;
-    const int32_t H = c->hkv, d = c->d;
+    const int32_t H = c->hkv;
     if (!q || !pages || !n_pages || !out) return locks_fail(LOCKS_ERR_INVALID_ARG, "NULL array");
     st0 = locks_check_layer(c, layer);
     if (st0 == LOCKS_OK) st0 = locks_check_heads(c, n_q_heads, 1 << 30);
@@ -1253,20 +1240,9 @@ static locks_status attend(locks_cache *c, int32_t layer, int32_t seq_id, const 
     if (st0 == LOCKS_OK && max_pages < 1) st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "max_pages %d (must be >= 1)", max_pages);
     if (st0 == LOCKS_OK) st0 = locks_cache_check_written(c, seq_id, layer, s->len);
     if (st0 != LOCKS_OK) return st0;
-    const size_t n_tab = (size_t)H * max_pages;
-    const int32_t *hp = pages, *hn = n_pages;
-#ifdef LOCKS_HAVE_CUDA
-    int32_t *host = NULL;
-    if (c->cuda) { /* device arrays: the page lists are checked on a host copy */
-        host = locks_cache_scratch(c, 1, (n_tab + (size_t)H) * sizeof(int32_t));
-        if (!host) return LOCKS_ERR_OOM;
-        locks_status st = locks_cuda_memcpy_d2h(host + n_tab, n_pages, (size_t)H * sizeof(int32_t));
-        if (st == LOCKS_OK) st = locks_cuda_memcpy_d2h(host, pages, n_tab * sizeof(int32_t));
-        if (st != LOCKS_OK) return st;
-        hp = host;
-        hn = host + n_tab;
-    }
-#endif
+    const int32_t *hp, *hn; /* the page lists where the host reads them (a copy, for device arrays) */
+    st0 = c->be->attend_lists(c, pages, n_pages, max_pages, &hp, &hn);
+    if (st0 != LOCKS_OK) return st0;
     for (int32_t h = 0; h < H; h++) {
         if (hn[h] < 0 || hn[h] > max_pages)
             return locks_fail(LOCKS_ERR_INVALID_ARG, "n_pages[%d] = %d (must be 0..max_pages %d)", h, hn[h], max_pages);
@@ -1277,10 +1253,16 @@ static locks_status attend(locks_cache *c, int32_t layer, int32_t seq_id, const 
                                   s->n_pages - 1);
         }
     }
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda)
-        return locks_cuda_attend(c->cuda, layer, seq_id, q, n_q_heads, scale, pages, n_pages, max_pages, out, lse);
-#endif
+    return c->be->attend(c, layer, seq_id, q, n_q_heads, scale, pages, n_pages, max_pages, out, lse);
+}
+
+/* The CPU backend's locks_attend (backend_cpu.c), after attend's checks. */
+locks_status locks_cpu_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                              float scale, const int32_t *pages, const int32_t *n_pages, int32_t max_pages,
+                              float *out, float *lse) {
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    const int32_t H = c->hkv, d = c->d;
+    const size_t n_tab = (size_t)H * max_pages;
     if (!locks_all_finite(q, (size_t)n_q_heads * d)) return locks_fail(LOCKS_ERR_NONFINITE, "the query holds NaN or Inf");
     int32_t *copy = locks_cache_scratch(c, 1, (n_tab + (size_t)H) * sizeof(int32_t));
     if (!copy) return LOCKS_ERR_OOM;

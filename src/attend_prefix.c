@@ -13,6 +13,7 @@
  */
 #include <string.h>
 
+#include "backend.h"
 #include "decode.h"
 #include "util.h"
 
@@ -28,7 +29,7 @@ static locks_status prefix_check(const locks_cache *c, int32_t layer, int32_t se
     if (len <= 0 || len > (*s)->len - (n - 1))
         return locks_fail(LOCKS_ERR_INVALID_ARG, "prefix of %d tokens for %d queries (the sequence holds %d)", len, n,
                           (*s)->len);
-    if (c->cuda) return locks_fail(LOCKS_ERR_UNSUPPORTED, "a CUDA cache (CPU backend only)");
+    if (!c->host_pages) return locks_fail(LOCKS_ERR_UNSUPPORTED, "a %s cache (CPU backend only)", c->be->name);
     return locks_cache_check_written(c, seq_id, layer, len + n - 1);
 }
 

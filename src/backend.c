@@ -1,77 +1,73 @@
 /*
- * backend.c — the public cache calls whose work depends on the backend, in one place.
+ * backend.c — the public cache calls whose work depends on the backend, and the one
+ * place that chooses a cache's backend.
  *
- * Each checks its arguments, does the host part (cache.c: free list, block tables,
- * written-slot masks, the CPU's pages and summaries) and, for a CUDA cache, the device
- * part (backend_cuda.c). The layers point one way: this file calls down into cache.c,
- * selector.c (which metadata a new cache keeps) and backend_cuda.c; none of them calls
- * back up. The step's own phases (step.c, score.c, select.c, attend.c) pick the device
- * path at their entry point, after the checks both backends share.
+ * locks_cache_init (and locks_cache_init_ext, extkv.c, through locks_cache_make) points
+ * the new cache at its backend's table of operations (backend.h: backend_cpu.c or
+ * backend_cuda.c). Each call here checks its arguments, does the host part (cache.c:
+ * free list, block tables, written-slot masks) and calls through c->be for the rest.
+ * The layers point one way: this file calls down into cache.c and the backends' tables;
+ * none of them calls back up (scripts/check_floors.py).
  */
 #include <string.h>
 
+#include "backend.h"
 #include "cache.h"
 #include "selector.h"
 #include "util.h"
-#ifdef LOCKS_HAVE_CUDA
-#include "backend_cuda.h"
-#endif
 
-/* Sequence changes are all-or-nothing: a CUDA cache mirrors the new block table (its
- * first n_pages entries) and length to the device first, and the host commits (free
- * list, table, length, fill masks) only once that succeeded. Nothing on the CPU. */
+/* Sequence changes are all-or-nothing: a backend with its own copy of the block tables
+ * (CUDA) takes the new table (its first n_pages entries) and length first, and the host
+ * commits (free list, table, length, fill masks) only once that succeeded. */
 static locks_status sync_seq(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {
+    return c->be->seq_sync ? c->be->seq_sync(c, seq_id, n_pages, len) : LOCKS_OK;
+}
+
+const locks_backend_i *locks_backend_choose(locks_backend b, locks_status *st) {
+    switch (b) {
+    case LOCKS_BACKEND_CPU: return &locks_backend_cpu;
+    case LOCKS_BACKEND_CUDA:
 #ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_sync(c, seq_id, n_pages, len);
+        return &locks_backend_cuda;
+#else
+        *st = locks_fail(LOCKS_ERR_UNSUPPORTED, "backend CUDA: this build has no CUDA backend");
+        return NULL;
 #endif
-    (void)c, (void)seq_id, (void)n_pages, (void)len;
-    return LOCKS_OK;
+    }
+    *st = locks_fail(LOCKS_ERR_INVALID_ARG, "backend %d is not a locks_backend", (int)b);
+    return NULL;
+}
+
+locks_cache *locks_cache_make(const locks_cache_params *params, locks_ext_pages *ext, locks_status *st) {
+    const locks_backend_i *be = locks_backend_choose(params->backend, st);
+    locks_cache *c = be ? locks_cache_init_host(params, st) : NULL;
+    if (!c) {
+        locks_ext_pages_free(ext);
+        return NULL;
+    }
+    c->ext = ext; /* freed with the cache from here on */
+    c->be = be;
+    *st = be->init(c);
+    if (*st == LOCKS_OK) return c;
+    locks_cache_free(c);
+    return NULL;
 }
 
 locks_cache *locks_cache_init(locks_cache_params params, locks_status *err) {
     const uint32_t mark = locks_error_mark();
-    locks_status st = LOCKS_ERR_INVALID_ARG;
-    locks_cache *c = NULL;
-    if (params.backend != LOCKS_BACKEND_CPU && params.backend != LOCKS_BACKEND_CUDA) {
-        locks_fail(st, "backend %d is not a locks_backend", (int)params.backend);
-        goto fail;
-    }
-#ifndef LOCKS_HAVE_CUDA
-    st = LOCKS_ERR_UNSUPPORTED;
-    if (params.backend == LOCKS_BACKEND_CUDA) {
-        locks_fail(st, "backend CUDA: this build has no CUDA backend");
-        goto fail;
-    }
-#endif
-    c = locks_cache_init_host(&params, &st);
-    if (!c) goto fail;
-#ifdef LOCKS_HAVE_CUDA
-    if (params.backend == LOCKS_BACKEND_CUDA) {
-        st = locks_cache_init_cuda(c);
-        if (st != LOCKS_OK) goto fail;
-        if (err) *err = LOCKS_OK;
-        return c; /* no selector metadata on the device (locks.h) */
-    }
-#endif
-    st = locks_cache_init_cpu(c);
-    if (st == LOCKS_OK) st = locks_selector_cache_attach(c, params.selectors);
-    if (st != LOCKS_OK) goto fail;
-    if (err) *err = LOCKS_OK;
-    return c;
-fail:
+    locks_status st = LOCKS_OK;
+    locks_cache *c = locks_cache_make(&params, NULL, &st);
+    if (err) *err = c ? LOCKS_OK : st;
+    if (c) return c;
     locks_fail_call(st, "locks_cache_init", mark);
-    if (st != LOCKS_ERR_OOM && st != LOCKS_OK && params.backend == LOCKS_BACKEND_CPU)
+    if (st != LOCKS_ERR_OOM && params.backend == LOCKS_BACKEND_CPU)
         locks_log(LOCKS_LOG_ERROR, "%s", locks_last_error());
-    locks_cache_free(c);
-    if (err) *err = st;
     return NULL;
 }
 
 void locks_cache_free(locks_cache *c) {
     if (!c) return;
-#ifdef LOCKS_HAVE_CUDA
-    locks_cache_free_cuda(c);
-#endif
+    if (c->be && c->be->free) c->be->free(c);
     locks_cache_release(c);
 }
 
@@ -132,10 +128,7 @@ static locks_status write_kv(locks_cache *c, int32_t seq_id, int32_t layer, int3
     if (!k || !v) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !k ? "k" : "v");
     locks_status st = locks_cache_check_unshared(c, seq_id, pos, n); /* shared pages never change */
     if (st != LOCKS_OK) return st;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_write(c, seq_id, layer, pos, n, k, v);
-#endif
-    return locks_cache_write_cpu(c, seq_id, layer, pos, n, k, v);
+    return c->be->write(c, seq_id, layer, pos, n, k, v);
 }
 
 static locks_status summary_get(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page, float *mu,
@@ -151,10 +144,7 @@ static locks_status summary_get(const locks_cache *c, int32_t layer, int32_t kv_
     if (c->fill[(size_t)layer * c->p.n_pages + page] != 0xffffu)
         return locks_fail(LOCKS_ERR_INVALID_ARG, "page %d of layer %d has no summary (not full, or free)", page,
                           layer);
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_backend_summary_get(c, layer, kv_head, page, mu, basis, coef);
-#endif
-    return locks_cache_summary_get_cpu(c, layer, kv_head, page, mu, basis, coef);
+    return c->be->summary_get(c, layer, kv_head, page, mu, basis, coef);
 }
 
 /* The public entries: the cache's lock around each (cache.h). */
@@ -189,4 +179,13 @@ locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_summary_get: cache is NULL");
     const uint32_t mark = locks_cache_enter(c);
     return locks_cache_leave(c, summary_get(c, layer, kv_head, page, mu, basis, coef), "locks_cache_summary_get", mark);
+}
+
+locks_status locks_cache_set_stream(locks_cache *c, void *stream) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_set_stream: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    locks_status st = c->be->set_stream ? c->be->set_stream(c, stream)
+                      : stream ? locks_fail(LOCKS_ERR_UNSUPPORTED, "a stream for a %s cache", c->be->name)
+                               : LOCKS_OK;
+    return locks_cache_leave(c, st, "locks_cache_set_stream", mark);
 }

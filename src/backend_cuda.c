@@ -2,10 +2,11 @@
  * backend_cuda.c — the public API's CUDA backend glue (a cache created with
  * LOCKS_BACKEND_CUDA). The host keeps the sequence bookkeeping exactly as the CPU
  * backend does (free list, block tables, written-slot masks); the pages, summaries
- * and every step's work live on the device (src/cuda/). backend.c calls in here only
- * when c->cuda is set; this file calls down into cache.c and src/cuda/ only. It also
- * holds the public face of the step graphs and of the capturable step plans; in a build
- * without CUDA, their UNSUPPORTED answers.
+ * and every step's work live on the device (src/cuda/). The table at the end of the
+ * CUDA part (locks_backend_cuda, backend.h) is how the public calls reach it; backend.c
+ * points a cache at it when the cache is made. This file calls down into cache.c and
+ * src/cuda/ only. It also holds the public face of the step graphs and of the
+ * capturable step plans; in a build without CUDA, their UNSUPPORTED answers.
  */
 #include <string.h>
 
@@ -14,12 +15,14 @@
 #include "util.h"
 
 #ifdef LOCKS_HAVE_CUDA
-#include "backend_cuda.h"
+#include "backend.h"
 #include "cuda/locks_cuda.h"
 
 enum { P = LOCKS_PAGE };
 
-locks_status locks_cache_init_cuda(locks_cache *c) {
+/* The device pools (over the caller's device pages when c->ext is set); no selector
+ * metadata on the device (locks.h). */
+static locks_status cuda_init(locks_cache *c) {
     locks_status st;
     if (c->ext) /* the caller's device pages (extkv.c): read by the kernels, never here */
         c->cuda = locks_cuda_cache_init_ext(&c->p, (const void *const *)c->ext->k, (const void *const *)c->ext->v,
@@ -29,19 +32,19 @@ locks_status locks_cache_init_cuda(locks_cache *c) {
     return c->cuda ? LOCKS_OK : st;
 }
 
-void locks_cache_free_cuda(locks_cache *c) { locks_cuda_cache_free(&c->cuda); }
+static void cuda_free(locks_cache *c) { locks_cuda_cache_free(&c->cuda); }
 
-locks_status locks_cuda_backend_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page,
-                                            float *mu, float *basis, float *coef) {
+static locks_status cuda_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page, float *mu,
+                                     float *basis, float *coef) {
     return locks_cuda_summary_get(c->cuda, layer, kv_head, page, mu, basis, coef);
 }
 
-locks_status locks_cuda_backend_sync(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {
+static locks_status cuda_seq_sync(locks_cache *c, int32_t seq_id, int32_t n_pages, int32_t len) {
     return locks_cuda_seq_sync(c->cuda, seq_id, c->seqs[seq_id].table, n_pages, len);
 }
 
-locks_status locks_cuda_backend_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n,
-                                      const float *d_k, const float *d_v) {
+static locks_status cuda_write(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n, const float *d_k,
+                               const float *d_v) {
     const locks_seq *s = &c->seqs[seq_id];
     /* the pages that are full after this write get (re)built summaries, as on the CPU */
     const int32_t first = pos / P, last = (pos + n - 1) / P;
@@ -79,19 +82,71 @@ locks_status locks_cuda_backend_write(locks_cache *c, int32_t seq_id, int32_t la
     return st;
 }
 
+/* The caller's device pages reported filled: the device builds their summaries. */
+static locks_status cuda_pages_filled_stage(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
+    return locks_cuda_ext_build(c->cuda, layer, pages, n);
+}
+
+static locks_status cuda_set_stream(locks_cache *c, void *stream) { return locks_cuda_set_stream(c->cuda, stream); }
+
+/* q, out, mass, pages: device memory (locks.h). */
+static locks_status cuda_decode_step(locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                     const float *q, int32_t n_q_heads, const locks_step_params *p, float *out,
+                                     locks_selection *sel, locks_step_stats *stats) {
+    return locks_cuda_decode_step(c->cuda, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
+}
+
+static locks_status cuda_score(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                               const locks_step_params *p, float *mass) {
+    return locks_cuda_score(c->cuda, layer, seq_id, q, n_q_heads, p, mass);
+}
+
+static locks_status cuda_select(const locks_cache *c, int32_t seq_id, const float *mass, const locks_step_params *p,
+                                int32_t *pages, int32_t *n_pages, int32_t max_pages) {
+    return locks_cuda_select(c->cuda, seq_id, mass, p, pages, n_pages, max_pages);
+}
+
+/* Device page lists: checked on a host copy in scratch slot 1. */
+static locks_status cuda_attend_lists(locks_cache *c, const int32_t *pages, const int32_t *n_pages, int32_t max_pages,
+                                      const int32_t **host_pages, const int32_t **host_n_pages) {
+    const int32_t H = c->hkv;
+    const size_t n_tab = (size_t)H * max_pages;
+    int32_t *host = locks_cache_scratch(c, 1, (n_tab + (size_t)H) * sizeof(int32_t));
+    if (!host) return LOCKS_ERR_OOM;
+    locks_status st = locks_cuda_memcpy_d2h(host + n_tab, n_pages, (size_t)H * sizeof(int32_t));
+    if (st == LOCKS_OK) st = locks_cuda_memcpy_d2h(host, pages, n_tab * sizeof(int32_t));
+    if (st != LOCKS_OK) return st;
+    *host_pages = host;
+    *host_n_pages = host + n_tab;
+    return LOCKS_OK;
+}
+
+static locks_status cuda_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                                float scale, const int32_t *pages, const int32_t *n_pages, int32_t max_pages,
+                                float *out, float *lse) {
+    return locks_cuda_attend(c->cuda, layer, seq_id, q, n_q_heads, scale, pages, n_pages, max_pages, out, lse);
+}
+
+const locks_backend_i locks_backend_cuda = {
+    .name = "CUDA",
+    .init = cuda_init,
+    .free = cuda_free,
+    .seq_sync = cuda_seq_sync,
+    .write = cuda_write,
+    .summary_get = cuda_summary_get,
+    .pages_filled_stage = cuda_pages_filled_stage,
+    .pages_filled_commit = NULL, /* the stage built them */
+    .set_stream = cuda_set_stream,
+    .decode_step = cuda_decode_step,
+    .score = cuda_score,
+    .select = cuda_select,
+    .attend_lists = cuda_attend_lists,
+    .attend = cuda_attend,
+};
+
 #endif
 
 /* ---- public stream and CUDA graph API (locks.h) ------------------------------------- */
-
-locks_status locks_cache_set_stream(locks_cache *c, void *stream) {
-    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_set_stream: cache is NULL");
-    const uint32_t mark = locks_cache_enter(c);
-    locks_status st = stream ? locks_fail(LOCKS_ERR_UNSUPPORTED, "a stream for a CPU cache") : LOCKS_OK;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) st = locks_cuda_set_stream(c->cuda, stream);
-#endif
-    return locks_cache_leave(c, st, "locks_cache_set_stream", mark);
-}
 
 #ifdef LOCKS_HAVE_CUDA
 struct locks_step_graph {

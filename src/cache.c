@@ -273,6 +273,16 @@ locks_status locks_cache_meta_add(locks_cache *c, int32_t slot, size_t bytes,
     return LOCKS_OK;
 }
 
+size_t locks_meta_take(size_t *end, size_t n, size_t sz) {
+    const size_t at = *end;
+    if (at == SIZE_MAX || (sz && n > (SIZE_MAX - 64 - at) / sz)) {
+        *end = SIZE_MAX;
+        return 0;
+    }
+    *end = at + ((n * sz + 63) & ~(size_t)63);
+    return at;
+}
+
 void *locks_cache_meta(const locks_cache *c, int32_t slot) { return c->meta[slot].p; }
 
 locks_cache_params locks_cache_get_params(const locks_cache *c) { return c->p; }
@@ -367,6 +377,31 @@ locks_status locks_check_scale(float scale) {
     if (scale == 0.0f || (scale > 0.0f && isfinite(scale))) return LOCKS_OK;
     return locks_fail(LOCKS_ERR_INVALID_ARG, "scale %g (must be 0 for 1/sqrt(head_dim), or positive and finite)",
                       (double)scale);
+}
+
+float locks_step_scale(const locks_cache *c, float scale) {
+    return scale > 0.0f ? scale : 1.0f / sqrtf((float)c->d);
+}
+
+int locks_scale_ok(float scale) { return scale == 0.0f || (isfinite(scale) && scale > 0.0f); }
+
+locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                  locks_selector sel) {
+    if (locks_cache_kv_ld(c) != (size_t)c->d && sel != LOCKS_SEL_FULL && sel != LOCKS_SEL_LOCKS &&
+        sel != LOCKS_SEL_QUEST)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "selector %s reads keys as contiguous 16 x d blocks: HND pages only",
+                          locks_selector_name(sel)); /* reads keys as contiguous 16 x d blocks */
+    const uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const locks_seq *s = locks_cache_seq(c, seq_ids[i]);
+        if (!s) return LOCKS_ERR_NO_SEQ;
+        for (int32_t j = 0; j < s->len / P; j++)
+            if (fill[s->table[j]] != 0xffffu) /* full page not reported */
+                return locks_fail(LOCKS_ERR_INVALID_ARG,
+                                  "sequence %d: logical page %d (physical %d) is full but not reported filled in layer %d",
+                                  seq_ids[i], j, s->table[j], layer);
+    }
+    return LOCKS_OK;
 }
 
 void *locks_cache_scratch(locks_cache *c, int32_t i, size_t bytes) {
@@ -611,7 +646,7 @@ void locks_cache_host_append_commit(locks_cache *c, int32_t seq_id, int32_t n_pa
 /* The CPU backend attends only written tokens: every slot of [0, len) of the sequence
  * must have been written in this layer (its bit set in the page's fill mask). */
 locks_status locks_cache_check_written(const locks_cache *c, int32_t seq_id, int32_t layer, int32_t len) {
-    if (c->ext || c->cuda) return LOCKS_OK; /* the caller's pages / the device's own checks */
+    if (c->ext || !c->host_pages) return LOCKS_OK; /* the caller's pages / the device's own checks */
     const locks_seq *s = &c->seqs[seq_id];
     const uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
     for (int32_t i = 0; i * P < len; i++) {
@@ -750,7 +785,7 @@ locks_pool *locks_cache_pool(const locks_cache *c) { return c ? c->pool : NULL; 
 
 size_t locks_cache_summary_bytes(const locks_cache *c) {
     if (!c) return 0;
-    if (c->cuda) return locks_summary_bytes(c->d, c->r, c->p.summary_prec); /* the host holds none */
+    if (!c->host_pages) return locks_summary_bytes(c->d, c->r, c->p.summary_prec); /* the host holds none */
     const size_t n = (size_t)c->p.n_layers * (size_t)c->hkv * (size_t)c->p.n_pages;
     return c->sum_bytes / n;
 }

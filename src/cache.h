@@ -38,8 +38,9 @@
  * above it. The selectors' per-page metadata lives in blocks the cache holds for them
  * (locks_cache_meta_add: selector.c says how many bytes each needs and registers the
  * hooks a page fill or a freed sequence slot runs); the backend that owns a cache's
- * storage is picked in one place, backend.c, which calls down into this file and into
- * backend_cuda.c.
+ * storage is picked in one place, backend.c, which points c->be at its table of
+ * operations (backend.h); this file never branches on it (c->host_pages says only
+ * whether the host holds the pages).
  */
 #ifndef LOCKS_CACHE_H
 #define LOCKS_CACHE_H
@@ -131,6 +132,9 @@ struct locks_cache {
     locks_pool *pool;
     locks_meta_block meta[LOCKS_META_SLOTS]; /* selector metadata (selector.h) */
     locks_scratch scratch[4];        /* step scratch (step.c) */
+    const struct locks_backend_i *be; /* the backend's operations (backend.h), chosen at init */
+    int32_t host_pages;              /* 1: K/V, summaries and metadata are host memory the CPU
+                                        code reads (set by the CPU backend's init) */
     struct locks_cuda_cache *cuda;   /* CUDA backend state (backend_cuda.c); NULL on CPU */
     locks_ext_pages *ext;            /* caller-owned pages (extkv.c); NULL: k, v above */
 };
@@ -174,6 +178,9 @@ locks_status locks_cache_meta_add(locks_cache *c, int32_t slot, size_t bytes,
                                   locks_page_fill_hook on_fill, locks_seq_hook on_truncate);
 /* Slot's block, NULL if this cache keeps none. */
 void *locks_cache_meta(const locks_cache *c, int32_t slot);
+/* Byte offset, in a metadata block being laid out, of an array of n elements of sz
+ * bytes (64-byte aligned); advances *end past it (SIZE_MAX once a size overflows). */
+size_t locks_meta_take(size_t *end, size_t n, size_t sz);
 
 /* ---- host bookkeeping (backend.c syncs the device between stage and commit) ---- */
 
@@ -220,7 +227,7 @@ void locks_cache_kv_rows(const locks_cache *c, int32_t layer, int32_t page, int3
  * KV heads) from the stored keys, on the pool (CPU backend). */
 void locks_cache_build_pages(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n);
 void locks_ext_pages_free(locks_ext_pages *e);
-/* Caller-owned caches (extkv.c): LOCKS_ERR_INVALID_ARG unless every full page of each
+/* Caller-owned caches (extkv.c) at a step: LOCKS_ERR_INVALID_ARG unless every full page of each
  * sequence has been reported filled in this layer; LOCKS_ERR_UNSUPPORTED for a
  * selector that reads contiguous key blocks on an NHD cache. */
 locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
@@ -239,6 +246,11 @@ locks_status locks_check_layer(const locks_cache *c, int32_t layer);
 locks_status locks_check_heads(const locks_cache *c, int32_t n_q_heads, int32_t max_group);
 locks_status locks_check_seq(const locks_cache *c, int32_t seq_id, const locks_seq **s);
 locks_status locks_check_scale(float scale);
+/* Effective softmax scale of the params (0 -> 1/sqrt(d)). */
+float locks_step_scale(const locks_cache *c, float scale);
+/* 1 if scale is a valid softmax scale argument: 0 (the default) or finite and > 0.
+ * Every entry point that takes a scale checks it before dispatching to a backend. */
+int locks_scale_ok(float scale);
 
 /* The sequence, or NULL if the id is unknown or removed. */
 const locks_seq *locks_cache_seq(const locks_cache *c, int32_t seq_id);

@@ -239,7 +239,7 @@ static locks_status cp_check(const locks_cp_shard *sh, int32_t layer, const floa
     *seq = NULL;
     locks_cache *c = sh->cache;
     if (!c || !q || !p || !out || sh->global_len <= 0 || sh->page0 < 0) return LOCKS_ERR_INVALID_ARG;
-    if (c->cuda) return LOCKS_ERR_UNSUPPORTED; /* the per-rank step is the CPU one (docs/CONTEXT_PARALLEL.md) */
+    if (!c->host_pages) return LOCKS_ERR_UNSUPPORTED; /* the per-rank step is the CPU one (docs/CONTEXT_PARALLEL.md) */
     const int32_t H = c->hkv;
     if (layer < 0 || layer >= c->p.n_layers || hq < H || hq % H != 0) return LOCKS_ERR_INVALID_ARG;
     if (hq / H > 64) return LOCKS_ERR_UNSUPPORTED;

@@ -28,12 +28,6 @@ typedef struct {
                          the step neither scores nor ranks this sequence */
 } locks_seq_work;
 
-/* Effective softmax scale of the params (0 -> 1/sqrt(d)). */
-float locks_step_scale(const locks_cache *c, float scale);
-/* 1 if scale is a valid softmax scale argument: 0 (the default) or finite and > 0.
- * Every entry point that takes a scale checks it before dispatching to a backend. */
-int locks_scale_ok(float scale);
-
 /* score.c: selector scores of every (sequence, KV head), then (with_mass) the group
  * masses; w[i].scores and w[i].mass must be set. */
 locks_status locks_score_run(locks_cache *c, int32_t layer, locks_seq_work *w, int32_t n_seqs,
@@ -86,5 +80,19 @@ size_t locks_window_tile_floats(int32_t R, int32_t d);
 void locks_window_tile(const uint16_t *k, const uint16_t *v, size_t ld, int32_t cap, int32_t d, const float *q,
                        int32_t R, int32_t G, int32_t first, int32_t window, int32_t part, int32_t n_parts,
                        float scale, float *scratch, float *m, float *l, float *acc);
+
+/* The CPU backend's operations (backend.h, named in backend_cpu.c): each runs after the
+ * checks of its public call (step.c: locks_decode_step, score.c: locks_score, select.c:
+ * locks_select, attend.c: locks_attend), with the same arguments. */
+locks_status locks_cpu_decode_step(locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                   const float *q, int32_t n_q_heads, const locks_step_params *p, float *out,
+                                   locks_selection *sel, locks_step_stats *stats);
+locks_status locks_cpu_score(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                             const locks_step_params *p, float *mass);
+locks_status locks_cpu_select(const locks_cache *c, int32_t seq_id, const float *mass, const locks_step_params *p,
+                              int32_t *pages, int32_t *n_pages, int32_t max_pages);
+locks_status locks_cpu_attend(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                              float scale, const int32_t *pages, const int32_t *n_pages, int32_t max_pages,
+                              float *out, float *lse);
 
 #endif

@@ -16,13 +16,9 @@
  */
 #include <string.h>
 
+#include "backend.h"
 #include "cache.h"
-#include "selector.h"
 #include "util.h"
-#ifdef LOCKS_HAVE_CUDA
-#include "backend_cuda.h"
-#include "cuda/locks_cuda.h"
-#endif
 
 enum { P = LOCKS_PAGE };
 
@@ -54,13 +50,7 @@ locks_cache *locks_cache_init_ext(locks_cache_params params, const locks_ext_kv 
         goto fail;
     }
     params.kv_dtype = kv->dtype;
-    if (params.backend != LOCKS_BACKEND_CPU && params.backend != LOCKS_BACKEND_CUDA) goto fail;
-#ifndef LOCKS_HAVE_CUDA
-    if (params.backend == LOCKS_BACKEND_CUDA) {
-        st = LOCKS_ERR_UNSUPPORTED;
-        goto fail;
-    }
-#endif
+    if (!locks_backend_choose(params.backend, &st)) goto fail;
     if (params.backend == LOCKS_BACKEND_CPU && kv->dtype == LOCKS_DTYPE_BF16) { /* CPU kernels read fp16 */
         st = LOCKS_ERR_UNSUPPORTED;
         goto fail;
@@ -86,27 +76,14 @@ locks_cache *locks_cache_init_ext(locks_cache_params params, const locks_ext_kv 
         e->page_ld = kv->page_stride;
     }
     /* as locks_cache_init (backend.c), with the caller's pages in place of its own */
-    c = locks_cache_init_host(&params, &st);
+    c = locks_cache_make(&params, e, &st);
+    e = NULL; /* the cache's, or freed */
     if (!c) goto fail;
-    c->ext = e; /* freed with the cache from here on */
-    e = NULL;
-#ifdef LOCKS_HAVE_CUDA
-    if (params.backend == LOCKS_BACKEND_CUDA) {
-        st = locks_cache_init_cuda(c);
-        if (st != LOCKS_OK) goto fail;
-        if (err) *err = LOCKS_OK;
-        return c;
-    }
-#endif
-    st = locks_cache_init_cpu(c);
-    if (st == LOCKS_OK) st = locks_selector_cache_attach(c, params.selectors);
-    if (st != LOCKS_OK) goto fail;
     if (err) *err = LOCKS_OK;
     return c;
 fail:
     locks_fail_call(st, "locks_cache_init_ext", mark);
     locks_ext_pages_free(e);
-    locks_cache_free(c);
     if (err) *err = st;
     return NULL;
 }
@@ -136,18 +113,16 @@ static locks_status seq_set_pages(locks_cache *c, int32_t seq_id, const int32_t 
     int32_t keep = same * P;
     if (keep > s->len) keep = s->len;
     if (keep > len) keep = len;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) { /* the device first, from the new table; the old one back if that fails */
+    if (c->be->seq_sync) { /* the backend first, from the new table; the old one back if that fails */
         int32_t *old = n_pages > 0 ? locks_alloc((size_t)n_pages, sizeof(int32_t)) : NULL;
         if (n_pages > 0 && !old) return LOCKS_ERR_OOM;
         if (n_pages > 0) memcpy(old, s->table, (size_t)n_pages * sizeof(int32_t));
         if (n_pages > 0) memcpy(s->table, block_table, (size_t)n_pages * sizeof(int32_t));
-        locks_status st = locks_cuda_backend_sync(c, seq_id, n_pages, len);
+        locks_status st = c->be->seq_sync(c, seq_id, n_pages, len);
         if (st != LOCKS_OK && n_pages > 0) memcpy(s->table, old, (size_t)n_pages * sizeof(int32_t));
         locks_free(old);
         if (st != LOCKS_OK) return st;
     }
-#endif
     if (keep < s->len) locks_cache_seq_hooks(c, seq_id, keep); /* the old table is still intact */
     if (n_pages > 0) memcpy(s->table, block_table, (size_t)n_pages * sizeof(int32_t));
     s->n_pages = n_pages;
@@ -161,14 +136,6 @@ locks_status locks_cache_seq_set_pages(locks_cache *c, int32_t seq_id, const int
     const uint32_t mark = locks_cache_enter(c);
     locks_status st = seq_set_pages(c, seq_id, block_table, n_pages, len);
     return locks_cache_leave(c, st, "locks_cache_seq_set_pages", mark);
-}
-
-/* fp16 bits: exponent all ones is Inf or NaN */
-static int f16_block_finite(const uint16_t *b, size_t ld, size_t d) {
-    for (size_t t = 0; t < P; t++)
-        for (size_t i = 0; i < d; i++)
-            if ((b[t * ld + i] & 0x7c00u) == 0x7c00u) return 0;
-    return 1;
 }
 
 static locks_status pages_filled(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
@@ -191,22 +158,12 @@ static locks_status pages_filled(locks_cache *c, int32_t layer, const int32_t *p
         }
         fill[p] = 1; /* seen in this list */
     }
-    if (st == LOCKS_OK && !c->cuda) { /* CPU: the keys and values must be finite */
-        const size_t ld = locks_cache_kv_ld(c), d = (size_t)c->d;
-        for (int32_t j = 0; j < n && st == LOCKS_OK; j++)
-            for (int32_t h = 0; h < c->hkv; h++)
-                if (!f16_block_finite(locks_cache_kblock(c, layer, pages[j], h), ld, d) ||
-                    !f16_block_finite(locks_cache_vblock(c, layer, pages[j], h), ld, d)) {
-                    st = locks_fail(LOCKS_ERR_NONFINITE, "page %d, KV head %d holds NaN or Inf", pages[j], h);
-                    break;
-                }
-    }
-#ifdef LOCKS_HAVE_CUDA
-    if (st == LOCKS_OK && c->cuda) st = locks_cuda_ext_build(c->cuda, layer, pages, n);
-#endif
+    /* the backend's checks and work that can fail (CPU: finite keys; CUDA: the device
+     * build), before any mark is committed */
+    if (st == LOCKS_OK && c->be->pages_filled_stage) st = c->be->pages_filled_stage(c, layer, pages, n);
     for (int32_t j = 0; j < i; j++) fill[pages[j]] = st == LOCKS_OK ? 0xffffu : 0;
     if (st != LOCKS_OK) return st;
-    if (!c->cuda) locks_cache_build_pages(c, layer, pages, n);
+    if (c->be->pages_filled_commit) c->be->pages_filled_commit(c, layer, pages, n);
     return LOCKS_OK;
 }
 
@@ -233,23 +190,4 @@ locks_status locks_cache_pages_release(locks_cache *c, const int32_t *pages, int
     const uint32_t mark = locks_cache_enter(c);
     locks_status st = pages_release(c, pages, n);
     return locks_cache_leave(c, st, "locks_cache_pages_release", mark);
-}
-
-locks_status locks_ext_step_check(const locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
-                                  locks_selector sel) {
-    if (locks_cache_kv_ld(c) != (size_t)c->d && sel != LOCKS_SEL_FULL && sel != LOCKS_SEL_LOCKS &&
-        sel != LOCKS_SEL_QUEST)
-        return locks_fail(LOCKS_ERR_UNSUPPORTED, "selector %s reads keys as contiguous 16 x d blocks: HND pages only",
-                          locks_selector_name(sel)); /* reads keys as contiguous 16 x d blocks */
-    const uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
-    for (int32_t i = 0; i < n_seqs; i++) {
-        const locks_seq *s = locks_cache_seq(c, seq_ids[i]);
-        if (!s) return LOCKS_ERR_NO_SEQ;
-        for (int32_t j = 0; j < s->len / P; j++)
-            if (fill[s->table[j]] != 0xffffu) /* full page not reported */
-                return locks_fail(LOCKS_ERR_INVALID_ARG,
-                                  "sequence %d: logical page %d (physical %d) is full but not reported filled in layer %d",
-                                  seq_ids[i], j, s->table[j], layer);
-    }
-    return LOCKS_OK;
 }

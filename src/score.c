@@ -7,21 +7,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend.h"
 #include "decode.h"
 #include "selector.h"
 #include "util.h"
 #include "vmath.h"
-#ifdef LOCKS_HAVE_CUDA
-#include "cuda/locks_cuda.h"
-#endif
 
 enum { P = LOCKS_PAGE, SCORE_CHUNK = 256 /* pages per scoring task */ };
-
-float locks_step_scale(const locks_cache *c, float scale) {
-    return scale > 0.0f ? scale : 1.0f / sqrtf((float)c->d);
-}
-
-int locks_scale_ok(float scale) { return scale == 0.0f || (isfinite(scale) && scale > 0.0f); }
 
 typedef struct {
     locks_cache *c;
@@ -123,9 +115,13 @@ static locks_status score(locks_cache *c, int32_t layer, int32_t seq_id, const f
     if (st == LOCKS_OK) st = locks_cache_check_written(c, seq_id, layer, s->len);
     if (st == LOCKS_OK && c->ext) st = locks_ext_step_check(c, layer, &seq_id, 1, p->selector);
     if (st != LOCKS_OK) return st;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_score(c->cuda, layer, seq_id, q, n_q_heads, p, mass); /* device arrays */
-#endif
+    return c->be->score(c, layer, seq_id, q, n_q_heads, p, mass);
+}
+
+/* The CPU backend's locks_score (backend_cpu.c), after score's checks. */
+locks_status locks_cpu_score(locks_cache *c, int32_t layer, int32_t seq_id, const float *q, int32_t n_q_heads,
+                             const locks_step_params *p, float *mass) {
+    const locks_seq *s = locks_cache_seq(c, seq_id);
     if (!locks_selector_served(c, p->selector))
         return locks_fail(LOCKS_ERR_NO_META, "selector %s: the cache keeps no metadata for it (params.selectors)",
                           locks_selector_name(p->selector));

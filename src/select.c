@@ -8,12 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "decode.h"
 #include "plan.h"
 #include "util.h"
-#ifdef LOCKS_HAVE_CUDA
-#include "cuda/locks_cuda.h"
-#endif
 
 enum { P = LOCKS_PAGE };
 
@@ -150,9 +148,13 @@ static locks_status select_pages(const locks_cache *c, int32_t seq_id, const flo
         return locks_fail(LOCKS_ERR_INVALID_ARG, "max_pages %d below the sequence's %d pages", max_pages, s->n_pages);
     st = locks_select_check(s, p);
     if (st != LOCKS_OK) return st;
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) return locks_cuda_select(c->cuda, seq_id, mass, p, pages, n_pages, max_pages); /* device arrays */
-#endif
+    return c->be->select(c, seq_id, mass, p, pages, n_pages, max_pages);
+}
+
+/* The CPU backend's locks_select (backend_cpu.c), after select_pages's checks. */
+locks_status locks_cpu_select(const locks_cache *c, int32_t seq_id, const float *mass, const locks_step_params *p,
+                              int32_t *pages, int32_t *n_pages, int32_t max_pages) {
+    const locks_seq *s = locks_cache_seq(c, seq_id);
     const int32_t n_full = s->len / P;
     uint8_t *scratch = locks_alloc((size_t)n_full + 1, 9);
     if (!scratch) return LOCKS_ERR_OOM;

@@ -80,16 +80,6 @@ int locks_selector_served(const locks_cache *c, locks_selector s) {
     return 1;
 }
 
-size_t locks_meta_take(size_t *end, size_t n, size_t sz) {
-    const size_t at = *end;
-    if (at == SIZE_MAX || (sz && n > (SIZE_MAX - 64 - at) / sz)) {
-        *end = SIZE_MAX;
-        return 0;
-    }
-    *end = at + ((n * sz + 63) & ~(size_t)63);
-    return at;
-}
-
 locks_status locks_selector_cache_attach(locks_cache *c, uint32_t set) {
     uint32_t slots = 0;
     for (int32_t s = 0; s < LOCKS_SEL_COUNT; s++)

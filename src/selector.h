@@ -88,9 +88,6 @@ enum {
 locks_status locks_selector_cache_attach(locks_cache *c, uint32_t set);
 /* 1 if c holds every slot selector s reads. */
 int locks_selector_served(const locks_cache *c, locks_selector s);
-/* Byte offset, in a metadata block being laid out, of an array of n elements of sz
- * bytes (64-byte aligned); advances *end past it (SIZE_MAX once a size overflows). */
-size_t locks_meta_take(size_t *end, size_t n, size_t sz);
 
 /* ---- the selectors (src/selectors/<name>.c) ---- */
 void locks_sel_oracle_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,

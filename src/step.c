@@ -11,14 +11,12 @@
  */
 #include <string.h>
 
+#include "backend.h"
 #include "decode.h"
 #include "plan.h"
 #include "selector.h"
 #include "util.h"
 #include "vmath.h"
-#ifdef LOCKS_HAVE_CUDA
-#include "cuda/locks_cuda.h"
-#endif
 
 enum { P = LOCKS_PAGE };
 
@@ -39,7 +37,6 @@ static locks_status decode_step(locks_cache *c, int32_t layer, const int32_t *se
     if (!seq_ids || !q || !p || !out)
         return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !seq_ids ? "seq_ids" : !q ? "q" : !p ? "p" : "out");
     if (n_seqs < 1) return locks_fail(LOCKS_ERR_INVALID_ARG, "n_seqs %d (must be >= 1)", n_seqs);
-    const int32_t H = c->hkv, d = c->d;
     locks_status st0 = locks_check_layer(c, layer);
     if (st0 == LOCKS_OK) st0 = locks_check_heads(c, n_q_heads, 64); /* GQA groups of up to 64 heads */
     if (st0 == LOCKS_OK && !locks_selector_available(p->selector))
@@ -47,7 +44,6 @@ static locks_status decode_step(locks_cache *c, int32_t layer, const int32_t *se
     if (st0 == LOCKS_OK) st0 = locks_check_scale(p->scale);
     if (st0 != LOCKS_OK) return st0;
     int32_t max_pages = 0;
-    size_t n_scores = 0, n_mass = 0;
     for (int32_t i = 0; i < n_seqs; i++) {
         const locks_seq *s;
         locks_status st = locks_check_seq(c, seq_ids[i], &s);
@@ -59,8 +55,6 @@ static locks_status decode_step(locks_cache *c, int32_t layer, const int32_t *se
         if (st == LOCKS_OK) st = locks_cache_check_written(c, seq_ids[i], layer, s->len);
         if (st != LOCKS_OK) return st;
         if (s->n_pages > max_pages) max_pages = s->n_pages;
-        n_scores += (size_t)n_q_heads * (size_t)(s->len / P);
-        n_mass += (size_t)H * (size_t)(s->len / P);
     }
     if (sel && (!sel->pages || !sel->n_pages || sel->max_pages < max_pages))
         return locks_fail(LOCKS_ERR_INVALID_ARG, "sel: NULL arrays or max_pages %d below the longest sequence's %d",
@@ -69,10 +63,22 @@ static locks_status decode_step(locks_cache *c, int32_t layer, const int32_t *se
         locks_status st = locks_ext_step_check(c, layer, seq_ids, n_seqs, p->selector);
         if (st != LOCKS_OK) return st;
     }
-#ifdef LOCKS_HAVE_CUDA
-    if (c->cuda) /* q, out: device memory */
-        return locks_cuda_decode_step(c->cuda, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
-#endif
+    return c->be->decode_step(c, layer, seq_ids, n_seqs, q, n_q_heads, p, out, sel, stats);
+}
+
+/* The CPU backend's step (backend_cpu.c), after decode_step's checks. */
+locks_status locks_cpu_decode_step(locks_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                   const float *q, int32_t n_q_heads, const locks_step_params *p, float *out,
+                                   locks_selection *sel, locks_step_stats *stats) {
+    const int32_t H = c->hkv, d = c->d;
+    int32_t max_pages = 0;
+    size_t n_scores = 0, n_mass = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const locks_seq *s = locks_cache_seq(c, seq_ids[i]);
+        if (s->n_pages > max_pages) max_pages = s->n_pages;
+        n_scores += (size_t)n_q_heads * (size_t)(s->len / P);
+        n_mass += (size_t)H * (size_t)(s->len / P);
+    }
     if (!locks_selector_served(c, p->selector))
         return locks_fail(LOCKS_ERR_NO_META, "selector %s: the cache keeps no metadata for it (params.selectors)",
                           locks_selector_name(p->selector));

@@ -107,26 +107,20 @@ __attribute__((target("avx2,fma,f16c"))) static void f32_to_f16_avx2(const float
     for (; i < n; i++) dst[i] = locks_f32_to_f16(src[i]);
 }
 
-/* exp(x) for 8 floats: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial
- * (Cephes expf coefficients), 2^n through the exponent bits. x < -87.3 gives 0. */
+/* exp(x) for 8 floats (LOCKS_EXP_CEPHES, vmath.h). x < -87.3 gives 0. */
 __attribute__((target("avx2,fma"))) static __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+    __m256 res;
+    LOCKS_EXP_CEPHES(256, _mm256_round_ps, x, res);
     return _mm256_andnot_ps(under, res);
+}
+
+/* exp(x) for 16 floats: exp8's operations, 16 lanes wide (so the same values). */
+__attribute__((target("avx512f,fma"))) static __m512 exp16(__m512 x) {
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+    __m512 res;
+    LOCKS_EXP_CEPHES(512, _mm512_roundscale_ps, x, res);
+    return _mm512_maskz_mov_ps((__mmask16)~under, res);
 }
 
 /* log(x) for 8 positive normal floats: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
@@ -166,6 +160,15 @@ __attribute__((target("avx2,fma"))) static void exp_avx2(float *x, size_t n) {
         for (size_t j = i; j < n; j++) t[j - i] = x[j];
         _mm256_storeu_ps(t, exp8(_mm256_loadu_ps(t)));
         for (size_t j = i; j < n; j++) x[j] = t[j - i];
+    }
+}
+
+__attribute__((target("avx512f,fma"))) static void exp_avx512(float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, exp16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(x + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
     }
 }
 
@@ -274,6 +277,10 @@ void locks_f32_to_f16_n(const float *src, uint16_t *dst, size_t n) {
 
 void locks_exp_n(float *x, size_t n) {
 #ifdef LOCKS_X86
+    if (locks_have_avx512()) {
+        exp_avx512(x, n);
+        return;
+    }
     if (locks_have_avx2()) {
         exp_avx2(x, n);
         return;
@@ -369,4 +376,12 @@ float locks_lse(const float *x, int32_t n) {
     float s = 0.0f;
     for (int32_t i = 0; i < n; i++) s += expf(x[i] - m);
     return m + logf(s);
+}
+
+void locks_page_mean(int32_t d, const float *k, float *mean) {
+    for (int32_t c = 0; c < d; c++) {
+        float acc = 0.0f;
+        for (int32_t i = 0; i < LOCKS_PAGE; i++) acc += k[(size_t)i * (size_t)d + (size_t)c];
+        mean[c] = acc * (1.0f / (float)LOCKS_PAGE);
+    }
 }

@@ -61,4 +61,36 @@ void locks_geglu_n(float *g, const float *u, size_t n);
 /* log sum_i exp(x[i]) for n >= 1 finite values. */
 float locks_lse(const float *x, int32_t n);
 
+/* Page mean of k[16][d] in fp32 -> mean[d]. Shadow's centroid and landmark. */
+void locks_page_mean(int32_t d, const float *k, float *mean);
+
+/* exp(x) of a vector of floats, the Cephes expf polynomial, written once for every
+ * width: BITS 256 (AVX2: vmath.c's exp8) or 512 (AVX-512: vmath.c's exp16 and attend.c's
+ * softmax), ROUND that width's round-to-nearest (_mm256_round_ps, _mm512_roundscale_ps).
+ * x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is exact), exp(r) by a
+ * degree-6 polynomial, 2^n through the exponent bits; x is clamped to [-87.3, 88.3]
+ * first. The caller zeroes the lanes whose x was below -87.3 (its mask type depends on
+ * the width). The same operations in the same order at both widths give the same value
+ * in every lane (test_vmath checks it bit for bit). A macro, not a function, because
+ * each width's kernels need it inlined under their own target attribute. */
+#define LOCKS_EXP_CEPHES(BITS, ROUND, x, out)                                                                        \
+    do {                                                                                                             \
+        const __m##BITS xc_ = _mm##BITS##_max_ps(_mm##BITS##_min_ps(x, _mm##BITS##_set1_ps(88.3f)),                   \
+                                                 _mm##BITS##_set1_ps(-87.3f));                                       \
+        const __m##BITS n_ = ROUND(_mm##BITS##_mul_ps(xc_, _mm##BITS##_set1_ps(1.44269504088896341f)),               \
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                                   \
+        __m##BITS r_ = _mm##BITS##_fnmadd_ps(n_, _mm##BITS##_set1_ps(0.693359375f), xc_);                            \
+        r_ = _mm##BITS##_fnmadd_ps(n_, _mm##BITS##_set1_ps(-2.12194440e-4f), r_);                                    \
+        __m##BITS p_ = _mm##BITS##_set1_ps(1.9875691500e-4f);                                                        \
+        p_ = _mm##BITS##_fmadd_ps(p_, r_, _mm##BITS##_set1_ps(1.3981999507e-3f));                                    \
+        p_ = _mm##BITS##_fmadd_ps(p_, r_, _mm##BITS##_set1_ps(8.3334519073e-3f));                                    \
+        p_ = _mm##BITS##_fmadd_ps(p_, r_, _mm##BITS##_set1_ps(4.1665795894e-2f));                                    \
+        p_ = _mm##BITS##_fmadd_ps(p_, r_, _mm##BITS##_set1_ps(1.6666665459e-1f));                                    \
+        p_ = _mm##BITS##_fmadd_ps(p_, r_, _mm##BITS##_set1_ps(5.0000001201e-1f));                                    \
+        p_ = _mm##BITS##_fmadd_ps(p_, _mm##BITS##_mul_ps(r_, r_), _mm##BITS##_add_ps(r_, _mm##BITS##_set1_ps(1.0f))); \
+        const __m##BITS##i e_ = _mm##BITS##_slli_epi32(                                                              \
+            _mm##BITS##_add_epi32(_mm##BITS##_cvtps_epi32(n_), _mm##BITS##_set1_epi32(127)), 23);                   \
+        (out) = _mm##BITS##_mul_ps(p_, _mm##BITS##_castsi##BITS##_ps(e_));                                          \
+    } while (0)
+
 #endif

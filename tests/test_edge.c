@@ -193,6 +193,26 @@ static void test_errors(void) {
 #else
     test_cond(locks_cache_init(cp, &err) == NULL && err == LOCKS_ERR_UNSUPPORTED, "CUDA backend");
 #endif
+    /* the one place that chooses a backend (backend.c): a value that is no locks_backend
+     * is refused by both constructors; a CPU cache takes no stream */
+    cp = locks_cache_default_params();
+    cp.backend = (locks_backend)7;
+    test_cond(locks_cache_init(cp, &err) == NULL && err == LOCKS_ERR_INVALID_ARG, "backend 7");
+    const uint16_t page16[LOCKS_PAGE * 64] = {0};
+    const void *kp[1] = {page16}, *vp[1] = {page16};
+    locks_ext_kv ekv = {LOCKS_LAYOUT_HND, LOCKS_DTYPE_F16, kp, vp, 0};
+    cp.n_layers = 1, cp.n_kv_heads = 1, cp.head_dim = 64, cp.n_pages = 1;
+    test_cond(locks_cache_init_ext(cp, &ekv, &err) == NULL && err == LOCKS_ERR_INVALID_ARG, "ext backend 7");
+#ifndef LOCKS_HAVE_CUDA
+    cp.backend = LOCKS_BACKEND_CUDA;
+    test_cond(locks_cache_init_ext(cp, &ekv, &err) == NULL && err == LOCKS_ERR_UNSUPPORTED, "ext CUDA backend");
+#endif
+    cp.backend = LOCKS_BACKEND_CPU;
+    locks_cache *ec = locks_cache_init_ext(cp, &ekv, &err);
+    test_cond(ec && err == LOCKS_OK, "ext CPU cache: %s", locks_status_str(err));
+    test_cond(locks_cache_set_stream(ec, NULL) == LOCKS_OK, "CPU cache, NULL stream");
+    test_cond(locks_cache_set_stream(ec, (void *)0x1) == LOCKS_ERR_UNSUPPORTED, "CPU cache, a stream");
+    locks_cache_free(ec);
     cp = locks_cache_default_params();
     cp.rank = 16;
     test_cond(locks_cache_init(cp, &err) == NULL && err == LOCKS_ERR_INVALID_ARG, "rank 16");

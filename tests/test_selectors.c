@@ -15,6 +15,7 @@
 
 #include "selectors/refsel.h"
 #include "util.h"
+#include "vmath.h"
 
 enum { P = LOCKS_PAGE };
 

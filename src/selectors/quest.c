@@ -78,14 +78,6 @@ void locks_minmax_build(int32_t d, const float *k, uint16_t *kmin, uint16_t *kma
     }
 }
 
-void locks_page_mean(int32_t d, const float *k, float *mean) {
-    for (int32_t c = 0; c < d; c++) {
-        float acc = 0.0f;
-        for (int32_t i = 0; i < LOCKS_PAGE; i++) acc += k[(size_t)i * (size_t)d + (size_t)c];
-        mean[c] = acc * (1.0f / (float)LOCKS_PAGE);
-    }
-}
-
 void locks_quest_score(int32_t d, int32_t G, int32_t n, const int32_t *pages,
                        const uint16_t *kmin, const uint16_t *kmax, const float *q, float scale,
                        float *s, int32_t ld) {

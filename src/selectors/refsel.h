@@ -33,9 +33,6 @@
  * keys) -> kmin[d], kmax[d] as fp16 bits (exact: they are fp16 values). Quest, rocket. */
 void locks_minmax_build(int32_t d, const float *k, uint16_t *kmin, uint16_t *kmax);
 
-/* Page mean of k[16][d] in fp32 -> mean[d]. Shadow's centroid and landmark. */
-void locks_page_mean(int32_t d, const float *k, float *mean);
-
 /* ---- Quest ----------------------------------------------------------------------------
  * s[g][j] = scale * sum_c max(q_c M_c, q_c m_c): an upper bound of the page's largest
  * logit. Group rule: mean of per-head softmax (Quest is MHA-only). */

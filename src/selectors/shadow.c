@@ -35,6 +35,7 @@
 #include "refsel.h"
 #include "selector.h"
 #include "util.h"
+#include "vmath.h"
 
 #define SHADOW_BLOCK 16
 #define SHADOW_ITERS 100
