@@ -537,9 +537,9 @@ static locks_status seq_share(locks_cache *c, int32_t dst, int32_t src, int32_t 
     locks_status st = locks_check_seq(c, dst, &sd);
     if (st == LOCKS_OK) st = locks_check_seq(c, src, &ss);
     if (st != LOCKS_OK) return st;
-    if (c->cuda || c->ext)
+    if (!c->host_pages || c->ext) /* host_pages: 0 on the CUDA backend */
         return locks_fail(LOCKS_ERR_UNSUPPORTED, "sharing pages on a %s (the CPU backend's own pages only)",
-                          c->cuda ? "CUDA cache" : "cache over the caller's pages");
+                          c->ext ? "cache over the caller's pages" : "CUDA cache");
     if (dst == src) return locks_fail(LOCKS_ERR_INVALID_ARG, "dst and src are both sequence %d", dst);
     if (sd->len != 0)
         return locks_fail(LOCKS_ERR_INVALID_ARG, "dst sequence %d holds %d tokens (it must be empty)", dst, sd->len);
