@@ -9,11 +9,12 @@
  *    below the context), fed the same greedy tokens: A (GPU, graph) decodes a random subset
  *    in a random order each step; B (GPU, graph) decodes each of those sequences alone (n
  *    = 1); D (GPU, kernel by kernel) the same subset in the reverse order; C (the CPU
- *    backend) the same subset. A, B and D must agree bit for bit (the engine's products
- *    pad to 8 rows and its step always runs every row, idle ones reading another row's
- *    sequence, so no row's arithmetic depends on which rows decode); C's top-1 must agree
- *    with A's (tiny: >= 0.90; SmolLM2: >= 0.98 full as test_gpu_model, >= 0.90 locks at budget
- *    64, whose few pages turn on near ties; test_gpu_model checks LOCKS fidelity at 256).
+ *    backend, fp32 activations as in test_gpu_model) the same subset. A, B and D must
+ *    agree bit for bit (the engine's products pad to 8 rows and its step always runs every
+ *    row, idle ones reading another row's sequence, so no row's arithmetic depends on
+ *    which rows decode); C's top-1 must agree with A's (tiny: >= 0.90; SmolLM2: >= 0.98
+ *    full as test_gpu_model, >= 0.90 locks at budget 64, whose few pages turn on near
+ *    ties; test_gpu_model checks LOCKS fidelity at 256).
  *    Halfway, sequence 1 is truncated back into its decoded part and redecoded with the
  *    tokens it had: the logits must be the ones it had there; sequence 2 is reset
  *    (truncated to 0) and prefilled again with another prompt. Only named sequences move.
@@ -27,7 +28,11 @@
  *    fresh prefill gives the reference again). Both outcomes must occur.
  * 3. Bad input moves nothing: a repeated or out-of-range sequence, n outside 1..n_seqs, a
  *    bad token id, a full sequence (POOL_FULL); locks_ctx_decode and locks_generate on
- *    sequence 0 of a 2-sequence GPU context work (sequence 1 does not move).
+ *    sequence 0 of a 2-sequence GPU context work (sequence 1 does not move), generate's
+ *    greedy tokens those of one-sequence steps. On the device (2026-12-02) this failed
+ *    until the sampler's tickets stopped depending on the launch's row count: a
+ *    prefill's one-row sample after a two-row decode read row 1's partials as its ticket
+ *    and never wrote its token (model_ops.cu, lg_sample_launch).
  * LOCKS_TEST_GPU_AS_CPU=1 runs the "GPU" contexts on the CPU backend: a check of this
  * test's bookkeeping on a machine without a GPU.
  */
@@ -71,7 +76,9 @@ static void check_subsets(const locks_model *m, locks_selector sel, const int32_
     locks_ctx *c[NC];
     locks_status st;
     for (int k = 0; k < NC; k++) {
-        c[k] = locks_ctx_init(m, params(k == C ? LOCKS_BACKEND_CPU : g_backend, sel, NS, NCTX, k != D), &st);
+        locks_ctx_params p = params(k == C ? LOCKS_BACKEND_CPU : g_backend, sel, NS, NCTX, k != D);
+        p.f32_act = k == C; /* the CPU's float reference mode, as test_gpu_model's */
+        c[k] = locks_ctx_init(m, p, &st);
         test_cond(c[k] != NULL, "%s: context %d: %s", name, k, locks_status_str(st));
         if (!c[k]) return;
     }

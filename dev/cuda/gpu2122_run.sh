@@ -14,6 +14,7 @@
 #           serve: `locks serve --backend cuda` answers greedy completions equal to
 #                  `locks run --backend cuda --temp 0` (dev/cuda/gpu2122_serve.py, urllib)
 #           py:    scripts/gpu-python-check.sh (torch, transformers), a short decode bench
+#           quick: the GPU tests the last changes reach; pytest: torch/hf tests with the staged python/
 #           probe: which call breaks test_hf.py's LocksStaticCache graph capture
 #                  (dev/cuda/gpu2122_capture_probe.py)
 # Run from the repository root. Logs under $OUT (the device tool's folder) as one tarball;
@@ -84,6 +85,19 @@ while [ $# -gt 0 ]; do
     timeout 240 python3 "$SD/gpu2122_serve.py" "$B/locks" "$MODEL" > "$W/serve.log" 2>&1; r=$?
     tail -25 "$W/serve.log"
     [ $r = 0 ] || rc=1
+    ;;
+  quick) # the tests the last changes reach
+    for t in test_gpu_serve_seqs test_gpu_batch test_gpu_fault test_gpu_plan test_gpu_model_ops test_gpu_verify_exact; do
+      run_test $t 150
+    done
+    ;;
+  pytest) # the torch and transformers tests with this branch's python/locks (staged beside this script)
+    ln -sfn "$B" build-verify
+    LOCKS_LIBRARY=$PWD/build-verify/liblocks.so PYTHONPATH=$SD/python PYTHONUNBUFFERED=1 LOCKS_HF_DEVICES=cuda \
+      timeout 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_torch_cuda.py python/tests/test_hf.py \
+      > "$W/pytest.log" 2>&1; r=$?
+    say "pytest test_torch_cuda.py test_hf.py exit $r"; tail -4 "$W/pytest.log"; [ $r = 0 ] || rc=1
+    rm -f build-verify
     ;;
   probe)
     ln -sfn "$B" build-verify

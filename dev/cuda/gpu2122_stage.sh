@@ -5,7 +5,8 @@
 # the shared libraries `locks` links that are not glibc's or CUDA's (libmicrohttpd, cJSON and
 # what they pull in: the device image need not have them), this script's run and serve
 # scripts and the GGUF's first part; b: the scripts and the second part. The parts are cut
-# so that each call carries < 64 MiB with the tree.
+# so that each call carries < 64 MiB with the tree. Also this branch's python/locks (a/python).
+# NO_MODEL=1: a alone, without the GGUF.
 set -euo pipefail
 BUILD=$(cd "$1" && pwd)
 MAIN=${2:-/work/main}
@@ -28,6 +29,8 @@ done
 # one xz stream with a dictionary above the tar's size: every binary carries liblocks, stored once
 (cd "$T" && tar cf - . | xz --lzma2=preset=1,dict=320MiB -T1 > "$S/a/locks-bin.tar.xz")
 for d in a b; do cp "$SD/gpu2122_run.sh" "$SD"/gpu2122_*.py "$S/$d/"; sha256sum "$GGUF" | cut -d' ' -f1 > "$S/$d/smollm2.sha256"; done
+mkdir -p "$S/a/python" && cp -r "$SD/../../python/locks" "$S/a/python/" && rm -rf "$S/a/python/locks/__pycache__"
+[ "${NO_MODEL:-0}" = 1 ] && { du -sh "$S/a"; exit 0; }  # a call without SmolLM2
 tree=$(git -C "$MAIN" ls-files -z | du -c --files0-from=- -b | tail -1 | cut -f1)
 room=$(( 64 * 1048576 - tree - 1048576 ))
 first=$(( room - $(du -cb "$S/a" | tail -1 | cut -f1) ))

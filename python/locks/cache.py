@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import operator
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -189,6 +190,45 @@ def _read_locked(f: F) -> F:
             return f(self, *args, **kw)
     return g  # type: ignore[return-value]
 
+# Frees asked for while torch was capturing a CUDA graph on the caller's stream: a cache or
+# plan collected by Python's garbage collector can be freed in the middle of someone's
+# capture (the collector runs wherever an allocation triggers it), and its free
+# synchronises and releases device memory, which invalidates the capture (seen on the
+# H200: python/tests/test_hf.py's LocksStaticCache graph, whose previous cache was
+# collected inside the next capture). They run, oldest first (plans before their cache),
+# at the next free or new cache outside a capture.
+_deferred: list = []
+_deferred_lock = threading.Lock()
+
+
+def _capturing() -> bool:
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001 (a torch without CUDA, or one shutting down)
+        return False
+
+
+def _release(free: Callable[[Any], None], handle: Any) -> None:
+    """free(handle) now, or after the CUDA graph capture under way (see _deferred)."""
+    if _capturing():
+        with _deferred_lock:
+            _deferred.append((free, handle))
+        return
+    _flush_deferred()
+    free(handle)
+
+
+def _flush_deferred() -> None:
+    if not _deferred or _capturing():
+        return
+    with _deferred_lock:
+        pending = _deferred[:]
+        del _deferred[:]
+    for free, handle in pending:
+        free(handle)
+
+
 _DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
 _CUDA_STREAM_LEGACY = 0x1  # cudaStreamLegacy
 _PRECS = {"f32": 0, "q": 1}
@@ -278,6 +318,7 @@ class Cache:
     first, and every later call raises :class:`locks.ClosedError`."""
 
     def __new__(cls, *args: Any, **kw: Any) -> "Cache":
+        _flush_deferred()
         self = super().__new__(cls)
         self._c, self._lock, self._plans = None, _RWLock(), weakref.WeakSet()
         return self
@@ -318,7 +359,7 @@ class Cache:
             for plan in list(self._plans):
                 plan.close()
             if self._c:
-                lib.locks_cache_free(self._c)
+                _release(lib.locks_cache_free, self._c)
                 self._c = None
 
     @property
@@ -756,7 +797,7 @@ class StepPlan:
         if self._p:
             with self.cache._lock:
                 if self._p:
-                    self._free(self._p)
+                    _release(self._free, self._p)
                     self._p = None
 
     def __del__(self) -> None:

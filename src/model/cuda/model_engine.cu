@@ -857,7 +857,7 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
     }
     LOCKS_TRY(norm_product(e, e->m->output_norm, e->m->output, s->n_vocab, ns, e->logits, parts));
     if (parts & LG_PART_REST)
-        LOCKS_TRY(lg_sample_launch(e->logits, ns, s->n_vocab, e->samp, e->counter, e->samp_ws, e->tok, e->st));
+        LOCKS_TRY(lg_sample_launch(e->logits, ns, s->n_vocab, e->samp, e->counter, e->samp_ws, ns, e->tok, e->st));
     return LOCKS_OK;
 }
 
@@ -967,7 +967,8 @@ extern "C" locks_status lg_decode(lg_ctx *e, int use_graph, int32_t *next, float
 extern "C" locks_status lg_sample_prefill(lg_ctx *e, int32_t seq, int32_t *tok) {
     if (!e || !tok || seq < 0 || seq >= e->n_seqs) return LOCKS_ERR_INVALID_ARG;
     const int32_t V = e->m->s.n_vocab;
-    LOCKS_TRY(lg_sample_launch(e->logits + (size_t)seq * V, 1, V, e->samp, e->counter, e->samp_ws, e->tok + seq, e->st));
+    LOCKS_TRY(lg_sample_launch(e->logits + (size_t)seq * V, 1, V, e->samp, e->counter, e->samp_ws, e->n_seqs, e->tok + seq,
+                               e->st));
     CU_TRY(cudaMemcpyAsync(tok, e->tok + seq, 4, cudaMemcpyDeviceToHost, e->st));
     CU_TRY(cudaStreamSynchronize(e->st));
     return LOCKS_OK;
@@ -1130,7 +1131,7 @@ extern "C" locks_status lg_op_sample(const float *d_logits, int32_t n_rows, int3
     if (st == LOCKS_OK && (cudaMemcpy(dp, p, sizeof *p, cudaMemcpyHostToDevice) != cudaSuccess ||
                            cudaMemset(ws, 0, lg_sample_ws_bytes(n_rows)) != cudaSuccess))
         st = LOCKS_ERR_BACKEND;
-    if (st == LOCKS_OK) st = lg_sample_launch(d_logits, n_rows, n_vocab, dp, d_counter, ws, d_tok, 0);
+    if (st == LOCKS_OK) st = lg_sample_launch(d_logits, n_rows, n_vocab, dp, d_counter, ws, n_rows, d_tok, 0);
     if (st == LOCKS_OK && cudaDeviceSynchronize() != cudaSuccess) st = LOCKS_ERR_BACKEND;
     cudaFree(dp);
     if (ws) cudaFree(ws);

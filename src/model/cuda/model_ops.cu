@@ -458,11 +458,13 @@ extern "C" size_t lg_sample_ws_bytes(int32_t n_rows) {
 }
 
 locks_status lg_sample_launch(const float *logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *d_p,
-                              uint64_t *d_counter, uint64_t *d_ws, int32_t *d_tok, cudaStream_t st) {
+                              uint64_t *d_counter, uint64_t *d_ws, int32_t ws_rows, int32_t *d_tok, cudaStream_t st) {
     sample_kernel<<<(unsigned)n_rows, SAMPLE_THREADS, 0, st>>>(logits, n_vocab, d_p, d_counter, d_tok);
     CU_LAUNCH_CHECK(sample_kernel);
     unsigned long long *part = reinterpret_cast<unsigned long long *>(d_ws);
-    unsigned int *ticket = reinterpret_cast<unsigned int *>(part + (size_t)n_rows * ARGMAX_BLOCKS);
+    /* at ws_rows, not n_rows: a launch of fewer rows must not take another row's partials
+     * (left nonzero by a wider launch) for its tickets */
+    unsigned int *ticket = reinterpret_cast<unsigned int *>(part + (size_t)ws_rows * ARGMAX_BLOCKS);
     argmax_kernel<<<dim3(ARGMAX_BLOCKS, (unsigned)n_rows), ARGMAX_THREADS, 0, st>>>(logits, n_vocab, d_p, d_counter,
                                                                                    part, ticket, d_tok);
     CU_LAUNCH_CHECK(argmax_kernel);

@@ -50,10 +50,12 @@ locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv,
 locks_status lg_attn_prep_launch_ex(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
                                     int32_t n_rot, const float *inv_freq, const int32_t *pos, const int32_t *slots,
                                     int32_t n_seqs, int pdl, cudaStream_t st);
-/* d_ws: lg_sample_ws_bytes(n_rows) of device memory, zeroed once before the first call
- * (the greedy argmax's partials and tickets; it leaves the tickets zero). */
+/* d_ws: lg_sample_ws_bytes(ws_rows) of device memory (ws_rows >= n_rows), zeroed once before
+ * the first call (the greedy argmax's partials and tickets; it leaves the tickets zero). The
+ * tickets sit after ws_rows rows of partials whatever n_rows, so launches of different row
+ * counts can share one workspace (the engine's decode of n_seqs rows and a prefill's one). */
 locks_status lg_sample_launch(const float *logits, int32_t n_rows, int32_t n_vocab, const lg_sample_params *d_p,
-                              uint64_t *d_counter, uint64_t *d_ws, int32_t *d_tok, cudaStream_t st);
+                              uint64_t *d_counter, uint64_t *d_ws, int32_t ws_rows, int32_t *d_tok, cudaStream_t st);
 extern "C" size_t lg_sample_ws_bytes(int32_t n_rows);
 locks_status lg_fill16_launch(void *dst, size_t n, locks_dtype type, uint64_t seed, float a, cudaStream_t st);
 locks_status lg_fill_f32_launch(float *dst, size_t n, float v, cudaStream_t st);
