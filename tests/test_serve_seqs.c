@@ -294,7 +294,7 @@ static void check_share(const locks_model *m) {
     memcpy(p2, p1, sizeof(int32_t) * 96);
     for (int32_t i = 96; i < N2; i++) p2[i] = tu_int(0, V - 1);
     locks_status st;
-    locks_ctx *c = locks_ctx_init(m, params(LOCKS_SEL_LOCKS, 3), &st);
+    locks_ctx *c = locks_ctx_init(m, tiny_params(LOCKS_SEL_LOCKS, 3, NCTX), &st);
     SETUP(c);
     const int32_t all = locks_cache_free_pages(locks_ctx_cache(c));
     float *la = malloc(sizeof(float) * 2 * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
@@ -315,7 +315,7 @@ static void check_share(const locks_model *m) {
     test_cond(!memcmp(la, lb, sizeof(float) * (size_t)V), "logits after the prompt: shared != prefilled");
     for (int32_t t = 0; t < 8; t++) {
         if (t == 4) CHECK(locks_ctx_truncate_seq(c, 0, 0)); /* the other holder goes */
-        int32_t seqs[2] = {1, 2}, tok = argmax(la, V), toks[2] = {tok, tok};
+        int32_t seqs[2] = {1, 2}, tok = tiny_argmax(la, V), toks[2] = {tok, tok};
         CHECK(locks_ctx_decode_seqs(c, seqs, 2, toks, la));
         test_cond(!memcmp(la, la + V, sizeof(float) * (size_t)V), "step %d: shared != prefilled", t);
     }
