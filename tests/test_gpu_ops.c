@@ -319,6 +319,10 @@ static void test_score(fixture *f) {
 
 /* ---- select ----------------------------------------------------------------------------- */
 
+/* Mass-target selections that cut below the budget's, over every shape: checked once in
+ * main, since one random shape may have masses spread so that no target cuts. */
+static int g_mass_cuts;
+
 static void test_select(fixture *f) {
     const int32_t H = f->sh.hkv;
     locks_step_params p = locks_step_default_params();
@@ -407,8 +411,7 @@ static void test_select(fixture *f) {
         dfree(d_p);
         dfree(d_n);
     }
-    /* the comparison with targets is live: some selections were cut below the budget */
-    test_cond(n_cut > 0, "mass targets cut some selections (%d)", n_cut);
+    g_mass_cuts += n_cut;
     printf("  %-34s exact, %d heads cut by a mass target\n", "select x2 kernels (planted ties)", n_cut);
 }
 
@@ -782,6 +785,8 @@ int main(int argc, char **argv) {
         test_step_graph(&f);
         fixture_free(&f);
     }
+    /* the comparison with targets is live: some selections were cut below the budget */
+    test_cond(g_mass_cuts > 0, "mass targets cut some selections (%d over every shape)", g_mass_cuts);
     if (argc > 1 && strcmp(argv[1], "--perf") == 0) perf();
     return test_report("test_gpu_ops");
 }
