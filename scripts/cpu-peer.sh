@@ -99,11 +99,15 @@ result() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$RES"; }
 
 commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include tools 2>/dev/null || echo "+dirty")
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512(f|bw|vl|dq)|avx512_(vnni|bf16)|avx_vnni)$' | tr '\n' ' ')
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512(f|bw|vl|dq)|avx512_(vnni|bf16)|avx_vnni|amx_(tile|int8|bf16))$' | tr '\n' ' ')
 {
     echo "# cpu-peer $(date -u +%FT%TZ)"
     echo "commit $commit; host $(hostname); CPU $cpu ($(nproc) cores); flags: $flags"
     echo "threads $THREADS; llama-bench $LB; 1-minute load at start $load"
+    cache=$(dirname "$LLAMA_BIN")/CMakeCache.txt
+    if [ -f "$cache" ]; then
+        echo "llama.cpp build: $(grep -E '^GGML_(NATIVE|AVX512|AVX512_VNNI|AMX_INT8):' "$cache" | tr '\n' ' ')"
+    fi
     if [ "$IGNORE_LOAD" = 1 ]; then echo "LOAD CHECK SKIPPED (CPU_PEER_IGNORE_LOAD=1): these numbers are not a comparison"; fi
     if [ "$TINY" = 1 ]; then echo "TINY SETTINGS (CPU_PEER_TINY=1): script test, the numbers mean nothing"; fi
 } | tee "$LOG" >&2
