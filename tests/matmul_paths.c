@@ -11,7 +11,7 @@
  *    AVX-512 prefill path), inline and on a pool of 2; matmul_n (several products as
  *    one pool job) bit for bit as matmul;
  *  - avx512: the prefill path (rows decoded once per group of token tiles) bit for bit
- *    as the per-4-token tiles, every block type, 16 to 130 tokens, ragged row ranges,
+ *    as the per-4-token tiles, every block type, 8 to 130 tokens, ragged row ranges,
  *    random weights and (with `model`) Gemma 3's tensors;
  *  - with `model`: the first and last rows of a tensor of every type in the two GGUFs
  *    (SmolLM2 Q4_1 / Q8_0, Gemma 3 Q5_0 / Q8_0 / Q4_K / Q6_K), and the whole output
@@ -213,7 +213,7 @@ static void test_random(locks_pool *pool, const char *isa) {
  * (matmul_rows_avx512) and by the 4-token tiles alone, the same bit for bit (and the
  * rows outside [r0, r1) untouched by both). */
 static void check_prefill_tiles(const char *what, const matmul_weight *w, int32_t r0, int32_t r1) {
-    static const int32_t ns[] = {16, 37, 64, 130};
+    static const int32_t ns[] = {8, 11, 16, 37, 64, 130};
     const int32_t C = w->cols, nb = C / GGML_QBLOCK, R = w->rows, ldy = R + 3;
     const int32_t nmax = 130;
     float *x = malloc(sizeof(float) * (size_t)nmax * C);

@@ -19,7 +19,7 @@
  * and meets 4 activation vectors, each activation vector meets 4 rows (prefill as
  * matrix-matrix work; a decode token uses the 4 x 1 tile, or 1 x 1 on a weight far
  * larger than the cache, which it streams). Each tile prefetches the next tile's rows.
- * The weights are read in the file's layout: no repack. A prefill (16 tokens or more)
+ * The weights are read in the file's layout: no repack. A prefill (8 tokens or more)
  * decodes each tile of weight rows once, units and lane scales into an L1/L2-sized
  * dec_tile, for the 4-token tiles of a group of up to 64 tokens, instead of once per
  * 4-token tile; each output's sums are formed in the same order, so bit for bit alike.
@@ -47,7 +47,7 @@
 /* Prefill: from PREFILL_MIN full-tile tokens on, each row tile is decoded once into a
  * dec_tile (rows of at most DEC_CHUNKS chunks, 8,192 columns: 70 KB) and meets the
  * token tiles of a group of at most PREFILL_GROUP tokens (their activations stay in L2). */
-#define PREFILL_MIN 16
+#define PREFILL_MIN 8
 #define PREFILL_GROUP 64
 #define DEC_CHUNKS 32
 #define AS_FLOATS (2 * TILE_T * MAX_BLOCKS) /* act_scales' floats per array */
