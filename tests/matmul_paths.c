@@ -7,8 +7,12 @@
  *  - random weights of every type (random bytes, finite random fp16 scales, so random
  *    six-bit K-quant scales and mins), column counts whose block count leaves every
  *    remainder of the kernels' 8-block chunks, 37 rows (tails of the 4-row tiles and the
- *    32-row tasks), batches of 1..9 tokens (tails of the 4-token tiles), inline and on a
- *    pool of 2; matmul_n (several products as one pool job) bit for bit as matmul;
+ *    32-row tasks), batches of 1..9 tokens (tails of the 4-token tiles) and 37 (the
+ *    AVX-512 prefill path), inline and on a pool of 2; matmul_n (several products as
+ *    one pool job) bit for bit as matmul;
+ *  - avx512: the prefill path (rows decoded once per group of token tiles) bit for bit
+ *    as the per-4-token tiles, every block type, 8 to 130 tokens, ragged row ranges,
+ *    random weights and (with `model`) Gemma 3's tensors;
  *  - with `model`: the first and last rows of a tensor of every type in the two GGUFs
  *    (SmolLM2 Q4_1 / Q8_0, Gemma 3 Q5_0 / Q8_0 / Q4_K / Q6_K), and the whole output
  *    matrix of each (Gemma's 262,144 rows: the one-row-at-a-time streaming path).
@@ -27,7 +31,7 @@
 #include "util.h"
 #include "vmath.h"
 
-#define TMAX 9
+#define TMAX 37
 
 static const ggml_type TYPES[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
                                   GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
@@ -178,7 +182,7 @@ static void test_random(locks_pool *pool, const char *isa) {
     /* 32-element types: 8, 9, ..., 15 blocks and 18 (SmolLM2's 576); K-quants 1-3 super-blocks */
     static const int32_t cols_b[] = {256, 288, 320, 352, 384, 416, 448, 480, 576, 32};
     static const int32_t cols_k[] = {256, 512, 768};
-    static const int32_t ns[] = {1, 4, 5, 9};
+    static const int32_t ns[] = {1, 4, 5, 9, 37};
     enum { R = 37 };
     float *x = malloc(sizeof(float) * TMAX * 768);
     SETUP(x);
@@ -205,6 +209,59 @@ static void test_random(locks_pool *pool, const char *isa) {
     free(x);
 }
 
+/* On the AVX-512 kernels: rows [r0, r1) of W x for each n of ns, by the prefill path
+ * (matmul_rows_avx512) and by the 4-token tiles alone, the same bit for bit (and the
+ * rows outside [r0, r1) untouched by both). */
+static void check_prefill_tiles(const char *what, const matmul_weight *w, int32_t r0, int32_t r1) {
+    static const int32_t ns[] = {8, 11, 16, 37, 64, 130};
+    const int32_t C = w->cols, nb = C / GGML_QBLOCK, R = w->rows, ldy = R + 3;
+    const int32_t nmax = 130;
+    float *x = malloc(sizeof(float) * (size_t)nmax * C);
+    matmul_q8 *xq = malloc(sizeof(matmul_q8) * (size_t)nmax * nb);
+    float *y0 = malloc(sizeof(float) * (size_t)nmax * ldy), *y1 = malloc(sizeof(float) * (size_t)nmax * ldy);
+    SETUP(x && xq && y0 && y1);
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        const int32_t n = ns[k];
+        tu_fill_normal(x, (size_t)n * C, 1.0);
+        x[5] = -7.0f;
+        matmul_quantize(x, n, C, xq);
+        for (size_t i = 0; i < (size_t)n * ldy; i++) y0[i] = y1[i] = NAN;
+        matmul_act a = {x, xq, n, C};
+        int ok = matmul_rows_avx512_tiles(w, &a, y0, ldy, r0, r1, 0) && matmul_rows_avx512_tiles(w, &a, y1, ldy, r0, r1, 1);
+        size_t bad = 0, set = 0;
+        for (size_t i = 0; i < (size_t)n * ldy; i++) {
+            bad += memcmp(&y0[i], &y1[i], sizeof(float)) != 0;
+            set += y1[i] == y1[i];
+        }
+        test_cond(ok && bad == 0 && set == (size_t)n * (size_t)(r1 - r0),
+                  "%s rows [%d, %d) n=%d: prefill path vs 4-token tiles: %zu of %zu outputs differ, %zu set", what, r0,
+                  r1, n, bad, (size_t)n * ldy, set);
+    }
+    free(x);
+    free(xq);
+    free(y0);
+    free(y1);
+}
+
+static void test_prefill_random(void) {
+    static const ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                      GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        ggml_type type = types[ti];
+        /* 32-element types: 18 blocks (a 2-block last chunk) and 11 (3); K-quants 1 and 3 super-blocks */
+        const int32_t cols[2] = {is_kquant(type) ? 256 : 576, is_kquant(type) ? 768 : 352};
+        for (int ci = 0; ci < 2; ci++) {
+            uint8_t *wd = random_weight(type, 23, cols[ci]);
+            matmul_weight w = {wd, type, 23, cols[ci], ggml_row_bytes(type, cols[ci])};
+            char what[64];
+            snprintf(what, sizeof what, "avx512 %s 23x%d", ggml_type_name(type), cols[ci]);
+            check_prefill_tiles(what, &w, 0, 23);
+            check_prefill_tiles(what, &w, 2, 17);
+            free(wd);
+        }
+    }
+}
+
 /* Rows [first, first + rows) of the named tensor as a weight. */
 static int model_weight(const gguf *g, const char *name, int64_t first, int32_t rows, matmul_weight *w) {
     const gguf_tensor *t = gguf_find_tensor(g, name);
@@ -221,7 +278,7 @@ static void test_model(locks_pool *pool, const char *isa) {
                                         "blk.0.ffn_down.weight", "blk.1.ffn_down.weight", "blk.2.attn_output.weight",
                                         "token_embd.weight"};
     char path[1024];
-    float *x = malloc(sizeof(float) * 4 * 2048);
+    float *x = malloc(sizeof(float) * 20 * 2048);
     SETUP(x);
     for (int mi = 0; mi < 2; mi++) {
         int ok = mi == 0 ? tu_find_model(path, sizeof path) : tu_find_gemma3(path, sizeof path);
@@ -237,7 +294,13 @@ static void test_model(locks_pool *pool, const char *isa) {
                 matmul_weight w;
                 SETUP(model_weight(g, names[i], end ? -36 : 0, 36, &w));
                 seen[w.type & 63] = 1;
-                for (int32_t n = 1; n <= 4; n += 3) {
+                if (!strcmp(isa, "avx512") && matmul_wants_q8(w.type)) {
+                    char what[128];
+                    snprintf(what, sizeof what, "avx512 %s %s (%s) rows %s", mi ? "gemma3" : "smollm2", names[i],
+                             ggml_type_name(w.type), end ? "last" : "first");
+                    check_prefill_tiles(what, &w, 0, 35);
+                }
+                for (int32_t n = 1; n <= 20; n += n == 1 ? 3 : 16) {
                     tu_fill_normal(x, (size_t)n * w.cols, 1.0);
                     char what[128];
                     snprintf(what, sizeof what, "%s %s %s (%s) rows %s n=%d", isa, mi ? "gemma3" : "smollm2", names[i],
@@ -285,6 +348,7 @@ int main(int argc, char **argv) {
     } else {
         test_random(NULL, argv[1]);
         test_random(pool, argv[1]);
+        if (isa == LOCKS_ISA_AVX512) test_prefill_random();
     }
     locks_pool_free(pool);
     return test_report("test_matmul_paths");

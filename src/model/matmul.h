@@ -71,6 +71,12 @@ void matmul_n(locks_pool *pool, const matmul_weight *const *w, int32_t n, const 
  * what they do not cover (block types without int8 activations, rows of more than
  * 65,536 columns, non-x86 builds). */
 int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1);
+/* matmul_rows_avx512 with the prefill path (8 or more tokens: each tile of weight rows
+ * decoded once for many token tiles) on (prefill 1, what matmul_rows_avx512 does) or off
+ * (0: every 4-token tile decodes the rows again); the outputs are the same bit for bit
+ * (test_matmul_paths checks it). */
+int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
+                             int32_t r1, int prefill);
 
 /* Row r of W dequantized to fp32 (out[cols]); for embeddings. */
 void matmul_row_f32(const matmul_weight *w, int32_t r, float *out);

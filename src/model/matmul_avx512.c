@@ -19,7 +19,10 @@
  * and meets 4 activation vectors, each activation vector meets 4 rows (prefill as
  * matrix-matrix work; a decode token uses the 4 x 1 tile, or 1 x 1 on a weight far
  * larger than the cache, which it streams). Each tile prefetches the next tile's rows.
- * The weights are read in the file's layout: no repack.
+ * The weights are read in the file's layout: no repack. A prefill (8 tokens or more)
+ * decodes each tile of weight rows once, units and lane scales into an L1/L2-sized
+ * dec_tile, for the 4-token tiles of a group of up to 64 tokens, instead of once per
+ * 4-token tile; each output's sums are formed in the same order, so bit for bit alike.
  */
 #include "matmul.h"
 
@@ -41,6 +44,13 @@
  * time then (interleaved A/B runs: ~15-20% faster on Gemma 3's 168 MB output matrix,
  * ~25% slower on cache-resident ones, where the 4-row tile shares each activation). */
 #define STREAM_BYTES ((size_t)64 << 20)
+/* Prefill: from PREFILL_MIN full-tile tokens on, each row tile is decoded once into a
+ * dec_tile (rows of at most DEC_CHUNKS chunks, 8,192 columns: 70 KB) and meets the
+ * token tiles of a group of at most PREFILL_GROUP tokens (their activations stay in L2). */
+#define PREFILL_MIN 8
+#define PREFILL_GROUP 64
+#define DEC_CHUNKS 32
+#define AS_FLOATS (2 * TILE_T * MAX_BLOCKS) /* act_scales' floats per array */
 
 /* int32 lane -> scale slot of unit u, per layout (see the unit loaders). */
 enum { KIND_NIB, KIND_Q8, KIND_KQ, KIND_Q6K };
@@ -228,24 +238,27 @@ AVX512_INLINE __m512i act_unit(ggml_type t, const matmul_q8 *x, int32_t c, int u
     return v;
 }
 
-/* Per token of a tile: the block scales d_x and d_x sum(q_x) as arrays (8-aligned,
- * zero past nb), for the 8-wide loads of a chunk. Slots [0, TILE_T) hold a tile's
- * tokens, the rest the tail tokens that ride along the last full tile (rows_q). */
+/* Per token: the block scales d_x and d_x sum(q_x) as arrays (slot k at k nbp, nbp =
+ * nb rounded up to 8, zero past nb), for the 8-wide loads of a chunk. Slots [0, TILE_T)
+ * hold a tile's tokens (a group's tokens in the prefill path), the ones after them the
+ * tail tokens that ride along the last full tile (rows_q). */
 typedef struct {
-    float d[2 * TILE_T][MAX_BLOCKS] __attribute__((aligned(64)));
-    float ds[2 * TILE_T][MAX_BLOCKS] __attribute__((aligned(64)));
+    float d[AS_FLOATS] __attribute__((aligned(64)));
+    float ds[AS_FLOATS] __attribute__((aligned(64)));
+    int32_t nbp;
 } act_scales;
 
 /* Slots k0 .. k0 + nt - 1 from tokens x[0 .. nt - 1]. */
 static void act_scales_fill(act_scales *s, int k0, const matmul_q8 *const *x, int nt, int32_t nb) {
-    int32_t nbp = (nb + 7) & ~7;
+    const int32_t nbp = (nb + 7) & ~7;
+    s->nbp = nbp;
     for (int kk = 0; kk < nt; kk++) {
-        const int k = k0 + kk;
+        float *d = s->d + (size_t)(k0 + kk) * nbp, *ds = s->ds + (size_t)(k0 + kk) * nbp;
         for (int32_t b = 0; b < nb; b++) {
-            s->d[k][b] = x[kk][b].d;
-            s->ds[k][b] = x[kk][b].ds;
+            d[b] = x[kk][b].d;
+            ds[b] = x[kk][b].ds;
         }
-        for (int32_t b = nb; b < nbp; b++) s->d[k][b] = s->ds[k][b] = 0.0f;
+        for (int32_t b = nb; b < nbp; b++) d[b] = ds[b] = 0.0f;
     }
 }
 
@@ -263,12 +276,12 @@ AVX512_INLINE void tile_chunk(ggml_type t, const uint8_t *const *rows, const mat
     for (int r = 0; r < NR; r++) chunk_scales(t, rows[r], c, nblk, &sl[r], &mn[r]);
     __m512 dxs[TILE_T];
     for (int k = 0; k < NT; k++) {
-        __m512 d8 = _mm512_castps256_ps512(_mm256_load_ps(&as->d[k0 + k][8 * c]));
+        __m512 d8 = _mm512_castps256_ps512(_mm256_load_ps(&as->d[(size_t)(k0 + k) * as->nbp + 8 * c]));
         dxs[k] = kind == KIND_Q6K ? _mm512_permutexvar_ps(_mm512_load_si512((const void *)half_to_block), d8) : d8;
         if (NT == 1) /* one token: d_x folds into the weight scales, once per chunk */
             for (int r = 0; r < NR; r++) sl[r] = _mm512_mul_ps(sl[r], dxs[0]);
         if (mins) {
-            __m256 ds8 = _mm256_load_ps(&as->ds[k0 + k][8 * c]);
+            __m256 ds8 = _mm256_load_ps(&as->ds[(size_t)(k0 + k) * as->nbp + 8 * c]);
             for (int r = 0; r < NR; r++)
                 acc[r][k] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(mn[r]), _mm512_castps256_ps512(ds8),
                                                   acc[r][k], 0xFF);
@@ -332,14 +345,140 @@ AVX512_INLINE void tile(ggml_type t, const matmul_weight *w, int32_t row, const 
         for (int k = 0; k < NT; k++) y[(size_t)k * ldy + row + r] = _mm512_reduce_add_ps(acc[r][k]);
 }
 
+/* ================================================================================ */
+/* Prefill: a row tile decoded once for many token tiles                           */
+/* ================================================================================ */
+
+/* NR rows decoded: each unit's bytes (weight_unit), its lane scales (the slot scales
+ * permuted to the lanes) and each chunk's float offsets, so that a token tile only
+ * loads them. */
+typedef struct {
+    uint8_t wq[DEC_CHUNKS][4][TILE_R][64] __attribute__((aligned(64)));
+    float ws[DEC_CHUNKS][4][TILE_R][16] __attribute__((aligned(64)));
+    float mn[DEC_CHUNKS][TILE_R][8] __attribute__((aligned(32)));
+} dec_tile;
+
+/* Rows [row, row + NR) into dt (nb / 8 rounded up <= DEC_CHUNKS), prefetching the next
+ * tile's rows as tile does. */
+AVX512_INLINE void tile_decode(ggml_type t, const matmul_weight *w, int32_t row, dec_tile *dt, const int NR) {
+    const int32_t nb = w->cols / GGML_QBLOCK, n_chunks = (nb + 7) / 8;
+    const int kind = kind_of(t);
+    const size_t span = (size_t)NR * w->row_bytes, step = (span + (size_t)n_chunks - 1) / (size_t)n_chunks;
+    const uint8_t *base = w->data + (size_t)row * w->row_bytes;
+    for (int32_t c = 0; c < n_chunks; c++) {
+        for (size_t o = (size_t)c * step; o < (size_t)(c + 1) * step && o < span; o += 64)
+            _mm_prefetch((const char *)base + span + o, _MM_HINT_T0);
+        const int nblk = c < nb / 8 ? 8 : nb % 8;
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *rp = base + (size_t)r * w->row_bytes;
+            __m512 sl;
+            __m256 mn;
+            chunk_scales(t, rp, c, nblk, &sl, &mn);
+            _mm256_store_ps(dt->mn[c][r], mn);
+            for (int u = 0; u < (nblk + 1) / 2; u++) {
+                __m512i idx = _mm512_load_si512((const void *)slot_of_lane[kind][u]);
+                _mm512_store_si512((void *)dt->wq[c][u][r], weight_unit(t, rp, c, u, 2 * u + 1 < nblk));
+                _mm512_store_ps(dt->ws[c][u][r], _mm512_permutexvar_ps(idx, sl));
+            }
+        }
+    }
+}
+
+/* y[t][r] for the NR decoded rows of dt (from row) x NT tokens (x[t], scales in slots
+ * k0 ..): tile's sums in tile's order, so bit for bit what tile gives. (With NT = 1,
+ * tile folds d_x into the slot scales and permutes the product; the lane scale here is
+ * the permuted slot scale times the permuted d_x: the same fp32 product.) */
+AVX512_INLINE void tile_run(ggml_type t, const dec_tile *dt, int32_t nb, const matmul_q8 *const *x,
+                            const act_scales *as, int k0, float *y, int32_t ldy, int32_t row, const int NR,
+                            const int NT) {
+    const int kind = kind_of(t), bias = bias_of(t), mins = has_min(t);
+    const int32_t n_chunks = (nb + 7) / 8;
+    __m512 acc[TILE_R][TILE_T];
+    for (int r = 0; r < NR; r++)
+        for (int k = 0; k < NT; k++) acc[r][k] = _mm512_setzero_ps();
+    for (int32_t c = 0; c < n_chunks; c++) {
+        const int nblk = c < nb / 8 ? 8 : nb % 8;
+        __m512 dxs[TILE_T];
+        for (int k = 0; k < NT; k++) {
+            const size_t o = (size_t)(k0 + k) * as->nbp + 8 * (size_t)c;
+            __m512 d8 = _mm512_castps256_ps512(_mm256_load_ps(&as->d[o]));
+            dxs[k] = kind == KIND_Q6K ? _mm512_permutexvar_ps(_mm512_load_si512((const void *)half_to_block), d8) : d8;
+            if (mins) {
+                __m256 ds8 = _mm256_load_ps(&as->ds[o]);
+                for (int r = 0; r < NR; r++)
+                    acc[r][k] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(_mm256_load_ps(dt->mn[c][r])),
+                                                      _mm512_castps256_ps512(ds8), acc[r][k], 0xFF);
+            }
+        }
+        for (int u = 0; u < (nblk + 1) / 2; u++) {
+            const int two = 2 * u + 1 < nblk;
+            __m512i idx = _mm512_load_si512((const void *)slot_of_lane[kind][u]);
+            for (int k = 0; k < NT; k++) {
+                __m512i xv = act_unit(t, x[k], c, u, two);
+                __m512i start = _mm512_setzero_si512();
+                if (bias) /* -bias * (sum of each lane's 4 activations) */
+                    start = _mm512_sub_epi32(start, _mm512_dpbusd_epi32(start, _mm512_set1_epi8((char)bias), xv));
+                __m512 xs = _mm512_permutexvar_ps(idx, dxs[k]);
+                for (int r = 0; r < NR; r++) {
+                    __m512i wq = _mm512_load_si512((const void *)dt->wq[c][u][r]);
+                    __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, wq, xv));
+                    acc[r][k] = _mm512_fmadd_ps(p, _mm512_mul_ps(_mm512_load_ps(dt->ws[c][u][r]), xs), acc[r][k]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int k = 0; k < NT; k++) y[(size_t)k * ldy + row + r] = _mm512_reduce_add_ps(acc[r][k]);
+}
+
+/* The prefill path of rows_q (n_full >= PREFILL_MIN full-tile tokens, nb <= 8
+ * DEC_CHUNKS): the tokens by groups, each row tile decoded once per group; the tail
+ * tokens ride along the last group's row tiles as in rows_q. */
+AVX512_INLINE void rows_q_prefill(ggml_type t, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
+                                  int32_t r0, int32_t r1, act_scales *as, dec_tile *dt) {
+    const int32_t nb = w->cols / GGML_QBLOCK, n_full = a->n - a->n % TILE_T;
+    const int tail = a->n - n_full;
+    const int32_t slots = AS_FLOATS / ((nb + 7) & ~7);
+    int32_t group = (slots - TILE_T) / TILE_T * TILE_T;
+    if (group > PREFILL_GROUP) group = PREFILL_GROUP;
+    const matmul_q8 *xt[TILE_T], *xg[PREFILL_GROUP];
+    for (int k = 0; k < tail; k++) xt[k] = a->xq + (size_t)(n_full + k) * nb;
+    float *yt = y + (size_t)n_full * ldy;
+    for (int32_t g0 = 0; g0 < n_full; g0 += group) {
+        const int ng = n_full - g0 < group ? (int)(n_full - g0) : (int)group;
+        const int ride = g0 + ng == n_full ? tail : 0;
+        for (int k = 0; k < ng; k++) xg[k] = a->xq + (size_t)(g0 + k) * nb;
+        act_scales_fill(as, 0, xg, ng, nb);
+        if (ride) act_scales_fill(as, ng, xt, ride, nb);
+        float *yg = y + (size_t)g0 * ldy;
+        int32_t r = r0;
+        for (; r + TILE_R <= r1; r += TILE_R) {
+            tile_decode(t, w, r, dt, TILE_R);
+            for (int k = 0; k < ng; k += TILE_T)
+                tile_run(t, dt, nb, &xg[k], as, k, yg + (size_t)k * ldy, ldy, r, TILE_R, TILE_T);
+            for (int k = 0; k < ride; k++) tile_run(t, dt, nb, &xt[k], as, ng + k, yt + (size_t)k * ldy, ldy, r, TILE_R, 1);
+        }
+        for (; r < r1; r++) {
+            tile_decode(t, w, r, dt, 1);
+            for (int k = 0; k < ng; k += TILE_T)
+                tile_run(t, dt, nb, &xg[k], as, k, yg + (size_t)k * ldy, ldy, r, 1, TILE_T);
+            for (int k = 0; k < ride; k++) tile_run(t, dt, nb, &xt[k], as, ng + k, yt + (size_t)k * ldy, ldy, r, 1, 1);
+        }
+    }
+}
+
 /* Rows [r0, r1) x every token, for one block type (a constant after inlining). The
  * tokens go by tiles of TILE_T; the last n % TILE_T ride along the last full tile, one
  * at a time on each row tile just read (so a pass of 5 tokens, speculation's verify,
  * reads each weight row once), or, with no full tile (a decode token), on their own. */
 AVX512_INLINE void rows_q(ggml_type t, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
-                          int32_t r0, int32_t r1, act_scales *as) {
+                          int32_t r0, int32_t r1, act_scales *as, dec_tile *dt) {
     const int32_t nb = w->cols / GGML_QBLOCK, n_full = a->n - a->n % TILE_T;
     const int tail = a->n - n_full;
+    if (dt && n_full >= PREFILL_MIN && (nb + 7) / 8 <= DEC_CHUNKS) {
+        rows_q_prefill(t, w, a, y, ldy, r0, r1, as, dt);
+        return;
+    }
     const matmul_q8 *xt[TILE_T];
     for (int k = 0; k < tail; k++) xt[k] = a->xq + (size_t)(n_full + k) * nb;
     float *yt = y + (size_t)n_full * ldy;
@@ -373,8 +512,8 @@ AVX512_INLINE void rows_q(ggml_type t, const matmul_weight *w, const matmul_act 
 
 #define ROWS_Q(name, type)                                                                                        \
     AVX512 static void name(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,       \
-                            int32_t r1, act_scales *as) {                                                         \
-        rows_q(type, w, a, y, ldy, r0, r1, as);                                                                   \
+                            int32_t r1, act_scales *as, dec_tile *dt) {                                           \
+        rows_q(type, w, a, y, ldy, r0, r1, as, dt);                                                               \
     }
 ROWS_Q(rows_q4_0, GGML_TYPE_Q4_0)
 ROWS_Q(rows_q4_1, GGML_TYPE_Q4_1)
@@ -422,7 +561,8 @@ AVX512 static void rows_float(const matmul_weight *w, const matmul_act *a, float
     }
 }
 
-int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1) {
+int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
+                              int32_t r1, int prefill) {
     ggml_type t = w->type;
     if (t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) {
         rows_float(w, a, y, ldy, r0, r1);
@@ -430,21 +570,28 @@ int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, in
     }
     if (!a->xq || w->cols / GGML_QBLOCK > MAX_BLOCKS) return 0;
     static _Thread_local act_scales as; /* 128 KB: too much for a worker's stack */
+    static _Thread_local dec_tile dec;  /* 70 KB */
+    dec_tile *dt = prefill ? &dec : NULL;
     switch (t) {
-    case GGML_TYPE_Q4_0: rows_q4_0(w, a, y, ldy, r0, r1, &as); return 1;
-    case GGML_TYPE_Q4_1: rows_q4_1(w, a, y, ldy, r0, r1, &as); return 1;
-    case GGML_TYPE_Q5_0: rows_q5_0(w, a, y, ldy, r0, r1, &as); return 1;
-    case GGML_TYPE_Q5_1: rows_q5_1(w, a, y, ldy, r0, r1, &as); return 1;
-    case GGML_TYPE_Q8_0: rows_q8_0(w, a, y, ldy, r0, r1, &as); return 1;
-    case GGML_TYPE_Q4_K: rows_q4_k(w, a, y, ldy, r0, r1, &as); return 1;
-    case GGML_TYPE_Q5_K: rows_q5_k(w, a, y, ldy, r0, r1, &as); return 1;
-    case GGML_TYPE_Q6_K: rows_q6_k(w, a, y, ldy, r0, r1, &as); return 1;
+    case GGML_TYPE_Q4_0: rows_q4_0(w, a, y, ldy, r0, r1, &as, dt); return 1;
+    case GGML_TYPE_Q4_1: rows_q4_1(w, a, y, ldy, r0, r1, &as, dt); return 1;
+    case GGML_TYPE_Q5_0: rows_q5_0(w, a, y, ldy, r0, r1, &as, dt); return 1;
+    case GGML_TYPE_Q5_1: rows_q5_1(w, a, y, ldy, r0, r1, &as, dt); return 1;
+    case GGML_TYPE_Q8_0: rows_q8_0(w, a, y, ldy, r0, r1, &as, dt); return 1;
+    case GGML_TYPE_Q4_K: rows_q4_k(w, a, y, ldy, r0, r1, &as, dt); return 1;
+    case GGML_TYPE_Q5_K: rows_q5_k(w, a, y, ldy, r0, r1, &as, dt); return 1;
+    case GGML_TYPE_Q6_K: rows_q6_k(w, a, y, ldy, r0, r1, &as, dt); return 1;
     default: return 0;
     }
 }
 #else
-int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1) {
-    (void)w, (void)a, (void)y, (void)ldy, (void)r0, (void)r1;
+int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
+                              int32_t r1, int prefill) {
+    (void)w, (void)a, (void)y, (void)ldy, (void)r0, (void)r1, (void)prefill;
     return 0;
 }
 #endif
+
+int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1) {
+    return matmul_rows_avx512_tiles(w, a, y, ldy, r0, r1, 1);
+}
