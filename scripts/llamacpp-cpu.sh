@@ -17,7 +17,8 @@ JOBS=${JOBS:-1}
 # SIGSEGV on Q4_1, SIGILL on Gemma's Q4_K_M; seen 2026-12-02), while plain decode works.
 # Everything else the CPU has (AVX-512 F/BW/VL/VBMI/VNNI/BF16, AVX-VNNI) is on, as native
 # would set it.
-has() { grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -qx "$1"; }
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+has() { case "$cpu_flags" in *" $1 "*) return 0 ;; esac; return 1; }
 onoff() { if has "$1"; then echo ON; else echo OFF; fi; }
 isa=(-DGGML_NATIVE=OFF -DGGML_AVX=$(onoff avx) -DGGML_AVX2=$(onoff avx2) -DGGML_FMA=$(onoff fma)
      -DGGML_F16C=$(onoff f16c) -DGGML_BMI2=$(onoff bmi2) -DGGML_AVX_VNNI=$(onoff avx_vnni)
