@@ -48,13 +48,6 @@ enum { NS = 4, STEPS = 24, NCTX = 512 };
 static const tiny_shape SHAPE = {2, 256, 4, 2, 64, 512, 300};
 static locks_backend g_backend = LOCKS_BACKEND_CUDA;
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static locks_ctx_params params(locks_backend be, locks_selector sel, int32_t n_seqs, int32_t n_ctx, int graph) {
     locks_ctx_params p = locks_ctx_default_params();
     p.backend = be;
@@ -93,7 +86,7 @@ static void check_subsets(const locks_model *m, locks_selector sel, const int32_
         const int32_t *pr = text + 50 * s;
         for (int k = 0; k < NC; k++)
             if (plen[s]) CHECK(locks_ctx_prefill_seq(c[k], s, pr, plen[s], out[k]));
-        next[s] = plen[s] ? argmax(out[A], V) : 11;
+        next[s] = plen[s] ? tiny_argmax(out[A], V) : 11;
         len[s] = plen[s];
     }
     int same_b = 1, same_d = 1, moved_ok = 1, same_redo = 1, agree = 0, total = 0, decoded = 0;
@@ -120,14 +113,14 @@ static void check_subsets(const locks_model *m, locks_selector sel, const int32_
         for (int i = 0; i < n; i++) {
             const float *a = out[A] + (size_t)i * V;
             same_d &= !memcmp(a, out[D] + (size_t)(n - 1 - i) * V, sizeof(float) * (size_t)V);
-            agree += argmax(a, V) == argmax(out[C] + (size_t)i * V, V);
+            agree += tiny_argmax(a, V) == tiny_argmax(out[C] + (size_t)i * V, V);
             total++;
             if (seqs[i] == 1) {
                 fed1[len[1]] = toks[i];
                 memcpy(hist + (size_t)len[1] * V, a, sizeof(float) * (size_t)V);
             }
             len[seqs[i]]++;
-            next[seqs[i]] = argmax(a, V);
+            next[seqs[i]] = tiny_argmax(a, V);
         }
         decoded += n;
         for (int s = 0; s < NS; s++)
@@ -151,7 +144,7 @@ static void check_subsets(const locks_model *m, locks_selector sel, const int32_
             }
             same_b &= !memcmp(out[A], out[B], sizeof(float) * (size_t)V);
             len[2] = replen;
-            next[2] = argmax(out[A], V);
+            next[2] = tiny_argmax(out[A], V);
         }
     }
     const double top1 = (double)agree / total;
@@ -330,7 +323,7 @@ static void check_bad_input(const locks_model *m) {
     CHECK(locks_ctx_reset(r));
     CHECK(locks_ctx_prefill(r, pr, 30, lr));
     for (int i = 0; i < n_gen && gen_ok; i++) { /* greedy: each token the argmax of the one-sequence step */
-        gen_ok &= gen[i] == argmax(lr, V);
+        gen_ok &= gen[i] == tiny_argmax(lr, V);
         if (i + 1 < n_gen) CHECK(locks_ctx_decode_seqs(r, &s0, 1, &gen[i], lr));
     }
     test_cond(gen_ok, "locks_generate on sequence 0 of 2: %s, %d tokens", locks_status_str(st), n_gen);
