@@ -171,9 +171,10 @@ locks_status locks_cuda_attend_rows_launch(locks_cuda_cache *c, int32_t layer, i
                                            float *part_o, float2 *part_ml, float *out, cudaStream_t st);
 /* The batch the step kernels read (ws.seq_slots, step position -> slot), for callers
  * outside the backend (the GPU model engine): uploads ids[0 .. n) after the stream drains,
- * unless owner is not NULL and its list is the one held already; owner (an engine or a
- * graph; NULL for a one-off batch) is remembered. Widest selection a workspace row holds. */
-locks_status locks_cuda_use_slots(locks_cuda_cache *c, const int32_t *ids, int32_t n, const void *owner);
+ * unless owner is not NULL, its list is the one held already and changed is 0 (an owner
+ * that changed its list passes 1); owner (an engine or a graph; NULL for a one-off batch)
+ * is remembered. Widest selection a workspace row holds. */
+locks_status locks_cuda_use_slots(locks_cuda_cache *c, const int32_t *ids, int32_t n, const void *owner, int changed);
 int32_t locks_cuda_ws_max_pages(const locks_cuda_cache *c);
 
 /* Launch wrappers shared by the step and the piece-wise entries (each defined in the

@@ -185,8 +185,8 @@ static locks_status upload_slots(locks_cuda_cache *c, const int32_t *seq_ids, in
     return LOCKS_OK;
 }
 
-locks_status locks_cuda_use_slots(locks_cuda_cache *c, const int32_t *ids, int32_t n, const void *owner) {
-    if (owner && c->slots_owner == owner) return LOCKS_OK;
+locks_status locks_cuda_use_slots(locks_cuda_cache *c, const int32_t *ids, int32_t n, const void *owner, int changed) {
+    if (owner && c->slots_owner == owner && !changed) return LOCKS_OK;
     LOCKS_TRY(upload_slots(c, ids, n));
     c->slots_owner = owner;
     return LOCKS_OK;

@@ -911,13 +911,14 @@ static locks_status own_slots(lg_ctx *e) {
         rows[i] = live ? e->h_rows[i] : -1;
         step[i] = live ? e->h_rows[i] : e->h_rows[0];
     }
-    if (e->rows_dirty) { /* a new row set: upload it whoever owned the slots */
-        LOCKS_TRY(locks_cuda_use_slots(e->cc, step, e->n_seqs, NULL));
-        CU_TRY(cudaStreamSynchronize(e->st));
+    /* a new row set is uploaded whoever owned the slots; the upload drains the stream
+     * (e->st is the cache's), so the rows' slots can be copied after it */
+    LOCKS_TRY(locks_cuda_use_slots(e->cc, step, e->n_seqs, e, e->rows_dirty));
+    if (e->rows_dirty) {
         CU_TRY(cudaMemcpy(e->row_slot, rows, (size_t)e->n_seqs * 4, cudaMemcpyHostToDevice));
         e->rows_dirty = 0;
     }
-    return locks_cuda_use_slots(e->cc, step, e->n_seqs, e);
+    return LOCKS_OK;
 }
 
 static locks_status capture(lg_ctx *e, int parts) {
@@ -1111,7 +1112,7 @@ extern "C" locks_status lg_op_attend_decode(locks_cache *c, int32_t layer, int32
     locks_cuda_cache *cc = c->cuda;
     if (scale <= 0.f) scale = 1.f / sqrtf((float)c->p.head_dim);
     LOCKS_TRY(locks_cuda_ws_reserve(cc, 1, n_q_heads));
-    LOCKS_TRY(locks_cuda_use_slots(cc, &seq, 1, NULL));
+    LOCKS_TRY(locks_cuda_use_slots(cc, &seq, 1, NULL, 1));
     LOCKS_TRY(locks_cuda_qprep_launch(cc, d_q, n_q_heads * c->p.head_dim, 1, n_q_heads, scale, cc->stream));
     /* the dense path of locks_cuda_step_enqueue (an engine of one sequence) */
     LOCKS_TRY(locks_cuda_attend_launch(cc, layer, 1, n_q_heads, NULL, NULL, 0, 1, max_list, d_out, NULL, cc->stream));
