@@ -34,64 +34,195 @@ static void state_reset(attn_state st, int32_t G, int32_t d) {
 #define LOCKS_X86 1
 #include <immintrin.h>
 
-/* logit[g][t] = scale * q_g . k_t for the nt keys of an fp16 block, four heads at a
- * time (a group of fewer than four repeats its last head and drops the extra sums). */
-__attribute__((target("avx2,fma,f16c"))) static void block_logits_avx2(const uint16_t *kb, int32_t nt,
-                                                                       const float *q, int32_t G,
-                                                                       int32_t d, float scale,
-                                                                       float (*logit)[P]) {
-    for (int32_t g0 = 0; g0 < G; g0 += 4) {
-        const float *q0 = q + (size_t)g0 * d;
-        const float *q1 = q + (size_t)(g0 + 1 < G ? g0 + 1 : G - 1) * d;
-        const float *q2 = q + (size_t)(g0 + 2 < G ? g0 + 2 : G - 1) * d;
-        const float *q3 = q + (size_t)(g0 + 3 < G ? g0 + 3 : G - 1) * d;
-        const int32_t gn = G - g0 < 4 ? G - g0 : 4;
-        for (int32_t t = 0; t < nt; t++) {
-            const uint16_t *kt = kb + (size_t)t * d;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int32_t c = 0; c < d; c += 8) {
-                __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kt + c)));
-                a0 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q0 + c), a0);
-                a1 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q1 + c), a1);
-                a2 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q2 + c), a2);
-                a3 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q3 + c), a3);
+/* AVX2. The AVX-512 kernels' scheme at 8 lanes, with the logits of a block stored key
+ * major (lg[t][g], rows of GS = G rounded up to 8 floats) so that the softmax works on
+ * 8 heads per vector. Logits: 8 accumulators of 8 channels each, 2 keys x 4 heads (4
+ * keys x 2 heads, 8 keys x 1 head for the last heads of a group), summed lane-wise into
+ * one vector by a transpose-and-add tree (reduce8), so a key row is loaded once per 4
+ * heads and every product is register to register. Accumulation: 3 heads x 32 channels
+ * (12 accumulators) held in registers across the keys. Key and value rows come from
+ * the fp16 block, or (F32) from the block converted once to fp32 (many heads: the
+ * verify). Each (head, key) logit is a chain of FMAs over the channels in order, then
+ * the same tree of additions ((0+1)+(2+3))+((4+5)+(6+7)) whatever its slot; each
+ * accumulated channel is a chain of FMAs over the keys in order; the softmax works lane
+ * by lane: so a head's results do not depend on which other heads or keys share its
+ * call (the verify pass relies on that), and they are the portable path's operations
+ * (max, exp by exp8, the weights summed one by one in key order). */
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+/* Keeps v in a register: GCC would otherwise fold a value used by several FMAs into
+ * each of them as a memory operand, one load per FMA. */
+#define IN_REG(v) __asm__("" : "+x"(v))
+
+/* 8 channels of a key or value row: from fp16, or (F32) from fp32 (the same values:
+ * fp16 -> fp32 is exact). */
+AVX2_TARGET static inline __m256 load_kv8(const void *b, size_t off, const int F32) {
+    if (F32) return _mm256_loadu_ps((const float *)b + off);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)b + off)));
+}
+
+/* r[j] = the sum of the 8 lanes of a[j], ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)). */
+AVX2_TARGET static inline __m256 reduce8(const __m256 *a) {
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    /* t0 = [a0..a3 lanes 0-3 | a0..a3 lanes 4-7], t1 likewise for a4..a7 */
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* lg[t][g0 + i] = scale q_{g0 + i} . k_t for HN heads (1..4, a constant) and every key
+ * t < nt: NK = 2, 4 or 8 keys per step (the last repeated past nt); slot HW j + i holds
+ * key j, head i (HW = 4, 2, 1: a 3-head step leaves slot 4 j + 3 at zero, and column
+ * g0 + 3, padding, gets that zero). */
+AVX2_TARGET static inline __attribute__((always_inline)) void
+logits_heads_avx2(const void *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale, float *lg,
+                  int32_t GS, const int HN, const int F32) {
+    const int HW = HN > 2 ? 4 : HN, NK = 8 / HW;
+    const __m256 vs = _mm256_set1_ps(scale);
+    const float *qh = q + (size_t)g0 * d;
+    for (int32_t t0 = 0; t0 < nt; t0 += NK) {
+        size_t k[8];
+        for (int j = 0; j < NK; j++) k[j] = (size_t)(t0 + j < nt ? t0 + j : nt - 1) * d;
+        __m256 a[8];
+        for (int s = 0; s < 8; s++) a[s] = _mm256_setzero_ps();
+        for (int32_t c = 0; c < d; c += 8) {
+            __m256 x[4];
+            for (int i = 0; i < HN; i++) {
+                x[i] = _mm256_loadu_ps(qh + (size_t)i * d + c);
+                if (NK > 1) IN_REG(x[i]);
             }
-            __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-            __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-            float tmp[4];
-            _mm_storeu_ps(tmp, _mm_mul_ps(r, _mm_set1_ps(scale)));
-            for (int32_t i = 0; i < gn; i++) logit[g0 + i][t] = tmp[i];
+            for (int j = 0; j < NK; j++) {
+                __m256 kv = load_kv8(kb, k[j] + (size_t)c, F32);
+                if (HN > 1) IN_REG(kv);
+                for (int i = 0; i < HN; i++) a[HW * j + i] = _mm256_fmadd_ps(kv, x[i], a[HW * j + i]);
+            }
+        }
+        const __m256 r = _mm256_mul_ps(reduce8(a), vs);
+        float *o = lg + (size_t)t0 * GS + g0;
+        if (t0 + NK <= nt && HW == 4) {
+            _mm_storeu_ps(o, _mm256_castps256_ps128(r));
+            _mm_storeu_ps(o + GS, _mm256_extractf128_ps(r, 1));
+        } else {
+            float rs[8];
+            _mm256_storeu_ps(rs, r);
+            for (int j = 0; j < NK && t0 + j < nt; j++)
+                for (int i = 0; i < HN; i++) o[(size_t)j * GS + i] = rs[HW * j + i];
         }
     }
 }
 
-/* acc[g] += sum_t w[g][t] v_t over the nt values of an fp16 block, 8 channels and four
- * heads at a time held in registers across the tokens. */
-__attribute__((target("avx2,fma,f16c"))) static void block_accum_avx2(const uint16_t *vb, int32_t nt,
-                                                                      const float (*w)[P], int32_t G,
-                                                                      int32_t d, float *acc) {
-    for (int32_t g0 = 0; g0 < G; g0 += 4) {
-        const int32_t gn = G - g0 < 4 ? G - g0 : 4;
-        const float *w0 = w[g0], *w1 = w[gn > 1 ? g0 + 1 : g0], *w2 = w[gn > 2 ? g0 + 2 : g0],
-                    *w3 = w[gn > 3 ? g0 + 3 : g0];
-        float *o0 = acc + (size_t)g0 * d;
-        for (int32_t c = 0; c < d; c += 8) {
-            __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
-            if (gn > 1) a1 = _mm256_loadu_ps(o0 + d + c);
-            if (gn > 2) a2 = _mm256_loadu_ps(o0 + 2 * d + c);
-            if (gn > 3) a3 = _mm256_loadu_ps(o0 + 3 * d + c);
-            for (int32_t t = 0; t < nt; t++) {
-                __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vb + (size_t)t * d + c)));
-                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(w0 + t), vv, a0);
-                a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(w1 + t), vv, a1);
-                a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(w2 + t), vv, a2);
-                a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(w3 + t), vv, a3);
-            }
-            _mm256_storeu_ps(o0 + c, a0);
-            if (gn > 1) _mm256_storeu_ps(o0 + d + c, a1);
-            if (gn > 2) _mm256_storeu_ps(o0 + 2 * d + c, a2);
-            if (gn > 3) _mm256_storeu_ps(o0 + 3 * d + c, a3);
+AVX2_TARGET static inline __attribute__((always_inline)) void
+logits_avx2(const void *kb, int32_t nt, const float *q, int32_t G, int32_t d, float scale, float *lg, int32_t GS,
+            const int F32) {
+    int32_t g0 = 0;
+    for (; g0 + 4 <= G; g0 += 4) logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 4, F32);
+    switch (G - g0) {
+    case 3: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 3, F32); g0 += 4; break;
+    case 2: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 2, F32); g0 += 2; break;
+    case 1: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 1, F32); g0 += 1; break;
+    default: break;
+    }
+    for (int32_t t = 0; t < nt; t++) /* the padding columns: zeros, not stale stack */
+        for (int32_t g = g0; g < GS; g++) lg[(size_t)t * GS + g] = 0.0f;
+}
+
+AVX2_TARGET static void block_logits_avx2(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
+                                          float scale, float *lg, int32_t GS) {
+    logits_avx2(kb, nt, q, G, d, scale, lg, GS, 0);
+}
+
+AVX2_TARGET static void block_logits_f32_avx2(const float *kf, int32_t nt, const float *q, int32_t G, int32_t d,
+                                              float scale, float *lg, int32_t GS) {
+    logits_avx2(kf, nt, q, G, d, scale, lg, GS, 1);
+}
+
+/* acc[g0 + i][c0 .. c0 + 8 NC) += sum_t w[t][g0 + i] v_t[...] for HN heads (1..3) and
+ * NC 8-channel vectors (1 or 4), all held in registers across the nt keys (w key major,
+ * rows of GS). */
+AVX2_TARGET static inline __attribute__((always_inline)) void
+accum_tile_avx2(const void *vb, int32_t nt, const float *w, int32_t GS, int32_t g0, int32_t c0, int32_t d, float *acc,
+                const int HN, const int NC, const int F32) {
+    __m256 a[3][4];
+    for (int i = 0; i < HN; i++)
+        for (int v = 0; v < NC; v++) a[i][v] = _mm256_loadu_ps(acc + (size_t)(g0 + i) * d + c0 + 8 * v);
+    for (int32_t t = 0; t < nt; t++) {
+        __m256 wt[3];
+        for (int i = 0; i < HN; i++) wt[i] = _mm256_broadcast_ss(w + (size_t)t * GS + g0 + i);
+        for (int v = 0; v < NC; v++) {
+            __m256 vv = load_kv8(vb, (size_t)t * d + (size_t)c0 + 8 * (size_t)v, F32);
+            if (HN > 1) IN_REG(vv);
+            for (int i = 0; i < HN; i++) a[i][v] = _mm256_fmadd_ps(wt[i], vv, a[i][v]);
         }
+    }
+    for (int i = 0; i < HN; i++)
+        for (int v = 0; v < NC; v++) _mm256_storeu_ps(acc + (size_t)(g0 + i) * d + c0 + 8 * v, a[i][v]);
+}
+
+AVX2_TARGET static inline __attribute__((always_inline)) void
+accum_heads_avx2(const void *vb, int32_t nt, const float *w, int32_t GS, int32_t g0, int32_t d, float *acc,
+                 const int HN, const int F32) {
+    int32_t c0 = 0;
+    for (; c0 + 32 <= d; c0 += 32) accum_tile_avx2(vb, nt, w, GS, g0, c0, d, acc, HN, 4, F32);
+    for (; c0 < d; c0 += 8) accum_tile_avx2(vb, nt, w, GS, g0, c0, d, acc, HN, 1, F32);
+}
+
+AVX2_TARGET static inline __attribute__((always_inline)) void
+accum_avx2(const void *vb, int32_t nt, const float *w, int32_t GS, int32_t G, int32_t d, float *acc, const int F32) {
+    int32_t g0 = 0;
+    for (; g0 + 3 <= G; g0 += 3) accum_heads_avx2(vb, nt, w, GS, g0, d, acc, 3, F32);
+    if (G - g0 == 2) accum_heads_avx2(vb, nt, w, GS, g0, d, acc, 2, F32);
+    if (G - g0 == 1) accum_heads_avx2(vb, nt, w, GS, g0, d, acc, 1, F32);
+}
+
+AVX2_TARGET static void block_accum_avx2(const uint16_t *vb, int32_t nt, const float *w, int32_t GS, int32_t G,
+                                         int32_t d, float *acc) {
+    accum_avx2(vb, nt, w, GS, G, d, acc, 0);
+}
+
+AVX2_TARGET static void block_accum_f32_avx2(const float *vf, int32_t nt, const float *w, int32_t GS, int32_t G,
+                                             int32_t d, float *acc) {
+    accum_avx2(vf, nt, w, GS, G, d, acc, 1);
+}
+
+/* exp(x) for 8 floats: LOCKS_EXP_CEPHES (vmath.h), as vmath's exp8, so the same values. */
+AVX2_TARGET static inline __m256 exp8(__m256 x) {
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+    __m256 res;
+    LOCKS_EXP_CEPHES(256, _mm256_round_ps, x, res);
+    return _mm256_andnot_ps(under, res);
+}
+
+/* attend_block's softmax step on AVX2, 8 heads per vector over the key-major logits lg
+ * [nt][GS]: the portable path's operations lane by lane (the maximum of the state's and
+ * the block's, one key at a time; exp(logit - max) by exp8, as locks_exp_n; the weights
+ * summed one by one in key order), so its results bit for bit. */
+AVX2_TARGET static void block_softmax_avx2(float *lg, int32_t GS, int32_t nt, int32_t G, int32_t d, attn_state st) {
+    for (int32_t g0 = 0; g0 < G; g0 += 8) {
+        const int32_t gn = G - g0 < 8 ? G - g0 : 8;
+        float m[8] = {0}, l[8];
+        for (int32_t i = 0; i < gn; i++) m[i] = st.m[g0 + i];
+        const __m256 m_old = _mm256_loadu_ps(m);
+        __m256 mx = m_old;
+        for (int32_t t = 0; t < nt; t++) mx = _mm256_max_ps(_mm256_loadu_ps(lg + (size_t)t * GS + g0), mx);
+        _mm256_storeu_ps(m, mx);
+        int up = _mm256_movemask_ps(_mm256_cmp_ps(mx, m_old, _CMP_GT_OQ)) & ((1 << gn) - 1);
+        while (up) {
+            const int i = __builtin_ctz((unsigned)up);
+            up &= up - 1;
+            const int32_t g = g0 + i;
+            const float corr = expf(st.m[g] - m[i]); /* 0 on the first block (m = -inf) */
+            float *acc = st.acc + (size_t)g * d;
+            st.l[g] *= corr;
+            for (int32_t x = 0; x < d; x++) acc[x] *= corr;
+            st.m[g] = m[i];
+        }
+        __m256 sum = _mm256_setzero_ps();
+        for (int32_t t = 0; t < nt; t++) {
+            float *row = lg + (size_t)t * GS + g0;
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row), mx));
+            _mm256_storeu_ps(row, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        _mm256_storeu_ps(l, sum);
+        for (int32_t i = 0; i < gn; i++) st.l[g0 + i] += l[i];
     }
 }
 
@@ -273,8 +404,12 @@ void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t 
         block_logits_avx512(kb, nt, q, G, d, scale, logit);
         return;
     }
-    if (locks_have_avx2()) {
-        block_logits_avx2(kb, nt, q, G, d, scale, logit);
+    if (locks_have_avx2()) { /* key major, then transposed */
+        const int32_t GS = (G + 7) / 8 * 8;
+        float lg[P * 64];
+        block_logits_avx2(kb, nt, q, G, d, scale, lg, GS);
+        for (int32_t g = 0; g < G; g++)
+            for (int32_t t = 0; t < nt; t++) logit[g][t] = lg[(size_t)t * GS + g];
         return;
     }
 #endif
@@ -289,10 +424,6 @@ static void block_accum(const uint16_t *vb, int32_t nt, const float (*w)[P], int
 #ifdef LOCKS_X86
     if (locks_have_avx512()) {
         block_accum_avx512(vb, nt, w, G, d, acc);
-        return;
-    }
-    if (locks_have_avx2()) {
-        block_accum_avx2(vb, nt, w, G, d, acc);
         return;
     }
 #endif
@@ -319,7 +450,6 @@ static void prefetch_blocks(const uint16_t *kb, const uint16_t *vb, size_t bytes
     }
 }
 
-/* Folds the first nt tokens of one (page, KV head) block into the state of G heads. */
 #ifdef LOCKS_X86
 /* attend_block's softmax step, one head's 16 logits as one vector: masked max, exp16,
  * the sum by a fixed tree; logits from nt on become 0. */
@@ -340,8 +470,10 @@ AVX512_TARGET static void block_softmax_avx512(float (*logit)[P], int32_t nt, in
         st.l[g] += _mm512_reduce_add_ps(e);
     }
 }
+
 #endif
 
+/* Folds the first nt tokens of one (page, KV head) block into the state of G heads. */
 static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, const float *q,
                          int32_t G, int32_t d, float scale, attn_state st) {
     float logit[64][P]; /* G <= 64 (checked by the callers) */
@@ -359,6 +491,23 @@ static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, con
         block_logits_avx512(kb, nt, q, G, d, scale, logit);
         block_softmax_avx512(logit, nt, G, d, st);
         block_accum(vb, nt, (const float(*)[P])logit, G, d, st.acc);
+        return;
+    }
+    if (locks_have_avx2()) { /* the logits key major: lg [nt][GS] */
+        const int32_t GS = (G + 7) / 8 * 8;
+        float *lg = &logit[0][0];
+        if (G > 4) { /* several passes over the heads: convert K and V once */
+            float kf[P * LOCKS_MAX_HEAD_DIM], vf[P * LOCKS_MAX_HEAD_DIM];
+            locks_f16_to_f32_n(kb, kf, (size_t)nt * d);
+            locks_f16_to_f32_n(vb, vf, (size_t)nt * d);
+            block_logits_f32_avx2(kf, nt, q, G, d, scale, lg, GS);
+            block_softmax_avx2(lg, GS, nt, G, d, st);
+            block_accum_f32_avx2(vf, nt, lg, GS, G, d, st.acc);
+            return;
+        }
+        block_logits_avx2(kb, nt, q, G, d, scale, lg, GS);
+        block_softmax_avx2(lg, GS, nt, G, d, st);
+        block_accum_avx2(vb, nt, lg, GS, G, d, st.acc);
         return;
     }
 #endif
