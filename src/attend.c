@@ -673,8 +673,9 @@ locks_status locks_attend_run(locks_cache *c, int32_t layer, locks_seq_work *w, 
  * every page of chunk c once into the state of every query of the run that sees it.
  * The queries that see a page whole are a suffix of the run and go through attend_block
  * together as (queries x G) heads; the few that see it partially (their last page) one
- * by one. attend_block's arithmetic is per head (the 4-head groups of the AVX2 kernels
- * compute each head's dot products and sums alike in any slot, exp is elementwise), and
+ * by one. attend_block's arithmetic is per head (the SIMD kernels compute each head's
+ * dot products and sums alike in any slot and lane, exp is elementwise; fp32 K/V for
+ * many heads are the fp16 values exactly), and
  * the merge below is locks_attend_run's, so each query's output is bit for bit its own
  * decode step's. */
 
