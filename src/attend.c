@@ -40,24 +40,22 @@ static void state_reset(attn_state st, int32_t G, int32_t d) {
  * keys x 2 heads, 8 keys x 1 head for the last heads of a group), summed lane-wise into
  * one vector by a transpose-and-add tree (reduce8), so a key row is loaded once per 4
  * heads and every product is register to register. Accumulation: 3 heads x 32 channels
- * (12 accumulators) held in registers across the keys. Key and value rows come from
- * the fp16 block, or (F32) from the block converted once to fp32 (many heads: the
- * verify). Each (head, key) logit is a chain of FMAs over the channels in order, then
+ * (12 accumulators) held in registers across the keys. Key and value rows are
+ * converted from fp16 as they are loaded, also for many heads (the verify): on Zen 3
+ * that beat converting the block to fp32 once. Each (head, key) logit is a chain of FMAs over the channels in order, then
  * the same tree of additions ((0+1)+(2+3))+((4+5)+(6+7)) whatever its slot; each
  * accumulated channel is a chain of FMAs over the keys in order; the softmax works lane
  * by lane: so a head's results do not depend on which other heads or keys share its
  * call (the verify pass relies on that), and they are the portable path's operations
  * (max, exp by exp8, the weights summed one by one in key order). */
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-/* Keeps v in a register: GCC would otherwise fold a value used by several FMAs into
- * each of them as a memory operand, one load per FMA. */
+/* Keeps v (a query row) in a register: GCC would otherwise fold a value used by several
+ * FMAs into each of them as a memory operand, one load per FMA. */
 #define IN_REG(v) __asm__("" : "+x"(v))
 
-/* 8 channels of a key or value row: from fp16, or (F32) from fp32 (the same values:
- * fp16 -> fp32 is exact). */
-AVX2_TARGET static inline __m256 load_kv8(const void *b, size_t off, const int F32) {
-    if (F32) return _mm256_loadu_ps((const float *)b + off);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)b + off)));
+/* 8 channels of an fp16 key or value row, in fp32. */
+AVX2_TARGET static inline __m256 load_kv8(const uint16_t *b, size_t off) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + off)));
 }
 
 /* r[j] = the sum of the 8 lanes of a[j], ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)). */
@@ -73,8 +71,8 @@ AVX2_TARGET static inline __m256 reduce8(const __m256 *a) {
  * key j, head i (HW = 4, 2, 1: a 3-head step leaves slot 4 j + 3 at zero, and column
  * g0 + 3, padding, gets that zero). */
 AVX2_TARGET static inline __attribute__((always_inline)) void
-logits_heads_avx2(const void *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale, float *lg,
-                  int32_t GS, const int HN, const int F32) {
+logits_heads_avx2(const uint16_t *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale, float *lg,
+                  int32_t GS, const int HN) {
     const int HW = HN > 2 ? 4 : HN, NK = 8 / HW;
     const __m256 vs = _mm256_set1_ps(scale);
     const float *qh = q + (size_t)g0 * d;
@@ -90,8 +88,7 @@ logits_heads_avx2(const void *kb, int32_t nt, const float *q, int32_t g0, int32_
                 if (NK > 1) IN_REG(x[i]);
             }
             for (int j = 0; j < NK; j++) {
-                __m256 kv = load_kv8(kb, k[j] + (size_t)c, F32);
-                if (HN > 1) IN_REG(kv);
+                const __m256 kv = load_kv8(kb, k[j] + (size_t)c);
                 for (int i = 0; i < HN; i++) a[HW * j + i] = _mm256_fmadd_ps(kv, x[i], a[HW * j + i]);
             }
         }
@@ -109,37 +106,26 @@ logits_heads_avx2(const void *kb, int32_t nt, const float *q, int32_t g0, int32_
     }
 }
 
-AVX2_TARGET static inline __attribute__((always_inline)) void
-logits_avx2(const void *kb, int32_t nt, const float *q, int32_t G, int32_t d, float scale, float *lg, int32_t GS,
-            const int F32) {
+AVX2_TARGET static void block_logits_avx2(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
+                                          float scale, float *lg, int32_t GS) {
     int32_t g0 = 0;
-    for (; g0 + 4 <= G; g0 += 4) logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 4, F32);
+    for (; g0 + 4 <= G; g0 += 4) logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 4);
     switch (G - g0) {
-    case 3: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 3, F32); g0 += 4; break;
-    case 2: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 2, F32); g0 += 2; break;
-    case 1: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 1, F32); g0 += 1; break;
+    case 3: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 3); g0 += 4; break;
+    case 2: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 2); g0 += 2; break;
+    case 1: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 1); g0 += 1; break;
     default: break;
     }
     for (int32_t t = 0; t < nt; t++) /* the padding columns: zeros, not stale stack */
         for (int32_t g = g0; g < GS; g++) lg[(size_t)t * GS + g] = 0.0f;
 }
 
-AVX2_TARGET static void block_logits_avx2(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
-                                          float scale, float *lg, int32_t GS) {
-    logits_avx2(kb, nt, q, G, d, scale, lg, GS, 0);
-}
-
-AVX2_TARGET static void block_logits_f32_avx2(const float *kf, int32_t nt, const float *q, int32_t G, int32_t d,
-                                              float scale, float *lg, int32_t GS) {
-    logits_avx2(kf, nt, q, G, d, scale, lg, GS, 1);
-}
-
 /* acc[g0 + i][c0 .. c0 + 8 NC) += sum_t w[t][g0 + i] v_t[...] for HN heads (1..3) and
  * NC 8-channel vectors (1 or 4), all held in registers across the nt keys (w key major,
  * rows of GS). */
 AVX2_TARGET static inline __attribute__((always_inline)) void
-accum_tile_avx2(const void *vb, int32_t nt, const float *w, int32_t GS, int32_t g0, int32_t c0, int32_t d, float *acc,
-                const int HN, const int NC, const int F32) {
+accum_tile_avx2(const uint16_t *vb, int32_t nt, const float *w, int32_t GS, int32_t g0, int32_t c0, int32_t d,
+                float *acc, const int HN, const int NC) {
     __m256 a[3][4];
     for (int i = 0; i < HN; i++)
         for (int v = 0; v < NC; v++) a[i][v] = _mm256_loadu_ps(acc + (size_t)(g0 + i) * d + c0 + 8 * v);
@@ -147,8 +133,7 @@ accum_tile_avx2(const void *vb, int32_t nt, const float *w, int32_t GS, int32_t 
         __m256 wt[3];
         for (int i = 0; i < HN; i++) wt[i] = _mm256_broadcast_ss(w + (size_t)t * GS + g0 + i);
         for (int v = 0; v < NC; v++) {
-            __m256 vv = load_kv8(vb, (size_t)t * d + (size_t)c0 + 8 * (size_t)v, F32);
-            if (HN > 1) IN_REG(vv);
+            const __m256 vv = load_kv8(vb, (size_t)t * d + (size_t)c0 + 8 * (size_t)v);
             for (int i = 0; i < HN; i++) a[i][v] = _mm256_fmadd_ps(wt[i], vv, a[i][v]);
         }
     }
@@ -157,29 +142,19 @@ accum_tile_avx2(const void *vb, int32_t nt, const float *w, int32_t GS, int32_t 
 }
 
 AVX2_TARGET static inline __attribute__((always_inline)) void
-accum_heads_avx2(const void *vb, int32_t nt, const float *w, int32_t GS, int32_t g0, int32_t d, float *acc,
-                 const int HN, const int F32) {
+accum_heads_avx2(const uint16_t *vb, int32_t nt, const float *w, int32_t GS, int32_t g0, int32_t d, float *acc,
+                 const int HN) {
     int32_t c0 = 0;
-    for (; c0 + 32 <= d; c0 += 32) accum_tile_avx2(vb, nt, w, GS, g0, c0, d, acc, HN, 4, F32);
-    for (; c0 < d; c0 += 8) accum_tile_avx2(vb, nt, w, GS, g0, c0, d, acc, HN, 1, F32);
-}
-
-AVX2_TARGET static inline __attribute__((always_inline)) void
-accum_avx2(const void *vb, int32_t nt, const float *w, int32_t GS, int32_t G, int32_t d, float *acc, const int F32) {
-    int32_t g0 = 0;
-    for (; g0 + 3 <= G; g0 += 3) accum_heads_avx2(vb, nt, w, GS, g0, d, acc, 3, F32);
-    if (G - g0 == 2) accum_heads_avx2(vb, nt, w, GS, g0, d, acc, 2, F32);
-    if (G - g0 == 1) accum_heads_avx2(vb, nt, w, GS, g0, d, acc, 1, F32);
+    for (; c0 + 32 <= d; c0 += 32) accum_tile_avx2(vb, nt, w, GS, g0, c0, d, acc, HN, 4);
+    for (; c0 < d; c0 += 8) accum_tile_avx2(vb, nt, w, GS, g0, c0, d, acc, HN, 1);
 }
 
 AVX2_TARGET static void block_accum_avx2(const uint16_t *vb, int32_t nt, const float *w, int32_t GS, int32_t G,
                                          int32_t d, float *acc) {
-    accum_avx2(vb, nt, w, GS, G, d, acc, 0);
-}
-
-AVX2_TARGET static void block_accum_f32_avx2(const float *vf, int32_t nt, const float *w, int32_t GS, int32_t G,
-                                             int32_t d, float *acc) {
-    accum_avx2(vf, nt, w, GS, G, d, acc, 1);
+    int32_t g0 = 0;
+    for (; g0 + 3 <= G; g0 += 3) accum_heads_avx2(vb, nt, w, GS, g0, d, acc, 3);
+    if (G - g0 == 2) accum_heads_avx2(vb, nt, w, GS, g0, d, acc, 2);
+    if (G - g0 == 1) accum_heads_avx2(vb, nt, w, GS, g0, d, acc, 1);
 }
 
 /* exp(x) for 8 floats: LOCKS_EXP_CEPHES (vmath.h), as vmath's exp8, so the same values. */
@@ -496,15 +471,6 @@ static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, con
     if (locks_have_avx2()) { /* the logits key major: lg [nt][GS] */
         const int32_t GS = (G + 7) / 8 * 8;
         float *lg = &logit[0][0];
-        if (G > 4) { /* several passes over the heads: convert K and V once */
-            float kf[P * LOCKS_MAX_HEAD_DIM], vf[P * LOCKS_MAX_HEAD_DIM];
-            locks_f16_to_f32_n(kb, kf, (size_t)nt * d);
-            locks_f16_to_f32_n(vb, vf, (size_t)nt * d);
-            block_logits_f32_avx2(kf, nt, q, G, d, scale, lg, GS);
-            block_softmax_avx2(lg, GS, nt, G, d, st);
-            block_accum_f32_avx2(vf, nt, lg, GS, G, d, st.acc);
-            return;
-        }
         block_logits_avx2(kb, nt, q, G, d, scale, lg, GS);
         block_softmax_avx2(lg, GS, nt, G, d, st);
         block_accum_avx2(vb, nt, lg, GS, G, d, st.acc);
