@@ -10,7 +10,8 @@
  *  - locks_prefill_attend (causal) over a chunk of positions; and chunks that start
  *    mid-page, span more than one query tile and end in a partial tile, G in {1, 3, 4},
  *    d in {64, 128};
- *  - G in {1, 3, 4, 8} x d in {64, 128} for page lists, dense decode and verify;
+ *  - G in {1, 3, 4, 6, 8} x d in {64, 128, 72} for page lists, dense decode and verify
+ *    (every head-group width of the AVX2 kernels: 4 + 2, a last group of 1, 2, 3);
  * each on every kernel set (portable, AVX2, AVX-512: locks_cpu_set_isa).
  */
 #include "test_util.h"
@@ -344,15 +345,15 @@ static void perf_verify(int32_t len) {
     free_fixture(&f);
 }
 
-/* The GQA ratios and head sizes of common models (G in {1, 3, 4, 8}, d in {64, 128}),
+/* The GQA ratios and head sizes of common models (G in {1, 3, 4, 6, 8}, d in {64, 128}),
  * every kernel set, a length crossing pages with a partial last one, two threads (so
  * the decode splits into chunks merged by log-sum-exp): page lists, dense decode, verify
  * and a prefill chunk against the float64 reference / the single-query path. */
 static void test_gqa_shapes(void) {
-    const int32_t groups[4] = {1, 3, 4, 8}, dims[3] = {64, 128, 72 /* a masked tail */};
+    const int32_t groups[5] = {1, 3, 4, 6, 8}, dims[3] = {64, 128, 72 /* a masked tail */};
     for (int32_t ii = 0; ii < 3; ii++) {
         if (!use_isa(isas[ii])) continue;
-        for (int32_t gi = 0; gi < 4; gi++)
+        for (int32_t gi = 0; gi < 5; gi++)
             for (int32_t di = 0; di < 3; di++) {
                 const int32_t H = tu_int(1, 2), len = 16 * tu_int(3, 12) + tu_int(1, 15);
                 fixture f = make_fixture(H, groups[gi], dims[di], len, 2, LOCKS_SUMMARY_Q, 8);
