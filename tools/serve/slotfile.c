@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -83,6 +84,19 @@ static uint64_t file_hash(unsigned char *img, size_t n) {
     return h;
 }
 
+/* A file image's buffer: 2 MB aligned and marked for transparent huge pages when it is
+ * large, so reading 200 MB into it takes a hundred page faults rather than fifty
+ * thousand (freed with free). */
+static void *image_alloc(size_t n) {
+    const size_t huge = (size_t)2 << 20;
+    if (n < huge) return malloc(n ? n : 1);
+    void *p = aligned_alloc(huge, (n + huge - 1) & ~(huge - 1));
+#ifdef MADV_HUGEPAGE
+    if (p) (void)madvise(p, (n + huge - 1) & ~(huge - 1), MADV_HUGEPAGE); /* a hint */
+#endif
+    return p;
+}
+
 void op_fail(slot_op *op, int http, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -133,7 +147,7 @@ static void op_save(slot_op *op, slot *s) {
     const slot_sizes z = sizes_of(&h);
     const int32_t n = s->n_tokens, L = (int32_t)h.n_layers;
     const size_t per = z.kv / (size_t)L, per_sum = z.sums / (h.n_sum_layers ? h.n_sum_layers : 1);
-    unsigned char *img = malloc(z.total);
+    unsigned char *img = image_alloc(z.total);
     if (!img) {
         op_fail(op, 500, "out of memory");
         return;
@@ -208,7 +222,7 @@ static void op_restore(slot_op *op, slot *s) {
         op_fail(op, 400, "the slot file is %lld bytes, %zu expected (truncated?)", (long long)sb.st_size, z.total);
         goto out;
     }
-    img = malloc(z.total);
+    img = image_alloc(z.total);
     if (!img) {
         op_fail(op, 500, "out of memory");
         goto out;
