@@ -364,8 +364,9 @@ locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_
  *
  * A record is one (page, KV head) summary of locks_summary_bytes(head_dim, rank, prec)
  * bytes, its arrays in this order, host byte order, no padding:
- *   LOCKS_SUMMARY_Q:   mu int8[d], mu scale fp16, V int4[r][d / 2 bytes], V scales
- *                      fp16[r], C int8[16][r], C scales fp16[r] (the Summary format above)
+ *   LOCKS_SUMMARY_Q:   mu int8[d], mu scale fp16, V int4[r][d] (d / 2 bytes a row, low
+ *                      nibble first), V scales fp16[r], C int8[16][r], C scales fp16[r]
+ *                      (the Summary format above)
  *   LOCKS_SUMMARY_F32: mu f32[d], V f32[r][d], C f32[16][r]
  *
  * read_summaries: dst [len / 16][Hkv][record] gets the records of the sequence's full

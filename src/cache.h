@@ -12,7 +12,9 @@
  *    (locks_cache_check_written), so appended but unwritten tokens, or layers written
  *    to different lengths, are an error and never read as zeros. A page is full when the mask is 0xffff;
  *    its summaries (and every selector's page metadata) are built by the write that
- *    fills it (and rebuilt by any later write into it).
+ *    fills it (and rebuilt by any later write into it); only locks_cache_write_f16 given
+ *    summaries copies them instead, for the pages it covers whole (the metadata is
+ *    still built from the keys).
  *  - Summaries of (layer, KV head) are page-major arrays indexed by physical page (see
  *    locks_cache_summaries); only the arrays of the cache's precision are allocated.
  *  - A sequence's pages are table[0 .. n_pages_seq) and its length len satisfies
