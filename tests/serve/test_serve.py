@@ -21,6 +21,8 @@ import time
 import urllib.error
 import urllib.request
 
+import xxhash
+
 import pytest
 
 openai = pytest.importorskip("openai")
@@ -458,34 +460,11 @@ def test_gemma3_chat_template():
         MODEL = saved
 
 
-M64 = (1 << 64) - 1
-
-
-def _mix64(x):
-    x ^= x >> 33
-    x = x * 0xff51afd7ed558ccd & M64
-    x ^= x >> 33
-    x = x * 0xc4ceb9fe1a85ec53 & M64
-    return x ^ (x >> 33)
-
 
 def slot_checksum(img):
-    """slotfile.c's checksum of a slot file image (its checksum field, bytes 176..184, as 0)."""
-    img = img[:176] + bytes(8) + img[184:]
-    K = 0x9e3779b97f4a7c15
-    h = [1, 2, 3, 4]
-    n32 = len(img) // 32 * 32
-    words = memoryview(img[:n32]).cast("Q")
-    for i in range(0, len(words), 4):
-        for j in range(4):
-            x = (h[j] ^ words[i + j]) * K & M64
-            h[j] = (x << 29 | x >> 35) & M64
-    x = len(img)
-    for j in range(4):
-        x = (x ^ _mix64(h[j])) * K & M64
-    for byte in img[n32:]:
-        x = (x ^ byte) * K & M64
-    return _mix64(x)
+    """slotfile.c's checksum of a slot file image: XXH3-64 (seed 0) with its checksum
+    field, bytes 176..184, as 0."""
+    return xxhash.xxh3_64_intdigest(img[:176] + bytes(8) + img[184:])
 
 
 def slot_layout(data):

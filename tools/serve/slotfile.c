@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <xxhash.h>
+
 #include "serve_internal.h"
 #include "util.h"
 
@@ -28,8 +30,8 @@
  *   sums     [n_sum_layers][n / 16][n_kv_heads][sum_bytes] (locks_ctx_seq_read_summaries,
  *            the layers with summaries in model order)
  *
- * checksum: slot_hash of the whole file with the checksum field read as 0, so a flipped
- * or torn byte anywhere is refused rather than loaded. Restore reads the file in one
+ * checksum: XXH3-64 (libxxhash, seed 0) of the whole file with the checksum field read
+ * as 0, so a flipped or torn byte anywhere is refused rather than loaded. Restore reads the file in one
  * fread and hands the K/V and the summaries to locks_ctx_seq_load as they lie in it:
  * nothing is converted or rebuilt. A file whose summary shape differs from this
  * server's cache (another --rank) still restores: its K/V are valid for the model, so
@@ -47,39 +49,12 @@ typedef struct {
 } slot_header;
 _Static_assert(offsetof(slot_header, rank) == SLOT_V1_HEADER && sizeof(slot_header) == 184, "slot_header layout");
 
-/* A 64-bit hash over 4 lanes of 8-byte words (lane = rotl((lane ^ w) * K, 29), a
- * bijection of the lane for each w): a change of any one word always changes the
- * result; a memory-speed pass, not a cryptographic one. */
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-static uint64_t slot_hash(const unsigned char *p, size_t n) {
-    const uint64_t K = 0x9e3779b97f4a7c15ull;
-    uint64_t h[4] = {1, 2, 3, 4}, w;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int j = 0; j < 4; j++) {
-            memcpy(&w, p + i + 8 * (size_t)j, 8);
-            h[j] = (h[j] ^ w) * K;
-            h[j] = h[j] << 29 | h[j] >> 35;
-        }
-    uint64_t x = (uint64_t)n;
-    for (int j = 0; j < 4; j++) x = (x ^ mix64(h[j])) * K;
-    for (; i < n; i++) x = (x ^ p[i]) * K;
-    return mix64(x);
-}
-
 /* The checksum of a whole file image (its header's checksum field taken as 0). */
 static uint64_t file_hash(unsigned char *img, size_t n) {
     uint64_t saved;
     memcpy(&saved, img + offsetof(slot_header, checksum), 8);
     memset(img + offsetof(slot_header, checksum), 0, 8);
-    const uint64_t h = slot_hash(img, n);
+    const uint64_t h = (uint64_t)XXH3_64bits(img, n);
     memcpy(img + offsetof(slot_header, checksum), &saved, 8);
     return h;
 }
