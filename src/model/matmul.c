@@ -369,8 +369,8 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
     if (locks_have_avx512() && matmul_rows_avx512(j->w, a, j->y, j->ldy, r0, r1)) return;
     if (locks_have_avx2() && matmul_rows_avx2(j->w, a, j->y, j->ldy, r0, r1)) return;
 #endif
-    if (quant_is_ext(j->w->type)) { /* Q5_x and K-quants: quant.c, SIMD inside */
-        quant_rows(j->w, a, j->y, j->ldy, r0, r1);
+    if (quant_is_ext(j->w->type)) { /* Q5_x and K-quants: quant.c's portable loops */
+        quant_rows_c(j->w, a, j->y, j->ldy, r0, r1);
         return;
     }
 #ifdef MATMUL_X86
