@@ -49,8 +49,6 @@
 #define GROUP 64          /* tokens per group of the decoded-tile path */
 #define DEC_BLOCKS 512    /* blocks per row a dec_tile holds (16,384 cols) */
 #define AS_FLOATS (GROUP * MAX_BLOCKS / 8) /* act_scales' floats per array */
-/* A single token against a weight above this streams it one row at a time. */
-#define STREAM_BYTES ((size_t)64 << 20)
 
 static const int32_t q6k_half_idx[4][8] __attribute__((aligned(32))) = {
     {0, 0, 0, 0, 1, 1, 1, 1}, {2, 2, 2, 2, 3, 3, 3, 3}, {4, 4, 4, 4, 5, 5, 5, 5}, {6, 6, 6, 6, 7, 7, 7, 7}};
@@ -111,11 +109,11 @@ AVX2_INLINE void chunk_scales(ggml_type t, const uint8_t *row, int32_t c, int nb
         *mn = _mm256_setzero_ps();
     } else {
         /* the dword at each block's start: d, then m (Q4_1 / Q5_1) or quant bytes */
-        const int bb = (int)quant_block_bytes(t);
-        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bb));
-        const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(nblk), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        __m256i g = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)(row + (size_t)c * 8 * bb),
-                                                idx, live, 1);
+        const size_t bb = quant_block_bytes(t);
+        const uint8_t *p = row + (size_t)c * 8 * bb;
+        uint32_t v[8];
+        for (int k = 0; k < 8; k++) v[k] = k < nblk ? rd32(p + k * bb) : 0;
+        __m256i g = _mm256_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6], (int)v[7]);
         /* [d0-3, x0-3 | d4-7, x4-7] as uint16, then d0-7 | x0-7 */
         __m256i h = _mm256_packus_epi32(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(g, 16));
         h = _mm256_permute4x64_epi64(h, _MM_SHUFFLE(3, 1, 2, 0));
@@ -357,8 +355,9 @@ AVX2_INLINE void tile_nr(ggml_type t, const matmul_weight *w, int32_t row, const
 }
 
 /* Rows [r0, r1) x every token, for one block type (a constant after inlining). Up to
- * TILE_T tokens (decode: 1): tiles of 4 rows read from the weights (a single token
- * against a weight larger than STREAM_BYTES: one row at a time). More: the tokens by
+ * TILE_T tokens (decode: 1): tiles of 4 rows read from the weights (also for a weight
+ * far larger than the cache: unlike AVX-512, streaming it one row at a time was slower
+ * on AVX2 in interleaved A/B runs on Gemma 3's output matrix). More: the tokens by
  * groups of GROUP, each tile of 4 rows decoded once per group into dt for all the
  * group's token tiles. */
 AVX2_INLINE void rows_q(ggml_type t, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
@@ -371,9 +370,8 @@ AVX2_INLINE void rows_q(ggml_type t, const matmul_weight *w, const matmul_act *a
             for (int k = 0; k < nt; k++) xg[k] = a->xq + (size_t)(t0 + k) * nb;
             act_scales_fill(as, xg, nt, nb);
             float *yt = y + (size_t)t0 * ldy;
-            const int stream = n == 1 && (size_t)w->rows * w->row_bytes > STREAM_BYTES;
             int32_t r = r0;
-            for (; r + TILE_R <= r1 && !stream; r += TILE_R)
+            for (; r + TILE_R <= r1; r += TILE_R)
                 tile_nr(t, w, r, NULL, xg, as, 0, yt, ldy, TILE_R, nt, 0, vnni);
             for (; r < r1; r++) tile_nr(t, w, r, NULL, xg, as, 0, yt, ldy, 1, nt, 0, vnni);
         }
