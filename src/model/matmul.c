@@ -1,13 +1,15 @@
 /*
  * matmul.c — y = W x on GGUF weight types, one vector (decode) or a batch (prefill).
  *
- * Two versions of the block kernels: plain C loops (portable, the reference), and on
- * x86-64 with GCC/Clang AVX2 versions chosen at run time when the CPU has AVX2/FMA/F16C
- * (locks_have_avx2; the build never assumes the host CPU), using AVX-VNNI's byte dot
- * product when present (locks_have_avxvnni). Both compute the same
- * integer block sums; only the float accumulation order differs. Rows are cut into
- * a few tasks per pool thread; inside a task, ROW_TILE rows are held in
- * cache while every vector of the batch passes over them.
+ * The block kernels with int8 activations: plain C loops here and in quant.c (portable,
+ * the reference), and on x86-64 with GCC/Clang the tile kernels of matmul_avx512.c and
+ * matmul_avx2.c, chosen at run time from what the CPU has (locks_have_avx512,
+ * locks_have_avx2; the build never assumes the host CPU). All compute the same integer
+ * block sums; only the float accumulation order differs. This file keeps the float
+ * types and the fp32-activation (exact) mode, with AVX2 versions for F32, Q4_0, Q4_1
+ * and Q8_0, and the activation quantization. Rows are cut into a few tasks per pool
+ * thread; inside a task of the C loops, ROW_TILE rows are held in cache while every
+ * vector of the batch passes over them.
  */
 #include "matmul.h"
 
@@ -192,10 +194,8 @@ static inline float dot_bf16(const uint8_t *w, const float *x, int32_t n) {
 }
 
 #ifdef MATMUL_X86
-/* ---- AVX2 block kernels: 32 products per block as u8 x s8 byte dot products summed
- * into 8 int32 lanes (maddubs + madd, or AVX-VNNI's vpdpbusd when the CPU has it),
- * scaled in fp32 with one FMA per block. The integer sums are the same either way:
- * maddubs cannot saturate here (|15 * 127 * 2| and |128 * 127 * 2| < 32768). ---- */
+/* ---- AVX2 kernels of the fp32-activation mode (Q4_0, Q4_1, Q8_0) and F32 weights; the
+ * int8 products are matmul_avx2.c's. ---- */
 
 #include "simd_avx2.h"
 
@@ -208,9 +208,8 @@ AVX2_INLINE __m256i unpack_nibbles(const uint8_t *qs) {
     return _mm256_set_m128i(hi, lo);
 }
 
-/* A weight block as bytes ready for dot_u8s8: *wa the unsigned operand, *ws the sign
- * source for the activations (Q8_0: |w| and sign(w); Q4: the nibbles, no sign), *d its
- * scale and *mo the coefficient of d_x sum(q_x) (Q4_1: m; Q4_0: -8 d; Q8_0: 0). */
+/* A weight block as bytes: *wa the nibbles (Q4) or |w|, *ws the signed bytes (Q8_0) or
+ * the nibbles, *d its scale and *mo its offset (Q4_1: m; Q4_0: -8 d; Q8_0: 0). */
 AVX2_INLINE void load_block(ggml_type type, const uint8_t *w, __m256i *wa, __m256i *ws, float *d,
                             float *mo) {
     *d = f16_at(w);

@@ -193,12 +193,7 @@ AVX2_INLINE __m256i q6k_mult(const __m256i p6[2], int j) {
 AVX2_INLINE __m256i unit_dot(ggml_type t, __m256i u, __m256i s, __m256i m6, __m256i x, const int vnni) {
     if (is_signed(t)) x = _mm256_sign_epi8(x, s);
     if (t == GGML_TYPE_Q6_K) return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), m6);
-    if (vnni) {
-        __m256i p = _mm256_setzero_si256();
-        __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(p) : "x"(u), "x"(x));
-        return p;
-    }
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+    return dot_u8s8(u, x, vnni);
 }
 
 /* ================================================================================ */
