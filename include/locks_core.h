@@ -356,6 +356,36 @@ const uint16_t *locks_cache_v_page(const locks_cache *c, int32_t layer, int32_t 
 locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,
                                      int32_t page, float *mu, float *basis, float *coef);
 
+/* A sequence's stored page summaries out and back in, as the cache holds them, so nothing
+ * is quantized again (slot save / restore): a sequence loaded with them selects exactly
+ * as the one they were read from, on any machine. CPU backend, the cache's own pages
+ * (LOCKS_ERR_UNSUPPORTED on CUDA or over the caller's pages); LOCKS_ERR_NO_SEQ for an
+ * unknown sequence, LOCKS_ERR_INVALID_ARG for a bad layer or range.
+ *
+ * A record is one (page, KV head) summary of locks_summary_bytes(head_dim, rank, prec)
+ * bytes, its arrays in this order, host byte order, no padding:
+ *   LOCKS_SUMMARY_Q:   mu int8[d], mu scale fp16, V int4[r][d] (d / 2 bytes a row, low
+ *                      nibble first), V scales fp16[r], C int8[16][r], C scales fp16[r]
+ *                      (the Summary format above)
+ *   LOCKS_SUMMARY_F32: mu f32[d], V f32[r][d], C f32[16][r]
+ *
+ * read_summaries: dst [len / 16][Hkv][record] gets the records of the sequence's full
+ * pages in layer `layer`, in logical order (dst may be NULL when it has none).
+ * LOCKS_ERR_INVALID_ARG if one of those pages is not written in full in that layer. */
+locks_status locks_cache_read_summaries(const locks_cache *c, int32_t seq_id, int32_t layer, void *dst);
+/* As locks_cache_write, with k, v [n][Hkv][d] fp16 bits stored as given (no conversion)
+ * and, if sums is not NULL, the summaries of the pages the write covers whole taken from
+ * sums instead of built: pos must then be a multiple of 16 and sums holds
+ * [(pos + n) / 16 - pos / 16][Hkv][record] records as read_summaries gives them (a page
+ * the write fills but does not cover whole, and every page when sums is NULL, gets a
+ * summary built from its keys). The selectors' page metadata is built from the keys
+ * either way. Every value is checked before anything is stored: a NaN or Inf among the
+ * K/V bits, or a record with a non-finite fp16 scale (Q) or float (F32), gives
+ * LOCKS_ERR_NONFINITE and writes nothing; any other bits are valid data (a wrong
+ * summary only selects badly, never reads out of bounds). */
+locks_status locks_cache_write_f16(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n,
+                                   const uint16_t *k, const uint16_t *v, const void *sums);
+
 /* Bytes of summaries stored per (page, KV head): on the CPU the bytes the cache's
  * summary arrays hold, divided by (layers x KV heads x pages) (802 at d = 128, r = 8,
  * LOCKS_SUMMARY_Q); on CUDA locks_summary_bytes of the cache's shape (the device pads

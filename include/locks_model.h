@@ -276,15 +276,37 @@ int32_t locks_ctx_seq_shareable(const locks_ctx *c, int32_t src, int32_t max_n);
  * layer keeps only its last positions (locks_ctx_params.swa_rollback): the earlier ones,
  * never attended again, read as 0. */
 locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t layer, uint16_t *k, uint16_t *v);
+/* Bytes of one page summary record (one full page, one KV head) of the context's cache:
+ * locks_summary_bytes(head_dim, rank, summary_prec); 0 for NULL. */
+size_t locks_ctx_summary_bytes(const locks_ctx *c);
+/* Sequence seq's page summaries of one layer as the cache stores them: dst [len / 16]
+ * [n_kv_heads][locks_ctx_summary_bytes] gets the records of its full pages in order
+ * (record layout: locks_cache_read_summaries in locks_core.h; dst may be NULL when len
+ * < 16). A sliding-window layer has none (locks_ctx_cache_layer is -1):
+ * LOCKS_ERR_INVALID_ARG, as for a bad seq or layer; LOCKS_ERR_UNSUPPORTED on CUDA. For
+ * saving a slot with its summaries. */
+locks_status locks_ctx_seq_read_summaries(const locks_ctx *c, int32_t seq, int32_t layer, void *dst);
 /* Replaces sequence seq by n tokens with the given K/V, k and v [n_layers][n][n_kv_heads]
- * [head_dim] fp16 bits as locks_ctx_seq_read_kv gives them; the summaries are rebuilt
- * from the keys (the same values as when the tokens ran). For restoring a saved slot:
- * decoding then goes on as if the tokens had been prefilled (a sliding-window layer
- * takes the positions its ring holds; below n the sequence can then be truncated only to
- * 0, as the earlier positions of the saved K/V may be the zeros of locks_ctx_seq_read_kv).
- * CPU backend only.
- * LOCKS_ERR_POOL_FULL past n_ctx (the sequence as it was), LOCKS_ERR_NONFINITE for
- * non-finite K/V and other errors leave the sequence empty. */
+ * [head_dim] fp16 bits as locks_ctx_seq_read_kv gives them, stored as given. sums: the
+ * page summaries as locks_ctx_seq_read_summaries gives them, for every layer with
+ * summaries in model order (those with locks_ctx_cache_layer >= 0, cache layer i at
+ * i), [n_cache_layers][n / 16][n_kv_heads][locks_ctx_summary_bytes], copied as given so
+ * the loaded sequence selects bit for bit as the saved one; NULL: built from the keys
+ * (the same values as when the tokens ran, on a machine whose summary build gives the
+ * same bits). The selectors' page metadata is built from the keys either way. For
+ * restoring a saved slot: decoding then goes on as if the tokens had been prefilled (a
+ * sliding-window layer takes the positions its ring holds; below n the sequence can
+ * then be truncated only to 0, as the earlier positions of the saved K/V may be the
+ * zeros of locks_ctx_seq_read_kv). CPU backend only (LOCKS_ERR_UNSUPPORTED on CUDA).
+ * Every input is checked before the sequence changes: LOCKS_ERR_INVALID_ARG (bad seq,
+ * n < 0, NULL k / v with n > 0), LOCKS_ERR_POOL_FULL past n_ctx, LOCKS_ERR_NONFINITE for
+ * a NaN or Inf among the K/V bits of any layer or a non-finite scale (Q) or float (F32)
+ * in a summary record leave the sequence as it was (any other summary bits are valid
+ * data: a wrong summary selects badly, never crashes). A later failure (allocation, a
+ * pool without the pages) leaves the sequence empty. */
+locks_status locks_ctx_seq_load(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v,
+                                const void *sums);
+/* locks_ctx_seq_load without summaries (sums = NULL): they are built from the keys. */
 locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v);
 
 /* KV traffic and time of the decode steps so far (summed over steps and layers). */

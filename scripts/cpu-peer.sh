@@ -9,7 +9,8 @@
 #   scripts/cpu-peer.sh gemma3 prefill rss
 # Models: smollm2 (SmolLM2-135M Q4_1), gemma3 (Gemma 3 270M Q4_K_M).
 # Parts:
-#   decode   tok/s at depth 0 (ours `locks run --selector full`; llama-bench -p 0 -n NGEN)
+#   decode   tok/s at depth 0 (ours `locks run --selector full`, the mean of REPS runs;
+#            llama-bench -p 0 -n NGEN -r REPS)
 #            and at the long depths (SmolLM2 7.5K; Gemma 13.4K, 16K, 32K): ours from one
 #            prefill per depth by `locks eval --fidelity --at depth` (full, LOCKS@256,
 #            LOCKS@2048, decode calls interleaved position by position over the last 64
@@ -151,8 +152,14 @@ for model in $models; do
         stamp "$model $part start"
         case $part in
         decode)
-            run "$model-d0-ours" "$LOCKS" run -m "$M" -p "The history of the" -n "$NGEN" --temp 0 -t "$THREADS" --selector full
-            ts=$(sed -n 's/^decode: .*(\([0-9.]*\) tok\/s.*/\1/p' "$RUN/$model-d0-ours.err")
+            # ours REPS times, the mean tok/s (as llama-bench's avg_ts over its -r REPS)
+            all=""
+            for r in $(seq 1 "$REPS"); do
+                run "$model-d0-ours-$r" "$LOCKS" run -m "$M" -p "The history of the" -n "$NGEN" --temp 0 -t "$THREADS" --selector full
+                all="$all $(sed -n 's/^decode: .*(\([0-9.]*\) tok\/s.*/\1/p' "$RUN/$model-d0-ours-$r.err")"
+            done
+            log "  ours at depth 0, tok/s of each run:$all"
+            ts=$(echo "$all" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.1f", s / NF }')
             run "$model-d0-llama" "$LB" -m "$M" -t "$THREADS" -p 0 -n "$NGEN" -r "$REPS" -o json
             lts=$(lb_ts "$RUN/$model-d0-llama.out" | awk '$2 > 0 { print $4 }')
             result "$model" decode "decode at depth 0, dense" "$ts" "$lts" tok/s

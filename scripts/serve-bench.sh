@@ -5,7 +5,7 @@
 #
 #   scripts/serve-bench.sh [--llama-server PATH] [-np N] [-t THREADS] [-n TOKENS]
 #                          [--lengths 4096,8192] [--gemma-len 16384] [--restore-len 8192]
-#                          [--locks-args "--budget 1024"] [-o FILE]
+#                          [--locks-args "--budget 1024"] [--parts decode,gemma,restore] [-o FILE]
 #
 # Parts (each server started fresh, then stopped; one JSON line per result):
 #  1. SmolLM2, -np N streaming clients with different prompts of each --lengths size:
@@ -15,6 +15,7 @@
 #  2. Gemma 3, one client, a --gemma-len document asked twice: TTFT first vs again
 #     (target: again <= 5% of first).
 #  3. SmolLM2, --restore-len: save slot 0 and time restoring it (target: <= 1 s).
+# --parts picks some of the three (default all: decode,gemma,restore).
 # Ours runs with LOCKS (`--selector locks`, default budget) unless --locks-args says more.
 #
 # The header records the CPU, the commit, the 1-minute load before and after. It refuses
@@ -26,6 +27,7 @@ cd "$(dirname "$0")/.."
 model=$(scripts/fetch-model.sh)
 gemma=$(scripts/fetch-model.sh gemma3-270m)
 np=4 threads=2 lengths=4096,8192 glen=16384 rlen=8192 ntok=64 llama=${LLAMA_SERVER:-} locks_args="" out=""
+parts=decode,gemma,restore
 while [ $# -gt 0 ]; do
     case $1 in
         -m) model=$2; shift 2 ;;
@@ -38,10 +40,15 @@ while [ $# -gt 0 ]; do
         --restore-len) rlen=$2; shift 2 ;;
         --llama-server) llama=$2; shift 2 ;;
         --locks-args) locks_args=$2; shift 2 ;;
+        --parts) parts=$2; shift 2 ;;
         -o) out=$2; shift 2 ;;
         *) echo "serve-bench: unknown option $1" >&2; exit 2 ;;
     esac
 done
+for p in ${parts//,/ }; do
+    case $p in decode | gemma | restore) ;; *) echo "serve-bench: unknown part '$p' (decode, gemma, restore)" >&2; exit 2 ;; esac
+done
+want() { case ",$parts," in *",$1,"*) return 0 ;; esac; return 1; }
 [ -n "$out" ] && exec > >(tee "$out")
 cli=${LOCKS_CLI:-build/locks}
 max_load=${SERVE_BENCH_MAX_LOAD:-1.2}
@@ -52,7 +59,7 @@ if awk -v l="$load" -v m="$max_load" 'BEGIN { exit !(l > m) }'; then
     exit 1
 fi
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-echo "{\"serve_bench\": \"start\", \"date\": \"$(date -u +%FT%TZ)\", \"commit\": \"$(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)\", \"cpu\": \"$cpu\", \"nproc\": $(nproc), \"threads\": $threads, \"slots\": $np, \"load_before\": $load, \"max_load\": $max_load$( [ -n "${SERVE_BENCH_MAX_LOAD:-}" ] && echo ", \"max_load_override\": \"SERVE_BENCH_MAX_LOAD=$SERVE_BENCH_MAX_LOAD (testing the script only: not a result)\"" ), \"llama_server\": \"${llama:-none}\"}"
+echo "{\"serve_bench\": \"start\", \"date\": \"$(date -u +%FT%TZ)\", \"commit\": \"$(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)\", \"cpu\": \"$cpu\", \"nproc\": $(nproc), \"threads\": $threads, \"slots\": $np, \"parts\": \"$parts\", \"load_before\": $load, \"max_load\": $max_load$( [ -n "${SERVE_BENCH_MAX_LOAD:-}" ] && echo ", \"max_load_override\": \"SERVE_BENCH_MAX_LOAD=$SERVE_BENCH_MAX_LOAD (testing the script only: not a result)\"" ), \"llama_server\": \"${llama:-none}\"}"
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_up() { # URL PID
@@ -95,9 +102,11 @@ both() {
     fi
 }
 IFS=, read -ra lens <<< "$lengths"
-for len in "${lens[@]}"; do # 1. decode and TTFT, 4 slots
-    both "$model" "$np" "$len" $(( (len * 21 / 20 + ntok + 256) * np )) ""
-done
-both "$gemma" 1 "$glen" $(( glen * 21 / 20 + ntok + 256 )) "" # 2. Gemma 3 asked twice
-both "$model" 1 "$rlen" $(( rlen * 21 / 20 + ntok + 256 )) "--slot-restore bench-$rlen.slot" # 3. slot restore
+if want decode; then
+    for len in "${lens[@]}"; do # 1. decode and TTFT, 4 slots
+        both "$model" "$np" "$len" $(( (len * 21 / 20 + ntok + 256) * np )) ""
+    done
+fi
+want gemma && both "$gemma" 1 "$glen" $(( glen * 21 / 20 + ntok + 256 )) "" # 2. Gemma 3 asked twice
+want restore && both "$model" 1 "$rlen" $(( rlen * 21 / 20 + ntok + 256 )) "--slot-restore bench-$rlen.slot" # 3. slot restore
 echo "{\"serve_bench\": \"end\", \"date\": \"$(date -u +%FT%TZ)\", \"load_after\": $(load1)}"

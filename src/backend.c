@@ -131,6 +131,50 @@ static locks_status write_kv(locks_cache *c, int32_t seq_id, int32_t layer, int3
     return c->be->write(c, seq_id, layer, pos, n, k, v);
 }
 
+static locks_status write_f16(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n,
+                              const uint16_t *k, const uint16_t *v, const void *sums) {
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return locks_fail(LOCKS_ERR_NO_SEQ, "no sequence %d", seq_id);
+    if (!c->host_pages || c->ext) /* host_pages: 0 on the CUDA backend */
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "fp16 writes on a %s (the CPU backend's own pages only)",
+                          c->ext ? "cache over the caller's pages" : "CUDA cache");
+    if (layer < 0 || layer >= c->p.n_layers)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
+    if (pos < 0 || n < 0 || pos > s->len - n)
+        return locks_fail(LOCKS_ERR_INVALID_ARG,
+                          "tokens [%d, %d + %d) are not reserved (sequence %d holds %d: append first)", pos, pos, n,
+                          seq_id, s->len);
+    if (n == 0) return LOCKS_OK;
+    if (!k || !v) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !k ? "k" : "v");
+    if (sums && pos % LOCKS_PAGE != 0)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "pos %d with summaries (must be a multiple of %d)", pos, LOCKS_PAGE);
+    locks_status st = locks_cache_check_unshared(c, seq_id, pos, n); /* shared pages never change */
+    if (st != LOCKS_OK) return st;
+    return locks_cache_write_f16_cpu(c, seq_id, layer, pos, n, k, v, sums);
+}
+
+static locks_status read_summaries(const locks_cache *c, int32_t seq_id, int32_t layer, void *dst) {
+    const locks_seq *s = locks_cache_seq(c, seq_id);
+    if (!s) return locks_fail(LOCKS_ERR_NO_SEQ, "no sequence %d", seq_id);
+    if (!c->host_pages || c->ext)
+        return locks_fail(LOCKS_ERR_UNSUPPORTED, "reading summaries of a %s (the CPU backend's own pages only)",
+                          c->ext ? "cache over the caller's pages" : "CUDA cache");
+    if (layer < 0 || layer >= c->p.n_layers)
+        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
+    const int32_t n_full = s->len / LOCKS_PAGE;
+    if (n_full > 0 && !dst) return locks_fail(LOCKS_ERR_INVALID_ARG, "dst is NULL");
+    for (int32_t i = 0; i < n_full; i++)
+        if (c->fill[(size_t)layer * c->p.n_pages + s->table[i]] != 0xffffu)
+            return locks_fail(LOCKS_ERR_INVALID_ARG,
+                              "page %d of sequence %d is not written in full in layer %d: it has no summary", i,
+                              seq_id, layer);
+    const size_t rec = locks_summary_bytes(c->d, c->r, c->p.summary_prec);
+    for (int32_t i = 0; i < n_full; i++)
+        for (int32_t h = 0; h < c->hkv; h++)
+            locks_cache_summary_pack(c, layer, s->table[i], h, (char *)dst + ((size_t)i * (size_t)c->hkv + (size_t)h) * rec);
+    return LOCKS_OK;
+}
+
 static locks_status summary_get(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page, float *mu,
                                 float *basis, float *coef) {
     if (!mu || !basis || !coef) return locks_fail(LOCKS_ERR_INVALID_ARG, "NULL output array");
@@ -172,6 +216,19 @@ locks_status locks_cache_write(locks_cache *c, int32_t seq_id, int32_t layer, in
     if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_write: cache is NULL");
     const uint32_t mark = locks_cache_enter(c);
     return locks_cache_leave(c, write_kv(c, seq_id, layer, pos, n, k, v), "locks_cache_write", mark);
+}
+
+locks_status locks_cache_write_f16(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n,
+                                   const uint16_t *k, const uint16_t *v, const void *sums) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_write_f16: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, write_f16(c, seq_id, layer, pos, n, k, v, sums), "locks_cache_write_f16", mark);
+}
+
+locks_status locks_cache_read_summaries(const locks_cache *c, int32_t seq_id, int32_t layer, void *dst) {
+    if (!c) return locks_fail(LOCKS_ERR_INVALID_ARG, "locks_cache_read_summaries: cache is NULL");
+    const uint32_t mark = locks_cache_enter(c);
+    return locks_cache_leave(c, read_summaries(c, seq_id, layer, dst), "locks_cache_read_summaries", mark);
 }
 
 locks_status locks_cache_summary_get(const locks_cache *c, int32_t layer, int32_t kv_head,

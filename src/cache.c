@@ -754,6 +754,122 @@ void locks_cache_build_pages(locks_cache *c, int32_t layer, const int32_t *pages
     locks_pool_run(c->pool, n * c->hkv, build_task, &job);
 }
 
+/* ---------------------------------------------------------------------------------- */
+/* Stored summaries out and in, fp16 writes (slot save / restore)                      */
+/* ---------------------------------------------------------------------------------- */
+
+/* The arrays of one (layer, physical page, KV head) summary in record order (locks_core.h:
+ * locks_cache_read_summaries): Q mu_q, mu_s, v_q, v_s, c_q, c_s; F32 mu, basis, coef. */
+typedef struct {
+    unsigned char *p;
+    size_t bytes;
+} sum_part;
+
+static int32_t record_parts(const locks_cache *c, int32_t layer, int32_t page, int32_t h, sum_part part[6]) {
+    const locks_sum_arrays a = locks_cache_summaries(c, layer, h);
+    const size_t pg = (size_t)page, d = (size_t)c->d, r = (size_t)c->r;
+    if (c->p.summary_prec == LOCKS_SUMMARY_F32) {
+        part[0] = (sum_part){(unsigned char *)(a.mu + pg * d), sizeof(float) * d};
+        part[1] = (sum_part){(unsigned char *)(a.basis + pg * r * d), sizeof(float) * r * d};
+        part[2] = (sum_part){(unsigned char *)(a.coef + pg * P * r), sizeof(float) * P * r};
+        return 3;
+    }
+    part[0] = (sum_part){(unsigned char *)(a.mu_q + pg * d), d};
+    part[1] = (sum_part){(unsigned char *)(a.mu_s + pg), sizeof(uint16_t)};
+    part[2] = (sum_part){a.v_q + pg * r * d / 2, r * d / 2};
+    part[3] = (sum_part){(unsigned char *)(a.v_s + pg * r), sizeof(uint16_t) * r};
+    part[4] = (sum_part){(unsigned char *)(a.c_q + pg * P * r), P * r};
+    part[5] = (sum_part){(unsigned char *)(a.c_s + pg * r), sizeof(uint16_t) * r};
+    return 6;
+}
+
+void locks_cache_summary_pack(const locks_cache *c, int32_t layer, int32_t page, int32_t h, void *dst) {
+    sum_part part[6];
+    unsigned char *o = dst;
+    for (int32_t i = 0, n = record_parts(c, layer, page, h, part); i < n; o += part[i].bytes, i++)
+        memcpy(o, part[i].p, part[i].bytes);
+}
+
+static void summary_unpack(locks_cache *c, int32_t layer, int32_t page, int32_t h, const unsigned char *src) {
+    sum_part part[6];
+    for (int32_t i = 0, n = record_parts(c, layer, page, h, part); i < n; src += part[i].bytes, i++)
+        memcpy(part[i].p, src, part[i].bytes);
+}
+
+typedef struct {
+    locks_cache *c;
+    const locks_seq *s;
+    int32_t layer, pos, n;
+    const uint16_t *k, *v;     /* [n][Hkv][d] */
+    const unsigned char *sums; /* [pages covered][Hkv][rec] or NULL */
+    size_t rec;
+    int run_hooks;
+} write16_job;
+
+/* Logical page pos / P + t of a write16_job: its slots in [pos, pos + n) stored, then,
+ * if the page is full, its summaries copied from the job's (a page the write covers
+ * whole) or built (a page partly written before), and the selectors' page hooks run. */
+static void write16_task(void *arg, int32_t t, int32_t thread) {
+    (void)thread;
+    const write16_job *j = arg;
+    locks_cache *c = j->c;
+    const int32_t lp = j->pos / P + t, page = j->s->table[lp], H = c->hkv, d = c->d;
+    const int32_t t0 = lp * P > j->pos ? lp * P : j->pos, t1 = lp * P + P < j->pos + j->n ? lp * P + P : j->pos + j->n;
+    const size_t row = (size_t)H * (size_t)d;
+    uint16_t *fill = c->fill + (size_t)j->layer * c->p.n_pages + page;
+    for (int32_t tok = t0; tok < t1; tok++) {
+        for (int32_t h = 0; h < H; h++) {
+            const size_t off = block_offset(c, j->layer, page, h) + (size_t)(tok % P) * (size_t)d;
+            const size_t src = (size_t)(tok - j->pos) * row + (size_t)h * (size_t)d;
+            memcpy(c->k + off, j->k + src, sizeof(uint16_t) * (size_t)d);
+            memcpy(c->v + off, j->v + src, sizeof(uint16_t) * (size_t)d);
+        }
+        *fill |= (uint16_t)(1u << (tok % P));
+    }
+    if (*fill != 0xffffu) return;
+    if (!j->sums || t0 != lp * P || t1 != lp * P + P) {
+        for (int32_t h = 0; h < H; h++) build_page_head(c, j->layer, page, h);
+        return;
+    }
+    for (int32_t h = 0; h < H; h++) {
+        summary_unpack(c, j->layer, page, h, j->sums + ((size_t)t * (size_t)H + (size_t)h) * j->rec);
+        if (!j->run_hooks) continue;
+        float k[P * LOCKS_MAX_HEAD_DIM]; /* the hooks take the page's keys as fp32 */
+        const uint16_t *kb = locks_cache_kblock(c, j->layer, page, h);
+        locks_f16_to_f32_n(kb, k, (size_t)P * (size_t)d);
+        for (int32_t i = 0; i < LOCKS_META_SLOTS; i++)
+            if (c->meta[i].p && c->meta[i].on_fill) c->meta[i].on_fill(c, j->layer, page, h, k);
+    }
+}
+
+locks_status locks_cache_write_f16_cpu(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n,
+                                       const uint16_t *k, const uint16_t *v, const void *sums) {
+    const int32_t H = c->hkv, d = c->d;
+    const size_t vals = (size_t)n * (size_t)H * (size_t)d;
+    const size_t nk = locks_f16_first_nonfinite(k, vals), nv = locks_f16_first_nonfinite(v, vals);
+    if (nk < vals || nv < vals) {
+        const size_t i = nk < vals ? nk : nv, row = (size_t)H * (size_t)d;
+        return locks_fail(LOCKS_ERR_NONFINITE, "%s of token %d, KV head %d, channel %d is not finite (fp16 bits 0x%04x)",
+                          nk < vals ? "key" : "value", pos + (int32_t)(i / row), (int32_t)(i % row) / d,
+                          (int32_t)(i % (size_t)d), (unsigned)(nk < vals ? k : v)[i]);
+    }
+    const size_t rec = locks_summary_bytes(d, c->r, c->p.summary_prec);
+    const int32_t covered = (pos + n) / P - pos / P; /* pages [pos, pos + n) holds whole (pos % P == 0) */
+    for (int32_t i = 0; sums && i < covered * H; i++) {
+        const size_t bad = locks_summary_record_bad(d, c->r, c->p.summary_prec, (const unsigned char *)sums + (size_t)i * rec);
+        if (bad != SIZE_MAX)
+            return locks_fail(LOCKS_ERR_NONFINITE,
+                              "the summary of page %d (of the written tokens), KV head %d has a non-finite scale "
+                              "or value (byte %zu of its %zu)",
+                              i / H, i % H, bad, rec);
+    }
+    int run_hooks = 0;
+    for (int32_t i = 0; i < LOCKS_META_SLOTS; i++) run_hooks |= c->meta[i].p && c->meta[i].on_fill;
+    write16_job job = {c, &c->seqs[seq_id], layer, pos, n, k, v, sums, rec, run_hooks};
+    if (n > 0) locks_pool_run(c->pool, (pos + n - 1) / P - pos / P + 1, write16_task, &job);
+    return LOCKS_OK;
+}
+
 const uint16_t *locks_cache_k_page(const locks_cache *c, int32_t layer, int32_t page) {
     if (!c || !c->k || layer < 0 || layer >= c->p.n_layers || page < 0 || page >= c->p.n_pages) return NULL;
     return locks_cache_kblock(c, layer, page, 0);

@@ -12,7 +12,9 @@
  *    (locks_cache_check_written), so appended but unwritten tokens, or layers written
  *    to different lengths, are an error and never read as zeros. A page is full when the mask is 0xffff;
  *    its summaries (and every selector's page metadata) are built by the write that
- *    fills it (and rebuilt by any later write into it).
+ *    fills it (and rebuilt by any later write into it); only locks_cache_write_f16 given
+ *    summaries copies them instead, for the pages it covers whole (the metadata is
+ *    still built from the keys).
  *  - Summaries of (layer, KV head) are page-major arrays indexed by physical page (see
  *    locks_cache_summaries); only the arrays of the cache's precision are allocated.
  *  - A sequence's pages are table[0 .. n_pages_seq) and its length len satisfies
@@ -213,6 +215,17 @@ locks_status locks_cache_write_cpu(locks_cache *c, int32_t seq_id, int32_t layer
 locks_status locks_cache_summary_get_cpu(const locks_cache *c, int32_t layer, int32_t kv_head,
                                          int32_t page, float *mu, float *basis, float *coef);
 
+/* locks_cache_write_f16 of the CPU backend's own pages (arguments but the K/V values and
+ * the summaries checked by backend.c; sums only with pos % 16 == 0). Checks every value
+ * first: non-finite fp16 K/V or a bad summary record give LOCKS_ERR_NONFINITE with
+ * nothing stored. Then stores the rows and, for each page it leaves full, copies the
+ * page's records from sums when the write covers the page whole (else builds them),
+ * and runs the selectors' page hooks; one pool task per page. */
+locks_status locks_cache_write_f16_cpu(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n,
+                                       const uint16_t *k, const uint16_t *v, const void *sums);
+/* Copies the stored summary of (layer, physical page, KV head) to dst as one record of
+ * locks_summary_bytes (layout: locks_cache_read_summaries in locks_core.h). */
+void locks_cache_summary_pack(const locks_cache *c, int32_t layer, int32_t page, int32_t h, void *dst);
 locks_sum_arrays locks_cache_summaries(const locks_cache *c, int32_t layer, int32_t kv_head);
 /* The fp16 K (or V) block of (layer, physical page, KV head): [P][d]. */
 const uint16_t *locks_cache_kblock(const locks_cache *c, int32_t layer, int32_t page, int32_t h);

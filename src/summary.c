@@ -20,6 +20,26 @@ size_t locks_summary_bytes(int32_t head_dim, int32_t rank, locks_summary_prec pr
     return d + 2 + r * d / 2 + 2 * r + LOCKS_PAGE * r + 2 * r;
 }
 
+size_t locks_summary_record_bad(int32_t d, int32_t r, locks_summary_prec prec, const void *rec) {
+    const unsigned char *p = rec;
+    const size_t D = (size_t)d, R = (size_t)r;
+    if (prec == LOCKS_SUMMARY_F32) {
+        for (size_t i = 0; i < D + R * D + LOCKS_PAGE * R; i++) {
+            float x;
+            memcpy(&x, p + 4 * i, 4);
+            if (!isfinite(x)) return 4 * i;
+        }
+        return SIZE_MAX;
+    }
+    const size_t at[3] = {D, D + 2 + R * D / 2, D + 2 + R * D / 2 + 2 * R + LOCKS_PAGE * R}; /* mu_s, v_s, c_s */
+    const size_t n[3] = {1, R, R};
+    for (int32_t j = 0; j < 3; j++) {
+        const size_t i = locks_f16_first_nonfinite(p + at[j], n[j]);
+        if (i < n[j]) return at[j] + 2 * i;
+    }
+    return SIZE_MAX;
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Cyclic Jacobi                                                                       */
 /* ---------------------------------------------------------------------------------- */

@@ -24,6 +24,7 @@
 #ifndef LOCKS_SUMMARY_H
 #define LOCKS_SUMMARY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "locks.h"
@@ -44,6 +45,12 @@ void locks_summary_quantize(int32_t d, int32_t r, const float *mu, const float *
 /* Dequantizes q back to fp32 mu[d], basis[r][d], coef[16][r]. */
 void locks_summary_dequantize(int32_t d, int32_t r, locks_qsummary q, float *mu, float *basis,
                               float *coef);
+
+/* Checks one stored summary record (locks_cache_read_summaries' layout, locks_summary_bytes
+ * long, any alignment): any int8 / int4 bits are valid, the fp16 scales (Q) or every
+ * float (F32) must be finite, so scoring from it gives finite numbers. Returns the byte
+ * offset of the first bad value in the record, or SIZE_MAX if there is none. */
+size_t locks_summary_record_bad(int32_t d, int32_t r, locks_summary_prec prec, const void *rec);
 
 /* The signed value of element c of a packed int4 row. */
 int32_t locks_int4_get(const uint8_t *row, int32_t c);

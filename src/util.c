@@ -107,6 +107,22 @@ uint16_t locks_f32_to_f16(float f) {
     return (uint16_t)half;
 }
 
+size_t locks_f16_first_nonfinite(const void *x, size_t n) {
+    /* blocks of 64 values OR-reduced (vectorised) before the exact scan of a bad block */
+    const unsigned char *b = x;
+    for (size_t i0 = 0; i0 < n; i0 += 64) {
+        const size_t m = n - i0 < 64 ? n - i0 : 64;
+        uint16_t h[64];
+        memcpy(h, b + 2 * i0, 2 * m);
+        unsigned bad = 0;
+        for (size_t i = 0; i < m; i++) bad |= (h[i] & 0x7c00u) == 0x7c00u;
+        if (!bad) continue;
+        for (size_t i = 0; i < m; i++)
+            if ((h[i] & 0x7c00u) == 0x7c00u) return i0 + i;
+    }
+    return n;
+}
+
 float locks_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;

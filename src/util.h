@@ -46,6 +46,9 @@ locks_status locks_fail_call(locks_status st, const char *call, uint32_t mark);
 /* IEEE binary16 / bfloat16 <-> float (round to nearest even). */
 uint16_t locks_f32_to_f16(float f);
 float locks_f16_to_f32(uint16_t h);
+/* The index of the first NaN or Inf among n fp16 values (x may be unaligned: read
+ * bytewise), n if there is none. */
+size_t locks_f16_first_nonfinite(const void *x, size_t n);
 uint16_t locks_f32_to_bf16(float f);
 float locks_bf16_to_f32(uint16_t h);
 

@@ -10,6 +10,10 @@
  *    32-row tasks), batches of 1..9 tokens (tails of the 4-token tiles) and 37 (the
  *    AVX-512 prefill path), inline and on a pool of 2; matmul_n (several products as
  *    one pool job) bit for bit as matmul;
+ *  - exactness across batch sizes: n = 1..9, 37, 64 and 130 tokens in one product give
+ *    each token's outputs bit for bit as that token alone (the verify pass of
+ *    speculative decoding must reproduce dense decoding), every type, random weights
+ *    and (with `model`) the first and last rows of the models' tensors;
  *  - avx512: the prefill path (rows decoded once per group of token tiles) bit for bit
  *    as the per-4-token tiles, every block type, 8 to 130 tokens, ragged row ranges,
  *    random weights and (with `model`) Gemma 3's tensors;
@@ -209,6 +213,59 @@ static void test_random(locks_pool *pool, const char *isa) {
     free(x);
 }
 
+/* Exactness across batch sizes: the product of n tokens gives every token's outputs
+ * bit for bit as the product of that token alone (speculation's verify pass must give
+ * dense decoding's logits), n = 1..9, 37, 64, 130, on the current path and pool. */
+static void check_tokens_alone(const char *what, const matmul_weight *w, locks_pool *pool) {
+    static const int32_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 37, 64, 130};
+    enum { NMAX = 130 };
+    const int32_t C = w->cols, nb = C / GGML_QBLOCK, R = w->rows;
+    const int q8 = matmul_wants_q8(w->type);
+    float *x = malloc(sizeof(float) * NMAX * (size_t)C);
+    matmul_q8 *xq = q8 ? malloc(sizeof(matmul_q8) * NMAX * (size_t)nb) : NULL;
+    float *y1 = malloc(sizeof(float) * NMAX * (size_t)R), *yn = malloc(sizeof(float) * NMAX * (size_t)R);
+    SETUP(x && y1 && yn && (xq || !q8));
+    tu_fill_normal(x, (size_t)NMAX * C, 1.0);
+    x[7] = 8.5f; /* an outlier, as real activations have */
+    if (q8) matmul_quantize(x, NMAX, C, xq);
+    for (int32_t t = 0; t < NMAX; t++) { /* each token alone */
+        matmul_act a = {x + (size_t)t * C, q8 ? xq + (size_t)t * nb : NULL, 1, C};
+        matmul(pool, w, &a, y1 + (size_t)t * R, R);
+    }
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        const int32_t n = ns[k], t0 = NMAX - n; /* the last n tokens: a fresh place for each */
+        for (size_t i = 0; i < (size_t)n * R; i++) yn[i] = NAN;
+        matmul_act a = {x + (size_t)t0 * C, q8 ? xq + (size_t)t0 * nb : NULL, n, C};
+        matmul(pool, w, &a, yn, R);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < (size_t)n * R; i++)
+            if (memcmp(&yn[i], &y1[(size_t)t0 * R + i], sizeof(float)) != 0 && bad++ == 0) first = i;
+        test_cond(bad == 0, "%s n=%d: %zu of %zu outputs differ from the token alone (first: token %zu row %zu: %.9g vs %.9g)",
+                  what, n, bad, (size_t)n * R, first / (size_t)R, first % (size_t)R, (double)yn[first],
+                  (double)y1[(size_t)t0 * R + first]);
+    }
+    free(x);
+    free(xq);
+    free(y1);
+    free(yn);
+}
+
+static void test_tokens_alone(locks_pool *pool, const char *isa) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        ggml_type type = TYPES[ti];
+        /* 32-element types: 11 blocks (a 3-block last chunk) and 20 (Gemma 3's 640); K-quants 1 and 3 super-blocks */
+        const int32_t cols[2] = {is_kquant(type) ? 256 : 352, is_kquant(type) ? 768 : 640};
+        for (int ci = 0; ci < 2; ci++) {
+            uint8_t *wd = random_weight(type, 37, cols[ci]);
+            matmul_weight w = {wd, type, 37, cols[ci], ggml_row_bytes(type, cols[ci])};
+            char what[96];
+            snprintf(what, sizeof what, "%s %s 37x%d%s", isa, ggml_type_name(type), cols[ci], pool ? " pool" : "");
+            check_tokens_alone(what, &w, pool);
+            free(wd);
+        }
+    }
+}
+
 /* On the AVX-512 kernels: rows [r0, r1) of W x for each n of ns, by the prefill path
  * (matmul_rows_avx512) and by the 4-token tiles alone, the same bit for bit (and the
  * rows outside [r0, r1) untouched by both). */
@@ -300,6 +357,12 @@ static void test_model(locks_pool *pool, const char *isa) {
                              ggml_type_name(w.type), end ? "last" : "first");
                     check_prefill_tiles(what, &w, 0, 35);
                 }
+                {
+                    char what[128];
+                    snprintf(what, sizeof what, "%s %s %s (%s) rows %s", isa, mi ? "gemma3" : "smollm2", names[i],
+                             ggml_type_name(w.type), end ? "last" : "first");
+                    check_tokens_alone(what, &w, pool);
+                }
                 for (int32_t n = 1; n <= 20; n += n == 1 ? 3 : 16) {
                     tu_fill_normal(x, (size_t)n * w.cols, 1.0);
                     char what[128];
@@ -348,6 +411,8 @@ int main(int argc, char **argv) {
     } else {
         test_random(NULL, argv[1]);
         test_random(pool, argv[1]);
+        test_tokens_alone(NULL, argv[1]);
+        test_tokens_alone(pool, argv[1]);
         if (isa == LOCKS_ISA_AVX512) test_prefill_random();
     }
     locks_pool_free(pool);

@@ -458,9 +458,36 @@ static void test_swa_ring(const locks_model *m, const int32_t *tok, const int32_
         test_cond(st == LOCKS_ERR_UNSUPPORTED && locks_ctx_len(ld) == T, "loaded slot: truncate below it: %s",
                   locks_status_str(st));
         CHECK(locks_ctx_truncate(ld, 0));
+        /* with the global layers' summaries (locks_ctx_seq_read_summaries; the local
+         * layers have none): the same, and the loaded summaries equal the saved ones */
+        const size_t rec = locks_ctx_summary_bytes(c), per_sum = (size_t)((T - 8) / 16) * HKV * rec;
+        unsigned char *sums = malloc(per_sum * 6 + 1), *back = malloc(per_sum * 6 + 1);
+        SETUP(sums && back);
+        int32_t n_global = 0, local_refused = 1;
+        for (int32_t l = 0; l < 6; l++) {
+            const int32_t gl = locks_ctx_cache_layer(c, l);
+            if (gl < 0) {
+                local_refused &= locks_ctx_seq_read_summaries(c, 0, l, sums) == LOCKS_ERR_INVALID_ARG;
+                continue;
+            }
+            CHECK(locks_ctx_seq_read_summaries(c, 0, l, sums + (size_t)gl * per_sum));
+            n_global++;
+        }
+        test_cond(local_refused && n_global > 0 && n_global < 6, "read_summaries: %d global layers, local ones refused",
+                  n_global);
+        CHECK(locks_ctx_seq_load(ld, 0, T - 8, ks, vs, sums));
+        for (int32_t l = 0; l < 6; l++) {
+            const int32_t gl = locks_ctx_cache_layer(ld, l);
+            if (gl >= 0) CHECK(locks_ctx_seq_read_summaries(ld, 0, l, back + (size_t)gl * per_sum));
+        }
+        test_cond(!memcmp(sums, back, per_sum * (size_t)n_global), "loaded slot: summaries differ from the saved ones");
+        for (int t = T - 8; t < T; t++) CHECK(locks_ctx_decode(ld, tok[t], got + (size_t)t * V));
+        test_cond(!memcmp(got, want, sizeof(float) * (size_t)T * V), "slot loaded with summaries: logits differ");
         locks_ctx_free(ld);
         free(ks);
         free(vs);
+        free(sums);
+        free(back);
     }
 
     /* to 0 always works; prefill (chunks of 8) and the verify pass (every logit) */

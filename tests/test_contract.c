@@ -261,6 +261,160 @@ static void test_freed_summary(void) {
     locks_cache_free(c);
 }
 
+/* locks_cache_write_f16 / locks_cache_read_summaries. fp16 rows stored as given equal
+ * locks_cache_write's of the same values (pages and summaries, bit for bit, in pieces
+ * that split pages); summaries given to the write are stored as given (read back equal)
+ * and the selectors' page hooks run (quest and locks steps equal the source's); a page
+ * the write fills but does not cover whole gets a built summary; misuse is refused with
+ * nothing stored. */
+static void test_write_f16(locks_summary_prec prec) {
+    enum { N = 75, HKV = 2, HQ = 4, L = 2 };
+    locks_cache_params cp = locks_cache_default_params();
+    cp.n_layers = L;
+    cp.n_kv_heads = HKV;
+    cp.head_dim = D;
+    cp.n_pages = 32;
+    cp.max_seqs = 5;
+    cp.summary_prec = prec;
+    cp.selectors = LOCKS_SEL_BIT(LOCKS_SEL_LOCKS) | LOCKS_SEL_BIT(LOCKS_SEL_QUEST);
+    locks_status st;
+    locks_cache *c = locks_cache_init(cp, &st);
+    SETUP(c);
+    const size_t row = (size_t)HKV * D, rec = locks_summary_bytes(D, cp.rank, prec), per = (size_t)(N / P) * HKV * rec;
+    float *k = malloc(sizeof(float) * N * row * L), *v = malloc(sizeof(float) * N * row * L);
+    uint16_t *kh = malloc(sizeof(uint16_t) * N * row * L), *vh = malloc(sizeof(uint16_t) * N * row * L);
+    unsigned char *sa = malloc(per * L), *sb = malloc(per * L);
+    SETUP(k && v && kh && vh && sa && sb);
+    tu_fill_normal(k, N * row * L, 1.0);
+    tu_fill_normal(v, N * row * L, 1.0);
+    for (size_t i = 0; i < N * row * L; i++) kh[i] = locks_f32_to_f16(k[i]), vh[i] = locks_f32_to_f16(v[i]);
+    int32_t a, b, s2, s3;
+    CHECK(locks_cache_seq_add(c, &a));
+    CHECK(locks_cache_seq_add(c, &b));
+    CHECK(locks_cache_seq_add(c, &s2));
+    CHECK(locks_cache_seq_add(c, &s3));
+    CHECK(locks_cache_append(c, a, N));
+    CHECK(locks_cache_append(c, b, N));
+    CHECK(locks_cache_append(c, s2, N));
+    for (int32_t l = 0; l < L; l++) {
+        const size_t o = (size_t)l * N * row;
+        CHECK(locks_cache_write(c, a, l, 0, N, k + o, v + o));
+        CHECK(locks_cache_read_summaries(c, a, l, sa + (size_t)l * per));
+        /* b: fp16, no summaries, in pieces that split pages: built, as a's */
+        CHECK(locks_cache_write_f16(c, b, l, 0, 21, kh + o, vh + o, NULL));
+        CHECK(locks_cache_write_f16(c, b, l, 21, N - 21, kh + o + 21 * row, vh + o + 21 * row, NULL));
+        /* s2: page 0 as fp16 alone, the rest with a's summaries of pages 1.. */
+        CHECK(locks_cache_write_f16(c, s2, l, 0, P, kh + o, vh + o, NULL));
+        CHECK(locks_cache_write_f16(c, s2, l, P, N - P, kh + o + P * row, vh + o + P * row,
+                                    sa + (size_t)l * per + HKV * rec));
+    }
+    int32_t np_a = 0, np_b = 0;
+    const int32_t *ta = locks_cache_block_table(c, a, &np_a), *tb = locks_cache_block_table(c, b, &np_b);
+    int same_kv = np_a == np_b;
+    for (int32_t l = 0; l < L && same_kv; l++)
+        for (int32_t i = 0; i < np_a; i++) {
+            const int32_t n_tok = i == np_a - 1 ? N % P : P; /* the partial page's slots past N are not written */
+            for (int32_t h = 0; h < HKV; h++)
+                same_kv &= !memcmp(locks_cache_k_page(c, l, ta[i]) + (size_t)h * P * D,
+                                   locks_cache_k_page(c, l, tb[i]) + (size_t)h * P * D, sizeof(uint16_t) * n_tok * D) &&
+                           !memcmp(locks_cache_v_page(c, l, ta[i]) + (size_t)h * P * D,
+                                   locks_cache_v_page(c, l, tb[i]) + (size_t)h * P * D, sizeof(uint16_t) * n_tok * D);
+        }
+    test_cond(same_kv, "write_f16's pages differ from locks_cache_write's of the same values");
+    for (int32_t l = 0; l < L; l++) {
+        CHECK(locks_cache_read_summaries(c, b, l, sb + (size_t)l * per));
+        test_cond(!memcmp(sa + (size_t)l * per, sb + (size_t)l * per, per), "layer %d: write_f16 built other summaries", l);
+        CHECK(locks_cache_read_summaries(c, s2, l, sb + (size_t)l * per));
+        test_cond(!memcmp(sa + (size_t)l * per, sb + (size_t)l * per, per), "layer %d: given summaries not stored", l);
+    }
+    /* the steps over a and s2 (quest: the min/max built by the hooks; locks: the copied
+     * summaries) give the same outputs, bit for bit */
+    float q[HQ * D], oa[HQ * D], ob[HQ * D];
+    tu_fill_normal(q, HQ * D, 1.0);
+    locks_step_params sp = locks_step_default_params();
+    sp.budget = 3 * P;
+    const locks_selector sels[2] = {LOCKS_SEL_QUEST, LOCKS_SEL_LOCKS};
+    for (int i = 0; i < 2; i++)
+        for (int32_t l = 0; l < L; l++) {
+            sp.selector = sels[i];
+            CHECK(locks_decode_step(c, l, &a, 1, q, HQ, &sp, oa, NULL, NULL));
+            CHECK(locks_decode_step(c, l, &s2, 1, q, HQ, &sp, ob, NULL, NULL));
+            test_cond(!memcmp(oa, ob, sizeof oa), "%s step, layer %d: given summaries differ from built ones",
+                      locks_selector_name(sels[i]), l);
+        }
+    /* a page the write fills but does not cover whole: built, whatever sums says */
+    CHECK(locks_cache_append(c, s3, N));
+    for (int32_t l = 0; l < L; l++) {
+        const size_t o = (size_t)l * N * row;
+        memset(sb, 0, per); /* all-zero records: valid, and wrong */
+        CHECK(locks_cache_write_f16(c, s3, l, 0, 8, kh + o, vh + o, NULL));
+        CHECK(locks_cache_write_f16(c, s3, l, 16, N - 16, kh + o + 16 * row, vh + o + 16 * row, sa + (size_t)l * per + HKV * rec));
+        CHECK(locks_cache_write_f16(c, s3, l, 8, 8, kh + o + 8 * row, vh + o + 8 * row, NULL));
+        CHECK(locks_cache_read_summaries(c, s3, l, sb));
+        test_cond(!memcmp(sa + (size_t)l * per, sb, per), "layer %d: a page filled by a later write has no built summary", l);
+    }
+    /* misuse: nothing stored (s3's layer 0 rewritten with bad input keeps its summaries) */
+    expect_msg(locks_cache_write_f16(c, s3, 0, 8, 16, kh, vh, sa), LOCKS_ERR_INVALID_ARG, "locks_cache_write_f16",
+               "pos 8 with summaries");
+    expect_msg(locks_cache_write_f16(c, s3, L, 0, 16, kh, vh, NULL), LOCKS_ERR_INVALID_ARG, "locks_cache_write_f16",
+               "layer 2");
+    expect_msg(locks_cache_write_f16(c, s3, 0, 70, 16, kh, vh, NULL), LOCKS_ERR_INVALID_ARG, "locks_cache_write_f16",
+               "not reserved");
+    expect_msg(locks_cache_write_f16(c, 4, 0, 0, 16, kh, vh, NULL), LOCKS_ERR_NO_SEQ, "locks_cache_write_f16",
+               "no sequence 4");
+    expect_msg(locks_cache_write_f16(c, s3, 0, 0, 16, NULL, vh, NULL), LOCKS_ERR_INVALID_ARG, "locks_cache_write_f16",
+               "k is NULL");
+    uint16_t *kbad = malloc(sizeof(uint16_t) * N * row);
+    unsigned char *sbad = malloc(per);
+    SETUP(kbad && sbad);
+    tu_fill_normal(k, N * row, 3.0); /* other keys: a store would change the pages */
+    for (size_t i = 0; i < N * row; i++) kbad[i] = locks_f32_to_f16(k[i]);
+    kbad[(size_t)tu_int(0, (int32_t)(N * row) - 1)] = tu_int(0, 1) ? 0x7c00 : 0xfc01;
+    expect_msg(locks_cache_write_f16(c, s3, 0, 0, N, kbad, vh, NULL), LOCKS_ERR_NONFINITE, "locks_cache_write_f16",
+               "not finite");
+    for (size_t i = 0; i < N * row; i++) kbad[i] = locks_f32_to_f16(k[i]);
+    memcpy(sbad, sa, per);
+    const size_t r0 = (size_t)tu_int(0, N / P * HKV - 1) * rec;
+    if (prec == LOCKS_SUMMARY_Q) {
+        const uint16_t inf = 0x7c00; /* C's last scale */
+        memcpy(sbad + r0 + rec - 2, &inf, 2);
+    } else {
+        const float nan = NAN;
+        memcpy(sbad + r0 + 4 * (size_t)tu_int(0, (int32_t)(rec / 4) - 1), &nan, 4);
+    }
+    expect_msg(locks_cache_write_f16(c, s3, 0, 0, N, kbad, vh, sbad), LOCKS_ERR_NONFINITE, "locks_cache_write_f16",
+               "non-finite");
+    CHECK(locks_cache_read_summaries(c, s3, 0, sb));
+    test_cond(!memcmp(sa, sb, per), "a refused write_f16 changed the summaries");
+    const int32_t *t3 = locks_cache_block_table(c, s3, &np_b);
+    int kept = 1; /* head 0's block [P][D] of page 0 against rows [t][HKV][D] */
+    for (int32_t t = 0; t < P; t++)
+        kept &= !memcmp(locks_cache_k_page(c, 0, t3[0]) + (size_t)t * D, kh + (size_t)t * row, sizeof(uint16_t) * D);
+    test_cond(kept, "a refused write_f16 changed the keys");
+    /* reading: a sequence whose pages are not all written, bad arguments */
+    int32_t e;
+    CHECK(locks_cache_seq_add(c, &e));
+    CHECK(locks_cache_append(c, e, 2 * P));
+    CHECK(locks_cache_write_f16(c, e, 0, 0, 2 * P, kh, vh, NULL));
+    expect_msg(locks_cache_read_summaries(c, e, 1, sb), LOCKS_ERR_INVALID_ARG, "locks_cache_read_summaries",
+               "not written in full in layer 1");
+    expect_msg(locks_cache_read_summaries(c, e, 0, NULL), LOCKS_ERR_INVALID_ARG, "locks_cache_read_summaries",
+               "dst is NULL");
+    expect_msg(locks_cache_read_summaries(c, 7, 0, sb), LOCKS_ERR_NO_SEQ, "locks_cache_read_summaries", "no sequence 7");
+    test_cond(locks_cache_read_summaries(NULL, 0, 0, sb) == LOCKS_ERR_INVALID_ARG &&
+                  locks_cache_write_f16(NULL, 0, 0, 0, 1, kh, vh, NULL) == LOCKS_ERR_INVALID_ARG,
+              "NULL cache");
+    free(kbad);
+    free(sbad);
+    free(k);
+    free(v);
+    free(kh);
+    free(vh);
+    free(sa);
+    free(sb);
+    locks_cache_free(c);
+}
+
 /* Caller-owned pages: free_pages counts the pages no sequence holds; re-pointing a
  * sequence at another prompt's pages gives the ShadowKV masses a fresh cache gives. */
 static void test_ext(void) {
@@ -328,6 +482,8 @@ int main(void) {
     test_write_refused();
     test_unwritten();
     test_freed_summary();
+    test_write_f16(LOCKS_SUMMARY_Q);
+    test_write_f16(LOCKS_SUMMARY_F32);
     test_ext();
     return test_report("test_contract");
 }

@@ -137,12 +137,18 @@ static void refuse_all(const locks_model *m, locks_ctx *c, const int32_t *prompt
     expect(locks_ctx_set_sparse_layer(c, 7), LOCKS_ERR_INVALID_ARG, "locks_ctx_set_sparse_layer",
            "layer 7 (must be -1 for none, or 0..1)");
     const size_t kv = (size_t)NCTX * (size_t)SHAPE.n_kv_heads * (size_t)SHAPE.head_dim * (size_t)SHAPE.n_layers;
-    uint16_t *k = malloc(sizeof(uint16_t) * kv), *v = malloc(sizeof(uint16_t) * kv);
+    uint16_t *k = calloc(kv, sizeof(uint16_t)), *v = calloc(kv, sizeof(uint16_t));
     SETUP(k && v);
     expect(locks_ctx_seq_read_kv(c, 0, 2, k, v), LOCKS_ERR_INVALID_ARG, "locks_ctx_seq_read_kv",
            "layer 2 (the model has layers 0..1)");
     expect(locks_ctx_seq_load_kv(c, 0, NCTX + 1, k, v), LOCKS_ERR_POOL_FULL, "locks_ctx_seq_load_kv",
            "n 65 exceeds n_ctx 64");
+    expect(locks_ctx_seq_load(c, 0, NCTX + 1, k, v, NULL), LOCKS_ERR_POOL_FULL, "locks_ctx_seq_load",
+           "n 65 exceeds n_ctx 64");
+    expect(locks_ctx_seq_read_summaries(c, 0, 2, k), LOCKS_ERR_INVALID_ARG, "locks_ctx_seq_read_summaries",
+           "layer 2 (the model has layers 0..1)");
+    k[3] = 0x7e00; /* a NaN key, checked before the sequence changes */
+    expect(locks_ctx_seq_load(c, 0, 20, k, v, NULL), LOCKS_ERR_NONFINITE, "locks_ctx_seq_load", "key of layer 0, token 0");
     locks_status st;
     locks_sampler *s = locks_sampler_init(locks_sampler_default_params(), V, &st);
     SETUP(s);

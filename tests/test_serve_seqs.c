@@ -271,14 +271,215 @@ static void check_kv_roundtrip(const locks_model *m) {
                   locks_ctx_seq_read_kv(a, 0, in.n_layers, k, v) == LOCKS_ERR_INVALID_ARG,
               "read_kv of a bad sequence or layer");
     k[5] = 0x7c00; /* +inf */
-    test_cond(locks_ctx_seq_load_kv(b, 2, PLEN, k, v) == LOCKS_ERR_NONFINITE && locks_ctx_seq_len(b, 2) == 0 &&
+    test_cond(locks_ctx_seq_load_kv(b, 2, PLEN, k, v) == LOCKS_ERR_NONFINITE && locks_ctx_seq_len(b, 2) == PLEN + 12 &&
                   locks_ctx_seq_len(b, 0) == 9,
-              "non-finite K: NONFINITE, the sequence empty, the others as they were");
+              "non-finite K: NONFINITE, every sequence as it was");
+    k[5] = 0;
+    v[per * (size_t)in.n_layers - 1] = 0xfe00; /* a NaN in the last layer's last value */
+    test_cond(locks_ctx_seq_load_kv(b, 2, PLEN, k, v) == LOCKS_ERR_NONFINITE && locks_ctx_seq_len(b, 2) == PLEN + 12,
+              "non-finite V in the last layer: NONFINITE, the sequence as it was");
+    CHECK(locks_ctx_truncate_seq(b, 2, 0));
     CHECK(locks_ctx_prefill_seq(b, 2, pr, 5, NULL)); /* and usable again */
     locks_ctx_free(a);
     locks_ctx_free(b);
     free(k);
     free(v);
+    free(a_lg);
+    free(b_lg);
+}
+
+/* Selections of one context's decode steps, folded into a hash (on_step). */
+typedef struct {
+    uint64_t h;
+    int32_t hkv;
+} sel_hash;
+
+static void hash_step(int32_t layer, const float *q, int32_t n_q_heads, const locks_selection *sel, void *user) {
+    (void)q;
+    (void)n_q_heads;
+    sel_hash *x = user;
+    for (int32_t i = 0; i < x->hkv; i++)
+        for (int32_t j = 0; j < sel->n_pages[i]; j++)
+            x->h = (x->h ^ (uint64_t)(sel->pages[(size_t)i * (size_t)sel->max_pages + (size_t)j] + 1000 * layer + 1)) *
+                   0x100000001b3ull;
+}
+
+/* The byte to flip (the high byte of the value, where the exponent lies) if a summary
+ * record holds a non-finite scale (Q) or float (F32); SIZE_MAX if it holds none. */
+static size_t record_nonfinite(int32_t d, int32_t r, locks_summary_prec prec, const unsigned char *rec) {
+    if (prec == LOCKS_SUMMARY_F32) {
+        for (size_t i = 0; i < (size_t)(d + r * d + 16 * r); i++) {
+            float x;
+            memcpy(&x, rec + 4 * i, 4);
+            if (!isfinite(x)) return 4 * i + 3;
+        }
+        return SIZE_MAX;
+    }
+    const size_t D = (size_t)d, R = (size_t)r;
+    for (size_t i = 0; i < 1 + 2 * R; i++) { /* mu_s, v_s[r], c_s[r] */
+        const size_t off = i == 0 ? D : i <= R ? D + 2 + R * D / 2 + 2 * (i - 1) : D + 2 + R * D / 2 + 2 * R + 16 * R + 2 * (i - 1 - R);
+        uint16_t h;
+        memcpy(&h, rec + off, 2);
+        if ((h & 0x7c00) == 0x7c00) return off + 1;
+    }
+    return SIZE_MAX;
+}
+
+/* Summaries carried with the K/V (locks_ctx_seq_read_summaries / locks_ctx_seq_load): the
+ * loaded sequence's stored summaries equal the source's bit for bit (raw records and
+ * locks_cache_summary_get), and decoding goes on bit for bit under `locks` at a budget
+ * of one chosen page and under `quest` (its min/max built from the loaded keys), the
+ * same pages selected at every step. Summaries taken from the wrong pages are copied as
+ * given (read back so) and change the selections: the load uses them, it does not build
+ * them. Bad input changes nothing; random record bits with finite scales load and decode. */
+static void check_summaries_roundtrip(const locks_model *m, locks_summary_prec prec) {
+    const locks_model_info in = locks_model_get_info(m);
+    const int32_t V = in.n_vocab, PLEN = 173, NP = PLEN / LOCKS_PAGE, L = in.n_layers, H = in.n_kv_heads;
+    const size_t per = (size_t)PLEN * (size_t)H * (size_t)in.head_dim;
+    int32_t pr[173];
+    for (int i = 0; i < PLEN; i++) pr[i] = tu_int(0, V - 1);
+    locks_ctx_params pa = tiny_params(LOCKS_SEL_LOCKS, 2, NCTX), pb = tiny_params(LOCKS_SEL_LOCKS, 3, NCTX);
+    pa.summary_prec = pb.summary_prec = prec;
+    pa.selectors = pb.selectors = LOCKS_SEL_BIT(LOCKS_SEL_QUEST);
+    sel_hash ha = {0, in.n_kv_heads}, hb = {0, in.n_kv_heads};
+    pa.on_step = pb.on_step = hash_step;
+    pa.on_step_user = &ha;
+    pb.on_step_user = &hb;
+    locks_status st;
+    locks_ctx *a = locks_ctx_init(m, pa, &st), *b = locks_ctx_init(m, pb, &st);
+    SETUP(a && b);
+    const size_t rec = locks_ctx_summary_bytes(a), per_sum = (size_t)NP * (size_t)H * rec;
+    test_cond(rec == locks_summary_bytes(in.head_dim, 8, prec) && rec == locks_cache_summary_bytes(locks_ctx_cache(a)),
+              "summary record bytes %zu", rec);
+    uint16_t *k = malloc(sizeof(uint16_t) * per * (size_t)L), *v = malloc(sizeof(uint16_t) * per * (size_t)L);
+    unsigned char *sa = malloc(per_sum * (size_t)L), *sb = malloc(per_sum * (size_t)L), *bad = malloc(per_sum * (size_t)L);
+    float *a_lg = malloc(sizeof(float) * (size_t)V), *b_lg = malloc(sizeof(float) * (size_t)V);
+    SETUP(k && v && sa && sb && bad && a_lg && b_lg);
+    CHECK(locks_ctx_prefill_seq(a, 1, pr, PLEN, NULL));
+    for (int32_t l = 0; l < L; l++) {
+        CHECK(locks_ctx_seq_read_kv(a, 1, l, k + (size_t)l * per, v + (size_t)l * per));
+        CHECK(locks_ctx_seq_read_summaries(a, 1, l, sa + (size_t)l * per_sum));
+    }
+    CHECK(locks_ctx_prefill_seq(b, 2, pr + 3, 90, NULL)); /* replaced by the load: its pages held other summaries */
+    CHECK(locks_ctx_prefill_seq(b, 0, pr, 9, NULL));
+    CHECK(locks_ctx_seq_load(b, 2, PLEN, k, v, sa));
+    test_cond(locks_ctx_seq_len(b, 2) == PLEN && locks_ctx_seq_len(b, 0) == 9, "load with summaries: lengths");
+    memset(sb, 0x5a, per_sum * (size_t)L);
+    for (int32_t l = 0; l < L; l++) CHECK(locks_ctx_seq_read_summaries(b, 2, l, sb + (size_t)l * per_sum));
+    test_cond(memcmp(sa, sb, per_sum * (size_t)L) == 0, "the loaded summaries differ from the source's");
+    /* and through the cache's own read-back (dequantized), page by page */
+    float mu[2][64], basis[2][8 * 64], coef[2][16 * 8];
+    int32_t npa = 0, npb = 0, same_get = 1;
+    const int32_t *bta = locks_cache_block_table(locks_ctx_cache(a), 1, &npa);
+    const int32_t *btb = locks_cache_block_table(locks_ctx_cache(b), 2, &npb);
+    SETUP(bta && btb && npa == npb && in.head_dim <= 64);
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t h = 0; h < H; h++)
+            for (int32_t i = 0; i < NP; i++) {
+                CHECK(locks_cache_summary_get(locks_ctx_cache(a), l, h, bta[i], mu[0], basis[0], coef[0]));
+                CHECK(locks_cache_summary_get(locks_ctx_cache(b), l, h, btb[i], mu[1], basis[1], coef[1]));
+                same_get &= !memcmp(mu[0], mu[1], sizeof mu[0]) && !memcmp(basis[0], basis[1], sizeof basis[0]) &&
+                            !memcmp(coef[0], coef[1], sizeof coef[0]);
+            }
+    test_cond(same_get, "locks_cache_summary_get after the load differs from the source's");
+    int same = 1;
+    int32_t tok = tu_int(0, V - 1), s1 = 1, s2 = 2;
+    for (int t = 0; t < 16; t++) {
+        if (t == 8) { /* quest reads the min/max the page hooks built at the load */
+            locks_step_params q = locks_ctx_get_params(a).step;
+            q.selector = LOCKS_SEL_QUEST;
+            CHECK(locks_ctx_set_step(a, q));
+            CHECK(locks_ctx_set_step(b, q));
+        }
+        CHECK(locks_ctx_decode_seqs(a, &s1, 1, &tok, a_lg));
+        CHECK(locks_ctx_decode_seqs(b, &s2, 1, &tok, b_lg));
+        same &= memcmp(a_lg, b_lg, sizeof(float) * (size_t)V) == 0;
+        tok = tiny_argmax(a_lg, V);
+    }
+    test_cond(same && ha.h == hb.h && ha.h != 0, "decoding after a load with summaries differs from the source (%s)",
+              prec == LOCKS_SUMMARY_Q ? "Q" : "F32");
+    locks_step_params lk = locks_ctx_get_params(a).step;
+    lk.selector = LOCKS_SEL_LOCKS;
+    CHECK(locks_ctx_set_step(a, lk));
+    CHECK(locks_ctx_set_step(b, lk));
+    CHECK(locks_ctx_truncate_seq(a, 1, PLEN));
+
+    /* the wrong pages' summaries (page i gets page NP - 1 - i's) are copied, and used */
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t i = 0; i < NP; i++)
+            memcpy(bad + (size_t)l * per_sum + (size_t)i * H * rec, sa + (size_t)l * per_sum + (size_t)(NP - 1 - i) * H * rec,
+                   (size_t)H * rec);
+    CHECK(locks_ctx_seq_load(b, 2, PLEN, k, v, bad));
+    for (int32_t l = 0; l < L; l++) CHECK(locks_ctx_seq_read_summaries(b, 2, l, sb + (size_t)l * per_sum));
+    test_cond(memcmp(bad, sb, per_sum * (size_t)L) == 0, "summaries given to the load are not the ones stored");
+    ha.h = hb.h = 0;
+    tok = tu_int(0, V - 1);
+    for (int t = 0; t < 16; t++) {
+        CHECK(locks_ctx_decode_seqs(a, &s1, 1, &tok, a_lg));
+        CHECK(locks_ctx_decode_seqs(b, &s2, 1, &tok, b_lg));
+        tok = tiny_argmax(a_lg, V);
+    }
+    test_cond(ha.h != hb.h, "the wrong pages' summaries selected the same pages: the load did not use them");
+    /* without summaries (NULL): built from the keys, the same bits on this machine */
+    CHECK(locks_ctx_seq_load(b, 2, PLEN, k, v, NULL));
+    for (int32_t l = 0; l < L; l++) CHECK(locks_ctx_seq_read_summaries(b, 2, l, sb + (size_t)l * per_sum));
+    test_cond(memcmp(sa, sb, per_sum * (size_t)L) == 0, "summaries rebuilt at the load differ from the source's");
+
+    /* bad input changes nothing */
+    CHECK(locks_ctx_seq_load(b, 2, PLEN, k, v, sa));
+    memcpy(bad, sa, per_sum * (size_t)L);
+    const size_t at = (size_t)(L - 1) * per_sum + (size_t)tu_int(0, NP * H - 1) * rec;
+    if (prec == LOCKS_SUMMARY_Q) { /* one scale: mu's, a basis vector's or a coefficient column's */
+        const size_t d = (size_t)in.head_dim, r = 8, off[3] = {d, d + 2 + r * d / 2 + 2 * (size_t)tu_int(0, 7),
+                                                                 d + 2 + r * d / 2 + 2 * r + 16 * r + 2 * (size_t)tu_int(0, 7)};
+        const uint16_t nan16 = tu_int(0, 1) ? 0x7c00 : 0xfe01;
+        memcpy(bad + at + off[tu_int(0, 2)], &nan16, 2);
+    } else {
+        const float x = tu_int(0, 1) ? INFINITY : NAN;
+        memcpy(bad + at + 4 * (size_t)tu_int(0, (int32_t)(rec / 4) - 1), &x, 4);
+    }
+    test_cond(locks_ctx_seq_load(b, 2, PLEN, k, v, bad) == LOCKS_ERR_NONFINITE, "a non-finite summary scale: NONFINITE");
+    test_cond(locks_ctx_seq_load(b, 2, PLEN, NULL, v, sa) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_load(b, 3, PLEN, k, v, sa) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_load(b, -1, PLEN, k, v, sa) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_load(b, 2, -1, k, v, sa) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_load(NULL, 2, PLEN, k, v, sa) == LOCKS_ERR_INVALID_ARG,
+              "NULL k, a bad sequence, n < 0, a NULL context: INVALID_ARG");
+    test_cond(locks_ctx_seq_read_summaries(b, 3, 0, sb) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_read_summaries(b, 2, L, sb) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_read_summaries(b, 2, 0, NULL) == LOCKS_ERR_INVALID_ARG &&
+                  locks_ctx_seq_read_summaries(NULL, 2, 0, sb) == LOCKS_ERR_INVALID_ARG,
+              "read_summaries of a bad sequence or layer, to NULL: INVALID_ARG");
+    test_cond(locks_ctx_seq_len(b, 2) == PLEN && locks_ctx_seq_len(b, 0) == 9, "bad loads moved a sequence");
+    for (int32_t l = 0; l < L; l++) CHECK(locks_ctx_seq_read_summaries(b, 2, l, sb + (size_t)l * per_sum));
+    test_cond(memcmp(sa, sb, per_sum * (size_t)L) == 0, "a refused load changed the stored summaries");
+    CHECK(locks_ctx_truncate_seq(a, 1, PLEN));
+    same = 1;
+    tok = tu_int(0, V - 1);
+    for (int t = 0; t < 4; t++) {
+        CHECK(locks_ctx_decode_seqs(a, &s1, 1, &tok, a_lg));
+        CHECK(locks_ctx_decode_seqs(b, &s2, 1, &tok, b_lg));
+        same &= memcmp(a_lg, b_lg, sizeof(float) * (size_t)V) == 0;
+        tok = tiny_argmax(a_lg, V);
+    }
+    test_cond(same, "decoding after refused loads differs from the source");
+
+    /* random bits with finite scales are data: they load, and decoding runs */
+    for (size_t i = 0; i < per_sum * (size_t)L; i++) bad[i] = (unsigned char)tu_int(0, 255);
+    for (size_t i = 0; i < (size_t)L * NP * H; i++) {
+        unsigned char *r0 = bad + i * rec;
+        size_t off;
+        while ((off = record_nonfinite(in.head_dim, 8, prec, r0)) != SIZE_MAX) r0[off] ^= 0x40;
+    }
+    CHECK(locks_ctx_seq_load(b, 2, PLEN, k, v, bad));
+    for (int t = 0; t < 4; t++) CHECK(locks_ctx_decode_seqs(b, &s2, 1, &tok, b_lg));
+    locks_ctx_free(a);
+    locks_ctx_free(b);
+    free(k);
+    free(v);
+    free(sa);
+    free(sb);
+    free(bad);
     free(a_lg);
     free(b_lg);
 }
@@ -339,6 +540,8 @@ int main(void) {
     check_bad_input(m);
     check_speculate_round(m);
     check_kv_roundtrip(m);
+    check_summaries_roundtrip(m, LOCKS_SUMMARY_Q);
+    check_summaries_roundtrip(m, LOCKS_SUMMARY_F32);
     check_share(m);
     locks_model_free(m);
     return test_report("test_serve_seqs");

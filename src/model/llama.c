@@ -48,6 +48,7 @@
 #include "locks_model.h"
 #include "matmul.h"
 #include "quant.h"
+#include "summary.h"
 #include "swa.h"
 #include "tokenizer_gguf.h"
 #include "util.h"
@@ -1496,7 +1497,60 @@ locks_status locks_ctx_seq_read_kv(const locks_ctx *c, int32_t seq, int32_t laye
     return locks_fail_call(seq_read_kv(c, seq, layer, k, v), "locks_ctx_seq_read_kv", mark);
 }
 
-static locks_status seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v) {
+size_t locks_ctx_summary_bytes(const locks_ctx *c) {
+    return c ? locks_summary_bytes(c->m->info.head_dim, c->p.rank, c->p.summary_prec) : 0;
+}
+
+static locks_status seq_read_summaries(const locks_ctx *c, int32_t seq, int32_t layer, void *dst) {
+    locks_status st = ctx_check(c);
+    if (st == LOCKS_OK) st = seq_check(c, seq);
+    if (st == LOCKS_OK && (layer < 0 || layer >= c->m->info.n_layers))
+        st = locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the model has layers 0..%d)", layer, c->m->info.n_layers - 1);
+    if (st == LOCKS_OK && c->m->layers[layer].local)
+        st = locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d is a sliding-window layer: it has no summaries", layer);
+    if (st == LOCKS_OK) st = kv_on_host(c);
+    if (st != LOCKS_OK) return st;
+    return locks_cache_read_summaries(c->cache, c->seq[seq], c->cache_layer[layer], dst);
+}
+
+locks_status locks_ctx_seq_read_summaries(const locks_ctx *c, int32_t seq, int32_t layer, void *dst) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(seq_read_summaries(c, seq, layer, dst), "locks_ctx_seq_read_summaries", mark);
+}
+
+/* Every input of a load checked before the sequence changes: the K/V fp16 bits of every
+ * layer finite, and each summary record's scales (locks_cache_write_f16 checks the same
+ * again per layer, which is then known to pass). */
+static locks_status load_check(const locks_ctx *c, int32_t n, const uint16_t *k, const uint16_t *v,
+                               const void *sums) {
+    const locks_model_info *in = &c->m->info;
+    const size_t row = (size_t)in->n_kv_heads * (size_t)in->head_dim, all = (size_t)in->n_layers * (size_t)n * row;
+    const size_t nk = locks_f16_first_nonfinite(k, all), nv = locks_f16_first_nonfinite(v, all);
+    if (nk < all || nv < all) {
+        const size_t i = nk < all ? nk : nv, per = (size_t)n * row;
+        return locks_fail(LOCKS_ERR_NONFINITE, "%s of layer %d, token %d, KV head %d is not finite (fp16 bits 0x%04x)",
+                          nk < all ? "key" : "value", (int32_t)(i / per), (int32_t)(i % per / row),
+                          (int32_t)(i % row / (size_t)in->head_dim), (unsigned)(nk < all ? k : v)[i]);
+    }
+    if (!sums) return LOCKS_OK;
+    const int32_t n_global = in->n_layers - c->n_local;
+    const size_t rec = locks_ctx_summary_bytes(c), n_rec = (size_t)n_global * (size_t)(n / LOCKS_PAGE) * (size_t)in->n_kv_heads;
+    for (size_t i = 0; i < n_rec; i++) {
+        const size_t bad = locks_summary_record_bad(in->head_dim, c->p.rank, c->p.summary_prec,
+                                                    (const unsigned char *)sums + i * rec);
+        if (bad == SIZE_MAX) continue;
+        const size_t per_layer = (size_t)(n / LOCKS_PAGE) * (size_t)in->n_kv_heads;
+        return locks_fail(LOCKS_ERR_NONFINITE,
+                          "the summary of cache layer %d, page %d, KV head %d has a non-finite %s (byte %zu of %zu)",
+                          (int32_t)(i / per_layer), (int32_t)(i % per_layer) / in->n_kv_heads,
+                          (int32_t)(i % (size_t)in->n_kv_heads),
+                          c->p.summary_prec == LOCKS_SUMMARY_Q ? "scale" : "value", bad, rec);
+    }
+    return LOCKS_OK;
+}
+
+static locks_status seq_load(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v,
+                             const void *sums) {
     locks_status st0 = ctx_check(c);
     if (st0 == LOCKS_OK) st0 = seq_check(c, seq);
     if (st0 == LOCKS_OK && (n < 0 || (n > 0 && (!k || !v))))
@@ -1505,26 +1559,26 @@ static locks_status seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint
     if (st0 == LOCKS_OK) st0 = kv_on_host(c);
     if (st0 == LOCKS_OK && n > c->p.n_ctx)
         st0 = locks_fail(LOCKS_ERR_POOL_FULL, "n %d exceeds n_ctx %d", n, c->p.n_ctx);
+    if (st0 == LOCKS_OK) st0 = load_check(c, n, k, v, sums);
     if (st0 != LOCKS_OK) return st0;
     const int32_t L = c->m->info.n_layers, hkv = c->m->info.n_kv_heads, d = c->m->info.head_dim;
     const size_t per_layer = (size_t)n * (size_t)hkv * (size_t)d;
-    float *kf = locks_alloc(per_layer ? per_layer : 1, sizeof(float));
-    float *vf = locks_alloc(per_layer ? per_layer : 1, sizeof(float));
-    locks_status st = kf && vf ? LOCKS_OK : LOCKS_ERR_OOM;
-    if (st == LOCKS_OK) st = truncate_seq(c, seq, 0);
+    const size_t sum_layer = (size_t)(n / LOCKS_PAGE) * (size_t)hkv * locks_ctx_summary_bytes(c);
+    locks_status st = truncate_seq(c, seq, 0);
     if (st == LOCKS_OK && n > 0) st = locks_cache_append(c->cache, c->seq[seq], n);
     for (int32_t l = 0; l < L && st == LOCKS_OK && n > 0; l++) {
-        for (size_t i = 0; i < per_layer; i++) {
-            kf[i] = locks_f16_to_f32(k[(size_t)l * per_layer + i]);
-            vf[i] = locks_f16_to_f32(v[(size_t)l * per_layer + i]);
-        }
-        if (c->m->layers[l].local) { /* the last positions the ring holds */
-            swa_ring r = ctx_ring(c, seq, l);
-            const int32_t m = n < r.cap ? n : r.cap;
-            const size_t off = (size_t)(n - m) * (size_t)hkv * (size_t)d;
-            st = swa_ring_write(&r, n - m, m, kf + off, vf + off);
+        const uint16_t *kl = k + (size_t)l * per_layer, *vl = v + (size_t)l * per_layer;
+        const int32_t cl = c->cache_layer[l];
+        if (c->m->layers[l].local) { /* the last positions the ring holds, fp16 as given */
+            const swa_ring r = ctx_ring(c, seq, l);
+            const size_t row = (size_t)hkv * (size_t)d;
+            for (int32_t t = n < r.cap ? 0 : n - r.cap; t < n; t++) {
+                memcpy(r.k + (size_t)(t % r.cap) * row, kl + (size_t)t * row, sizeof(uint16_t) * row);
+                memcpy(r.v + (size_t)(t % r.cap) * row, vl + (size_t)t * row, sizeof(uint16_t) * row);
+            }
         } else {
-            st = locks_cache_write(c->cache, c->seq[seq], c->cache_layer[l], 0, n, kf, vf);
+            st = locks_cache_write_f16(c->cache, c->seq[seq], cl, 0, n, kl, vl,
+                                       sums ? (const char *)sums + (size_t)cl * sum_layer : NULL);
         }
     }
     /* the saved positions before a ring's last ones may have been zeros (not kept where
@@ -1540,12 +1594,16 @@ static locks_status seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint
     } else {
         c->broken = 1;
     }
-    locks_free(kf);
-    locks_free(vf);
     return st;
+}
+
+locks_status locks_ctx_seq_load(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v,
+                                const void *sums) {
+    const uint32_t mark = locks_error_mark();
+    return locks_fail_call(seq_load(c, seq, n, k, v, sums), "locks_ctx_seq_load", mark);
 }
 
 locks_status locks_ctx_seq_load_kv(locks_ctx *c, int32_t seq, int32_t n, const uint16_t *k, const uint16_t *v) {
     const uint32_t mark = locks_error_mark();
-    return locks_fail_call(seq_load_kv(c, seq, n, k, v), "locks_ctx_seq_load_kv", mark);
+    return locks_fail_call(seq_load(c, seq, n, k, v, NULL), "locks_ctx_seq_load_kv", mark);
 }

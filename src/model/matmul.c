@@ -1,13 +1,15 @@
 /*
  * matmul.c — y = W x on GGUF weight types, one vector (decode) or a batch (prefill).
  *
- * Two versions of the block kernels: plain C loops (portable, the reference), and on
- * x86-64 with GCC/Clang AVX2 versions chosen at run time when the CPU has AVX2/FMA/F16C
- * (locks_have_avx2; the build never assumes the host CPU), using AVX-VNNI's byte dot
- * product when present (locks_have_avxvnni). Both compute the same
- * integer block sums; only the float accumulation order differs. Rows are cut into
- * a few tasks per pool thread; inside a task, ROW_TILE rows are held in
- * cache while every vector of the batch passes over them.
+ * The block kernels with int8 activations: plain C loops here and in quant.c (portable,
+ * the reference), and on x86-64 with GCC/Clang the tile kernels of matmul_avx512.c and
+ * matmul_avx2.c, chosen at run time from what the CPU has (locks_have_avx512,
+ * locks_have_avx2; the build never assumes the host CPU). All compute the same integer
+ * block sums; only the float accumulation order differs. This file keeps the float
+ * types and the fp32-activation (exact) mode, with AVX2 versions for F32, Q4_0, Q4_1
+ * and Q8_0, and the activation quantization. Rows are cut into a few tasks per pool
+ * thread; inside a task of the C loops, ROW_TILE rows are held in cache while every
+ * vector of the batch passes over them.
  */
 #include "matmul.h"
 
@@ -192,10 +194,8 @@ static inline float dot_bf16(const uint8_t *w, const float *x, int32_t n) {
 }
 
 #ifdef MATMUL_X86
-/* ---- AVX2 block kernels: 32 products per block as u8 x s8 byte dot products summed
- * into 8 int32 lanes (maddubs + madd, or AVX-VNNI's vpdpbusd when the CPU has it),
- * scaled in fp32 with one FMA per block. The integer sums are the same either way:
- * maddubs cannot saturate here (|15 * 127 * 2| and |128 * 127 * 2| < 32768). ---- */
+/* ---- AVX2 kernels of the fp32-activation mode (Q4_0, Q4_1, Q8_0) and F32 weights; the
+ * int8 products are matmul_avx2.c's. ---- */
 
 #include "simd_avx2.h"
 
@@ -208,9 +208,8 @@ AVX2_INLINE __m256i unpack_nibbles(const uint8_t *qs) {
     return _mm256_set_m128i(hi, lo);
 }
 
-/* A weight block as bytes ready for dot_u8s8: *wa the unsigned operand, *ws the sign
- * source for the activations (Q8_0: |w| and sign(w); Q4: the nibbles, no sign), *d its
- * scale and *mo the coefficient of d_x sum(q_x) (Q4_1: m; Q4_0: -8 d; Q8_0: 0). */
+/* A weight block as bytes: *wa the nibbles (Q4) or |w|, *ws the signed bytes (Q8_0) or
+ * the nibbles, *d its scale and *mo its offset (Q4_1: m; Q4_0: -8 d; Q8_0: 0). */
 AVX2_INLINE void load_block(ggml_type type, const uint8_t *w, __m256i *wa, __m256i *ws, float *d,
                             float *mo) {
     *d = f16_at(w);
@@ -225,53 +224,6 @@ AVX2_INLINE void load_block(ggml_type type, const uint8_t *w, __m256i *wa, __m25
         *wa = *ws = unpack_nibbles(w + 4);
         *mo = f16_at(w + 2);
     }
-}
-
-/* One row . one quantized vector. */
-AVX2_INLINE float dot1_body(ggml_type type, const uint8_t *w, const matmul_q8 *x, int32_t nb, const int vnni) {
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
-    size_t bb = quant_block_bytes(type);
-    for (int32_t b = 0; b < nb; b++, w += bb) {
-        __m256i wa, ws;
-        float d, mo;
-        load_block(type, w, &wa, &ws, &d, &mo);
-        __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].q);
-        if (type == GGML_TYPE_Q8_0) xv = _mm256_sign_epi8(xv, ws);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[b].d), dot_u8s8(wa, xv, vnni), acc);
-        accm += mo * x[b].ds;
-    }
-    return hsum8(acc) + accm;
-}
-
-/* One row against four quantized vectors (prefill): each weight block is unpacked and
- * scaled once and meets four activation blocks. */
-AVX2_INLINE void dot4_body(ggml_type type, const uint8_t *w, const matmul_q8 *const x[4], int32_t nb,
-                           float out[4], const int vnni) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    float accm0 = 0.0f, accm1 = 0.0f, accm2 = 0.0f, accm3 = 0.0f;
-    size_t bb = quant_block_bytes(type);
-    for (int32_t b = 0; b < nb; b++, w += bb) {
-        __m256i wa, ws;
-        float d, mo;
-        load_block(type, w, &wa, &ws, &d, &mo);
-#define DOT4_ONE(k)                                                                            \
-    do {                                                                                       \
-        __m256i xv = _mm256_loadu_si256((const __m256i *)x[k][b].q);                           \
-        if (type == GGML_TYPE_Q8_0) xv = _mm256_sign_epi8(xv, ws);                             \
-        acc##k = _mm256_fmadd_ps(_mm256_set1_ps(d * x[k][b].d), dot_u8s8(wa, xv, vnni), acc##k); \
-        accm##k += mo * x[k][b].ds;                                                            \
-    } while (0)
-        DOT4_ONE(0);
-        DOT4_ONE(1);
-        DOT4_ONE(2);
-        DOT4_ONE(3);
-#undef DOT4_ONE
-    }
-    out[0] = hsum8(acc0) + accm0;
-    out[1] = hsum8(acc1) + accm1;
-    out[2] = hsum8(acc2) + accm2;
-    out[3] = hsum8(acc3) + accm3;
 }
 
 AVX2_INLINE float dot_f32_avx2(const uint8_t *w, const float *x, int32_t n) {
@@ -311,47 +263,23 @@ AVX2_INLINE float dot_qf_avx2(ggml_type type, const uint8_t *w, const float *x, 
     return hsum8(acc);
 }
 
-/* Rows [r0, r1) for every vector: a tile of ROW_TILE rows stays in L1 while the vectors
- * pass over it, four at a time when they are int8. */
-AVX2_INLINE void rows_body(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
-                           int32_t r0, int32_t r1, const int vnni) {
+/* Rows [r0, r1) for every vector, F32 weights or block weights against fp32
+ * activations (exact mode): a tile of ROW_TILE rows stays in L1 while the vectors pass
+ * over it. */
+AVX2 static void rows_float_avx2(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
+                                 int32_t r1) {
     int32_t nb = w->cols / GGML_QBLOCK;
-    int q8 = a->xq && w->type != GGML_TYPE_F32;
     for (int32_t rt = r0; rt < r1; rt += ROW_TILE) {
         int32_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
-        int32_t t = 0;
-        if (q8) {
-            for (; t + 4 <= a->n; t += 4) {
-                const matmul_q8 *const x4[4] = {a->xq + (size_t)t * nb, a->xq + (size_t)(t + 1) * nb,
-                                                a->xq + (size_t)(t + 2) * nb, a->xq + (size_t)(t + 3) * nb};
-                for (int32_t r = rt; r < re; r++) {
-                    float o[4];
-                    dot4_body(w->type, w->data + (size_t)r * w->row_bytes, x4, nb, o, vnni);
-                    for (int k = 0; k < 4; k++) y[(size_t)(t + k) * ldy + r] = o[k];
-                }
-            }
-        }
-        for (; t < a->n; t++) {
+        for (int32_t t = 0; t < a->n; t++) {
             for (int32_t r = rt; r < re; r++) {
                 const uint8_t *row = w->data + (size_t)r * w->row_bytes;
-                float v;
-                if (w->type == GGML_TYPE_F32) v = dot_f32_avx2(row, a->x + (size_t)t * w->cols, w->cols);
-                else if (q8) v = dot1_body(w->type, row, a->xq + (size_t)t * nb, nb, vnni);
-                else v = dot_qf_avx2(w->type, row, a->x + (size_t)t * w->cols, nb);
-                y[(size_t)t * ldy + r] = v;
+                y[(size_t)t * ldy + r] = w->type == GGML_TYPE_F32
+                                             ? dot_f32_avx2(row, a->x + (size_t)t * w->cols, w->cols)
+                                             : dot_qf_avx2(w->type, row, a->x + (size_t)t * w->cols, nb);
             }
         }
     }
-}
-
-AVX2 static void matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
-                                  int32_t r0, int32_t r1) {
-    rows_body(w, a, y, ldy, r0, r1, 0);
-}
-
-AVX2 static void matmul_rows_vnni(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy,
-                                  int32_t r0, int32_t r1) {
-    rows_body(w, a, y, ldy, r0, r1, 1);
 }
 #endif
 
@@ -438,16 +366,16 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
     int32_t r1 = r0 + j->task_rows < j->w->rows ? r0 + j->task_rows : j->w->rows;
 #ifdef MATMUL_X86
     if (locks_have_avx512() && matmul_rows_avx512(j->w, a, j->y, j->ldy, r0, r1)) return;
+    if (locks_have_avx2() && matmul_rows_avx2(j->w, a, j->y, j->ldy, r0, r1)) return;
 #endif
-    if (quant_is_ext(j->w->type)) { /* Q5_x and K-quants: quant.c, SIMD inside */
-        quant_rows(j->w, a, j->y, j->ldy, r0, r1);
+    if (quant_is_ext(j->w->type)) { /* Q5_x and K-quants: quant.c's portable loops */
+        quant_rows_c(j->w, a, j->y, j->ldy, r0, r1);
         return;
     }
 #ifdef MATMUL_X86
-    /* AVX2 covers the block types (int8 and exact mode) and F32; F16/BF16 stay portable */
+    /* the exact mode of Q4_0 / Q4_1 / Q8_0 and F32; F16 / BF16 stay portable */
     if (locks_have_avx2() && (matmul_wants_q8(j->w->type) || j->w->type == GGML_TYPE_F32)) {
-        if (locks_have_avxvnni()) matmul_rows_vnni(j->w, a, j->y, j->ldy, r0, r1);
-        else matmul_rows_avx2(j->w, a, j->y, j->ldy, r0, r1);
+        rows_float_avx2(j->w, a, j->y, j->ldy, r0, r1);
         return;
     }
 #endif

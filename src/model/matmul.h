@@ -78,6 +78,13 @@ int matmul_rows_avx512(const matmul_weight *w, const matmul_act *a, float *y, in
 int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
                              int32_t r1, int prefill);
 
+/* Rows [r0, r1) of y as matmul computes them, with the AVX2 kernels (matmul_avx2.c;
+ * call only when locks_have_avx2(); AVX-VNNI's vpdpbusd where locks_have_avxvnni()).
+ * Returns 0, doing nothing, for what they do not cover (float types, fp32 activations,
+ * rows of more than 65,536 columns, non-x86 builds). Each output is the same bit for
+ * bit whatever a->n and the token's place in the batch. */
+int matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1);
+
 /* Row r of W dequantized to fp32 (out[cols]); for embeddings. */
 void matmul_row_f32(const matmul_weight *w, int32_t r, float *out);
 

@@ -29,7 +29,7 @@
  *  w_j = s(j) q_j + o. Against one activation block (d_x, q_x, ds_x = d_x sum q_x):
  *      w . x ~= d_x (s_a sum_{j<16} q_j q_x,j + s_b sum_{j>=16} q_j q_x,j) + o ds_x
  *  Q5_0: q in [0, 31], o = -16 d; Q5_1: o = m; Q4_K / Q5_K: s = d sc, o = -dmin m;
- *  Q6_K: q - 32 in [-32, 31] (signed), o = 0. The AVX2 kernels compute the same integer
+ *  Q6_K: q - 32 in [-32, 31] (signed), o = 0. The SIMD kernels compute the same integer
  *  sums (only the fp32 accumulation order differs).
  */
 #ifndef LOCKS_QUANT_H
@@ -70,10 +70,9 @@ void quant_dequant_block(ggml_type type, const uint8_t *blk, float *out);
 locks_status quant_check_scales(ggml_type type, const uint8_t *data, size_t n_blocks, size_t *bad_block);
 
 /* y[t][r] for rows [r0, r1) of an ext-type weight and every vector of the batch (int8
- * activations when a->xq, else fp32 with blocks dequantized on the fly). Picks AVX2 /
- * AVX-VNNI at run time where the CPU has them, the portable loops otherwise. */
-void quant_rows(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1);
-/* The portable loops alone (the reference the SIMD kernels are tested against). */
+ * activations when a->xq, else fp32 with blocks dequantized on the fly), by the portable
+ * loops: the reference the SIMD kernels are tested against, and the path where they
+ * do not apply (no AVX2, fp32 activations). */
 void quant_rows_c(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1);
 
 #endif

@@ -19,19 +19,17 @@ AVX2_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* sum of u8 w[j] * s8 x[j] over 32 bytes, as 8 fp32 partial sums. vnni is a constant
- * after inlining; vpdpbusd goes through inline assembly ({vex}: the AVX-VNNI encoding)
- * so that one body serves both instruction sets. maddubs saturates only past 32767 per
- * pair: callers keep |w| * 128 * 2 below it. */
-AVX2_INLINE __m256 dot_u8s8(__m256i w, __m256i x, const int vnni) {
-    __m256i p;
+/* sum of u8 w[j] * s8 x[j] over 32 bytes, as 8 int32 lanes (lane i: bytes 4i .. 4i + 3).
+ * vnni is a constant after inlining; vpdpbusd goes through inline assembly ({vex}: the
+ * AVX-VNNI encoding) so that one body serves both instruction sets. maddubs saturates
+ * only past 32767 per pair: callers keep |w| * 128 * 2 below it. */
+AVX2_INLINE __m256i dot_u8s8(__m256i w, __m256i x, const int vnni) {
     if (vnni) {
-        p = _mm256_setzero_si256();
+        __m256i p = _mm256_setzero_si256();
         __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(p) : "x"(w), "x"(x));
-    } else {
-        p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+        return p;
     }
-    return _mm256_cvtepi32_ps(p);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
 }
 
 #endif

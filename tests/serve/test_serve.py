@@ -14,11 +14,14 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
+
+import xxhash
 
 import pytest
 
@@ -457,10 +460,32 @@ def test_gemma3_chat_template():
         MODEL = saved
 
 
+
+def slot_checksum(img):
+    """slotfile.c's checksum of a slot file image: XXH3-64 (seed 0) with its checksum
+    field, bytes 176..184, as 0."""
+    return xxhash.xxh3_64_intdigest(img[:176] + bytes(8) + img[184:])
+
+
+def slot_layout(data):
+    """The header fields and section offsets of a version 2 slot file (slotfile.c)."""
+    magic, version, L, hkv, d, _vocab, n = struct.unpack_from("<8s6I", data, 0)
+    rank, prec, sum_bytes, n_sum = struct.unpack_from("<4I", data, 160)
+    (checksum,) = struct.unpack_from("<Q", data, 176)
+    kv = 2 * L * n * hkv * d
+    toks = 184
+    k = toks + 4 * n
+    sums = k + 2 * kv
+    return dict(magic=magic, version=version, n=n, rank=rank, prec=prec, sum_bytes=sum_bytes, n_sum=n_sum,
+                checksum=checksum, k=k, sums=sums, size=sums + n_sum * (n // 16) * hkv * sum_bytes, d=d)
+
+
 def test_slot_save_restore_across_restarts(tmp_path):
-    """A slot's tokens and K/V to a file and back in a new server: the same prompt then
-    prefills only its last part and answers as `locks run`. Names that leave the folder,
-    truncated and foreign files are refused with 4xx; the server goes on."""
+    """A slot's tokens, K/V and page summaries to a file and back in a new server: the same
+    prompt then prefills only its last part and answers as `locks run`. Names that leave the
+    folder, truncated, corrupted and foreign files are refused with 4xx; the server goes on.
+    A version 1 file (no summaries) and a file saved with another summary rank restore by
+    rebuilding the summaries."""
     doc = open(os.path.join(ROOT, "README.md")).read()[:900] + "\nIn one sentence:"
     a = Server("-np", "2", "-c", "4096", "--slot-save-path", str(tmp_path))
     try:
@@ -477,18 +502,53 @@ def test_slot_save_restore_across_restarts(tmp_path):
         a.stop()
     assert not (tmp_path.parent / "doc.slot").exists()
     data = (tmp_path / "doc.slot").read_bytes()
-    (tmp_path / "cut.slot").write_bytes(data[:len(data) // 2])
-    (tmp_path / "junk.slot").write_bytes(os.urandom(4096))
+    lay = slot_layout(data)
+    assert lay["magic"] == b"LOCKSLT1" and lay["version"] == 2 and lay["size"] == len(data), lay
+    assert lay["rank"] == 8 and lay["prec"] == 1 and lay["n_sum"] == 30 and lay["n"] >= 32, lay
+    assert lay["sum_bytes"] == lay["d"] + 2 + 8 * lay["d"] // 2 + 2 * 8 + 16 * 8 + 2 * 8, lay
+    assert slot_checksum(data) == lay["checksum"]
+    files = {
+        "cut.slot": data[:len(data) // 2],
+        "short.slot": data[:-1],                                     # one byte short
+        "long.slot": data + b"\0",
+        "junk.slot": os.urandom(4096),
+        "flip_sums.slot": data[:-3] + bytes([data[-3] ^ 0x10]) + data[-2:],  # in the summaries
+        "flip_k.slot": data[:lay["k"] + 101] + bytes([data[lay["k"] + 101] ^ 1]) + data[lay["k"] + 102:],
+        "newer.slot": data[:8] + struct.pack("<I", 3) + data[12:],
+    }
+    # a non-finite summary scale (the first record's mu scale) under a valid checksum:
+    # refused by the engine's checks, not by the checksum
+    nan = bytearray(data)
+    struct.pack_into("<H", nan, lay["sums"] + lay["d"], 0x7c00)
+    struct.pack_into("<Q", nan, 176, slot_checksum(bytes(nan)))
+    files["nan_scale.slot"] = bytes(nan)
+    # version 1: the first 160 bytes of the header (version 1), tokens, K and V
+    files["v1.slot"] = data[:8] + struct.pack("<I", 1) + data[12:160] + data[184:lay["sums"]]
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
     b = Server("-np", "2", "-c", "4096", "--slot-save-path", str(tmp_path))
     try:
-        for name, status in [("cut.slot", 400), ("junk.slot", 400), ("missing.slot", 404)]:
+        for name, status, why in [("cut.slot", 400, "bytes"), ("short.slot", 400, "bytes"), ("long.slot", 400, "bytes"),
+                                  ("junk.slot", 400, "not a locks slot file"), ("newer.slot", 400, "not a locks"),
+                                  ("flip_sums.slot", 400, "checksum"), ("flip_k.slot", 400, "checksum"),
+                                  ("nan_scale.slot", 400, "non-finite"), ("missing.slot", 404, "no slot file")]:
             st, body = b.request("POST", "/slots/1?action=restore", {"filename": name})
-            assert st == status and json.loads(body)["error"]["message"], (name, body)
-        st, body = b.request("POST", "/slots/1?action=restore", {"filename": "doc.slot"})
-        assert st == 200 and json.loads(body)["n_restored"] > 100, body
-        r = b.client().completions.create(model=ALIAS, prompt=doc, max_tokens=6, temperature=0)
-        assert r.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 16
-        assert r.model_extra["locks"]["id_slot"] == 1
-        assert r.choices[0].text == reference(doc, 6)
+            assert st == status and why in json.loads(body)["error"]["message"], (name, body)
+        for name, summaries in [("v1.slot", "rebuilt"), ("doc.slot", "restored")]:
+            st, body = b.request("POST", "/slots/1?action=restore", {"filename": name})
+            assert st == 200 and json.loads(body)["n_restored"] == lay["n"], body
+            assert json.loads(body)["summaries"] == summaries, (name, body)
+            r = b.client().completions.create(model=ALIAS, prompt=doc, max_tokens=6, temperature=0)
+            assert r.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 16
+            assert r.model_extra["locks"]["id_slot"] == 1
+            assert r.choices[0].text == reference(doc, 6), name
     finally:
         b.stop()
+    c = Server("-np", "1", "-c", "4096", "--rank", "4", "--slot-save-path", str(tmp_path))
+    try:  # another summary shape: the K/V restore, the summaries are rebuilt at rank 4
+        st, body = c.request("POST", "/slots/0?action=restore", {"filename": "doc.slot"})
+        assert st == 200 and json.loads(body)["summaries"] == "rebuilt", body
+        r = c.client().completions.create(model=ALIAS, prompt=doc, max_tokens=6, temperature=0)
+        assert r.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 16
+    finally:
+        c.stop()

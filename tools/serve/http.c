@@ -451,6 +451,7 @@ static enum MHD_Result do_slot(struct MHD_Connection *con, const char *url, cons
         cJSON_AddStringToObject(o, "filename", name);
         cJSON_AddNumberToObject(o, op->restore ? "n_restored" : "n_saved", op->n_tokens);
         cJSON_AddNumberToObject(o, op->restore ? "n_read" : "n_written", (double)op->bytes);
+        if (op->restore) cJSON_AddStringToObject(o, "summaries", op->sums_rebuilt ? "rebuilt" : "restored");
         cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "timings"), op->restore ? "restore_ms" : "save_ms", op->ms);
         ret = send_json(con, 200, o);
     }

@@ -50,6 +50,7 @@ struct slot_op {
     char err[240];
     int32_t n_tokens;
     size_t bytes;
+    int sums_rebuilt; /* restore: the file's summaries did not fit this cache: rebuilt */
     double ms;
     slot_op *next;
 };
