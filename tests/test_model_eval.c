@@ -38,19 +38,12 @@ static int failures = 0;
         }                                                                                    \
     } while (0)
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Decodes n tokens greedily from tok, writing the logits of each step to logits[n][V]. */
 static locks_status decode_n(locks_ctx *c, int32_t tok, int32_t n, int32_t V, float *logits) {
     for (int32_t i = 0; i < n; i++) {
         locks_status st = locks_ctx_decode(c, tok, logits + (size_t)i * V);
         if (st) return st;
-        tok = argmax(logits + (size_t)i * V, V);
+        tok = tu_argmax(logits + (size_t)i * V, V);
     }
     return LOCKS_OK;
 }
@@ -104,7 +97,7 @@ static void test_truncate(const locks_model *m) {
     st = decode_n(c, ids[n_pre], steps, V, a);
     CHECK(st == LOCKS_OK && locks_ctx_len(c) == n_pre + steps, "decode: %s", locks_status_str(st));
     /* Negative control: continue instead of truncating. */
-    st = decode_n(c, argmax(a + (size_t)(steps - 1) * V, V), steps, V, cont);
+    st = decode_n(c, tu_argmax(a + (size_t)(steps - 1) * V, V), steps, V, cont);
     CHECK(st == LOCKS_OK, "decode on: %s", locks_status_str(st));
     st = locks_ctx_truncate(c, n_pre);
     CHECK(st == LOCKS_OK && locks_ctx_len(c) == n_pre, "truncate: %s, len %d", locks_status_str(st),

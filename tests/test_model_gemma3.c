@@ -152,13 +152,6 @@ static void count_step(int32_t layer, const float *q, int32_t n_q_heads, const l
     step_layers++;
 }
 
-static int argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* The local layers' K/V in rings of 511 + 64 = 575 positions (n_batch 64, swa_rollback 0),
  * which wrap within the prompt: the prefill's logits and those of the last 40 tokens
  * decoded again equal, bit for bit, those of the context holding the whole history
@@ -237,8 +230,8 @@ static void test_logits(const char *path) {
         maxd = fmax(maxd, fabs((double)(lg[ref_top_ids[k]] - lg[ref_top_ids[0]]) - (ref_top_logits[k] - ref_top_logits[0])));
     printf("gemma3 prefill of %d tokens: top-1 %d (float64 reference %d), max |d(logit - top-1 logit)| over the "
            "reference top-%d %.4f, top-1 logit %.3f (reference %.3f)\n",
-           n, argmax(lg, in.n_vocab), ref_top_ids[0], REF_TOPK, maxd, (double)lg[ref_top_ids[0]], ref_top_logits[0]);
-    test_cond(argmax(lg, in.n_vocab) == ref_top_ids[0], "top-1 %d, float64 reference %d", argmax(lg, in.n_vocab),
+           n, tu_argmax(lg, in.n_vocab), ref_top_ids[0], REF_TOPK, maxd, (double)lg[ref_top_ids[0]], ref_top_logits[0]);
+    test_cond(tu_argmax(lg, in.n_vocab) == ref_top_ids[0], "top-1 %d, float64 reference %d", tu_argmax(lg, in.n_vocab),
               ref_top_ids[0]);
     test_cond(maxd < 0.75, "max |d(logit - top-1 logit)| over the reference top-%d = %.4f", REF_TOPK, maxd);
     /* decode path = prefill path: the last 40 tokens decoded one by one; the selection
@@ -250,7 +243,7 @@ static void test_logits(const char *path) {
     double dd = 0.0;
     for (int32_t i = 0; i < in.n_vocab; i++) dd = fmax(dd, fabs((double)lg[i] - (double)lg2[i]));
     printf("gemma3 decode vs prefill: max |dlogit| %.4f\n", dd);
-    test_cond(dd < 1.0 && argmax(lg2, in.n_vocab) == argmax(lg, in.n_vocab), "decode vs prefill: max |dlogit| %.4f", dd);
+    test_cond(dd < 1.0 && tu_argmax(lg2, in.n_vocab) == tu_argmax(lg, in.n_vocab), "decode vs prefill: max |dlogit| %.4f", dd);
     test_ring(m, &cp, lg, lg2, n);
 
     /* every selector decodes past the window with a budget below the context */
@@ -274,7 +267,7 @@ static void test_logits(const char *path) {
                   "selector %s: K/V bytes %llu of dense %llu", locks_selector_name((locks_selector)sel),
                   (unsigned long long)rs.bytes_kv, (unsigned long long)rs.bytes_dense);
         printf("gemma3 selector %-9s budget 256 at %d tokens: top-1 %d, K/V bytes %.1f%% of dense\n",
-               locks_selector_name((locks_selector)sel), n, argmax(lg2, in.n_vocab),
+               locks_selector_name((locks_selector)sel), n, tu_argmax(lg2, in.n_vocab),
                100.0 * (double)rs.bytes_kv / (double)rs.bytes_dense);
     }
     locks_ctx_free(c);

@@ -43,13 +43,6 @@ static locks_ctx *new_ctx(const locks_model *m, int32_t n_ctx, locks_selector se
     return c;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Greedy: prefill tokens, then N_GEN tokens (each fed back but the last). Writes the
  * ids and returns the smallest top-1 vs top-2 logit margin seen. */
 static float greedy(locks_ctx *c, const int32_t *toks, int32_t n, int32_t n_vocab, int32_t *out, float *last_logits) {
@@ -57,7 +50,7 @@ static float greedy(locks_ctx *c, const int32_t *toks, int32_t n, int32_t n_voca
     CHECK(locks_ctx_prefill(c, toks, n, lg));
     float min_margin = INFINITY;
     for (int32_t i = 0; i < N_GEN; i++) {
-        int32_t b = argmax(lg, n_vocab);
+        int32_t b = tu_argmax(lg, n_vocab);
         float second = -INFINITY;
         for (int32_t j = 0; j < n_vocab; j++)
             if (j != b && lg[j] > second) second = lg[j];
@@ -145,10 +138,10 @@ int main(void) {
         double tol = f32 ? 0.05 : 1.0;
         test_cond(maxd <= tol, "%s activations: top-%d logits off the float64 reference by %.4f (tol %.2f)",
                   f32 ? "fp32" : "int8", REF_TOPK, maxd, tol);
-        test_cond(argmax(lg, nv) == ref_top_ids[0], "%s activations: top-1 %d, reference %d",
-                  f32 ? "fp32" : "int8", argmax(lg, nv), ref_top_ids[0]);
+        test_cond(tu_argmax(lg, nv) == ref_top_ids[0], "%s activations: top-1 %d, reference %d",
+                  f32 ? "fp32" : "int8", tu_argmax(lg, nv), ref_top_ids[0]);
         printf("reference logits (%s activations): top-%d max |diff| %.4f, top-1 %d (ref %d)\n",
-               f32 ? "fp32" : "int8", REF_TOPK, maxd, argmax(lg, nv), ref_top_ids[0]);
+               f32 ? "fp32" : "int8", REF_TOPK, maxd, tu_argmax(lg, nv), ref_top_ids[0]);
         locks_ctx_free(c);
     }
 
@@ -218,15 +211,15 @@ int main(void) {
         sp.selector = LOCKS_SEL_LOCKS;
         sp.budget = n + N_GEN;
         if (cl) CHECK(locks_ctx_set_step(cl, sp));
-        int32_t ta = argmax(lg, nv), tb = ta;
+        int32_t ta = tu_argmax(lg, nv), tb = ta;
         int diverged = -1;
         double maxd2 = 0.0;
         for (int i = 0; i < N_GEN - 1 && cl; i++) {
             CHECK(locks_ctx_decode(a, ta, lg));
             CHECK(locks_ctx_decode(cl, tb, lg2));
             for (int32_t j = 0; j < nv; j++) maxd2 = fmax(maxd2, fabs((double)lg[j] - (double)lg2[j]));
-            ta = argmax(lg, nv);
-            tb = argmax(lg2, nv);
+            ta = tu_argmax(lg, nv);
+            tb = tu_argmax(lg2, nv);
             if (ta != tb && diverged < 0) diverged = i;
         }
         test_cond(diverged < 0, "locks at budget >= context diverged from full at step %d", diverged);

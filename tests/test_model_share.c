@@ -18,20 +18,13 @@
 
 enum { DOC = 600, Q = 40, STEPS = 6, NCTX = 1024 };
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Greedy steps of seq a and seq b side by side from their logits la, lb: equal logits
  * at every step. */
 static void same_steps(locks_ctx *c, int32_t a, int32_t b, float *la, float *lb, int32_t V, int32_t steps,
                        const char *what) {
     for (int32_t t = 0; t < steps; t++) {
         test_cond(memcmp(la, lb, sizeof(float) * (size_t)V) == 0, "%s: logits differ at step %d", what, t);
-        const int32_t tok = argmax(lb, V);
+        const int32_t tok = tu_argmax(lb, V);
         int32_t seqs[2] = {a, b}, toks[2] = {tok, tok};
         float *both = malloc(sizeof(float) * 2 * (size_t)V);
         SETUP(both);
@@ -80,7 +73,7 @@ static void check_model(const char *path, const char *name) {
     refused(c, locks_ctx_seq_share(c, 1, 0, 16), "sharing from an empty sequence", all_pages, 1, 0);
     CHECK(locks_ctx_prefill_seq(c, 0, p1, DOC + Q, la));
     for (int32_t t = 0; t < STEPS; t++) { /* sequence 0 answers its question */
-        const int32_t tok = argmax(la, V), s0 = 0;
+        const int32_t tok = tu_argmax(la, V), s0 = 0;
         CHECK(locks_ctx_decode_seqs(c, &s0, 1, &tok, la));
     }
     const int32_t n = locks_ctx_seq_shareable(c, 0, DOC);

@@ -13,6 +13,14 @@
 
 #include "locks_model.h"
 
+/* The index of x's largest value (the first of ties): greedy decoding. */
+static inline int32_t tu_argmax(const float *x, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
 /* The model's path into path[cap]: $LOCKS_MODEL, else the path scripts/fetch-model.sh
  * prints (it fetches on first use; run from the source root, as ctest does). Returns 0
  * if there is none (the fetch failed or printed nothing). */
