@@ -113,20 +113,28 @@ static locks_status append_tokens(locks_cache *c, int32_t seq_id, int32_t n_toke
     return LOCKS_OK;
 }
 
+/* The checks both writes share, on tokens [pos, pos + n) of sequence s in layer `layer`:
+ * the layer, the range reserved, k and v given when n > 0. */
+static locks_status write_check(const locks_cache *c, const locks_seq *s, int32_t seq_id, int32_t layer, int32_t pos,
+                                int32_t n, const void *k, const void *v) {
+    const locks_status st = locks_check_layer(c, layer);
+    if (st != LOCKS_OK) return st;
+    if (pos < 0 || n < 0 || pos > s->len - n)
+        return locks_fail(LOCKS_ERR_INVALID_ARG,
+                          "tokens [%d, %d + %d) are not reserved (sequence %d holds %d: append first)", pos, pos, n,
+                          seq_id, s->len);
+    if (n > 0 && (!k || !v)) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !k ? "k" : "v");
+    return LOCKS_OK;
+}
+
 static locks_status write_kv(locks_cache *c, int32_t seq_id, int32_t layer, int32_t pos, int32_t n, const float *k,
                              const float *v) {
     const locks_seq *s = locks_cache_seq(c, seq_id);
     if (!s) return locks_fail(LOCKS_ERR_NO_SEQ, "no sequence %d", seq_id);
     if (c->ext) return locks_fail(LOCKS_ERR_UNSUPPORTED, "a cache over the caller's pages (the caller writes them)");
-    if (layer < 0 || layer >= c->p.n_layers)
-        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
-    if (pos < 0 || n < 0 || pos > s->len - n)
-        return locks_fail(LOCKS_ERR_INVALID_ARG,
-                          "tokens [%d, %d + %d) are not reserved (sequence %d holds %d: append first)", pos, pos, n,
-                          seq_id, s->len);
-    if (n == 0) return LOCKS_OK;
-    if (!k || !v) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !k ? "k" : "v");
-    locks_status st = locks_cache_check_unshared(c, seq_id, pos, n); /* shared pages never change */
+    locks_status st = write_check(c, s, seq_id, layer, pos, n, k, v);
+    if (st != LOCKS_OK || n == 0) return st;
+    st = locks_cache_check_unshared(c, seq_id, pos, n); /* shared pages never change */
     if (st != LOCKS_OK) return st;
     return c->be->write(c, seq_id, layer, pos, n, k, v);
 }
@@ -138,17 +146,11 @@ static locks_status write_f16(locks_cache *c, int32_t seq_id, int32_t layer, int
     if (!c->host_pages || c->ext) /* host_pages: 0 on the CUDA backend */
         return locks_fail(LOCKS_ERR_UNSUPPORTED, "fp16 writes on a %s (the CPU backend's own pages only)",
                           c->ext ? "cache over the caller's pages" : "CUDA cache");
-    if (layer < 0 || layer >= c->p.n_layers)
-        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
-    if (pos < 0 || n < 0 || pos > s->len - n)
-        return locks_fail(LOCKS_ERR_INVALID_ARG,
-                          "tokens [%d, %d + %d) are not reserved (sequence %d holds %d: append first)", pos, pos, n,
-                          seq_id, s->len);
-    if (n == 0) return LOCKS_OK;
-    if (!k || !v) return locks_fail(LOCKS_ERR_INVALID_ARG, "%s is NULL", !k ? "k" : "v");
+    locks_status st = write_check(c, s, seq_id, layer, pos, n, k, v);
+    if (st != LOCKS_OK || n == 0) return st;
     if (sums && pos % LOCKS_PAGE != 0)
         return locks_fail(LOCKS_ERR_INVALID_ARG, "pos %d with summaries (must be a multiple of %d)", pos, LOCKS_PAGE);
-    locks_status st = locks_cache_check_unshared(c, seq_id, pos, n); /* shared pages never change */
+    st = locks_cache_check_unshared(c, seq_id, pos, n); /* shared pages never change */
     if (st != LOCKS_OK) return st;
     return locks_cache_write_f16_cpu(c, seq_id, layer, pos, n, k, v, sums);
 }
@@ -159,8 +161,7 @@ static locks_status read_summaries(const locks_cache *c, int32_t seq_id, int32_t
     if (!c->host_pages || c->ext)
         return locks_fail(LOCKS_ERR_UNSUPPORTED, "reading summaries of a %s (the CPU backend's own pages only)",
                           c->ext ? "cache over the caller's pages" : "CUDA cache");
-    if (layer < 0 || layer >= c->p.n_layers)
-        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
+    if (locks_check_layer(c, layer) != LOCKS_OK) return LOCKS_ERR_INVALID_ARG;
     const int32_t n_full = s->len / LOCKS_PAGE;
     if (n_full > 0 && !dst) return locks_fail(LOCKS_ERR_INVALID_ARG, "dst is NULL");
     for (int32_t i = 0; i < n_full; i++)
@@ -178,8 +179,7 @@ static locks_status read_summaries(const locks_cache *c, int32_t seq_id, int32_t
 static locks_status summary_get(const locks_cache *c, int32_t layer, int32_t kv_head, int32_t page, float *mu,
                                 float *basis, float *coef) {
     if (!mu || !basis || !coef) return locks_fail(LOCKS_ERR_INVALID_ARG, "NULL output array");
-    if (layer < 0 || layer >= c->p.n_layers)
-        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
+    if (locks_check_layer(c, layer) != LOCKS_OK) return LOCKS_ERR_INVALID_ARG;
     if (kv_head < 0 || kv_head >= c->hkv)
         return locks_fail(LOCKS_ERR_INVALID_ARG, "kv_head %d (the cache has 0..%d)", kv_head, c->hkv - 1);
     if (page < 0 || page >= c->p.n_pages)

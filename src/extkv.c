@@ -140,8 +140,7 @@ locks_status locks_cache_seq_set_pages(locks_cache *c, int32_t seq_id, const int
 
 static locks_status pages_filled(locks_cache *c, int32_t layer, const int32_t *pages, int32_t n) {
     if (!is_ext(c)) return locks_fail(LOCKS_ERR_UNSUPPORTED, "an owned cache (its writes build the summaries)");
-    if (layer < 0 || layer >= c->p.n_layers)
-        return locks_fail(LOCKS_ERR_INVALID_ARG, "layer %d (the cache has 0..%d)", layer, c->p.n_layers - 1);
+    if (locks_check_layer(c, layer) != LOCKS_OK) return LOCKS_ERR_INVALID_ARG;
     if (n < 0 || (n > 0 && !pages)) return locks_fail(LOCKS_ERR_INVALID_ARG, "n %d pages at %p", n, (const void *)pages);
     if (n == 0) return LOCKS_OK;
     uint16_t *fill = c->fill + (size_t)layer * c->p.n_pages;
