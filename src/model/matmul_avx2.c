@@ -35,6 +35,7 @@
 
 #include <string.h>
 
+#include "matmul_tile.h"
 #include "quant.h"
 #include "vmath.h"
 
@@ -48,7 +49,8 @@
 #define MAX_BLOCKS 2048   /* activation blocks per token the scratch holds (65,536 cols) */
 #define GROUP 64          /* tokens per group of the decoded-tile path */
 #define DEC_BLOCKS 512    /* blocks per row a dec_tile holds (16,384 cols) */
-#define AS_FLOATS (GROUP * MAX_BLOCKS / 8) /* act_scales' floats per array */
+#define AS_FLOATS MATMUL_AS_FLOATS /* act_scales' floats per array: a group's tokens */
+_Static_assert(GROUP * MAX_BLOCKS / 8 == AS_FLOATS, "act_scales holds a group of 64 tokens of 2048 / 8 blocks");
 
 static const int32_t q6k_half_idx[4][8] __attribute__((aligned(32))) = {
     {0, 0, 0, 0, 1, 1, 1, 1}, {2, 2, 2, 2, 3, 3, 3, 3}, {4, 4, 4, 4, 5, 5, 5, 5}, {6, 6, 6, 6, 7, 7, 7, 7}};
@@ -65,12 +67,6 @@ static inline int has_min(ggml_type t) { return t != GGML_TYPE_Q8_0 && t != GGML
 
 static inline int is_k(ggml_type t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
-}
-
-static inline uint32_t rd32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
 }
 
 AVX2_INLINE float rdh(const uint8_t *p) {
@@ -91,13 +87,10 @@ AVX2_INLINE void chunk_scales(ggml_type t, const uint8_t *row, int32_t c, int nb
                               __m256i p6[2]) {
     if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
         const uint8_t *blk = row + (size_t)c * quant_block_bytes(t);
-        uint32_t u0 = rd32(blk + 4), u1 = rd32(blk + 8), u2 = rd32(blk + 12);
-        /* six-bit scales and mins of the 8 sub-blocks (quant.h), four per u32 */
-        uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
-        uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-        uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
-        __m128i sc = _mm_cvtsi64_si128((long long)((uint64_t)sc_hi << 32 | sc_lo));
-        __m128i m = _mm_cvtsi64_si128((long long)((uint64_t)m_hi << 32 | m_lo));
+        uint64_t sc8, m8; /* the six-bit scales and mins of the 8 sub-blocks, a byte each */
+        quant_kq_scales_mins(blk + 4, &sc8, &m8);
+        __m128i sc = _mm_cvtsi64_si128((long long)sc8);
+        __m128i m = _mm_cvtsi64_si128((long long)m8);
         *sl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)), _mm256_set1_ps(rdh(blk)));
         *mn = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m)), _mm256_set1_ps(-rdh(blk + 2)));
     } else if (t == GGML_TYPE_Q6_K) {
@@ -112,7 +105,7 @@ AVX2_INLINE void chunk_scales(ggml_type t, const uint8_t *row, int32_t c, int nb
         const size_t bb = quant_block_bytes(t);
         const uint8_t *p = row + (size_t)c * 8 * bb;
         uint32_t v[8];
-        for (int k = 0; k < 8; k++) v[k] = k < nblk ? rd32(p + k * bb) : 0;
+        for (int k = 0; k < 8; k++) v[k] = k < nblk ? quant_rd32(p + k * bb) : 0;
         __m256i g = _mm256_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6], (int)v[7]);
         /* [d0-3, x0-3 | d4-7, x4-7] as uint16, then d0-7 | x0-7 */
         __m256i h = _mm256_packus_epi32(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(g, 16));
@@ -152,7 +145,7 @@ AVX2_INLINE void weight_unit(ggml_type t, const uint8_t *row, int32_t c, int j, 
         __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + qoff)));
         q = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), m4);
         if (t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1) /* element j's fifth bit: bit j of qh */
-            q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(rd32(b0 + (t == GGML_TYPE_Q5_0 ? 2 : 4))),
+            q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(quant_rd32(b0 + (t == GGML_TYPE_Q5_0 ? 2 : 4))),
                                                     _mm256_set1_epi8(0x10)));
         *u = q;
         return;
@@ -196,31 +189,7 @@ AVX2_INLINE __m256i unit_dot(ggml_type t, __m256i u, __m256i s, __m256i m6, __m2
     return dot_u8s8(u, x, vnni);
 }
 
-/* ================================================================================ */
-/* Activations                                                                      */
-/* ================================================================================ */
-
-/* Per token: d_x and d_x sum(q_x) of each block as arrays (slot k at k nbp, nbp = nb
- * rounded up to 8, zero past nb), for the 8-wide loads of a chunk. */
-typedef struct {
-    float d[AS_FLOATS] __attribute__((aligned(32)));
-    float ds[AS_FLOATS] __attribute__((aligned(32)));
-    int32_t nbp;
-} act_scales;
-
-/* Slots 0 .. nt - 1 from tokens x[0 .. nt - 1]. */
-static void act_scales_fill(act_scales *as, const matmul_q8 *const *x, int nt, int32_t nb) {
-    const int32_t nbp = (nb + 7) & ~7;
-    as->nbp = nbp;
-    for (int kk = 0; kk < nt; kk++) {
-        float *d = as->d + (size_t)kk * nbp, *ds = as->ds + (size_t)kk * nbp;
-        for (int32_t b = 0; b < nb; b++) {
-            d[b] = x[kk][b].d;
-            ds[b] = x[kk][b].ds;
-        }
-        for (int32_t b = nb; b < nbp; b++) d[b] = ds[b] = 0.0f;
-    }
-}
+/* Activations: act_scales (matmul_tile.h), slots 0 .. of a tile's or a group's tokens. */
 
 /* ================================================================================ */
 /* The tile                                                                         */
@@ -363,7 +332,7 @@ AVX2_INLINE void rows_q(ggml_type t, const matmul_weight *w, const matmul_act *a
         for (int32_t t0 = 0; t0 < n; t0 += TILE_T) {
             const int nt = n - t0 < TILE_T ? (int)(n - t0) : TILE_T;
             for (int k = 0; k < nt; k++) xg[k] = a->xq + (size_t)(t0 + k) * nb;
-            act_scales_fill(as, xg, nt, nb);
+            act_scales_fill(as, 0, xg, nt, nb);
             float *yt = y + (size_t)t0 * ldy;
             int32_t r = r0;
             for (; r + TILE_R <= r1; r += TILE_R)
@@ -376,7 +345,7 @@ AVX2_INLINE void rows_q(ggml_type t, const matmul_weight *w, const matmul_act *a
     for (int32_t g0 = 0; g0 < n; g0 += group) {
         const int ng = n - g0 < group ? (int)(n - g0) : (int)group;
         for (int k = 0; k < ng; k++) xg[k] = a->xq + (size_t)(g0 + k) * nb;
-        act_scales_fill(as, xg, ng, nb);
+        act_scales_fill(as, 0, xg, ng, nb);
         float *yg = y + (size_t)g0 * ldy;
         int32_t r = r0;
         for (; r + TILE_R <= r1; r += TILE_R) {

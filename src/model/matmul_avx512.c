@@ -28,6 +28,7 @@
 
 #include <string.h>
 
+#include "matmul_tile.h"
 #include "quant.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -50,7 +51,8 @@
 #define PREFILL_MIN 8
 #define PREFILL_GROUP 64
 #define DEC_CHUNKS 32
-#define AS_FLOATS (2 * TILE_T * MAX_BLOCKS) /* act_scales' floats per array */
+#define AS_FLOATS MATMUL_AS_FLOATS /* act_scales' floats per array */
+_Static_assert(2 * TILE_T * MAX_BLOCKS == AS_FLOATS, "act_scales holds 2 tiles of 4 tokens of 2048 blocks");
 
 /* int32 lane -> scale slot of unit u, per layout (see the unit loaders). */
 enum { KIND_NIB, KIND_Q8, KIND_KQ, KIND_Q6K };
@@ -106,12 +108,6 @@ static inline int has_min(ggml_type t) {
     return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
 }
 
-static inline uint32_t rd32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 AVX512_INLINE float rdh(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
@@ -128,13 +124,10 @@ AVX512_INLINE float rdh(const uint8_t *p) {
 AVX512_INLINE void chunk_scales(ggml_type t, const uint8_t *row, int32_t c, int nblk, __m512 *sl, __m256 *mn) {
     if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
         const uint8_t *blk = row + (size_t)c * quant_block_bytes(t);
-        uint32_t u0 = rd32(blk + 4), u1 = rd32(blk + 8), u2 = rd32(blk + 12);
-        /* six-bit scales and mins of the 8 sub-blocks (quant.h), four per u32 */
-        uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
-        uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-        uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
-        __m128i sc = _mm_cvtsi64_si128((long long)((uint64_t)sc_hi << 32 | sc_lo));
-        __m128i m = _mm_cvtsi64_si128((long long)((uint64_t)m_hi << 32 | m_lo));
+        uint64_t sc8, m8; /* the six-bit scales and mins of the 8 sub-blocks, a byte each */
+        quant_kq_scales_mins(blk + 4, &sc8, &m8);
+        __m128i sc = _mm_cvtsi64_si128((long long)sc8);
+        __m128i m = _mm_cvtsi64_si128((long long)m8);
         __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc));
         __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m));
         *sl = _mm512_castps256_ps512(_mm256_mul_ps(scf, _mm256_set1_ps(rdh(blk))));
@@ -149,7 +142,7 @@ AVX512_INLINE void chunk_scales(ggml_type t, const uint8_t *row, int32_t c, int 
         size_t bb = quant_block_bytes(t);
         const uint8_t *p = row + (size_t)c * 8 * bb;
         uint32_t v[8];
-        for (int k = 0; k < 8; k++) v[k] = k < nblk ? rd32(p + k * bb) : 0;
+        for (int k = 0; k < 8; k++) v[k] = k < nblk ? quant_rd32(p + k * bb) : 0;
         __m256i g = _mm256_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], (int)v[6], (int)v[7]);
         *sl = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)));
         *mn = has_min(t) ? _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(g, 16))) : _mm256_setzero_ps();
@@ -182,7 +175,7 @@ AVX512_INLINE __m512i weight_unit(ggml_type t, const uint8_t *row, int32_t c, in
         /* Q5: b0's 32 elements, then b1's, so that qh (element j <- bit j) is the byte mask */
         w = _mm512_and_si512(_mm512_shuffle_i64x2(w, w, _MM_SHUFFLE(3, 1, 2, 0)), m4);
         int hoff = t == GGML_TYPE_Q5_0 ? 2 : 4;
-        uint64_t bits = rd32(b0 + hoff) | (uint64_t)(two ? rd32(b0 + bb + hoff) : 0) << 32;
+        uint64_t bits = quant_rd32(b0 + hoff) | (uint64_t)(two ? quant_rd32(b0 + bb + hoff) : 0) << 32;
         return _mm512_mask_add_epi8(w, (__mmask64)bits, w, _mm512_set1_epi8(16));
     }
     if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
@@ -238,29 +231,9 @@ AVX512_INLINE __m512i act_unit(ggml_type t, const matmul_q8 *x, int32_t c, int u
     return v;
 }
 
-/* Per token: the block scales d_x and d_x sum(q_x) as arrays (slot k at k nbp, nbp =
- * nb rounded up to 8, zero past nb), for the 8-wide loads of a chunk. Slots [0, TILE_T)
- * hold a tile's tokens (a group's tokens in the prefill path), the ones after them the
- * tail tokens that ride along the last full tile (rows_q). */
-typedef struct {
-    float d[AS_FLOATS] __attribute__((aligned(64)));
-    float ds[AS_FLOATS] __attribute__((aligned(64)));
-    int32_t nbp;
-} act_scales;
-
-/* Slots k0 .. k0 + nt - 1 from tokens x[0 .. nt - 1]. */
-static void act_scales_fill(act_scales *s, int k0, const matmul_q8 *const *x, int nt, int32_t nb) {
-    const int32_t nbp = (nb + 7) & ~7;
-    s->nbp = nbp;
-    for (int kk = 0; kk < nt; kk++) {
-        float *d = s->d + (size_t)(k0 + kk) * nbp, *ds = s->ds + (size_t)(k0 + kk) * nbp;
-        for (int32_t b = 0; b < nb; b++) {
-            d[b] = x[kk][b].d;
-            ds[b] = x[kk][b].ds;
-        }
-        for (int32_t b = nb; b < nbp; b++) d[b] = ds[b] = 0.0f;
-    }
-}
+/* act_scales (matmul_tile.h): slots [0, TILE_T) hold a tile's tokens (a group's tokens
+ * in the prefill path), the ones after them the tail tokens that ride along the last full
+ * tile (rows_q). */
 
 /* ================================================================================ */
 /* The tile                                                                         */

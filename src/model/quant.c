@@ -36,12 +36,6 @@ static inline float h2f(const uint8_t *p) {
     return locks_f16_to_f32(h);
 }
 
-static inline uint32_t rd_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Six-bit scale and min of sub-block s (< 8) of a Q4_K / Q5_K block. */
 static inline void kq_scale_min(const uint8_t *sc12, int s, int *sc, int *m) {
     if (s < 4) {
@@ -65,7 +59,7 @@ static void decode_sub(ggml_type type, const uint8_t *row, int32_t b, int8_t q[3
         const uint8_t *blk = row + (size_t)b * quant_block_bytes(type);
         float d = h2f(blk);
         int off = type == GGML_TYPE_Q5_1 ? 4 : 2;
-        uint32_t qh = rd_u32(blk + off);
+        uint32_t qh = quant_rd32(blk + off);
         const uint8_t *qs = blk + off + 4;
         for (int j = 0; j < 16; j++) {
             q[j] = (int8_t)((qs[j] & 15) | ((qh >> j) & 1) << 4);

@@ -37,9 +37,28 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "locks.h"
 #include "matmul.h"
+
+/* The little-endian u32 at p (any alignment). */
+static inline uint32_t quant_rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The six-bit scales and mins of the 8 sub-blocks of a Q4_K / Q5_K block's scales[12]
+ * (the unpacking above, four sub-blocks per u32): byte s of *sc is sc_s, of *m m_s. */
+static inline void quant_kq_scales_mins(const uint8_t *scales, uint64_t *sc, uint64_t *m) {
+    const uint32_t u0 = quant_rd32(scales), u1 = quant_rd32(scales + 4), u2 = quant_rd32(scales + 8);
+    const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+    *sc = (uint64_t)sc_hi << 32 | sc_lo;
+    *m = (uint64_t)m_hi << 32 | m_lo;
+}
 
 /* 1 for the types this module implements (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). */
 int quant_is_ext(ggml_type type);
