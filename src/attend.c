@@ -15,7 +15,13 @@
 #include "util.h"
 #include "vmath.h"
 
-enum { P = LOCKS_PAGE, PREFETCH_AHEAD = 2 /* pages in flight: the current one + the next */ };
+#ifndef LOCKS_PREFETCH_AHEAD /* experiment hooks; defaults below */
+#define LOCKS_PREFETCH_AHEAD 3
+#endif
+#ifndef LOCKS_PREFETCH_HINT
+#define LOCKS_PREFETCH_HINT 2
+#endif
+enum { P = LOCKS_PAGE, PREFETCH_AHEAD = LOCKS_PREFETCH_AHEAD /* pages in flight: the current one + the next */ };
 
 /* Online-softmax state of G heads: m[G], l[G], acc[G][d]. */
 typedef struct {
@@ -420,8 +426,8 @@ static void block_accum(const uint16_t *vb, int32_t nt, const float (*w)[P], int
 static void prefetch_blocks(const uint16_t *kb, const uint16_t *vb, size_t bytes) {
     const char *k = (const char *)kb, *v = (const char *)vb;
     for (size_t o = 0; o < bytes; o += 64) {
-        __builtin_prefetch(k + o, 0, 3);
-        __builtin_prefetch(v + o, 0, 3);
+        __builtin_prefetch(k + o, 0, LOCKS_PREFETCH_HINT);
+        __builtin_prefetch(v + o, 0, LOCKS_PREFETCH_HINT);
     }
 }
 
@@ -682,10 +688,15 @@ static void verify_task(void *arg, int32_t t, int32_t thread) {
     const int32_t per_call = 64 / G; /* attend_block takes up to 64 heads */
     uint16_t tmp_k[P * LOCKS_MAX_HEAD_DIM], tmp_v[P * LOCKS_MAX_HEAD_DIM];
     const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
+    for (int32_t lp = first; lp < last && lp < first + PREFETCH_AHEAD - 1; lp++) { /* as attend_task */
+        const int32_t next = j->s->table[lp];
+        prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, h), locks_cache_vblock(j->c, j->layer, next, h),
+                        block_bytes);
+    }
     for (int32_t lp = first; lp < last; lp++) {
         const int32_t phys = j->s->table[lp];
-        if (lp + 1 < last) { /* the next page's blocks, as attend_task */
-            const int32_t next = j->s->table[lp + 1];
+        if (lp + PREFETCH_AHEAD - 1 < last) {
+            const int32_t next = j->s->table[lp + PREFETCH_AHEAD - 1];
             prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, h), locks_cache_vblock(j->c, j->layer, next, h),
                             block_bytes);
         }

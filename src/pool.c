@@ -5,8 +5,13 @@
  * only workers 1..w are woken (each sleeps on its own condition variable), the others
  * sleep through the job. A woken worker pulls task indices from an atomic counter until
  * it passes n_tasks, then reports done; the caller pulls tasks too and waits for the
- * workers it woke. Nothing is allocated per job. Jobs from several threads (caches or
- * contexts sharing the pool) are serialised by run_mu.
+ * workers it woke: it watches the count of busy workers for a short while (the phases
+ * of a step are microseconds long and the workers usually finish within that), and only
+ * then sleeps on `done`, saying so in `sleeping`; a worker that ends the job takes the
+ * mutex to signal only when the caller sleeps (or is about to: the count and the flag
+ * are sequentially consistent, so one of the two sees the other's store). Nothing is
+ * allocated per job. Jobs from several threads (caches or contexts sharing the pool)
+ * are serialised by run_mu.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "pool.h"
@@ -35,7 +40,8 @@ struct locks_pool {
     atomic_uint_fast64_t gen; /* bumped once per job (under mu; read without it to spin) */
     int stop;       /* set by locks_pool_free */
     int32_t n_want; /* workers 1..n_want take part in the current job */
-    int32_t n_busy; /* of those, the ones that have not finished it */
+    atomic_int n_busy;   /* of those, the ones that have not finished it */
+    atomic_int sleeping; /* the caller waits on `done` (set and cleared under mu) */
     locks_pool_fn fn;
     void *arg;
     int32_t n_tasks;
@@ -50,6 +56,12 @@ static void pool_work(locks_pool *p, int32_t thread) {
     }
 }
 
+static inline void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* Phases of a step follow each other within microseconds: a worker that just finished
  * a job watches the generation counter for a short while before it sleeps, so the next
  * phase usually starts without a futex wake-up (which can take milliseconds on a loaded
@@ -59,13 +71,29 @@ static void pool_spin(locks_pool *p, uint64_t seen) {
     for (;;) {
         for (int i = 0; i < 16; i++) {
             if (atomic_load_explicit(&p->gen, memory_order_relaxed) != seen) return;
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
+            cpu_pause();
         }
         if (locks_now_ms() > until) return;
         sched_yield();
     }
+}
+
+/* The caller's wait for the workers of its job: the busy count watched for up to 50 us
+ * (no yield: the workers are running and about to finish), then a sleep on `done`. */
+static void pool_wait(locks_pool *p) {
+    const double until = locks_now_ms() + 0.05;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load(&p->n_busy) == 0) return;
+            cpu_pause();
+        }
+        if (locks_now_ms() > until) break;
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->sleeping, 1);
+    while (atomic_load(&p->n_busy) > 0) pthread_cond_wait(&p->done, &p->mu);
+    atomic_store(&p->sleeping, 0);
+    pthread_mutex_unlock(&p->mu);
 }
 
 static void *pool_main(void *vp) {
@@ -94,9 +122,14 @@ static void *pool_main(void *vp) {
         seen = atomic_load_explicit(&p->gen, memory_order_relaxed);
         pthread_mutex_unlock(&p->mu);
         pool_work(p, index);
-        pthread_mutex_lock(&p->mu);
         worked = 1;
-        if (--p->n_busy == 0) pthread_cond_signal(&p->done);
+        /* the last one out wakes the caller if it sleeps (or is about to: see pool_wait) */
+        if (atomic_fetch_sub(&p->n_busy, 1) == 1 && atomic_load(&p->sleeping)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+        pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -121,6 +154,8 @@ locks_pool *locks_pool_init(int32_t n_threads) {
     pthread_cond_init(&p->done, NULL);
     atomic_init(&p->next, 0);
     atomic_init(&p->gen, 0);
+    atomic_init(&p->n_busy, 0);
+    atomic_init(&p->sleeping, 0);
     for (int32_t i = 1; i < n_threads; i++) {
         p->workers[i].p = p;
         p->workers[i].index = i;
@@ -174,13 +209,11 @@ void locks_pool_run(locks_pool *p, int32_t n_tasks, locks_pool_fn fn, void *arg)
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     p->n_want = n_want;
-    p->n_busy = n_want;
+    atomic_store(&p->n_busy, n_want);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_relaxed);
     for (int32_t i = 1; i <= n_want; i++) pthread_cond_signal(&p->workers[i].wake);
     pthread_mutex_unlock(&p->mu);
     pool_work(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->n_busy > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    pool_wait(p);
     pthread_mutex_unlock(&p->run_mu);
 }

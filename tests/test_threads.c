@@ -8,6 +8,10 @@
  * what the shared sequence holds. Short on purpose: `make test` also runs it under
  * ThreadSanitizer (build-tsan, make test-tsan), which reports any unserialised access.
  *
+ * test_pool_handoff: a pool's caller reads what its workers wrote in the job's tasks,
+ * through both ways locks_pool_run waits for them (pool.c): jobs that end while it
+ * spins, and jobs whose worker sleeps in a task so that the caller sleeps on `done`.
+ *
  * test_readers_share: the read-only calls share the cache's lock. While one thread holds
  * it shared (cache.h's locks_cache_lock_read, as a read-only call does), another thread's
  * seq_len / block_table / free_pages return, and an append waits until it is let go.
@@ -196,6 +200,36 @@ static int wait_done(side_call *s, int ms) {
     return __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
 }
 
+typedef struct {
+    int32_t *val; /* [n] written by the tasks, read by the caller */
+    int slow;     /* the tasks of threads other than the caller sleep first */
+} handoff_arg;
+
+static void handoff_fn(void *arg, int32_t task, int32_t thread) {
+    handoff_arg *a = arg;
+    if (a->slow && thread != 0) {
+        struct timespec ts = {0, 300000}; /* 300 us: past the caller's 50 us of watching */
+        nanosleep(&ts, NULL);
+    }
+    a->val[task] = task * 7 + 1; /* plain stores: the pool's hand-off must order them */
+}
+
+static void test_pool_handoff(void) {
+    locks_pool *p = locks_pool_init(2);
+    SETUP(p);
+    int32_t val[64];
+    int bad = 0;
+    for (int job = 0; job < 400; job++) {
+        const int32_t n = 2 + job % 60;
+        handoff_arg a = {val, job % 8 == 0};
+        locks_pool_run(p, n, handoff_fn, &a);
+        for (int32_t i = 0; i < n; i++) bad += val[i] != i * 7 + 1;
+        for (int32_t i = 0; i < n; i++) val[i] = -1; /* the next job's tasks overwrite these */
+    }
+    test_cond(bad == 0, "pool hand-off: %d task results not seen by the caller", bad);
+    locks_pool_free(p);
+}
+
 static void test_readers_share(void) {
     struct {
         const char *name;
@@ -245,6 +279,7 @@ int main(void) {
     SETUP(bt && n_shared == (int32_t)(sizeof shared_table / sizeof shared_table[0]));
     memcpy(shared_table, bt, sizeof shared_table);
     test_readers_share();
+    test_pool_handoff();
 
     pthread_t th[T_OWN + T_SHARED], rt[R_READ];
     worker w[T_OWN + T_SHARED], r[R_READ];
