@@ -245,6 +245,17 @@ AVX512_TARGET static inline __m512 exp16(__m512 x) {
     return _mm512_maskz_mov_ps((__mmask16)~under, res);
 }
 
+/* The sum of the 16 lanes of x by a fixed tree: ((j + j+8) + (j+4 + j+12)) pairs, then
+ * (0 + 2) + (1 + 3) (GCC's _mm512_reduce_add_ps, written out so that the verify's
+ * across-vector version, attend_rows_avx512, is the same tree whatever the compiler). */
+AVX512_TARGET static inline float sum16(__m512 x) {
+    const __m256 a = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)),
+                                   _mm512_castps512_ps256(x));
+    const __m128 b = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b)); /* c0 = b0 + b2, c1 = b1 + b3 */
+    return _mm_cvtss_f32(c) + _mm_cvtss_f32(_mm_shuffle_ps(c, c, 1));
+}
+
 /* 16 keys' or values' channels from an fp16 block, or (F32) from the block converted
  * once to fp32 (the same values: fp16 -> fp32 is exact); the first 8 only when half. */
 AVX512_TARGET static inline __m512 load_kv16(const void *b, size_t off, int half, const int F32) {
@@ -315,12 +326,12 @@ AVX512_TARGET static void block_logits_f32_avx512(const float *kf, int32_t nt, c
     logits_avx512(kf, nt, q, G, d, scale, logit, 1);
 }
 
-/* acc[g0 + i] += sum_t w[g0 + i][t] v_t for HN heads: 64 channels (4 vectors, the
+/* acc[g0 + i] += sum_t w(g0 + i, t) v_t for HN heads: 64 channels (4 vectors, the
  * ones past d masked off) of every head held in registers across the keys; vb fp16, or
- * fp32 when F32. */
+ * fp32 when F32; w(g, t) = w[g gs + t ts]. */
 AVX512_TARGET static inline __attribute__((always_inline)) void
-accum_heads_avx512(const void *vb, int32_t nt, const float (*w)[P], int32_t g0, int32_t d, float *acc,
-                   const int HN, const int F32) {
+accum_heads_avx512(const void *vb, int32_t nt, const float *w, int32_t gs, int32_t ts, int32_t g0, int32_t d,
+                   float *acc, const int HN, const int F32) {
     for (int32_t c0 = 0; c0 < d; c0 += 64) {
         __mmask16 m[4];
         for (int v = 0; v < 4; v++) {
@@ -336,7 +347,7 @@ accum_heads_avx512(const void *vb, int32_t nt, const float (*w)[P], int32_t g0, 
                 vv[v] = F32 ? _mm512_maskz_loadu_ps(m[v], (const float *)vb + (size_t)t * d + c0 + 16 * v)
                             : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[v], (const uint16_t *)vb + (size_t)t * d + c0 + 16 * v));
             for (int i = 0; i < HN; i++) {
-                const __m512 wt = _mm512_set1_ps(w[g0 + i][t]);
+                const __m512 wt = _mm512_set1_ps(w[(size_t)(g0 + i) * gs + (size_t)t * ts]);
                 for (int v = 0; v < 4; v++) a[i][v] = _mm512_fmadd_ps(wt, vv[v], a[i][v]);
             }
         }
@@ -348,11 +359,12 @@ accum_heads_avx512(const void *vb, int32_t nt, const float (*w)[P], int32_t g0, 
 AVX512_TARGET static inline __attribute__((always_inline)) void
 accum_avx512(const void *vb, int32_t nt, const float (*w)[P], int32_t G, int32_t d, float *acc, const int F32) {
     int32_t g0 = 0;
-    for (; g0 + 4 <= G; g0 += 4) accum_heads_avx512(vb, nt, w, g0, d, acc, 4, F32);
+    const float *wf = &w[0][0];
+    for (; g0 + 4 <= G; g0 += 4) accum_heads_avx512(vb, nt, wf, P, 1, g0, d, acc, 4, F32);
     switch (G - g0) {
-    case 3: accum_heads_avx512(vb, nt, w, g0, d, acc, 3, F32); break;
-    case 2: accum_heads_avx512(vb, nt, w, g0, d, acc, 2, F32); break;
-    case 1: accum_heads_avx512(vb, nt, w, g0, d, acc, 1, F32); break;
+    case 3: accum_heads_avx512(vb, nt, wf, P, 1, g0, d, acc, 3, F32); break;
+    case 2: accum_heads_avx512(vb, nt, wf, P, 1, g0, d, acc, 2, F32); break;
+    case 1: accum_heads_avx512(vb, nt, wf, P, 1, g0, d, acc, 1, F32); break;
     default: break;
     }
 }
@@ -448,8 +460,115 @@ AVX512_TARGET static void block_softmax_avx512(float (*logit)[P], int32_t nt, in
         }
         const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(x, _mm512_set1_ps(st.m[g]))));
         _mm512_storeu_ps(logit[g], e);
-        st.l[g] += _mm512_reduce_add_ps(e);
+        st.l[g] += sum16(e);
     }
+}
+
+/* ---- Verify: up to 16 rows (query x head pairs of one KV head) in the lanes ---- */
+/*
+ * For the verify pass's whole pages (attend_rows_avx512): a vector holds one key's
+ * value for 16 rows, so a logit needs no horizontal sum and the softmax of 16 rows is a
+ * handful of vectors. Each number is formed by the operations attend_block's kernels use
+ * for a row on its own, in the same order, so bit for bit alike:
+ *  - logit (row, key) = scale * tree(P_0 .. P_15), P_j = the FMA chain over channels
+ *    j, j + 16, j + 32, ... from 0 (logits_heads_avx512's lane j), tree = reduce16's:
+ *    ((P_j + P_j+8) + (.. +4)) then + 2, + 1 (here across vectors, there across lanes);
+ *  - the softmax: the max over the keys, the rescale when it grows (per row, scalar),
+ *    exp16 of (logit - m), their sum by sum16's tree across the 16 key vectors;
+ *  - acc (row, channel) = the FMA chain over the keys in order (accum_heads_avx512).
+ */
+
+/* S1_j = P_j + P_j+8 for the 4 keys t0 .. t0 + 3 of kf [P][d] (fp32) against the rows
+ * of qT [d][16]: P_j the FMA chain over channels j, j + 16, ... (from 0). */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+rows_pair_avx512(const float *kf, int32_t t0, const float *qT, int32_t d, int j, __m512 *s1) {
+    __m512 pa[4], pb[4];
+    for (int k = 0; k < 4; k++) pa[k] = pb[k] = _mm512_setzero_ps();
+    for (int32_t c = j; c < d; c += 16) {
+        const __m512 qa = _mm512_load_ps(qT + (size_t)c * 16), qb = _mm512_load_ps(qT + (size_t)(c + 8) * 16);
+        for (int k = 0; k < 4; k++) {
+            const float *kr = kf + (size_t)(t0 + k) * d;
+            pa[k] = _mm512_fmadd_ps(qa, _mm512_set1_ps(kr[c]), pa[k]);
+            pb[k] = _mm512_fmadd_ps(qb, _mm512_set1_ps(kr[c + 8]), pb[k]);
+        }
+    }
+    for (int k = 0; k < 4; k++) s1[k] = _mm512_add_ps(pa[k], pb[k]);
+}
+
+/* lg[t0 .. t0 + 3]: reduce16's tree, S2_j = S1_j + S1_j+4, S3_j = S2_j + S2_j+2,
+ * S3_0 + S3_1, times the scale. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+rows_logits4_avx512(const float *kf, int32_t t0, const float *qT, int32_t d, __m512 vs, __m512 *lg) {
+    __m512 a[4], b[4], s20[4], s30[4], s21[4];
+    rows_pair_avx512(kf, t0, qT, d, 0, a);
+    rows_pair_avx512(kf, t0, qT, d, 4, b);
+    for (int k = 0; k < 4; k++) s20[k] = _mm512_add_ps(a[k], b[k]);
+    rows_pair_avx512(kf, t0, qT, d, 2, a);
+    rows_pair_avx512(kf, t0, qT, d, 6, b);
+    for (int k = 0; k < 4; k++) s30[k] = _mm512_add_ps(s20[k], _mm512_add_ps(a[k], b[k]));
+    rows_pair_avx512(kf, t0, qT, d, 1, a);
+    rows_pair_avx512(kf, t0, qT, d, 5, b);
+    for (int k = 0; k < 4; k++) s21[k] = _mm512_add_ps(a[k], b[k]);
+    rows_pair_avx512(kf, t0, qT, d, 3, a);
+    rows_pair_avx512(kf, t0, qT, d, 7, b);
+    for (int k = 0; k < 4; k++)
+        lg[t0 + k] = _mm512_mul_ps(_mm512_add_ps(s30[k], _mm512_add_ps(s21[k], _mm512_add_ps(a[k], b[k]))), vs);
+}
+
+/* Folds one whole page (kb, vb fp16 [P][d], d a multiple of 16) into rows [lo, hi) of
+ * the 16 whose queries qT [d][16] holds (lanes outside [lo, hi) are computed and
+ * dropped); row r's state is m[r], l[r], acc[r * d ..] of st. kf, vf: [P][d] scratch. */
+AVX512_TARGET static void attend_rows_avx512(const uint16_t *kb, const uint16_t *vb, const float *qT, int32_t lo,
+                                             int32_t hi, int32_t d, float scale, attn_state st, float *kf, float *vf) {
+    f16_to_f32_avx512(kb, kf, (size_t)P * d);
+    f16_to_f32_avx512(vb, vf, (size_t)P * d);
+    __m512 lg[P];
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int32_t t0 = 0; t0 < P; t0 += 4) rows_logits4_avx512(kf, t0, qT, d, vs, lg);
+    /* softmax: the max over the keys, then each row's rescale as block_softmax_avx512 */
+    __m512 mx = lg[0];
+    for (int t = 1; t < P; t++) mx = _mm512_max_ps(mx, lg[t]);
+    float mxs[16], ms[16];
+    _mm512_storeu_ps(mxs, mx);
+    for (int32_t r = lo; r < hi; r++) {
+        if (mxs[r] > st.m[r]) {
+            const float corr = expf(st.m[r] - mxs[r]);
+            float *acc = st.acc + (size_t)r * d;
+            st.l[r] *= corr;
+            for (int32_t i = 0; i < d; i++) acc[i] *= corr;
+            st.m[r] = mxs[r];
+        }
+    }
+    for (int r = 0; r < 16; r++) ms[r] = r >= lo && r < hi ? st.m[r] : 0.0f;
+    const __m512 mv = _mm512_loadu_ps(ms);
+    float w[P][16] __attribute__((aligned(64)));
+    __m512 e[P];
+    for (int t = 0; t < P; t++) {
+        e[t] = exp16(_mm512_sub_ps(lg[t], mv));
+        _mm512_store_ps(w[t], e[t]);
+    }
+    /* sum16's tree over the keys: (t + t+8), (+ t+4), (0 + 2, 1 + 3), (0 + 1) */
+    for (int t = 0; t < 8; t++) e[t] = _mm512_add_ps(e[t + 8], e[t]);
+    for (int t = 0; t < 4; t++) e[t] = _mm512_add_ps(e[t + 4], e[t]);
+    const __m512 ls = _mm512_add_ps(_mm512_add_ps(e[0], e[2]), _mm512_add_ps(e[1], e[3]));
+    float lss[16];
+    _mm512_storeu_ps(lss, ls);
+    for (int32_t r = lo; r < hi; r++) st.l[r] += lss[r];
+    /* acc[r] += sum_t w[t][r] v_t: accum_heads_avx512 with the weights key major */
+    int32_t r0 = lo;
+    for (; r0 + 4 <= hi; r0 += 4) accum_heads_avx512(vf, P, &w[0][0], 1, 16, r0, d, st.acc, 4, 1);
+    switch (hi - r0) {
+    case 3: accum_heads_avx512(vf, P, &w[0][0], 1, 16, r0, d, st.acc, 3, 1); break;
+    case 2: accum_heads_avx512(vf, P, &w[0][0], 1, 16, r0, d, st.acc, 2, 1); break;
+    case 1: accum_heads_avx512(vf, P, &w[0][0], 1, 16, r0, d, st.acc, 1, 1); break;
+    default: break;
+    }
+}
+
+/* qT [d][16] = rows [r0, r0 + 16) of q [n_rows][d] transposed (rows past n_rows: 0). */
+static void rows_transpose(const float *q, int32_t n_rows, int32_t r0, int32_t d, float *qT) {
+    for (int32_t c = 0; c < d; c++)
+        for (int32_t r = 0; r < 16; r++) qT[(size_t)c * 16 + r] = r0 + r < n_rows ? q[(size_t)(r0 + r) * d + c] : 0.0f;
 }
 
 #endif
@@ -668,6 +787,8 @@ typedef struct {
     const int32_t *task_run; /* task -> run */
     const int32_t *task_first; /* task -> first task of its run */
     float *part;              /* per task: acc[nq G][d], m[nq G], l[nq G] */
+    float *qT;                /* NULL, or per thread qT_floats: the task's rows by 16, transposed */
+    size_t qT_floats;
 } verify_job;
 
 static size_t verify_state_floats(int32_t nq, int32_t G, int32_t d) { return (size_t)nq * G * (d + 2); }
@@ -687,6 +808,13 @@ static void verify_task(void *arg, int32_t t, int32_t thread) {
     const int32_t last = first + r->chunk < np_max ? first + r->chunk : np_max;
     const int32_t per_call = 64 / G; /* attend_block takes up to 64 heads */
     uint16_t tmp_k[P * LOCKS_MAX_HEAD_DIM], tmp_v[P * LOCKS_MAX_HEAD_DIM];
+#ifdef LOCKS_X86
+    /* whole pages by 16 rows in the lanes (attend_rows_avx512) where it applies */
+    float *qT = j->qT ? j->qT + (size_t)thread * j->qT_floats : NULL;
+    float kf[P * LOCKS_MAX_HEAD_DIM] __attribute__((aligned(64))), vf[P * LOCKS_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    if (qT)
+        for (int32_t g0 = 0; g0 < GN; g0 += 16) rows_transpose(q, GN, g0, d, qT + (size_t)g0 * d);
+#endif
     const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
     for (int32_t lp = first; lp < last && lp < first + PREFETCH_AHEAD - 1; lp++) { /* as attend_task */
         const int32_t next = j->s->table[lp];
@@ -712,6 +840,16 @@ static void verify_task(void *arg, int32_t t, int32_t thread) {
             attn_state si = {st.m + (size_t)i * G, st.l + (size_t)i * G, st.acc + (size_t)i * G * d};
             attend_block(kb, vb, base + i, q + (size_t)i * G * d, G, d, j->scale, si);
         }
+#ifdef LOCKS_X86
+        if (qT) { /* whole: rows [i_full G, GN) by groups of 16 */
+            for (int32_t g0 = i_full * G / 16 * 16; g0 < GN; g0 += 16) {
+                const int32_t lo = i_full * G > g0 ? i_full * G - g0 : 0, hi = GN - g0 < 16 ? GN - g0 : 16;
+                attn_state sg = {st.m + g0, st.l + g0, st.acc + (size_t)g0 * d};
+                attend_rows_avx512(kb, vb, qT + (size_t)g0 * d, lo, hi, d, j->scale, sg, kf, vf);
+            }
+            continue;
+        }
+#endif
         for (int32_t i = i_full; i < nq; i += per_call) { /* whole: queries x heads at once */
             const int32_t m = nq - i < per_call ? nq - i : per_call;
             attn_state si = {st.m + (size_t)i * G, st.l + (size_t)i * G, st.acc + (size_t)i * G * d};
@@ -737,8 +875,14 @@ locks_status locks_attend_verify_run(locks_cache *c, int32_t layer, const locks_
         part_floats += (size_t)H * nc * verify_state_floats(e - i, G, d);
         i = e;
     }
+    /* attend_rows_avx512's transposed rows: every row of a run, by 16, per thread */
+    size_t qT_floats = 0;
+#ifdef LOCKS_X86
+    if (locks_have_avx512() && d % 16 == 0) qT_floats = (size_t)((n * G + 15) / 16) * 16 * d;
+#endif
     const size_t bytes = part_floats * sizeof(float) + (size_t)H * n * G * d * sizeof(float) +
-                         (size_t)n_runs * sizeof(verify_run) + (size_t)n_tasks * 2 * sizeof(int32_t) + 256;
+                         (size_t)n_runs * sizeof(verify_run) + (size_t)n_tasks * 2 * sizeof(int32_t) +
+                         (size_t)threads * qT_floats * sizeof(float) + 320;
     uint8_t *buf = locks_cache_scratch(c, 2, bytes);
     if (!buf) return LOCKS_ERR_OOM;
     float *part = (float *)(void *)buf;
@@ -767,7 +911,8 @@ locks_status locks_attend_verify_run(locks_cache *c, int32_t layer, const locks_
         n_runs++;
         i = e;
     }
-    verify_job job = {c, s, layer, G, len0, n_q_heads, scale, qh, n, runs, task_run, task_first, part};
+    float *qT = qT_floats ? (float *)(void *)(((uintptr_t)(task_first + n_tasks) + 63) & ~(uintptr_t)63) : NULL;
+    verify_job job = {c, s, layer, G, len0, n_q_heads, scale, qh, n, runs, task_run, task_first, part, qT, qT_floats};
     locks_pool_run(c->pool, n_tasks, verify_task, &job);
     /* merge, per query and head, over its own chunks in order: locks_attend_run's merge */
     for (int32_t ri = 0; ri < n_runs; ri++) {
