@@ -18,12 +18,14 @@
 #            step in the log), llama-bench -p 0 -n 16 -d depth-16
 #   prefill  pp512 at depth 0 (ours: a 512-token prompt, `locks run -n 1`; llama-bench
 #            -p 512 -n 0) and a whole 16K prompt: time to first token, peak RSS
-#   spec     SmolLM2 at 6.5K: `locks run --speculate 4 --budget 256 --compare` (exact
+#   spec     SmolLM2 at 6.5K: `locks run --speculate 4 --budget 256 --compare` SPEC_REPS
+#            times (each dense and speculative side by side; the median ratio's run) (exact
 #            output at sparse speed) against our own dense decode; identical output?
 #   rss      peak RSS (/usr/bin/time -v) of a decode at the longest depth: ours
 #            `locks run --selector locks` (SmolLM2 budget 256, Gemma 2048) vs
 #            llama-bench -p 0 -n 16 -d depth
-# Env: THREADS=2, REPS=3 (llama-bench repetitions), NGEN=64 (tokens at depth 0),
+# Env: THREADS=2, REPS=3 (llama-bench repetitions, ours at depth 0 after a warm-up run),
+#   SPEC_REPS=3, NGEN=64 (tokens at depth 0),
 #   LOCKS=build/locks, LLAMA_BIN=/work/peer/build-cpu/bin (built by scripts/llamacpp-cpu.sh
 #   when llama-bench is missing there), DOC=the prose haystack (scripts/fetch-haystack.sh),
 #   OUT=bench/cpu-peer (log, raw outputs, table.md; not committed),
@@ -38,6 +40,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
 REPS=${REPS:-3}
+SPEC_REPS=${SPEC_REPS:-3}
 NGEN=${NGEN:-64}
 LOCKS=${LOCKS:-build/locks}
 LLAMA_BIN=${LLAMA_BIN:-/work/peer/build-cpu/bin}
@@ -152,7 +155,10 @@ for model in $models; do
         stamp "$model $part start"
         case $part in
         decode)
-            # ours REPS times, the mean tok/s (as llama-bench's avg_ts over its -r REPS)
+            # ours REPS times, the mean tok/s (as llama-bench's avg_ts over its -r REPS), after
+            # one unrecorded run (llama-bench warms up too: the first run after a while pays
+            # for the page cache and cold caches)
+            run "$model-d0-ours-warmup" "$LOCKS" run -m "$M" -p "The history of the" -n "$NGEN" --temp 0 -t "$THREADS" --selector full
             all=""
             for r in $(seq 1 "$REPS"); do
                 run "$model-d0-ours-$r" "$LOCKS" run -m "$M" -p "The history of the" -n "$NGEN" --temp 0 -t "$THREADS" --selector full
@@ -212,14 +218,29 @@ PY
         spec)
             [ "$model" = smollm2 ] || { log "(spec: SmolLM2 only)"; continue; }
             n=$(doc "$SPEC" "$M" "$RUN/$model-doc-spec.txt")
-            run "$model-spec-ours" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-spec.txt" -c $((n + 128)) -n 64 --temp 0 \
-                -t "$THREADS" --selector locks --budget 256 --speculate 4 --compare || true
-            line=$(grep '^compare:' "$RUN/$model-spec-ours.out" || echo "")
-            dense=$(echo "$line" | sed -n 's/.*dense [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
-            spec=$(echo "$line" | sed -n 's/.*speculate K .* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
-            same=$(echo "$line" | sed -n 's/.*output \([A-Za-z]*\).*/\1/p')
-            result "$model" spec "speculate 4 @256 at $n vs our dense (output ${same:-?})" "$spec" "" tok/s
-            result "$model" spec "  our dense decode at $n" "$dense" "" tok/s
+            # SPEC_REPS runs, each dense then speculative side by side in one process; the
+            # run with the median ratio goes into the table, every run into the log
+            runs=""
+            for r in $(seq 1 "$SPEC_REPS"); do
+                run "$model-spec-ours-$r" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-spec.txt" -c $((n + 128)) -n 64 \
+                    --temp 0 -t "$THREADS" --selector locks --budget 256 --speculate 4 --compare || true
+                line=$(grep '^compare:' "$RUN/$model-spec-ours-$r.out" || echo "")
+                dense=$(echo "$line" | sed -n 's/.*dense [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
+                spec=$(echo "$line" | sed -n 's/.*speculate K .* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
+                same=$(echo "$line" | sed -n 's/.*output \([A-Za-z]*\).*/\1/p')
+                [ -n "$dense" ] && [ -n "$spec" ] || continue
+                ratio=$(awk -v a="$spec" -v b="$dense" 'BEGIN { printf "%.3f", a / b }')
+                log "  spec run $r: dense $dense tok/s, speculate $spec tok/s: ${ratio}x, output $same"
+                runs="$runs$ratio $spec $dense $same"$'\n'
+            done
+            nr=$(printf '%s' "$runs" | grep -c . || true)
+            mid=""
+            [ "$nr" -gt 0 ] && mid=$(printf '%s' "$runs" | sort -n | sed -n "$(((nr + 1) / 2))p")
+            all=$(printf '%s' "$runs" | awk '{ printf "%s%sx", (NR > 1 ? ", " : ""), $1 }')
+            nsame=$(printf '%s' "$runs" | awk '$4 == "identical"' | wc -l)
+            set -- $mid
+            result "$model" spec "speculate 4 @256 at $n vs our dense (median of $nr runs: $all; output identical in $nsame of $nr)" "${2:-}" "" tok/s
+            result "$model" spec "  our dense decode at $n (the median run)" "${3:-}" "" tok/s
             ;;
         rss)
             n=$(doc "$MAXD" "$M" "$RUN/$model-doc-rss.txt")
