@@ -110,6 +110,14 @@ __attribute__((target("avx2"))) static __m256i dpbusd(__m256i acc, __m256i u, __
     return acc;
 }
 
+/* The same instruction in its AVX-512 VL + VNNI encoding ({evex}), for CPUs with
+ * AVX512-VNNI but not AVX-VNNI (AMD Zen 4; Intel from Ice Lake to before Alder Lake):
+ * only score_q8_vnni512, chosen when the AVX-512 kernels are on, executes it. */
+__attribute__((target("avx2"))) static __m256i dpbusd_evex(__m256i acc, __m256i u, __m256i s) {
+    __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+}
+
 /* 2^x for 8 floats x <= 0 (below -126: ~0): the exponent bits take 2^round(x), a
  * degree-4 Taylor polynomial the fraction in [-1/2, 1/2] (relative error < 5e-5).
  * Only page scores use it: ranking needs far less than the int8 query rounding
@@ -142,7 +150,7 @@ __attribute__((target("avx2,fma"))) static __m256 exp2_fast8(__m256 x) {
 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1, float *scores,
               int32_t ld, const int32_t nch /* d / 64: a constant in each caller */,
-              const int vnni /* constant: use vpdpbusd (AVX-VNNI) for the byte dot products */) {
+              const int vnni /* constant: use vpdpbusd for the byte dot products: 1 AVX-VNNI, 2 AVX512-VNNI */) {
     const int32_t d = nch * 64, G = x->group, half = d / 2;
     int32_t qblock = (256 / G) & ~7; /* pages per exp/log batch: multiple of 8, <= 32 */
     qblock = qblock < 8 ? 8 : qblock > 32 ? 32 : qblock;
@@ -191,8 +199,10 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
                     if (vnni) {
                         __m256i acc = _mm256_setzero_si256();
                         for (int32_t ch = 0; ch < nch; ch++) {
-                            acc = dpbusd(acc, nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32)));
-                            acc = dpbusd(acc, nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32)));
+                            const __m256i qa = _mm256_load_si256((const __m256i *)(qg->qp + ch * 32));
+                            const __m256i qb = _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32));
+                            acc = vnni == 2 ? dpbusd_evex(acc, nib[k][ch], qa) : dpbusd(acc, nib[k][ch], qa);
+                            acc = vnni == 2 ? dpbusd_evex(acc, nib[k][nch + ch], qb) : dpbusd(acc, nib[k][nch + ch], qb);
                         }
                         yk[k] = acc;
                     } else {
@@ -217,7 +227,8 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
                 __m256i macc = _mm256_setzero_si256();
                 for (int32_t ch = 0; ch < d / 32; ch++) {
                     __m256i qv = _mm256_load_si256((const __m256i *)(qg->qi + ch * 32));
-                    if (vnni) macc = dpbusd(macc, mabs[ch], _mm256_sign_epi8(qv, msgn[ch]));
+                    if (vnni == 2) macc = dpbusd_evex(macc, mabs[ch], _mm256_sign_epi8(qv, msgn[ch]));
+                    else if (vnni) macc = dpbusd(macc, mabs[ch], _mm256_sign_epi8(qv, msgn[ch]));
                     else macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(mabs[ch], _mm256_sign_epi8(qv, msgn[ch])), ones16));
                 }
                 const __m256 qmu = _mm256_set1_ps((float)hsum_epi32(macc) * qg->qs * mus);
@@ -302,7 +313,10 @@ __attribute__((target("avx2,fma"))) static int score_f32_avx2(const locks_sel_ct
 }
 
 /* One copy of the kernel per head dim (so the chunk loops unroll) and per dot-product
- * instruction: AVX2 maddubs + madd, or AVX-VNNI vpdpbusd where the CPU has it. */
+ * instruction: AVX2 maddubs + madd, or vpdpbusd where the CPU has it (AVX-VNNI's
+ * encoding, else AVX512-VNNI's on 256-bit registers). The integer sums are the same
+ * (maddubs cannot saturate here: 16 products of a nibble and an int8 per 16-bit lane
+ * stay below 32,767), so are the scores. */
 __attribute__((target("avx2,fma,f16c"))) static void score_q8_avx2(const locks_sel_ctx *x,
                                                                    locks_sum_arrays a, int32_t j0,
                                                                    int32_t j1, float *scores,
@@ -324,6 +338,17 @@ __attribute__((target("avx2,fma,f16c"))) static void score_q8_vnni(const locks_s
     default: score_q8_body(x, a, j0, j1, scores, ld, 4, 1); break; /* 256 */
     }
 }
+
+__attribute__((target("avx2,fma,f16c"))) static void score_q8_vnni512(const locks_sel_ctx *x,
+                                                                      locks_sum_arrays a, int32_t j0,
+                                                                      int32_t j1, float *scores,
+                                                                      int32_t ld) {
+    switch (x->c->d) {
+    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 2); break;
+    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 2); break;
+    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 2); break; /* 256 */
+    }
+}
 #endif
 
 void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
@@ -334,6 +359,7 @@ void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float
     if (x->c->p.summary_prec == LOCKS_SUMMARY_Q && r == 8 && (d == 64 || d == 128 || d == 256) &&
         x->group <= 64 && locks_have_avx2()) {
         if (locks_have_avxvnni()) score_q8_vnni(x, a, j0, j1, scores, ld);
+        else if (locks_have_avx512()) score_q8_vnni512(x, a, j0, j1, scores, ld); /* AVX512-VNNI */
         else score_q8_avx2(x, a, j0, j1, scores, ld);
         return;
     }
