@@ -372,7 +372,10 @@ locks_status locks_generate(locks_ctx *c, const int32_t *prompt, int32_t n_promp
 
 /* Speculative decoding with LOCKS drafts (src/model/speculate.c).
  *
- * Each round drafts up to k tokens by sparse decode steps (draft's selector and budget),
+ * Each round drafts up to k tokens by sparse decode steps (draft's selector and budget;
+ * the round's first draft step selects the pages of each global layer and KV head, the
+ * later ones attend those pages again, plus any page begun since, without scoring: the
+ * drafts are consecutive tokens, and a draft's quality only moves the acceptance rate),
  * drops them from the cache, runs the pending token and the drafts through one dense
  * prefill pass (locks_ctx_prefill_all), and keeps the longest prefix dense attention
  * accepts plus one token from the dense distribution. Acceptance is speculative

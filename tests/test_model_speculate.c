@@ -17,6 +17,13 @@
  *    with the context exactly as before that round: dense decoding continued from it gives
  *    what a fresh context gives.
  *
+ * 4. The drafts' page replay (llama_ctx_draft_mode: a round's first draft step selects the
+ *    pages, the later ones attend those again): replayed at the recorded position, a step
+ *    gives the recorded step's logits bit for bit (a sparse budget, whose logits differ
+ *    from dense ones); replayed at the next position, where a new page begins, it
+ *    attends that page too: with a budget covering the context, the logits of a plain
+ *    step there, bit for bit.
+ *
  * Each run starts from one prefilled prefix (truncated back between runs) and passes the
  * prompt's last token as the 1-token prompt, so a run costs only its decode steps.
  */
@@ -30,6 +37,7 @@
 #include "locks.h"
 #include "locks_model.h"
 #include "test_model_util.h"
+#include "model/llama_internal.h"
 
 static char *read_text(const char *path, size_t max) {
     FILE *f = fopen(path, "rb");
@@ -296,6 +304,55 @@ static void test_errors(const locks_model *m, const char *text) {
     free(tok);
 }
 
+/* ---- 4. draft page replay ---- */
+static int same_bits(const float *a, const float *b, int32_t n) { return memcmp(a, b, sizeof(float) * (size_t)n) == 0; }
+
+static void test_draft_replay(const locks_model *m, const char *text) {
+    const int32_t n_vocab = locks_model_get_info(m).n_vocab, n0 = 16 * 12 - 1; /* position n0 + 1 starts a page */
+    int32_t n = 0;
+    int32_t *tok = tokenize(m, text, 420, &n);
+    SETUP(n > n0 + 2);
+    locks_ctx *c = new_ctx(m, 512);
+    float *la = malloc(sizeof(float) * (size_t)n_vocab), *lb = malloc(sizeof(float) * (size_t)n_vocab);
+    float *lr = malloc(sizeof(float) * (size_t)n_vocab);
+    SETUP(la && lb && lr);
+    CHECK(locks_ctx_prefill(c, tok, n0, la));
+    locks_step_params sp = locks_step_default_params();
+    sp.budget = 48; /* the sink, the recent page and one more */
+    CHECK(locks_ctx_set_step(c, sp));
+    CHECK(llama_ctx_draft_mode(c, LLAMA_DRAFT_RECORD));
+    CHECK(locks_ctx_decode(c, tok[n0], la));
+    CHECK(locks_ctx_truncate(c, n0));
+    CHECK(llama_ctx_draft_mode(c, LLAMA_DRAFT_REPLAY));
+    CHECK(locks_ctx_decode(c, tok[n0], lb));
+    CHECK(llama_ctx_draft_mode(c, LLAMA_DRAFT_OFF));
+    CHECK(locks_ctx_truncate(c, n0));
+    sp.selector = LOCKS_SEL_FULL;
+    CHECK(locks_ctx_set_step(c, sp));
+    CHECK(locks_ctx_decode(c, tok[n0], lr));
+    test_cond(!same_bits(la, lr, n_vocab), "draft replay: budget 48's logits differ from dense ones");
+    test_cond(same_bits(la, lb, n_vocab), "draft replay at the recorded position: the recorded step's logits");
+    /* a budget covering the context: record at n0, replay at n0 + 1 (a new page) */
+    CHECK(locks_ctx_truncate(c, n0));
+    sp.selector = LOCKS_SEL_LOCKS;
+    sp.budget = 2048;
+    CHECK(locks_ctx_set_step(c, sp));
+    CHECK(llama_ctx_draft_mode(c, LLAMA_DRAFT_RECORD));
+    CHECK(locks_ctx_decode(c, tok[n0], la));
+    CHECK(llama_ctx_draft_mode(c, LLAMA_DRAFT_REPLAY));
+    CHECK(locks_ctx_decode(c, tok[n0 + 1], lb));
+    CHECK(llama_ctx_draft_mode(c, LLAMA_DRAFT_OFF));
+    CHECK(locks_ctx_truncate(c, n0));
+    CHECK(locks_ctx_decode(c, tok[n0], la));
+    CHECK(locks_ctx_decode(c, tok[n0 + 1], lr));
+    test_cond(same_bits(lb, lr, n_vocab), "draft replay past a page boundary attends the new page (= a plain step)");
+    free(la);
+    free(lb);
+    free(lr);
+    free(tok);
+    locks_ctx_free(c);
+}
+
 int main(void) {
     char path[1024];
     locks_model *m = tu_load_model("test_model_speculate", path, sizeof path);
@@ -308,6 +365,7 @@ int main(void) {
     test_greedy(m, "code", code, 2);
     test_sampling(m, prose);
     test_errors(m, code);
+    test_draft_replay(m, prose);
     free(needle);
     free(prose);
     free(code);

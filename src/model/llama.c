@@ -47,6 +47,7 @@
 #include "llama_internal.h"
 #include "locks_model.h"
 #include "matmul.h"
+#include "plan.h"
 #include "quant.h"
 #include "summary.h"
 #include "swa.h"
@@ -474,6 +475,10 @@ struct locks_ctx {
     float *inv_freq_swa; /* (n_rot / 2,) the same with the local layers' base */
     float *swa_scratch;  /* (swa_scratch_floats) local attention, or NULL */
     locks_selection sel; /* the decode step's pages, kept only for p.on_step */
+    int draft_mode;        /* LLAMA_DRAFT_* (llama_ctx_draft_mode) */
+    int32_t draft_max;     /* page slots per (layer, KV head) below */
+    int32_t *draft_pages;  /* (n_layers, Hkv, draft_max) the recorded selection, or NULL */
+    int32_t *draft_n;      /* (n_layers, Hkv) */
     int32_t sparse_layer; /* -1: decode steps use p.step at every layer; else at this one
                            * only, dense (`full`) at the others (locks_ctx_set_sparse_layer) */
 
@@ -748,6 +753,8 @@ void locks_ctx_free(locks_ctx *c) {
     locks_free(c->swa_scratch);
     locks_free(c->sel.pages);
     locks_free(c->sel.n_pages);
+    locks_free(c->draft_pages);
+    locks_free(c->draft_n);
     locks_free(c);
 }
 
@@ -979,6 +986,54 @@ static void linear(locks_ctx *c, const matmul_weight *w, const matmul_act *a, fl
     matmul(c->pool, w, a, y, w->rows);
 }
 
+/* A replayed draft step of one global layer: the pages rec recorded (a decode step of
+ * this round's first draft), plus the pages begun since, attended exactly; the bytes
+ * read are counted as a step's. */
+static locks_status draft_replay(locks_ctx *c, int32_t sq, int32_t cl, locks_selection *rec, int32_t hq,
+                                 locks_step_stats *ss) {
+    const int32_t hkv = c->m->info.n_kv_heads, d = c->m->info.head_dim;
+    const int32_t len = c->n_tokens[sq] + 1, last = (len - 1) / LOCKS_PAGE; /* this token is written */
+    const locks_step_params *sp = &c->p.step;
+    const locks_plan pl = locks_plan_make(len, sp->budget, sp->n_sink, sp->n_recent, sp->selector == LOCKS_SEL_FULL);
+    if (!pl.dense && pl.k < 0) /* fails where a step that selects would (locks_select_check) */
+        return locks_fail(LOCKS_ERR_BUDGET, "budget %d is below the forced pages (%d sink, %d recent, partial) of %d tokens",
+                          sp->budget, sp->n_sink, sp->n_recent, len);
+    memset(ss, 0, sizeof *ss);
+    for (int32_t h = 0; h < hkv; h++) {
+        int32_t *pg = rec->pages + (size_t)h * rec->max_pages, n = rec->n_pages[h];
+        int32_t top = -1; /* the pages are listed in order: the newest last */
+        for (int32_t i = 0; i < n; i++) top = pg[i] > top ? pg[i] : top;
+        for (int32_t p = top + 1; p <= last && n < rec->max_pages; p++) pg[n++] = p;
+        rec->n_pages[h] = n;
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t nt = len - pg[i] * LOCKS_PAGE;
+            ss->bytes_kv += 4u * (uint64_t)d * (uint64_t)(nt < LOCKS_PAGE ? nt : LOCKS_PAGE);
+        }
+    }
+    ss->bytes_dense = 4u * (uint64_t)d * (uint64_t)len * (uint64_t)hkv;
+    return locks_attend(c->cache, cl, c->seq[sq], c->q, hq, c->p.step.scale, rec->pages, rec->n_pages,
+                        rec->max_pages, c->att, NULL);
+}
+
+locks_status llama_ctx_draft_mode(locks_ctx *c, int mode) {
+    if (mode != LLAMA_DRAFT_OFF && !c->draft_pages) {
+        const int32_t hkv = c->m->info.n_kv_heads, L = c->m->info.n_layers;
+        c->draft_max = c->p.n_ctx / LOCKS_PAGE + 2;
+        c->draft_pages = locks_alloc((size_t)L * hkv * (size_t)c->draft_max, sizeof(int32_t));
+        c->draft_n = locks_alloc((size_t)L * hkv, sizeof(int32_t));
+        if (!c->draft_pages || !c->draft_n) {
+            locks_free(c->draft_pages);
+            locks_free(c->draft_n);
+            c->draft_pages = NULL;
+            c->draft_n = NULL;
+            c->draft_mode = LLAMA_DRAFT_OFF;
+            return LOCKS_ERR_OOM;
+        }
+    }
+    c->draft_mode = mode;
+    return LOCKS_OK;
+}
+
 /* How a pass attends: PREFILL causal dense attention (tiled, locks_prefill_attend);
  * DECODE one token by locks_decode_step with the context's step parameters; VERIFY each
  * token as a dense decode step would (locks_attend_prefix_n: locks_attend_prefix of each,
@@ -1066,7 +1121,19 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
             locks_step_params dense_step = c->p.step;
             dense_step.selector = LOCKS_SEL_FULL;
             const locks_step_params *sp = c->sparse_layer < 0 || c->sparse_layer == l ? &c->p.step : &dense_step;
-            st = locks_decode_step(c->cache, cl, &c->seq[sq], 1, c->q, hq, sp, c->att, sel, &ss);
+            const int draft = c->draft_mode != LLAMA_DRAFT_OFF && !sel && c->sparse_layer < 0;
+            locks_selection rec;
+            if (draft) { /* this layer's recorded pages (speculation's drafts) */
+                rec.max_pages = c->draft_max;
+                rec.pages = c->draft_pages + (size_t)l * hkv * c->draft_max;
+                rec.n_pages = c->draft_n + (size_t)l * hkv;
+                sel = &rec;
+            }
+            if (draft && c->draft_mode == LLAMA_DRAFT_REPLAY) {
+                st = draft_replay(c, sq, cl, &rec, hq, &ss);
+            } else {
+                st = locks_decode_step(c->cache, cl, &c->seq[sq], 1, c->q, hq, sp, c->att, sel, &ss);
+            }
             if (st != LOCKS_OK) return st;
             if (c->p.on_step) c->p.on_step(l, c->q, hq, sel, c->p.on_step_user);
             c->stats.attn_ms += locks_now_ms() - t0;

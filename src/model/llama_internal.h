@@ -27,6 +27,14 @@ int32_t llama_model_n_rot(const locks_model *m);
  * it); for the model loader's fuzz harness (tests/fuzz/fuzz_model.c). */
 locks_model *llama_model_load_buffer(const void *buf, size_t size, locks_status *err);
 int llama_model_tied(const locks_model *m);
+/* Speculation's drafts (speculate.c): LLAMA_DRAFT_RECORD makes the next sparse decode
+ * steps keep the pages each global layer selected, LLAMA_DRAFT_REPLAY makes them attend
+ * those pages again (plus any page begun since) without scoring, LLAMA_DRAFT_OFF ends
+ * either. The drafts of one round are consecutive tokens: the round's first draft step
+ * selects for the rest. CPU only (the device engine ignores it); LOCKS_ERR_OOM if the
+ * page lists cannot be allocated (the mode is then off). */
+enum { LLAMA_DRAFT_OFF = 0, LLAMA_DRAFT_RECORD, LLAMA_DRAFT_REPLAY };
+locks_status llama_ctx_draft_mode(locks_ctx *c, int mode);
 /* The sampler's parameters (sampler.c), for the device sampler. */
 locks_sampler_params locks_sampler_get_params(const locks_sampler *s);
 

@@ -29,6 +29,7 @@
 
 #include "speculate.h"
 
+#include "llama_internal.h"
 #include "locks_model.h"
 #include "util.h"
 
@@ -117,11 +118,13 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
         double t_a = locks_now_ms();
         fed[0] = t0;
         for (int32_t i = 0; i < k; i++) {
-            st = locks_ctx_decode(c, fed[i], logits);
+            st = llama_ctx_draft_mode(c, i == 0 ? LLAMA_DRAFT_RECORD : LLAMA_DRAFT_REPLAY);
+            if (st == LOCKS_OK) st = locks_ctx_decode(c, fed[i], logits);
             if (st != LOCKS_OK) break;
             locks_sampler_probs(s, logits, q + (size_t)i * n_vocab);
             fed[i + 1] = locks_sampler_draw(s, q + (size_t)i * n_vocab);
         }
+        llama_ctx_draft_mode(c, LLAMA_DRAFT_OFF);
         locks_status rw = locks_ctx_truncate(c, n);
         if (st == LOCKS_OK) st = rw;
         if (st != LOCKS_OK) goto done;
@@ -204,11 +207,13 @@ locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_
     /* draft */
     fed[0] = t0;
     for (int32_t i = 0; i < k && st == LOCKS_OK; i++) {
-        st = locks_ctx_decode_seqs(c, &seq, 1, &fed[i], logits);
+        st = llama_ctx_draft_mode(c, i == 0 ? LLAMA_DRAFT_RECORD : LLAMA_DRAFT_REPLAY);
+        if (st == LOCKS_OK) st = locks_ctx_decode_seqs(c, &seq, 1, &fed[i], logits);
         if (st != LOCKS_OK) break;
         locks_sampler_probs(s, logits, q + (size_t)i * n_vocab);
         fed[i + 1] = locks_sampler_draw(s, q + (size_t)i * n_vocab);
     }
+    llama_ctx_draft_mode(c, LLAMA_DRAFT_OFF);
     locks_status rw = locks_ctx_truncate_seq(c, seq, n);
     if (st == LOCKS_OK) st = rw;
     if (st != LOCKS_OK) goto done;
