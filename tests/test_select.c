@@ -221,7 +221,8 @@ static void test_quantized_scores(int simd, int32_t d) {
     for (int32_t i = 0; i < H * n_full; i++)
         if (ref[i] > 1e-4) worst = fmax(worst, fabs((double)m[i] - ref[i]) / ref[i]);
     printf("  quantized scores (%s, d=%d, G=%d): worst relative mass error %.4f\n",
-           locks_have_avxvnni() ? "avx-vnni" : locks_have_avx2() ? "avx2" : "portable", d, G, worst);
+           locks_have_avxvnni() ? "avx-vnni" : locks_have_avx512() ? "avx512-vnni" : locks_have_avx2() ? "avx2" : "portable",
+           d, G, worst);
     free(q);
     free(m);
     free(ref);
@@ -318,6 +319,29 @@ static void test_gqa(void) {
     locks_cache_free(c);
 }
 
+/* The vpdpbusd kernels form the same integer sums as the AVX2 one (maddubs + madd cannot
+ * saturate on these ranges), so the same masses, bit for bit (equal trivially on a CPU
+ * with neither VNNI). */
+static void test_vnni_same(int32_t d) {
+    const int32_t H = 2, G = tu_int(1, 12), Hq = H * G, len = tu_int(300, 700), n_full = len / P;
+    int32_t seq;
+    locks_cache *c = make_cache(H, d, len, LOCKS_SUMMARY_Q, 8, &seq);
+    float *q = malloc(sizeof(float) * Hq * d), *a = malloc(sizeof(float) * H * n_full), *b = malloc(sizeof(float) * H * n_full);
+    SETUP(q && a && b);
+    tu_fill_normal(q, (size_t)Hq * d, 1.0);
+    locks_step_params p = locks_step_default_params();
+    locks_simd_enable(1);
+    CHECK(locks_score(c, 0, seq, q, Hq, &p, a));
+    locks_simd_enable(2);
+    CHECK(locks_score(c, 0, seq, q, Hq, &p, b));
+    locks_simd_enable(1);
+    test_cond(!memcmp(a, b, sizeof(float) * (size_t)H * n_full), "d %d: the vpdpbusd kernel's masses differ from the AVX2 kernel's", d);
+    free(q);
+    free(a);
+    free(b);
+    locks_cache_free(c);
+}
+
 int main(void) {
     tu_seed("test_select");
     test_rank15_exact();  /* AVX2 fp32-summary kernel where the CPU has it */
@@ -326,9 +350,10 @@ int main(void) {
     locks_simd_enable(1);
     test_quantized_coverage();
     for (int32_t d = 64; d <= 256; d *= 2) {
-        test_quantized_scores(1, d); /* AVX-VNNI kernel where the CPU has it */
+        test_quantized_scores(1, d); /* vpdpbusd (AVX-VNNI, else AVX512-VNNI) where the CPU has it */
         test_quantized_scores(2, d); /* AVX2 kernel */
         test_quantized_scores(0, d); /* portable */
+        test_vnni_same(d);
     }
     test_topk_forced();
     test_gqa();

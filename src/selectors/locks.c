@@ -317,38 +317,19 @@ __attribute__((target("avx2,fma"))) static int score_f32_avx2(const locks_sel_ct
  * encoding, else AVX512-VNNI's on 256-bit registers). The integer sums are the same
  * (maddubs cannot saturate here: 16 products of a nibble and an int8 per 16-bit lane
  * stay below 32,767), so are the scores. */
-__attribute__((target("avx2,fma,f16c"))) static void score_q8_avx2(const locks_sel_ctx *x,
-                                                                   locks_sum_arrays a, int32_t j0,
-                                                                   int32_t j1, float *scores,
-                                                                   int32_t ld) {
-    switch (x->c->d) {
-    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 0); break;
-    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 0); break;
-    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 0); break; /* 256 */
+#define SCORE_Q8(name, VNNI)                                                                                     \
+    __attribute__((target("avx2,fma,f16c"))) static void name(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, \
+                                                              int32_t j1, float *scores, int32_t ld) {           \
+        switch (x->c->d) {                                                                                         \
+        case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, VNNI); break;                                          \
+        case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, VNNI); break;                                         \
+        default: score_q8_body(x, a, j0, j1, scores, ld, 4, VNNI); break; /* 256 */                                \
+        }                                                                                                          \
     }
-}
-
-__attribute__((target("avx2,fma,f16c"))) static void score_q8_vnni(const locks_sel_ctx *x,
-                                                                   locks_sum_arrays a, int32_t j0,
-                                                                   int32_t j1, float *scores,
-                                                                   int32_t ld) {
-    switch (x->c->d) {
-    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 1); break;
-    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 1); break;
-    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 1); break; /* 256 */
-    }
-}
-
-__attribute__((target("avx2,fma,f16c"))) static void score_q8_vnni512(const locks_sel_ctx *x,
-                                                                      locks_sum_arrays a, int32_t j0,
-                                                                      int32_t j1, float *scores,
-                                                                      int32_t ld) {
-    switch (x->c->d) {
-    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 2); break;
-    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 2); break;
-    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 2); break; /* 256 */
-    }
-}
+SCORE_Q8(score_q8_avx2, 0)
+SCORE_Q8(score_q8_vnni, 1)    /* AVX-VNNI */
+SCORE_Q8(score_q8_vnni512, 2) /* AVX512-VNNI, 256-bit registers */
+#undef SCORE_Q8
 #endif
 
 void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
