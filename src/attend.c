@@ -15,13 +15,9 @@
 #include "util.h"
 #include "vmath.h"
 
-#ifndef LOCKS_PREFETCH_AHEAD /* experiment hooks; defaults below */
-#define LOCKS_PREFETCH_AHEAD 3
-#endif
-#ifndef LOCKS_PREFETCH_HINT
-#define LOCKS_PREFETCH_HINT 2
-#endif
-enum { P = LOCKS_PAGE, PREFETCH_AHEAD = LOCKS_PREFETCH_AHEAD /* pages in flight: the current one + the next */ };
+/* Pages in flight: the current one and the next two, asked for into L2 (prefetcht1:
+ * __builtin_prefetch's locality 2; into L1 read slower on Zen 4, docs/DESIGN.md). */
+enum { P = LOCKS_PAGE, PREFETCH_AHEAD = 3, PREFETCH_LOCALITY = 2 };
 
 /* Online-softmax state of G heads: m[G], l[G], acc[G][d]. */
 typedef struct {
@@ -438,8 +434,8 @@ static void block_accum(const uint16_t *vb, int32_t nt, const float (*w)[P], int
 static void prefetch_blocks(const uint16_t *kb, const uint16_t *vb, size_t bytes) {
     const char *k = (const char *)kb, *v = (const char *)vb;
     for (size_t o = 0; o < bytes; o += 64) {
-        __builtin_prefetch(k + o, 0, LOCKS_PREFETCH_HINT);
-        __builtin_prefetch(v + o, 0, LOCKS_PREFETCH_HINT);
+        __builtin_prefetch(k + o, 0, PREFETCH_LOCALITY);
+        __builtin_prefetch(v + o, 0, PREFETCH_LOCALITY);
     }
 }
 

@@ -1001,7 +1001,7 @@ static locks_status draft_replay(locks_ctx *c, int32_t sq, int32_t cl, locks_sel
     memset(ss, 0, sizeof *ss);
     for (int32_t h = 0; h < hkv; h++) {
         int32_t *pg = rec->pages + (size_t)h * rec->max_pages, n = rec->n_pages[h];
-        int32_t top = -1; /* the pages are listed in order: the newest last */
+        int32_t top = -1; /* the newest recorded page (the top-k lists them in any order) */
         for (int32_t i = 0; i < n; i++) top = pg[i] > top ? pg[i] : top;
         for (int32_t p = top + 1; p <= last && n < rec->max_pages; p++) pg[n++] = p;
         rec->n_pages[h] = n;
