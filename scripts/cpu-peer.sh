@@ -238,9 +238,9 @@ PY
             [ "$nr" -gt 0 ] && mid=$(printf '%s' "$runs" | sort -n | sed -n "$(((nr + 1) / 2))p")
             all=$(printf '%s' "$runs" | awk '{ printf "%s%sx", (NR > 1 ? ", " : ""), $1 }')
             nsame=$(printf '%s' "$runs" | awk '$4 == "identical"' | wc -l)
-            set -- $mid
-            result "$model" spec "speculate 4 @256 at $n vs our dense (median of $nr runs: $all; output identical in $nsame of $nr)" "${2:-}" "" tok/s
-            result "$model" spec "  our dense decode at $n (the median run)" "${3:-}" "" tok/s
+            read -r _ m_spec m_dense _ <<< "$mid" || true
+            result "$model" spec "speculate 4 @256 at $n vs our dense (median of $nr runs: $all; output identical in $nsame of $nr)" "${m_spec:-}" "" tok/s
+            result "$model" spec "  our dense decode at $n (the median run)" "${m_dense:-}" "" tok/s
             ;;
         rss)
             n=$(doc "$MAXD" "$M" "$RUN/$model-doc-rss.txt")
