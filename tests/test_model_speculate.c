@@ -38,6 +38,8 @@
 #include "locks_model.h"
 #include "test_model_util.h"
 #include "model/llama_internal.h"
+#include "model/quant.h"
+#include "util.h"
 
 static char *read_text(const char *path, size_t max) {
     FILE *f = fopen(path, "rb");
@@ -353,6 +355,102 @@ static void test_draft_replay(const locks_model *m, const char *text) {
     locks_ctx_free(c);
 }
 
+/* The drafts' 4-bit head (llama_ctx_draft_argmax). The Q4_0 copy: quant_q4_0_from_q8_0
+ * bit for bit quant_q4_0_from_f32 of the dequantized rows, each value within half a step
+ * of the original (float64; a step past 7.5, clamped to 7), on the model's output rows
+ * and on random Q8_0 blocks. The
+ * draft steps: LLAMA_DRAFT_TOP finite logits, each bit for bit the exact head's, and the
+ * token (argmax) the exact head's at every step of a greedy continuation. */
+static void test_draft_argmax(const locks_model *m, const char *text) {
+    const matmul_weight *o = llama_model_weight(m, 0, LLAMA_W_OUTPUT);
+    const int32_t nb = o->cols / GGML_QBLOCK, n_vocab = locks_model_get_info(m).n_vocab;
+    SETUP(o->type == GGML_TYPE_Q8_0 && o->cols <= 4096);
+    uint8_t *a4 = malloc((size_t)nb * 18), *b4 = malloc((size_t)nb * 18), *rnd = malloc((size_t)nb * 34);
+    float *row = malloc(sizeof(float) * (size_t)o->cols);
+    SETUP(a4 && b4 && rnd && row);
+    int bad_same = 0, bad_err = 0;
+    for (int32_t k = 0; k < 96; k++) {
+        const uint8_t *src = o->data + (size_t)(k < 48 ? k : o->rows - 96 + k) * o->row_bytes;
+        if (k >= 64) { /* random blocks: scales of either sign, values over the whole int8 range */
+            for (int32_t b = 0; b < nb; b++) {
+                const uint16_t h = locks_f32_to_f16((float)(tu_int(1, 1000) * (tu_int(0, 1) ? 1 : -1)) * 1e-4f);
+                memcpy(rnd + (size_t)b * 34, &h, 2);
+                const int32_t lim = tu_int(1, 127);
+                for (int j = 0; j < 32; j++) rnd[(size_t)b * 34 + 2 + j] = (uint8_t)(int8_t)tu_int(-lim, lim);
+            }
+            src = rnd;
+        }
+        const matmul_weight w1 = {src, GGML_TYPE_Q8_0, 1, o->cols, o->row_bytes};
+        matmul_row_f32(&w1, 0, row);
+        quant_q4_0_from_f32(row, o->cols, a4);
+        quant_q4_0_from_q8_0(src, nb, b4);
+        bad_same += memcmp(a4, b4, (size_t)nb * 18) != 0;
+        for (int32_t b = 0; b < nb; b++) {
+            uint16_t h;
+            memcpy(&h, a4 + (size_t)b * 18, 2);
+            const double d = (double)locks_f16_to_f32(h);
+            for (int j = 0; j < 32; j++) {
+                const uint8_t byte = a4[(size_t)b * 18 + 2 + j % 16];
+                const int q = (j < 16 ? byte & 15 : byte >> 4) - 8;
+                /* half a step (a whole one above 7.5 steps, where 8 clamps to 7), plus the fp16
+                 * rounding of d over up to 8 steps */
+                const double x = (double)row[b * 32 + j], steps = d != 0.0 ? x / d : 0.0;
+                if (fabs(x - d * q) > (steps > 7.5 ? 1.0 : 0.5) * fabs(d) * (1.0 + 1e-2) + 1e-12) bad_err++;
+            }
+        }
+    }
+    test_cond(bad_same == 0, "draft head: the Q8_0 -> Q4_0 copy is quant_q4_0_from_f32 of the dequantized row (%d rows differ)",
+              bad_same);
+    test_cond(bad_err == 0, "draft head: every 4-bit value within half a step of the original (%d are not)", bad_err);
+    free(a4);
+    free(b4);
+    free(rnd);
+    free(row);
+
+    int32_t n = 0;
+    int32_t *tok = tokenize(m, text, 300, &n);
+    SETUP(n > 200);
+    locks_ctx *c = new_ctx(m, 512);
+    float *le = malloc(sizeof(float) * (size_t)n_vocab), *l4 = malloc(sizeof(float) * (size_t)n_vocab);
+    SETUP(le && l4);
+    const int32_t n0 = 180;
+    CHECK(locks_ctx_prefill(c, tok, n0, le));
+    locks_step_params sp = locks_step_default_params();
+    sp.budget = 64;
+    CHECK(locks_ctx_set_step(c, sp));
+    int32_t t = tok[n0], steps = 24, agree = 0, bad_bits = 0, bad_count = 0;
+    for (int32_t i = 0; i < steps; i++) {
+        const int32_t len = locks_ctx_len(c);
+        CHECK(llama_ctx_draft_mode(c, LLAMA_DRAFT_RECORD));
+        CHECK(locks_ctx_decode(c, t, le)); /* the exact head */
+        CHECK(locks_ctx_truncate(c, len));
+        CHECK(llama_ctx_draft_argmax(c, 1));
+        CHECK(locks_ctx_decode(c, t, l4));
+        CHECK(llama_ctx_draft_argmax(c, 0));
+        CHECK(llama_ctx_draft_mode(c, LLAMA_DRAFT_OFF));
+        int32_t finite = 0, best_e = 0, best_4 = 0;
+        for (int32_t v = 0; v < n_vocab; v++) {
+            if (isfinite(l4[v])) {
+                finite++;
+                bad_bits += memcmp(&l4[v], &le[v], sizeof(float)) != 0;
+            }
+            best_e = le[v] > le[best_e] ? v : best_e;
+            best_4 = l4[v] > l4[best_4] ? v : best_4;
+        }
+        bad_count += finite != LLAMA_DRAFT_TOP;
+        agree += best_e == best_4;
+        t = best_e; /* the greedy continuation */
+    }
+    test_cond(bad_count == 0, "draft head: %d finite logits a step (%d steps had another count)", LLAMA_DRAFT_TOP, bad_count);
+    test_cond(bad_bits == 0, "draft head: the candidates' logits are the exact head's bit for bit (%d differ)", bad_bits);
+    test_cond(agree == steps, "draft head: the draft token is the exact head's (%d of %d steps)", agree, steps);
+    printf("draft head: %d of %d draft tokens the exact head's\n", agree, steps);
+    free(le);
+    free(l4);
+    free(tok);
+    locks_ctx_free(c);
+}
+
 int main(void) {
     char path[1024];
     locks_model *m = tu_load_model("test_model_speculate", path, sizeof path);
@@ -366,6 +464,7 @@ int main(void) {
     test_sampling(m, prose);
     test_errors(m, code);
     test_draft_replay(m, prose);
+    test_draft_argmax(m, prose);
     free(needle);
     free(prose);
     free(code);

@@ -479,6 +479,8 @@ struct locks_ctx {
     int32_t draft_max;     /* page slots per (layer, KV head) below */
     int32_t *draft_pages;  /* (n_layers, Hkv, draft_max) the recorded selection, or NULL */
     int32_t *draft_n;      /* (n_layers, Hkv) */
+    int draft_argmax;      /* greedy drafts: the 4-bit head below (llama_ctx_draft_argmax) */
+    matmul_weight head4;   /* the output matrix as Q4_0, built on first use (data NULL before) */
     int32_t sparse_layer; /* -1: decode steps use p.step at every layer; else at this one
                            * only, dense (`full`) at the others (locks_ctx_set_sparse_layer) */
 
@@ -755,6 +757,7 @@ void locks_ctx_free(locks_ctx *c) {
     locks_free(c->sel.n_pages);
     locks_free(c->draft_pages);
     locks_free(c->draft_n);
+    locks_free((void *)c->head4.data);
     locks_free(c);
 }
 
@@ -1034,6 +1037,81 @@ locks_status llama_ctx_draft_mode(locks_ctx *c, int mode) {
     return LOCKS_OK;
 }
 
+typedef struct {
+    const matmul_weight *src;
+    uint8_t *dst;
+    size_t rb;
+    int32_t rows_per_task;
+} head4_job;
+
+/* Rows of task t of the 4-bit copy. */
+static void head4_task(void *arg, int32_t t, int32_t thread) {
+    (void)thread;
+    const head4_job *j = arg;
+    const matmul_weight *o = j->src;
+    const int32_t r0 = t * j->rows_per_task, r1 = r0 + j->rows_per_task < o->rows ? r0 + j->rows_per_task : o->rows;
+    float row[LLAMA_HEAD4_MAX_COLS];
+    for (int32_t r = r0; r < r1; r++) {
+        if (o->type == GGML_TYPE_Q8_0) {
+            quant_q4_0_from_q8_0(o->data + (size_t)r * o->row_bytes, o->cols / GGML_QBLOCK, j->dst + (size_t)r * j->rb);
+        } else {
+            matmul_row_f32(o, r, row);
+            quant_q4_0_from_f32(row, o->cols, j->dst + (size_t)r * j->rb);
+        }
+    }
+}
+
+locks_status llama_ctx_draft_argmax(locks_ctx *c, int on) {
+    const matmul_weight *o = &c->m->output;
+    /* only where 4 bits read fewer bytes, and the int8-activation kernels apply */
+    if (!on || c->gpu || c->p.f32_act || o->cols % GGML_QBLOCK || o->cols > LLAMA_HEAD4_MAX_COLS ||
+        o->type == GGML_TYPE_Q4_0 || o->type == GGML_TYPE_Q4_1 || o->type == GGML_TYPE_Q4_K) {
+        c->draft_argmax = 0;
+        return LOCKS_OK;
+    }
+    if (!c->head4.data) {
+        const size_t rb = (size_t)(o->cols / GGML_QBLOCK) * quant_block_bytes(GGML_TYPE_Q4_0);
+        uint8_t *d = locks_alloc((size_t)o->rows, rb);
+        if (!d) {
+            c->draft_argmax = 0;
+            return LOCKS_ERR_OOM;
+        }
+        head4_job j = {o, d, rb, 1024};
+        locks_pool_run(c->pool, (o->rows + j.rows_per_task - 1) / j.rows_per_task, head4_task, &j);
+        c->head4 = (matmul_weight){d, GGML_TYPE_Q4_0, o->rows, o->cols, rb};
+    }
+    c->draft_argmax = 1;
+    return LOCKS_OK;
+}
+
+/* A greedy draft's logits (a: the last token's normed state): every row scored with the
+ * 4-bit copy, the LLAMA_DRAFT_TOP best then by the output matrix itself, each alone (the
+ * value a full product gives it: every kernel forms a row's sum on its own); the other
+ * logits -inf. */
+static void draft_logits(locks_ctx *c, const matmul_act *a, float *logits) {
+    const matmul_weight *o = &c->m->output;
+    linear(c, &c->head4, a, logits);
+    int32_t top[LLAMA_DRAFT_TOP];
+    float val[LLAMA_DRAFT_TOP];
+    int32_t k = 0;
+    for (int32_t r = 0; r < o->rows; r++) { /* the best rows, by descending score */
+        const float x = logits[r];
+        if (k == LLAMA_DRAFT_TOP && !(x > val[k - 1])) continue;
+        int32_t i = k < LLAMA_DRAFT_TOP ? k++ : k - 1;
+        for (; i > 0 && x > val[i - 1]; i--) {
+            val[i] = val[i - 1];
+            top[i] = top[i - 1];
+        }
+        val[i] = x;
+        top[i] = r;
+    }
+    for (int32_t r = 0; r < o->rows; r++) logits[r] = -INFINITY;
+    for (int32_t i = 0; i < k; i++) {
+        const matmul_weight w1 = {o->data + (size_t)top[i] * o->row_bytes, o->type, 1, o->cols, o->row_bytes};
+        matmul(NULL, &w1, a, &logits[top[i]], 1);
+    }
+}
+
 /* How a pass attends: PREFILL causal dense attention (tiled, locks_prefill_attend);
  * DECODE one token by locks_decode_step with the context's step parameters; VERIFY each
  * token as a dense decode step would (locks_attend_prefix_n: locks_attend_prefix of each,
@@ -1183,7 +1261,10 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
         const int32_t first = all_logits ? 0 : n - 1;
         rmsnorm(c->xb, c->x + (size_t)first * dim, m->output_norm, n - first, dim, in->norm_eps);
         matmul_act a = prepare(c, c->xb, n - first, dim);
-        linear(c, &m->output, &a, logits);
+        if (c->draft_argmax && c->draft_mode != LLAMA_DRAFT_OFF && mode == FWD_DECODE && n - first == 1 && a.xq)
+            draft_logits(c, &a, logits);
+        else
+            linear(c, &m->output, &a, logits);
     }
     return LOCKS_OK;
 }

@@ -35,6 +35,16 @@ int llama_model_tied(const locks_model *m);
  * page lists cannot be allocated (the mode is then off). */
 enum { LLAMA_DRAFT_OFF = 0, LLAMA_DRAFT_RECORD, LLAMA_DRAFT_REPLAY };
 locks_status llama_ctx_draft_mode(locks_ctx *c, int mode);
+/* Greedy drafts (speculate.c, when the sampler is greedy): with on, a decode step in a
+ * draft mode scores the vocabulary with a 4-bit (Q4_0) copy of the output matrix, built
+ * on the first call (rows x cols / 32 x 18 bytes: SmolLM2's 30 MB of Q8_0 in 16 MB),
+ * and gives the exact logits of its LLAMA_DRAFT_TOP best rows only, -inf elsewhere: the
+ * draft's token is the exact head's argmax unless that row is not among them (the dense
+ * verify decides either way). Off for an output matrix of 4 bits, fp32 activations or
+ * the device engine. LOCKS_ERR_OOM if the copy cannot be allocated (then off). */
+#define LLAMA_DRAFT_TOP 8
+#define LLAMA_HEAD4_MAX_COLS 16384 /* the widest output matrix given a 4-bit copy */
+locks_status llama_ctx_draft_argmax(locks_ctx *c, int on);
 /* The sampler's parameters (sampler.c), for the device sampler. */
 locks_sampler_params locks_sampler_get_params(const locks_sampler *s);
 

@@ -85,6 +85,8 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
     const locks_step_params saved = cp.step;
     locks_status st = locks_ctx_set_step(c, sp->draft);
     if (st != LOCKS_OK) return st;
+    /* greedy: a draft needs only its argmax, from the 4-bit head (an OOM keeps the exact one) */
+    if (locks_sampler_get_params(s).temp <= 0.0f) (void)llama_ctx_draft_argmax(c, 1);
 
     /* q: [K][n_vocab] draft distributions; p: [K + 1][n_vocab] dense logits, then each row
      * turned into its distribution in place; fed: [K + 1] t0 and the drafts */
@@ -170,6 +172,7 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
         t0 = next;
     }
 done:
+    llama_ctx_draft_argmax(c, 0);
     if (locks_ctx_set_step(c, saved) != LOCKS_OK && st == LOCKS_OK) st = LOCKS_ERR_INVALID_ARG;
     if (n_out) *n_out = produced;
     locks_free(q);
@@ -196,6 +199,7 @@ locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_
     const locks_step_params saved = cp.step;
     locks_status st = locks_ctx_set_step(c, *draft);
     if (st != LOCKS_OK) return st;
+    if (locks_sampler_get_params(s).temp <= 0.0f) (void)llama_ctx_draft_argmax(c, 1); /* as locks_speculate */
     float *q = locks_alloc((size_t)k * (size_t)n_vocab, sizeof(float));
     float *p = locks_alloc((size_t)(k + 1) * (size_t)n_vocab, sizeof(float));
     float *logits = locks_alloc((size_t)n_vocab, sizeof(float));
@@ -238,6 +242,7 @@ locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_
     out[acc] = next;
     *n_out = acc + 1;
 done:
+    llama_ctx_draft_argmax(c, 0);
     if (st != LOCKS_OK && locks_ctx_seq_len(c, seq) != n) locks_ctx_truncate_seq(c, seq, n);
     if (locks_ctx_set_step(c, saved) != LOCKS_OK && st == LOCKS_OK) st = LOCKS_ERR_INVALID_ARG;
     locks_free(q);
