@@ -111,10 +111,13 @@ static void decode_sub(ggml_type type, const uint8_t *row, int32_t b, int8_t q[3
 
 void quant_q4_0_from_f32(const float *x, int32_t n, uint8_t *out) {
     for (int32_t b = 0; b < n / 32; b++, x += 32, out += 18) {
-        float amax = 0.0f, m = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
-        for (int j = 0; j < 32; j++) m = fabsf(x[j]) == amax ? x[j] : m; /* the last of largest magnitude */
-        const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float mx = x[0], mn = x[0];
+        for (int j = 1; j < 32; j++) {
+            mx = x[j] > mx ? x[j] : mx;
+            mn = x[j] < mn ? x[j] : mn;
+        }
+        const float m = mx >= -mn ? mx : mn; /* the largest magnitude, the positive one on a tie */
+        const float d = m != 0.0f ? m / -8.0f : 0.0f, id = d != 0.0f ? 1.0f / d : 0.0f; /* +0 for a zero block */
         const uint16_t h = locks_f32_to_f16(d);
         memcpy(out, &h, 2);
         for (int j = 0; j < 16; j++) { /* x id + 8.5 >= 0.5: the cast rounds half up */
@@ -130,10 +133,16 @@ __attribute__((target_clones("avx2", "default"))) /* a one-time copy, but 1.5 M 
 void quant_q4_0_from_q8_0(const uint8_t *src, int32_t n_blocks, uint8_t *out) {
     for (int32_t b = 0; b < n_blocks; b++, src += 34, out += 18) {
         const int8_t *q = (const int8_t *)(src + 2);
-        int amax = 0, m = 0;
-        for (int j = 0; j < 32; j++) amax = abs(q[j]) > amax ? abs(q[j]) : amax;
-        for (int j = 0; j < 32; j++) m = abs(q[j]) == amax ? q[j] : m;
-        const float d8 = h2f(src), d = d8 * (float)m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int mx = q[0], mn = q[0];
+        for (int j = 1; j < 32; j++) {
+            mx = q[j] > mx ? q[j] : mx;
+            mn = q[j] < mn ? q[j] : mn;
+        }
+        /* d8 q is monotone in q (exact: 11 x 8 bits), so the same element as from floats */
+        const float d8 = h2f(src);
+        const float m = d8 >= 0.0f ? (mx >= -mn ? d8 * (float)mx : d8 * (float)mn)
+                                   : (mn <= -mx ? d8 * (float)mn : d8 * (float)mx);
+        const float d = m != 0.0f ? m / -8.0f : 0.0f, id = d != 0.0f ? 1.0f / d : 0.0f; /* +0 for a zero block */
         const uint16_t h = locks_f32_to_f16(d);
         memcpy(out, &h, 2);
         for (int j = 0; j < 16; j++) {
