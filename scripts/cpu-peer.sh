@@ -18,14 +18,15 @@
 #            step in the log), llama-bench -p 0 -n 16 -d depth-16
 #   prefill  pp512 at depth 0 (ours: a 512-token prompt, `locks run -n 1`; llama-bench
 #            -p 512 -n 0) and a whole 16K prompt: time to first token, peak RSS
-#   spec     SmolLM2 at 6.5K: `locks run --speculate 4 --budget 256 --compare` SPEC_REPS
-#            times (each dense and speculative side by side; the median ratio's run) (exact
-#            output at sparse speed) against our own dense decode; identical output?
+#   spec     SmolLM2 at 6.5K: `locks run --speculate 4 --budget 256 --compare --pairs
+#            SPEC_PAIRS` SPEC_REPS times (each pair dense and speculative side by side from
+#            the run's one prefill; the median pair of all goes into the table) (exact output
+#            at sparse speed) against our own dense decode; identical output?
 #   rss      peak RSS (/usr/bin/time -v) of a decode at the longest depth: ours
 #            `locks run --selector locks` (SmolLM2 budget 256, Gemma 2048) vs
 #            llama-bench -p 0 -n 16 -d depth
 # Env: THREADS=2, REPS=3 (llama-bench repetitions, ours at depth 0 after a warm-up run),
-#   SPEC_REPS=3, NGEN=64 (tokens at depth 0),
+#   SPEC_REPS=2, SPEC_PAIRS=5 (spec: runs, pairs a run), NGEN=64 (tokens at depth 0),
 #   LOCKS=build/locks, LLAMA_BIN=/work/peer/build-cpu/bin (built by scripts/llamacpp-cpu.sh
 #   when llama-bench is missing there), DOC=the prose haystack (scripts/fetch-haystack.sh),
 #   OUT=bench/cpu-peer (log, raw outputs, table.md; not committed),
@@ -40,7 +41,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
 REPS=${REPS:-3}
-SPEC_REPS=${SPEC_REPS:-3}
+SPEC_REPS=${SPEC_REPS:-2}
+SPEC_PAIRS=${SPEC_PAIRS:-5}
 NGEN=${NGEN:-64}
 LOCKS=${LOCKS:-build/locks}
 LLAMA_BIN=${LLAMA_BIN:-/work/peer/build-cpu/bin}
@@ -218,20 +220,24 @@ PY
         spec)
             [ "$model" = smollm2 ] || { log "(spec: SmolLM2 only)"; continue; }
             n=$(doc "$SPEC" "$M" "$RUN/$model-doc-spec.txt")
-            # SPEC_REPS runs, each dense then speculative side by side in one process; the
-            # run with the median ratio goes into the table, every run into the log
+            # SPEC_REPS runs of SPEC_PAIRS pairs, each dense then speculative side by side
+            # from the run's one prefill; the pair with the median ratio goes into the
+            # table, every pair into the log
             runs=""
             for r in $(seq 1 "$SPEC_REPS"); do
                 run "$model-spec-ours-$r" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-spec.txt" -c $((n + 128)) -n 64 \
-                    --temp 0 -t "$THREADS" --selector locks --budget 256 --speculate 4 --compare || true
-                line=$(grep '^compare:' "$RUN/$model-spec-ours-$r.out" || echo "")
-                dense=$(echo "$line" | sed -n 's/.*dense [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
-                spec=$(echo "$line" | sed -n 's/.*speculate K .* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
-                same=$(echo "$line" | sed -n 's/.*output \([A-Za-z]*\).*/\1/p')
-                [ -n "$dense" ] && [ -n "$spec" ] || continue
-                ratio=$(awk -v a="$spec" -v b="$dense" 'BEGIN { printf "%.3f", a / b }')
-                log "  spec run $r: dense $dense tok/s, speculate $spec tok/s: ${ratio}x, output $same"
-                runs="$runs$ratio $spec $dense $same"$'\n'
+                    --temp 0 -t "$THREADS" --selector locks --budget 256 --speculate 4 --compare --pairs "$SPEC_PAIRS" || true
+                pr=0
+                while IFS= read -r line; do
+                    pr=$((pr + 1))
+                    dense=$(echo "$line" | sed -n 's/.*dense [0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
+                    spec=$(echo "$line" | sed -n 's/.*speculate K .* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p')
+                    same=$(echo "$line" | sed -n 's/.*output \([A-Za-z]*\).*/\1/p')
+                    [ -n "$dense" ] && [ -n "$spec" ] || continue
+                    ratio=$(awk -v a="$spec" -v b="$dense" 'BEGIN { printf "%.3f", a / b }')
+                    log "  spec run $r pair $pr: dense $dense tok/s, speculate $spec tok/s: ${ratio}x, output $same"
+                    runs="$runs$ratio $spec $dense $same"$'\n'
+                done < <(grep '^compare:' "$RUN/$model-spec-ours-$r.out" || true)
             done
             nr=$(printf '%s' "$runs" | grep -c . || true)
             mid=""
@@ -239,8 +245,8 @@ PY
             all=$(printf '%s' "$runs" | awk '{ printf "%s%sx", (NR > 1 ? ", " : ""), $1 }')
             nsame=$(printf '%s' "$runs" | awk '$4 == "identical"' | wc -l)
             read -r _ m_spec m_dense _ <<< "$mid" || true
-            result "$model" spec "speculate 4 @256 at $n vs our dense (median of $nr runs: $all; output identical in $nsame of $nr)" "${m_spec:-}" "" tok/s
-            result "$model" spec "  our dense decode at $n (the median run)" "${m_dense:-}" "" tok/s
+            result "$model" spec "speculate 4 @256 at $n vs our dense (median of $nr pairs: $all; output identical in $nsame of $nr)" "${m_spec:-}" "" tok/s
+            result "$model" spec "  our dense decode at $n (the median pair)" "${m_dense:-}" "" tok/s
             ;;
         rss)
             n=$(doc "$MAXD" "$M" "$RUN/$model-doc-rss.txt")

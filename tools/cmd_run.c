@@ -46,6 +46,9 @@ static void usage(FILE *f) {
             "  --compare        with --speculate: one prefill, then dense (full) and speculative\n"
             "                   decoding side by side; prints both speeds and whether the\n"
             "                   tokens are identical (exit 3 if not)\n"
+            "  --pairs N        with --compare: N dense / speculative pairs from the one prefill,\n"
+            "                   each printed, then their median ratio (default 1; a noisy\n"
+            "                   machine needs several)\n"
             "  --rank R         summary rank 1..15 (default 8)\n"
             "  --f32-act        fp32 activations for quantized weights (slower; validation)\n"
             "  --dump-kv FILE   write the KV dump (keys, values, decode queries, the last 32 prompt\n"
@@ -164,48 +167,70 @@ static double wall_ms(void) {
 /* --speculate K --compare: one prefill of all but the last prompt token, then dense
  * decoding (`full`) and speculative decoding from that same prefix, side by side in one
  * process: are the tokens identical, and the speeds (tokens after the first per second,
- * the first coming from the last prompt token's pass in both). */
-static int spec_compare(locks_ctx *ctx, const int32_t *tokens, int32_t n_prompt, int32_t n_predict,
+ * the first coming from the last prompt token's pass in both). --pairs N: N such pairs
+ * from the one prefill (the context truncated back after each), then the median ratio. */
+static int cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int spec_compare(locks_ctx *ctx, const int32_t *tokens, int32_t n_prompt, int32_t n_predict, int32_t pairs,
                         locks_sampler_params sp, const locks_spec_params *spp, int32_t n_vocab) {
     int rc = 1;
     int32_t *a = malloc(sizeof(int32_t) * (size_t)(n_predict + 1)), *b = malloc(sizeof(int32_t) * (size_t)(n_predict + 1));
+    double *ratios = malloc(sizeof(double) * (size_t)pairs);
     locks_sampler *s1 = locks_sampler_init(sp, n_vocab, NULL), *s2 = locks_sampler_init(sp, n_vocab, NULL);
-    int32_t na = 0, nb = 0;
+    int32_t na = 0, nb = 0, n_same = 0;
     locks_spec_stats ss;
     locks_status st;
-    if (!a || !b || !s1 || !s2) goto out;
+    if (!a || !b || !ratios || !s1 || !s2) goto out;
     if ((st = locks_ctx_prefill(ctx, tokens, n_prompt - 1, NULL)) != LOCKS_OK) goto fail;
     locks_step_params dense = locks_ctx_get_params(ctx).step;
     dense.selector = LOCKS_SEL_FULL;
-    if ((st = locks_ctx_set_step(ctx, dense)) != LOCKS_OK) goto fail;
-    double t0 = wall_ms();
-    if ((st = locks_generate(ctx, tokens + n_prompt - 1, 1, n_predict, s1, NULL, NULL, a, &na)) != LOCKS_OK) goto fail;
-    double t1 = wall_ms();
-    if ((st = locks_ctx_truncate(ctx, n_prompt - 1)) != LOCKS_OK) goto fail;
-    double t2 = wall_ms();
-    if ((st = locks_speculate(ctx, tokens + n_prompt - 1, 1, n_predict, s2, spp, NULL, NULL, b, &nb, &ss)) != LOCKS_OK)
-        goto fail;
-    double t3 = wall_ms();
-    int same = na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na);
-    int first = 0;
-    while (first < na && first < nb && a[first] == b[first]) first++;
-    /* both times include the last prompt token's pass (one token), identical work */
-    double ta = (t1 - t0) / 1e3, tb = (t3 - t2) / 1e3;
-    printf("compare: context %d + %d tokens; dense %d tokens in %.2f s (%.2f tok/s); speculate K %d (%s budget %d%s)"
-           " %d tokens in %.2f s (%.2f tok/s): %.2fx; accepted %d of %d drafts (%.1f%%) in %d rounds;"
-           " output %s; draft %.2f s, verify %.2f s\n",
-           n_prompt, na, na, ta, na / ta, spp->k, locks_selector_name(spp->draft.selector), spp->draft.budget,
-           spp->draft.mass > 0 ? ", mass target" : "", nb, tb, nb / tb, (nb / tb) / (na / ta), ss.n_accepted,
-           ss.n_drafted, ss.n_drafted ? 100.0 * ss.n_accepted / ss.n_drafted : 0.0, ss.n_rounds,
-           same ? "identical" : "DIFFERENT", ss.draft_ms / 1e3, ss.verify_ms / 1e3);
-    if (!same) fprintf(stderr, "locks run: first difference at generated token %d\n", first);
-    rc = same ? 0 : 3;
+    for (int32_t pr = 0; pr < pairs; pr++) {
+        if (pr > 0 && (st = locks_ctx_truncate(ctx, n_prompt - 1)) != LOCKS_OK) goto fail;
+        if ((st = locks_ctx_set_step(ctx, dense)) != LOCKS_OK) goto fail;
+        double t0 = wall_ms();
+        if ((st = locks_generate(ctx, tokens + n_prompt - 1, 1, n_predict, s1, NULL, NULL, a, &na)) != LOCKS_OK)
+            goto fail;
+        double t1 = wall_ms();
+        if ((st = locks_ctx_truncate(ctx, n_prompt - 1)) != LOCKS_OK) goto fail;
+        double t2 = wall_ms();
+        if ((st = locks_speculate(ctx, tokens + n_prompt - 1, 1, n_predict, s2, spp, NULL, NULL, b, &nb, &ss)) !=
+            LOCKS_OK)
+            goto fail;
+        double t3 = wall_ms();
+        int same = na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na);
+        int first = 0;
+        while (first < na && first < nb && a[first] == b[first]) first++;
+        /* both times include the last prompt token's pass (one token), identical work */
+        double ta = (t1 - t0) / 1e3, tb = (t3 - t2) / 1e3;
+        ratios[pr] = (nb / tb) / (na / ta);
+        n_same += same;
+        printf("compare: context %d + %d tokens; dense %d tokens in %.2f s (%.2f tok/s); speculate K %d (%s budget %d%s)"
+               " %d tokens in %.2f s (%.2f tok/s): %.2fx; accepted %d of %d drafts (%.1f%%) in %d rounds;"
+               " output %s; draft %.2f s, verify %.2f s\n",
+               n_prompt, na, na, ta, na / ta, spp->k, locks_selector_name(spp->draft.selector), spp->draft.budget,
+               spp->draft.mass > 0 ? ", mass target" : "", nb, tb, nb / tb, ratios[pr], ss.n_accepted,
+               ss.n_drafted, ss.n_drafted ? 100.0 * ss.n_accepted / ss.n_drafted : 0.0, ss.n_rounds,
+               same ? "identical" : "DIFFERENT", ss.draft_ms / 1e3, ss.verify_ms / 1e3);
+        fflush(stdout);
+        if (!same) fprintf(stderr, "locks run: pair %d: first difference at generated token %d\n", pr + 1, first);
+    }
+    if (pairs > 1) {
+        qsort(ratios, (size_t)pairs, sizeof(double), cmp_double);
+        const double med = pairs % 2 ? ratios[pairs / 2] : 0.5 * (ratios[pairs / 2 - 1] + ratios[pairs / 2]);
+        printf("compare median: %.3fx of %d pairs (min %.3f, max %.3f); output identical in %d of %d\n", med, pairs,
+               ratios[0], ratios[pairs - 1], n_same, pairs);
+    }
+    rc = n_same == pairs ? 0 : 3;
     goto out;
 fail:
     fprintf(stderr, "locks run: --compare failed: %s\n", tool_why(st));
 out:
     free(a);
     free(b);
+    free(ratios);
     locks_sampler_free(s1);
     locks_sampler_free(s2);
     return rc;
@@ -215,7 +240,7 @@ out:
 typedef struct {
     const char *model_path, *prompt, *prompt_file, *dump_path, *logits_path;
     int32_t n_ctx, n_predict, n_threads, chat, verbose, f32_act, rank;
-    int32_t speculate, compare; /* draft length K (0 = plain decoding); --compare */
+    int32_t speculate, compare, pairs; /* draft length K (0 = plain decoding); --compare, --pairs */
     int32_t no_graph;
     locks_backend backend;
     locks_sampler_params sp;
@@ -225,7 +250,7 @@ typedef struct {
 /* Reads the command line into *o. Returns -1 to go on, else the exit status (0 after
  * --help, 2 for a bad or missing option, the reason printed). */
 static int parse_args(int argc, char **argv, run_opts *o) {
-    *o = (run_opts){.n_predict = 128, .n_threads = 2, .rank = 8, .backend = LOCKS_BACKEND_CPU};
+    *o = (run_opts){.n_predict = 128, .n_threads = 2, .rank = 8, .pairs = 1, .backend = LOCKS_BACKEND_CPU};
     int seeded = 0;
     o->sp = locks_sampler_default_params();
     o->step = locks_step_default_params();
@@ -300,6 +325,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
                 fprintf(stderr, "locks run: --speculate wants a draft length K >= 1, not '%s'\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--pairs")) {
+            ok = parse_int(v, 1, 1000, &o->pairs);
         } else if (!strcmp(a, "--rank")) {
             ok = parse_int(v, 1, LOCKS_MAX_RANK, &o->rank);
         } else if (!strcmp(a, "--backend")) {
@@ -325,6 +352,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     }
     if (o->compare && !o->speculate) {
         fprintf(stderr, "locks run: --compare goes with --speculate K\n");
+        return 2;
+    }
+    if (o->pairs > 1 && !o->compare) {
+        fprintf(stderr, "locks run: --pairs goes with --compare\n");
         return 2;
     }
     if (o->speculate && (o->dump_path || o->logits_path)) {
@@ -523,7 +554,7 @@ int cmd_run(int argc, char **argv) {
     }
     if (o.compare) {
         locks_spec_params spp = {speculate, step};
-        rc = spec_compare(ctx, tokens, n_prompt, n_predict, o.sp, &spp, in.n_vocab);
+        rc = spec_compare(ctx, tokens, n_prompt, n_predict, o.pairs, o.sp, &spp, in.n_vocab);
         goto done;
     }
     out.m = m;
