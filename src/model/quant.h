@@ -81,9 +81,10 @@ static inline size_t quant_block_bytes(ggml_type type) {
 }
 
 /* x[n] (n a multiple of 32) as Q4_0 blocks into out[n / 32 * 18]: per 32 values the one
- * of largest magnitude m (the positive one on a tie) sets d = m / -8, q_j = min(15, floor(x_j / d + 8.5)) (x_j / d
- * lies in [-8, 8]), element j < 16 in the low nibble of byte j, j + 16 in its high
- * nibble (GGUF's Q4_0). For the drafts' 4-bit copy of the output matrix (llama.c). */
+ * of largest magnitude m (the positive one on a tie) sets d = m / -8 (+0 for a zero
+ * block), q_j = min(15, floor(x_j / d + 8.5)) (x_j / d lies in [-8, 8]), element j < 16
+ * in the low nibble of byte j, j + 16 in its high nibble (GGUF's Q4_0). For the drafts'
+ * 4-bit copy of the output matrix (llama.c). */
 void quant_q4_0_from_f32(const float *x, int32_t n, uint8_t *out);
 
 /* The same from n_blocks Q8_0 blocks (x = d q as matmul_row_f32 dequantizes them), in
