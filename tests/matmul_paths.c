@@ -17,6 +17,8 @@
  *  - avx512: the prefill path (rows decoded once per group of token tiles) bit for bit
  *    as the per-4-token tiles, every block type, 8 to 130 tokens, ragged row ranges,
  *    random weights and (with `model`) Gemma 3's tensors;
+ *  - avx512: Q4_1 repacked by 16 rows (matmul_pack) through all of the above (float64,
+ *    matmul_n, across batch sizes; rows in part groups), and SmolLM2's Q4_1 tensors so;
  *  - with `model`: the first and last rows of a tensor of every type in the two GGUFs
  *    (SmolLM2 Q4_1 / Q8_0, Gemma 3 Q5_0 / Q8_0 / Q4_K / Q6_K), and the whole output
  *    matrix of each (Gemma's 262,144 rows: the one-row-at-a-time streaming path).
@@ -182,6 +184,14 @@ static void check_products_n(const char *what, const matmul_weight *w, const flo
     free(y1);
 }
 
+/* On the avx512 path, a Q4_1 weight repacked by 16 rows (matmul_pack): 1 and w->packed
+ * set (checked: the packed kernels must not be skipped silently), else 0. */
+static int pack_for_path(matmul_weight *w, const char *isa) {
+    if (strcmp(isa, "avx512") != 0 || w->type != GGML_TYPE_Q4_1) return 0;
+    test_cond(matmul_pack(w) == 0 && w->packed != NULL, "avx512 Q4_1 %dx%d: matmul_pack packs it", w->rows, w->cols);
+    return w->packed != NULL;
+}
+
 static void test_random(locks_pool *pool, const char *isa) {
     /* 32-element types: 8, 9, ..., 15 blocks and 18 (SmolLM2's 576); K-quants 1-3 super-blocks */
     static const int32_t cols_b[] = {256, 288, 320, 352, 384, 416, 448, 480, 576, 32};
@@ -197,7 +207,7 @@ static void test_random(locks_pool *pool, const char *isa) {
         for (int ci = 0; ci < n_cols; ci++) {
             int32_t C = kq ? cols_k[ci] : cols_b[ci];
             uint8_t *wd = random_weight(type, R, C);
-            matmul_weight w = {wd, type, R, C, ggml_row_bytes(type, C)};
+            matmul_weight w = {wd, type, R, C, ggml_row_bytes(type, C), NULL};
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
                 tu_fill_normal(x, (size_t)ns[k] * C, 1.0);
                 x[3] = 9.0f; /* an outlier, as real activations have */
@@ -206,6 +216,18 @@ static void test_random(locks_pool *pool, const char *isa) {
                          pool ? " pool" : "");
                 check_product(what, &w, x, ns[k], pool);
                 check_products_n(what, &w, x, ns[k], pool);
+            }
+            if (pack_for_path(&w, isa)) { /* the same through the 16-row packed kernel */
+                for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+                    tu_fill_normal(x, (size_t)ns[k] * C, 1.0);
+                    x[3] = 9.0f;
+                    char what[96];
+                    snprintf(what, sizeof what, "%s packed %s %dx%d n=%d%s", isa, ggml_type_name(type), R, C, ns[k],
+                             pool ? " pool" : "");
+                    check_product(what, &w, x, ns[k], pool);
+                    check_products_n(what, &w, x, ns[k], pool);
+                }
+                matmul_pack_free(&w);
             }
             free(wd);
         }
@@ -257,10 +279,15 @@ static void test_tokens_alone(locks_pool *pool, const char *isa) {
         const int32_t cols[2] = {is_kquant(type) ? 256 : 352, is_kquant(type) ? 768 : 640};
         for (int ci = 0; ci < 2; ci++) {
             uint8_t *wd = random_weight(type, 37, cols[ci]);
-            matmul_weight w = {wd, type, 37, cols[ci], ggml_row_bytes(type, cols[ci])};
+            matmul_weight w = {wd, type, 37, cols[ci], ggml_row_bytes(type, cols[ci]), NULL};
             char what[96];
             snprintf(what, sizeof what, "%s %s 37x%d%s", isa, ggml_type_name(type), cols[ci], pool ? " pool" : "");
             check_tokens_alone(what, &w, pool);
+            if (pack_for_path(&w, isa)) {
+                snprintf(what, sizeof what, "%s packed %s 37x%d%s", isa, ggml_type_name(type), cols[ci], pool ? " pool" : "");
+                check_tokens_alone(what, &w, pool);
+                matmul_pack_free(&w);
+            }
             free(wd);
         }
     }
@@ -309,7 +336,7 @@ static void test_prefill_random(void) {
         const int32_t cols[2] = {is_kquant(type) ? 256 : 576, is_kquant(type) ? 768 : 352};
         for (int ci = 0; ci < 2; ci++) {
             uint8_t *wd = random_weight(type, 23, cols[ci]);
-            matmul_weight w = {wd, type, 23, cols[ci], ggml_row_bytes(type, cols[ci])};
+            matmul_weight w = {wd, type, 23, cols[ci], ggml_row_bytes(type, cols[ci]), NULL};
             char what[64];
             snprintf(what, sizeof what, "avx512 %s 23x%d", ggml_type_name(type), cols[ci]);
             check_prefill_tiles(what, &w, 0, 23);
@@ -325,7 +352,7 @@ static int model_weight(const gguf *g, const char *name, int64_t first, int32_t 
     if (!t) return 0;
     size_t rb = ggml_row_bytes(t->type, t->ne[0]);
     if (first < 0) first += t->ne[1];
-    *w = (matmul_weight){(const uint8_t *)t->data + (size_t)first * rb, t->type, rows, (int32_t)t->ne[0], rb};
+    *w = (matmul_weight){(const uint8_t *)t->data + (size_t)first * rb, t->type, rows, (int32_t)t->ne[0], rb, NULL};
     return 1;
 }
 
@@ -369,6 +396,19 @@ static void test_model(locks_pool *pool, const char *isa) {
                     snprintf(what, sizeof what, "%s %s %s (%s) rows %s n=%d", isa, mi ? "gemma3" : "smollm2", names[i],
                              ggml_type_name(w.type), end ? "last" : "first", n);
                     check_product(what, &w, x, n, pool);
+                }
+                if (pack_for_path(&w, isa)) { /* as the engine runs SmolLM2's layers here */
+                    char what[128];
+                    snprintf(what, sizeof what, "avx512 packed smollm2 %s (%s) rows %s", names[i],
+                             ggml_type_name(w.type), end ? "last" : "first");
+                    check_tokens_alone(what, &w, pool);
+                    for (int32_t n = 1; n <= 20; n += n == 1 ? 4 : 15) {
+                        tu_fill_normal(x, (size_t)n * w.cols, 1.0);
+                        snprintf(what, sizeof what, "avx512 packed smollm2 %s (%s) rows %s n=%d", names[i],
+                                 ggml_type_name(w.type), end ? "last" : "first", n);
+                        check_product(what, &w, x, n, pool);
+                    }
+                    matmul_pack_free(&w);
                 }
             }
         { /* the whole output matrix, one token: the kernels' path for weights too large for the cache */

@@ -232,7 +232,7 @@ static void test_valid(const buf *b, double ref[N_T][ROWS * COLS]) {
                   "tensor %s info", t_name[i]);
         if (!t) continue;
         test_cond(((uintptr_t)((const uint8_t *)t->data - copy)) % 64 == 0, "tensor %s aligned", t_name[i]);
-        matmul_weight w = {t->data, t->type, ROWS, COLS, ggml_row_bytes(t->type, COLS)};
+        matmul_weight w = {t->data, t->type, ROWS, COLS, ggml_row_bytes(t->type, COLS), NULL};
         test_cond(w.row_bytes * ROWS == t->nbytes, "tensor %s size", t_name[i]);
         for (int r = 0; r < ROWS; r++) {
             matmul_row_f32(&w, r, row);
@@ -257,7 +257,7 @@ static void test_matmul(locks_pool *pool) {
         buf wb = {0};
         double *wref = malloc(sizeof(double) * R * C);
         for (int r = 0; r < R; r++) random_row(type, C, &wb, wref + (size_t)r * C);
-        matmul_weight w = {wb.p, (ggml_type)type, R, C, ggml_row_bytes((ggml_type)type, C)};
+        matmul_weight w = {wb.p, (ggml_type)type, R, C, ggml_row_bytes((ggml_type)type, C), NULL};
         float *x = malloc(sizeof(float) * T * C);
         tu_fill_normal(x, (size_t)T * C, 1.0);
         x[7] = 9.0f; /* an outlier, as real activations have */

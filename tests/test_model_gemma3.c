@@ -111,7 +111,7 @@ static void test_tensors(const gguf *g) {
                       t->ne[1] * t->ne[2] * t->ne[3] == r->rows, "tensor %s: type and shape", r->name);
         if (!t) continue;
         types_seen |= 1 << (t->type & 31);
-        matmul_weight w = {t->data, t->type, r->rows, r->cols, ggml_row_bytes(t->type, r->cols)};
+        matmul_weight w = {t->data, t->type, r->rows, r->cols, ggml_row_bytes(t->type, r->cols), NULL};
         float *row = malloc(sizeof(float) * (size_t)r->cols);
         SETUP(row);
         double sum = 0.0, sumsq = 0.0;

@@ -381,7 +381,7 @@ static void test_draft_argmax(const locks_model *m, const char *text) {
             }
             src = rnd;
         }
-        const matmul_weight w1 = {src, GGML_TYPE_Q8_0, 1, o->cols, o->row_bytes};
+        const matmul_weight w1 = {src, GGML_TYPE_Q8_0, 1, o->cols, o->row_bytes, NULL};
         matmul_row_f32(&w1, 0, row);
         quant_q4_0_from_f32(row, o->cols, a4);
         quant_q4_0_from_q8_0(src, nb, b4);

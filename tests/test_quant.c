@@ -49,7 +49,7 @@ static void test_fixture(void) {
         snprintf(what, sizeof what, "%s dequant vs gguf (%u blocks)", ggml_type_name(type), n);
         tu_close(what, got, refd, (size_t)n * be, 1e-6, 1e-6);
         /* the same blocks as the rows of a weight (4 blocks per row) through matmul_row_f32 */
-        matmul_weight w = {blocks, type, (int32_t)(n / 4), (int32_t)(4 * be), ggml_row_bytes(type, 4 * be)};
+        matmul_weight w = {blocks, type, (int32_t)(n / 4), (int32_t)(4 * be), ggml_row_bytes(type, 4 * be), NULL};
         for (int32_t r = 0; r < w.rows; r++) matmul_row_f32(&w, r, got + (size_t)r * w.cols);
         snprintf(what, sizeof what, "%s matmul_row_f32 vs gguf", ggml_type_name(type));
         tu_close(what, got, refd, (size_t)w.rows * w.cols, 1e-6, 1e-6);
@@ -100,7 +100,7 @@ static void test_products(locks_pool *pool) {
             ggml_type type = TYPES[ti];
             int32_t C = cols_of[ci];
             uint8_t *wd = random_weight(type, R, C);
-            matmul_weight w = {wd, type, R, C, ggml_row_bytes(type, C)};
+            matmul_weight w = {wd, type, R, C, ggml_row_bytes(type, C), NULL};
             double *wref = malloc(sizeof(double) * R * C);
             float *row = malloc(sizeof(float) * C);
             float *x = malloc(sizeof(float) * TMAX * C);

@@ -139,7 +139,7 @@ int cmd_bench_matmul(int argc, char **argv) {
     double total[3] = {0, 0, 0};
     for (int k = 0; k < n_kinds; k++) {
         const gguf_tensor *t = kinds[k].t;
-        matmul_weight w = {t->data, t->type, (int32_t)t->ne[1], (int32_t)t->ne[0], ggml_row_bytes(t->type, t->ne[0])};
+        matmul_weight w = {t->data, t->type, (int32_t)t->ne[1], (int32_t)t->ne[0], ggml_row_bytes(t->type, t->ne[0]), NULL};
         matmul_act a = {x, matmul_wants_q8(t->type) ? xq : NULL, tokens, w.cols};
         for (int r = -2; r < reps; r++) /* two warm-up rounds */
             for (int p = 0; p < n_isa; p++) {

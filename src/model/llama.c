@@ -155,7 +155,7 @@ static locks_status load_norm(const gguf *g, const char *name, int32_t n, float 
     if (!t || t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1 ||
         (matmul_wants_q8(t->type)))
         return locks_fail(LOCKS_ERR_FORMAT, "tensor %s is missing or not a float vector of %d", name, n);
-    w = (matmul_weight){t->data, t->type, 1, n, t->nbytes};
+    w = (matmul_weight){t->data, t->type, 1, n, t->nbytes, NULL};
     *out = locks_alloc((size_t)n, sizeof(float));
     if (!*out) return LOCKS_ERR_OOM;
     matmul_row_f32(&w, 0, *out);
@@ -288,6 +288,11 @@ static locks_status load_layer(const gguf *g, locks_model *m, int32_t l) {
     W(w_up, "ffn_up", in->ffn_dim, dim);
     W(w_down, "ffn_down", dim, in->ffn_dim);
 #undef W
+    /* Q4_1 repacked for the AVX-512 kernels (matmul_pack; not the output matrix, whose
+     * single rows the drafts' head rescores through the file's layout) */
+    matmul_weight *pk[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (int i = 0; i < 7; i++)
+        if (matmul_pack(pk[i]) != 0) return locks_fail(LOCKS_ERR_OOM, "layer %d: no memory to repack its weights", (int)l);
 #define V(field, suffix, n)                                               \
     snprintf(nm, sizeof nm, "blk.%d." suffix, (int)l);                    \
     if ((st = load_norm(g, nm, n, &L->field)) != LOCKS_OK) return st
@@ -389,6 +394,8 @@ void locks_model_free(locks_model *m) {
             locks_free(L->bq);
             locks_free(L->bk);
             locks_free(L->bv);
+            matmul_weight *pk[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (int i = 0; i < 7; i++) matmul_pack_free(pk[i]);
         }
         locks_free(m->layers);
     }
@@ -1078,7 +1085,7 @@ locks_status llama_ctx_draft_argmax(locks_ctx *c, int on) {
         }
         head4_job j = {o, d, rb, 1024};
         locks_pool_run(c->pool, (o->rows + j.rows_per_task - 1) / j.rows_per_task, head4_task, &j);
-        c->head4 = (matmul_weight){d, GGML_TYPE_Q4_0, o->rows, o->cols, rb};
+        c->head4 = (matmul_weight){d, GGML_TYPE_Q4_0, o->rows, o->cols, rb, NULL};
     }
     c->draft_argmax = 1;
     return LOCKS_OK;
@@ -1107,7 +1114,7 @@ static void draft_logits(locks_ctx *c, const matmul_act *a, float *logits) {
     }
     for (int32_t r = 0; r < o->rows; r++) logits[r] = -INFINITY;
     for (int32_t i = 0; i < k; i++) {
-        const matmul_weight w1 = {o->data + (size_t)top[i] * o->row_bytes, o->type, 1, o->cols, o->row_bytes};
+        const matmul_weight w1 = {o->data + (size_t)top[i] * o->row_bytes, o->type, 1, o->cols, o->row_bytes, NULL};
         matmul(NULL, &w1, a, &logits[top[i]], 1);
     }
 }

@@ -382,6 +382,55 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
     matmul_rows_c(j->w, a, j->y, j->ldy, r0, r1);
 }
 
+/* ================================================================================ */
+/* Q4_1 packed by 16 rows (matmul.h)                                                */
+/* ================================================================================ */
+
+size_t matmul_pack_bytes(const matmul_weight *w) {
+#ifdef MATMUL_X86
+    if (w->type != GGML_TYPE_Q4_1 || w->cols % GGML_QBLOCK != 0 || w->rows <= 0 || !locks_have_avx512()) return 0;
+    const size_t groups = ((size_t)w->rows + MATMUL_PACK_ROWS - 1) / MATMUL_PACK_ROWS;
+    return groups * (size_t)(w->cols / GGML_QBLOCK) * MATMUL_PACK_BLOCK_BYTES;
+#else
+    (void)w;
+    return 0;
+#endif
+}
+
+int matmul_pack(matmul_weight *w) {
+    const size_t bytes = matmul_pack_bytes(w);
+    if (!bytes) return 0;
+    uint8_t *pk = locks_alloc_huge(bytes, 1); /* zero-filled: the padding rows are 0 */
+    if (!pk) return -1;
+    const int32_t nb = w->cols / GGML_QBLOCK;
+    for (int32_t r = 0; r < w->rows; r++) {
+        const int32_t g = r / MATMUL_PACK_ROWS, i = r % MATMUL_PACK_ROWS;
+        const uint8_t *src = w->data + (size_t)r * w->row_bytes;
+        for (int32_t b = 0; b < nb; b++, src += 20) { /* Q4_1 block: d, m, 16 bytes of nibbles */
+            uint8_t *dst = pk + ((size_t)g * nb + b) * MATMUL_PACK_BLOCK_BYTES;
+            memcpy(dst + 2 * i, src, 2);
+            memcpy(dst + 32 + 2 * i, src + 2, 2);
+            for (int j = 0; j < 4; j++) memcpy(dst + 64 + 64 * j + 4 * i, src + 4 + 4 * j, 4);
+        }
+    }
+    w->packed = pk;
+    return 0;
+}
+
+void matmul_pack_free(matmul_weight *w) {
+    locks_free((void *)w->packed);
+    w->packed = NULL;
+}
+
+/* Rows per task of a product: TASKS_PER_THREAD tasks per thread, a multiple of the
+ * kernels' row tiles (4; 16 for packed weights), at least MIN_TASK_ROWS. */
+static int32_t task_rows(const matmul_weight *w, int32_t threads) {
+    int32_t per = (w->rows + threads * TASKS_PER_THREAD - 1) / (threads * TASKS_PER_THREAD);
+    const int32_t tile = w->packed ? MATMUL_PACK_ROWS : 4;
+    per = (per + tile - 1) / tile * tile;
+    return per < MIN_TASK_ROWS ? MIN_TASK_ROWS : per;
+}
+
 void matmul_n(locks_pool *pool, const matmul_weight *const *w, int32_t n, const matmul_act *a, float *const *y) {
     matmul_init_tables(); /* once; an atomic check after that */
     const int32_t threads = pool ? locks_pool_threads(pool) : 1;
@@ -389,8 +438,7 @@ void matmul_n(locks_pool *pool, const matmul_weight *const *w, int32_t n, const 
     int32_t n_tasks = 0;
     for (int32_t i = 0; i < n; i++) {
         /* each product cut as it would be on its own, so its rows come out the same */
-        int32_t per = (w[i]->rows + threads * TASKS_PER_THREAD - 1) / (threads * TASKS_PER_THREAD);
-        per = per < MIN_TASK_ROWS ? MIN_TASK_ROWS : (per + 3) & ~3;
+        const int32_t per = task_rows(w[i], threads);
         const int32_t nt = (w[i]->rows + per - 1) / per;
         job.part[job.n_parts++] = (matmul_part){w[i], y[i], w[i]->rows, per, n_tasks, nt};
         n_tasks += nt;
@@ -409,8 +457,7 @@ void matmul_n(locks_pool *pool, const matmul_weight *const *w, int32_t n, const 
 void matmul(locks_pool *pool, const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy) {
     matmul_init_tables(); /* once; an atomic check after that */
     int32_t threads = pool ? locks_pool_threads(pool) : 1;
-    int32_t per = (w->rows + threads * TASKS_PER_THREAD - 1) / (threads * TASKS_PER_THREAD);
-    per = per < MIN_TASK_ROWS ? MIN_TASK_ROWS : (per + 3) & ~3;
+    const int32_t per = task_rows(w, threads);
     int32_t n_tasks = (w->rows + per - 1) / per;
     matmul_job job = {a, 1, {{w, y, ldy, per, 0, n_tasks}}};
     if (pool) {

@@ -30,6 +30,7 @@ typedef struct {
     ggml_type type;
     int32_t rows, cols;
     size_t row_bytes;
+    const uint8_t *packed; /* NULL, or the rows repacked by matmul_pack (below) */
 } matmul_weight;
 
 /* One 32-element activation block: x ~= d * q; ds = d * sum(q) (for the Q4_1 / Q4_0
@@ -84,6 +85,24 @@ int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float 
  * rows of more than 65,536 columns, non-x86 builds). Each output is the same bit for
  * bit whatever a->n and the token's place in the batch. */
 int matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1);
+
+/* Q4_1 weights repacked for the AVX-512 kernels, 16 rows in the lanes (MATMUL_PACK_ROWS):
+ * for each group of 16 rows (the last padded with zero rows) and each 32-column block,
+ * 320 bytes: the 16 rows' d (fp16), their m (fp16), then 4 x 64 bytes, vector j holding
+ * in lane i the quant bytes 4j .. 4j + 3 of row i's block (low nibbles: elements 4j ..
+ * 4j + 3; high: 16 + 4j ..). One vpdpbusd per 4 columns then serves 16 rows, the block
+ * scales are applied to 16 rows at once, and no sum crosses lanes; a row's output is
+ * formed the same way whatever the number of tokens (decode, verify, prefill), so bit
+ * for bit alike across batch sizes. matmul_pack fills w->packed when the type is Q4_1
+ * and this CPU has the AVX-512 kernels (0; w unchanged otherwise, also 0), or fails
+ * with -1 (out of memory, w unchanged); matmul_pack_free releases it. w->data stays
+ * the reference for the other paths. */
+#define MATMUL_PACK_ROWS 16
+#define MATMUL_PACK_BLOCK_BYTES 320
+int matmul_pack(matmul_weight *w);
+void matmul_pack_free(matmul_weight *w);
+/* The packed bytes matmul_pack would allocate for w (0: it would not pack it). */
+size_t matmul_pack_bytes(const matmul_weight *w);
 
 /* Row r of W dequantized to fp32 (out[cols]); for embeddings. */
 void matmul_row_f32(const matmul_weight *w, int32_t r, float *out);

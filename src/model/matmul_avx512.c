@@ -551,9 +551,87 @@ AVX512 static void rows_float(const matmul_weight *w, const matmul_act *a, float
     }
 }
 
+/* ================================================================================ */
+/* Q4_1 packed by 16 rows (matmul_pack, matmul.h)                                   */
+/* ================================================================================ */
+
+#define PACK_T 6 /* tokens per pass over a group's blocks */
+
+/* The 16 rows of group g (packed, nb blocks) x NT tokens x[k] into out[k ldo ..]: per
+ * (row, token), over the blocks in order, A = fma(float(isum), d_w d_x, A) and
+ * M = fma(m_w, d_x sum(q_x), M); out = A + M. isum is the block's exact integer sum
+ * (two vpdpbusd chains of 4, added), so nothing depends on NT. */
+AVX512_INLINE void packed_q4_1_tile(const uint8_t *g, int32_t nb, const matmul_q8 *const *x, float *out, size_t ldo,
+                                    const int NT) {
+    __m512 A[PACK_T], M[PACK_T];
+    for (int k = 0; k < NT; k++) A[k] = M[k] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int32_t b = 0; b < nb; b++, g += MATMUL_PACK_BLOCK_BYTES) {
+        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)g));
+        const __m512 mw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(g + 32)));
+        __m512i lo[4], hi[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_load_si512((const void *)(g + 64 + 64 * j));
+            lo[j] = _mm512_and_si512(v, m4);
+            hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        for (int k = 0; k < NT; k++) {
+            const matmul_q8 *xb = x[k] + b;
+            int32_t q[8];
+            memcpy(q, xb->q, sizeof q);
+            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], _mm512_set1_epi32(q[0]));
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], _mm512_set1_epi32(q[4]));
+            for (int j = 1; j < 4; j++) {
+                s0 = _mm512_dpbusd_epi32(s0, lo[j], _mm512_set1_epi32(q[j]));
+                s1 = _mm512_dpbusd_epi32(s1, hi[j], _mm512_set1_epi32(q[4 + j]));
+            }
+            const __m512 sf = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            A[k] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), A[k]);
+            M[k] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb->ds), M[k]);
+        }
+    }
+    for (int k = 0; k < NT; k++) _mm512_storeu_ps(out + (size_t)k * ldo, _mm512_add_ps(A[k], M[k]));
+}
+
+/* Rows [r0, r1) x every token from w->packed: each group of 16 rows once per PACK_T
+ * tokens (its blocks stay in L1 across the token passes); a group the range covers only
+ * in part goes through a scratch and only its rows in range are written. */
+AVX512 static void rows_q4_1_packed(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
+                                    int32_t r1) {
+    const int32_t nb = w->cols / GGML_QBLOCK, n = a->n;
+    float part[PACK_T][MATMUL_PACK_ROWS] __attribute__((aligned(64)));
+    for (int32_t g0 = r0 / MATMUL_PACK_ROWS * MATMUL_PACK_ROWS; g0 < r1; g0 += MATMUL_PACK_ROWS) {
+        const uint8_t *g = w->packed + (size_t)(g0 / MATMUL_PACK_ROWS) * (size_t)nb * MATMUL_PACK_BLOCK_BYTES;
+        const int whole = g0 >= r0 && g0 + MATMUL_PACK_ROWS <= r1;
+        for (int32_t t0 = 0; t0 < n; t0 += PACK_T) {
+            const int nt = n - t0 < PACK_T ? n - t0 : PACK_T;
+            const matmul_q8 *x[PACK_T];
+            for (int k = 0; k < nt; k++) x[k] = a->xq + (size_t)(t0 + k) * nb;
+            float *out = whole ? y + (size_t)t0 * ldy + g0 : &part[0][0];
+            const size_t ldo = whole ? (size_t)ldy : MATMUL_PACK_ROWS;
+            switch (nt) {
+            case 1: packed_q4_1_tile(g, nb, x, out, ldo, 1); break;
+            case 2: packed_q4_1_tile(g, nb, x, out, ldo, 2); break;
+            case 3: packed_q4_1_tile(g, nb, x, out, ldo, 3); break;
+            case 4: packed_q4_1_tile(g, nb, x, out, ldo, 4); break;
+            case 5: packed_q4_1_tile(g, nb, x, out, ldo, 5); break;
+            default: packed_q4_1_tile(g, nb, x, out, ldo, PACK_T); break;
+            }
+            if (whole) continue;
+            const int32_t lo = g0 > r0 ? g0 : r0, hi = g0 + MATMUL_PACK_ROWS < r1 ? g0 + MATMUL_PACK_ROWS : r1;
+            for (int k = 0; k < nt; k++)
+                memcpy(y + (size_t)(t0 + k) * ldy + lo, &part[k][lo - g0], sizeof(float) * (size_t)(hi - lo));
+        }
+    }
+}
+
 int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
                               int32_t r1, int prefill) {
     ggml_type t = w->type;
+    if (w->packed && t == GGML_TYPE_Q4_1 && a->xq) {
+        rows_q4_1_packed(w, a, y, ldy, r0, r1);
+        return 1;
+    }
     if (t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) {
         rows_float(w, a, y, ldy, r0, r1);
         return 1;
