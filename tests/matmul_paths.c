@@ -422,6 +422,32 @@ static void test_model(locks_pool *pool, const char *isa) {
                      ggml_type_name(w.type), w.rows);
             check_product(what, &w, x, 1, pool);
         }
+        if (mi == 0) { /* gguf_release (the engine's after repacking): the pages go, the bytes read back the same */
+            const gguf_tensor *t = gguf_find_tensor(g, "blk.3.ffn_down.weight");
+            SETUP(t);
+            uint8_t *keep = malloc(t->nbytes);
+            SETUP(keep);
+            memcpy(keep, t->data, t->nbytes);
+            gguf_release(g, t->data, t->nbytes);
+            test_cond(memcmp(keep, t->data, t->nbytes) == 0, "smollm2 blk.3.ffn_down.weight: %zu bytes the same after gguf_release",
+                      (size_t)t->nbytes);
+            /* and on the same file read into a buffer (gguf_open_buffer): nothing is dropped */
+            FILE *f = fopen(path, "rb");
+            SETUP(f);
+            const size_t size = gguf_file_size(g);
+            uint8_t *fb = malloc(size);
+            SETUP(fb && fread(fb, 1, size, f) == size);
+            fclose(f);
+            gguf *gb = gguf_open_buffer(fb, size, &st);
+            SETUP(gb);
+            const gguf_tensor *tb = gguf_find_tensor(gb, "blk.3.ffn_down.weight");
+            SETUP(tb);
+            gguf_release(gb, tb->data, tb->nbytes);
+            test_cond(memcmp(keep, tb->data, tb->nbytes) == 0, "smollm2 in a buffer: gguf_release keeps its bytes");
+            gguf_close(gb);
+            free(fb);
+            free(keep);
+        }
         if (mi == 0) test_cond(seen[GGML_TYPE_Q4_1] && seen[GGML_TYPE_Q8_0], "SmolLM2 tensors: Q4_1 and Q8_0 seen");
         else
             test_cond(seen[GGML_TYPE_Q5_0] && seen[GGML_TYPE_Q8_0] && seen[GGML_TYPE_Q4_K] && seen[GGML_TYPE_Q6_K],

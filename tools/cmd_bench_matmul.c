@@ -11,7 +11,8 @@
  * repetition so that machine load hits them alike. Prints the median time per product,
  * the weight bytes per second it implies, and per path the sum over all the model's
  * tensors (each kind times its count): the matrix-product time of one forward pass of T
- * tokens. Times are wall time: take them on a quiet machine.
+ * tokens. With avx512, a last column "avx512+pack" runs it on the weights repacked as
+ * the engine repacks them at load (matmul_pack: Q4_1; other types as avx512). Times are wall time: take them on a quiet machine.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -69,7 +70,7 @@ int cmd_bench_matmul(int argc, char **argv) {
         snprintf(defpath, sizeof defpath, "%s/.cache/locks/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
         path = defpath;
     }
-    locks_isa isas[3];
+    locks_isa isas[4]; /* the paths; with avx512, a last one: avx512 on the packed weights */
     int n_isa = 0;
     if (isa_list) {
         char buf[128];
@@ -87,6 +88,10 @@ int cmd_bench_matmul(int argc, char **argv) {
             if (locks_cpu_set_isa((locks_isa)k) == 0) isas[n_isa++] = (locks_isa)k;
     }
 
+    int packed_path = 0; /* isas[n_isa - 1] is avx512 on weights matmul_pack repacks */
+    for (int p = 0; p < n_isa; p++)
+        if (isas[p] == LOCKS_ISA_AVX512) packed_path = 1;
+    if (packed_path) isas[n_isa++] = LOCKS_ISA_AVX512;
     locks_status st;
     gguf *g = gguf_open(path, &st);
     if (!g) {
@@ -119,7 +124,7 @@ int cmd_bench_matmul(int argc, char **argv) {
     float *x = malloc(sizeof(float) * (size_t)tokens * max_cols);
     float *y = malloc(sizeof(float) * (size_t)tokens * max_rows);
     matmul_q8 *xq = malloc(sizeof(matmul_q8) * (size_t)tokens * (max_cols / GGML_QBLOCK));
-    double *times = malloc(sizeof(double) * (size_t)reps * 3);
+    double *times = malloc(sizeof(double) * (size_t)reps * 4);
     if (!x || !y || !xq || !times || (threads > 1 && !pool)) {
         fprintf(stderr, "locks bench-matmul: out of memory\n");
         gguf_close(g);
@@ -134,19 +139,28 @@ int cmd_bench_matmul(int argc, char **argv) {
     printf("bench-matmul: %s, %d thread%s, %d token%s, median of %d\n", path, threads, threads > 1 ? "s" : "",
            tokens, tokens > 1 ? "s" : "", reps);
     printf("%-6s %7s %7s %5s", "type", "cols", "rows", "count");
-    for (int p = 0; p < n_isa; p++) printf(" %12s us %6s", locks_isa_name(isas[p]), "GB/s");
+    for (int p = 0; p < n_isa; p++)
+        printf(" %12s us %6s", packed_path && p == n_isa - 1 ? "avx512+pack" : locks_isa_name(isas[p]), "GB/s");
     printf("\n");
-    double total[3] = {0, 0, 0};
+    double total[4] = {0, 0, 0, 0};
     for (int k = 0; k < n_kinds; k++) {
         const gguf_tensor *t = kinds[k].t;
         matmul_weight w = {t->data, t->type, (int32_t)t->ne[1], (int32_t)t->ne[0], ggml_row_bytes(t->type, t->ne[0]), NULL};
         matmul_act a = {x, matmul_wants_q8(t->type) ? xq : NULL, tokens, w.cols};
+        matmul_weight wp = w; /* the packed path's: repacked where matmul_pack does */
+        if (packed_path) {
+            locks_cpu_set_isa(LOCKS_ISA_AVX512);
+            if (matmul_pack(&wp) != 0) {
+                fprintf(stderr, "locks bench-matmul: out of memory\n");
+                return 1;
+            }
+        }
         for (int r = -2; r < reps; r++) /* two warm-up rounds */
             for (int p = 0; p < n_isa; p++) {
                 locks_cpu_set_isa(isas[p]);
                 double t0 = locks_now_ms();
                 if (a.xq) matmul_quantize(x, tokens, w.cols, xq);
-                matmul(pool, &w, &a, y, w.rows);
+                matmul(pool, packed_path && p == n_isa - 1 ? &wp : &w, &a, y, w.rows);
                 if (r >= 0) times[p * reps + r] = locks_now_ms() - t0;
             }
         printf("%-6s %7d %7d %5d", ggml_type_name(t->type), w.cols, w.rows, kinds[k].count);
@@ -157,6 +171,7 @@ int cmd_bench_matmul(int argc, char **argv) {
             printf(" %15.1f %6.1f", med * 1e3, (double)w.row_bytes * w.rows / (med * 1e6));
         }
         printf("\n");
+        matmul_pack_free(&wp);
     }
     printf("%-27s", "all products of a pass, ms");
     for (int p = 0; p < n_isa; p++) printf(" %15.3f %6s", total[p], "");

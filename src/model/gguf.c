@@ -9,6 +9,7 @@
  * mapping and the accessors trust it.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise */
 #include "gguf.h"
 
 #include <errno.h>
@@ -401,6 +402,14 @@ void gguf_close(gguf *g) {
     locks_free(g->kv);
     locks_free(g->tensors);
     locks_free(g);
+}
+
+void gguf_release(const gguf *g, const void *p, size_t n) {
+    if (!g || !g->mapped || !p) return;
+    const uintptr_t base = (uintptr_t)g->base, end_map = base + g->size, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) / page * page, hi = ((uintptr_t)p + n) / page * page;
+    if (lo < base || hi > end_map || hi <= lo) return; /* not in the map, or no whole page */
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 uint32_t gguf_version(const gguf *g) { return g->version; }

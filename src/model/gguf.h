@@ -105,6 +105,10 @@ gguf *gguf_open(const char *path, locks_status *err);
  * fuzzing. */
 gguf *gguf_open_buffer(const void *buf, size_t size, locks_status *err);
 void gguf_close(gguf *g);
+/* Says that bytes [p, p + n) of a mapped file (a tensor copied elsewhere, e.g. repacked)
+ * will not be read for a while: the whole pages inside are dropped from memory and read
+ * back from the file if touched again. Nothing for gguf_open_buffer's buffers. */
+void gguf_release(const gguf *g, const void *p, size_t n);
 
 uint32_t gguf_version(const gguf *g);
 size_t gguf_file_size(const gguf *g);

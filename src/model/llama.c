@@ -291,8 +291,10 @@ static locks_status load_layer(const gguf *g, locks_model *m, int32_t l) {
     /* Q4_1 repacked for the AVX-512 kernels (matmul_pack; not the output matrix, whose
      * single rows the drafts' head rescores through the file's layout) */
     matmul_weight *pk[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 7; i++) {
         if (matmul_pack(pk[i]) != 0) return locks_fail(LOCKS_ERR_OOM, "layer %d: no memory to repack its weights", (int)l);
+        if (pk[i]->packed) gguf_release(g, pk[i]->data, (size_t)pk[i]->rows * pk[i]->row_bytes); /* held twice otherwise */
+    }
 #define V(field, suffix, n)                                               \
     snprintf(nm, sizeof nm, "blk.%d." suffix, (int)l);                    \
     if ((st = load_norm(g, nm, n, &L->field)) != LOCKS_OK) return st
