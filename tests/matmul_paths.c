@@ -17,8 +17,9 @@
  *  - avx512: the prefill path (rows decoded once per group of token tiles) bit for bit
  *    as the per-4-token tiles, every block type, 8 to 130 tokens, ragged row ranges,
  *    random weights and (with `model`) Gemma 3's tensors;
- *  - avx512: Q4_1 repacked by 16 rows (matmul_pack) through all of the above (float64,
- *    matmul_n, across batch sizes; rows in part groups), and SmolLM2's Q4_1 tensors so;
+ *  - avx512: Q4_1 and Q8_0 repacked by 16 rows (matmul_pack) through all of the above
+ *    (float64, matmul_n, across batch sizes; rows in part groups), matmul_row_exact bit
+ *    for bit as matmul, and SmolLM2's Q4_1 and Q8_0 tensors so;
  *  - with `model`: the first and last rows of a tensor of every type in the two GGUFs
  *    (SmolLM2 Q4_1 / Q8_0, Gemma 3 Q5_0 / Q8_0 / Q4_K / Q6_K), and the whole output
  *    matrix of each (Gemma's 262,144 rows: the one-row-at-a-time streaming path).
@@ -187,9 +188,33 @@ static void check_products_n(const char *what, const matmul_weight *w, const flo
 /* On the avx512 path, a Q4_1 weight repacked by 16 rows (matmul_pack): 1 and w->packed
  * set (checked: the packed kernels must not be skipped silently), else 0. */
 static int pack_for_path(matmul_weight *w, const char *isa) {
-    if (strcmp(isa, "avx512") != 0 || w->type != GGML_TYPE_Q4_1) return 0;
-    test_cond(matmul_pack(w) == 0 && w->packed != NULL, "avx512 Q4_1 %dx%d: matmul_pack packs it", w->rows, w->cols);
+    if (strcmp(isa, "avx512") != 0 || (w->type != GGML_TYPE_Q4_1 && w->type != GGML_TYPE_Q8_0)) return 0;
+    test_cond(matmul_pack(w) == 0 && w->packed != NULL, "avx512 %s %dx%d: matmul_pack packs it", ggml_type_name(w->type),
+              w->rows, w->cols);
     return w->packed != NULL;
+}
+
+/* matmul_row_exact (the drafts' head rescoring single rows) gives every row of a
+ * product of n tokens bit for bit as matmul does. */
+static void check_row_exact(const char *what, const matmul_weight *w, int32_t n, locks_pool *pool) {
+    const int32_t C = w->cols, nb = C / GGML_QBLOCK, R = w->rows;
+    float *x = malloc(sizeof(float) * (size_t)n * C), *y = malloc(sizeof(float) * (size_t)n * R), one[8];
+    matmul_q8 *xq = malloc(sizeof(matmul_q8) * (size_t)n * nb);
+    SETUP(x && y && xq && n <= 8);
+    tu_fill_normal(x, (size_t)n * C, 1.0);
+    matmul_quantize(x, n, C, xq);
+    matmul_act a = {x, xq, n, C};
+    matmul(pool, w, &a, y, R);
+    size_t bad = 0;
+    for (int32_t r = 0; r < R; r++) {
+        matmul_row_exact(w, &a, r, one, 1);
+        for (int32_t t = 0; t < n; t++) bad += memcmp(&one[t], &y[(size_t)t * R + r], sizeof(float)) != 0;
+    }
+    test_cond(bad == 0, "%s n=%d: matmul_row_exact differs from matmul in %zu of %zu outputs", what, n, bad,
+              (size_t)n * R);
+    free(x);
+    free(y);
+    free(xq);
 }
 
 static void test_random(locks_pool *pool, const char *isa) {
@@ -226,6 +251,7 @@ static void test_random(locks_pool *pool, const char *isa) {
                              pool ? " pool" : "");
                     check_product(what, &w, x, ns[k], pool);
                     check_products_n(what, &w, x, ns[k], pool);
+                    if (ns[k] <= 8) check_row_exact(what, &w, ns[k], pool);
                 }
                 matmul_pack_free(&w);
             }
@@ -408,6 +434,8 @@ static void test_model(locks_pool *pool, const char *isa) {
                                  ggml_type_name(w.type), end ? "last" : "first", n);
                         check_product(what, &w, x, n, pool);
                     }
+                    check_row_exact(what, &w, 1, pool);
+                    check_row_exact(what, &w, 5, pool);
                     matmul_pack_free(&w);
                 }
             }

@@ -288,8 +288,7 @@ static locks_status load_layer(const gguf *g, locks_model *m, int32_t l) {
     W(w_up, "ffn_up", in->ffn_dim, dim);
     W(w_down, "ffn_down", dim, in->ffn_dim);
 #undef W
-    /* Q4_1 repacked for the AVX-512 kernels (matmul_pack; not the output matrix, whose
-     * single rows the drafts' head rescores through the file's layout) */
+    /* repacked for the AVX-512 kernels where matmul_pack does (Q4_1, Q8_0) */
     matmul_weight *pk[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
     for (int i = 0; i < 7; i++) {
         if (matmul_pack(pk[i]) != 0) return locks_fail(LOCKS_ERR_OOM, "layer %d: no memory to repack its weights", (int)l);
@@ -333,6 +332,11 @@ static locks_status load_weights(const gguf *g, locks_model *m) {
         m->output = m->tok_embd; /* tied embeddings */
     }
     if ((st = load_norm(g, "output_norm.weight", in->dim, &m->output_norm))) return st;
+    /* the output matrix repacked for the AVX-512 kernels where matmul_pack does (Q8_0 up
+     * to 64 MB: SmolLM2's, not Gemma 3's 178 MB); its file pages go (embedding rows read
+     * back one by one when tied) */
+    if (matmul_pack(&m->output) != 0) return locks_fail(LOCKS_ERR_OOM, "no memory to repack the output matrix");
+    if (m->output.packed) gguf_release(g, m->output.data, (size_t)m->output.rows * m->output.row_bytes);
     m->layers = locks_alloc((size_t)in->n_layers, sizeof *m->layers);
     if (!m->layers) return LOCKS_ERR_OOM;
     for (int32_t l = 0; l < in->n_layers; l++)
@@ -402,6 +406,7 @@ void locks_model_free(locks_model *m) {
         locks_free(m->layers);
     }
     locks_free(m->output_norm);
+    matmul_pack_free(&m->output);
     free_tokenizer(m->tok);
     gguf_close(m->g);
     locks_free(m);
@@ -1115,10 +1120,7 @@ static void draft_logits(locks_ctx *c, const matmul_act *a, float *logits) {
         top[i] = r;
     }
     for (int32_t r = 0; r < o->rows; r++) logits[r] = -INFINITY;
-    for (int32_t i = 0; i < k; i++) {
-        const matmul_weight w1 = {o->data + (size_t)top[i] * o->row_bytes, o->type, 1, o->cols, o->row_bytes, NULL};
-        matmul(NULL, &w1, a, &logits[top[i]], 1);
-    }
+    for (int32_t i = 0; i < k; i++) matmul_row_exact(o, a, top[i], &logits[top[i]], 1);
 }
 
 /* How a pass attends: PREFILL causal dense attention (tiled, locks_prefill_attend);

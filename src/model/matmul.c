@@ -388,9 +388,12 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
 
 size_t matmul_pack_bytes(const matmul_weight *w) {
 #ifdef MATMUL_X86
-    if (w->type != GGML_TYPE_Q4_1 || w->cols % GGML_QBLOCK != 0 || w->rows <= 0 || !locks_have_avx512()) return 0;
+    if ((w->type != GGML_TYPE_Q4_1 && w->type != GGML_TYPE_Q8_0) || w->cols % GGML_QBLOCK != 0 || w->rows <= 0 ||
+        (size_t)w->rows * w->row_bytes > MATMUL_PACK_MAX_BYTES || !locks_have_avx512())
+        return 0;
     const size_t groups = ((size_t)w->rows + MATMUL_PACK_ROWS - 1) / MATMUL_PACK_ROWS;
-    return groups * (size_t)(w->cols / GGML_QBLOCK) * MATMUL_PACK_BLOCK_BYTES;
+    return groups * (size_t)(w->cols / GGML_QBLOCK) *
+           (w->type == GGML_TYPE_Q8_0 ? MATMUL_PACK_Q8_BLOCK_BYTES : MATMUL_PACK_BLOCK_BYTES);
 #else
     (void)w;
     return 0;
@@ -403,6 +406,20 @@ int matmul_pack(matmul_weight *w) {
     uint8_t *pk = locks_alloc_huge(bytes, 1); /* zero-filled: the padding rows are 0 */
     if (!pk) return -1;
     const int32_t nb = w->cols / GGML_QBLOCK;
+    if (w->type == GGML_TYPE_Q8_0) {
+        for (int32_t r = 0; r < w->rows; r++) {
+            const int32_t g = r / MATMUL_PACK_ROWS, i = r % MATMUL_PACK_ROWS;
+            const uint8_t *src = w->data + (size_t)r * w->row_bytes;
+            for (int32_t b = 0; b < nb; b++, src += 34) { /* Q8_0 block: d, 32 signed quants */
+                uint8_t *dst = pk + ((size_t)g * nb + b) * MATMUL_PACK_Q8_BLOCK_BYTES;
+                memcpy(dst + 2 * i, src, 2);
+                for (int j = 0; j < 8; j++)
+                    for (int e = 0; e < 4; e++) dst[32 + 64 * j + 4 * i + e] = (uint8_t)(src[2 + 4 * j + e] ^ 0x80);
+            }
+        }
+        w->packed = pk;
+        return 0;
+    }
     for (int32_t r = 0; r < w->rows; r++) {
         const int32_t g = r / MATMUL_PACK_ROWS, i = r % MATMUL_PACK_ROWS;
         const uint8_t *src = w->data + (size_t)r * w->row_bytes;
@@ -415,6 +432,20 @@ int matmul_pack(matmul_weight *w) {
     }
     w->packed = pk;
     return 0;
+}
+
+void matmul_row_exact(const matmul_weight *w, const matmul_act *a, int32_t r, float *y, int32_t ldy) {
+#ifdef MATMUL_X86
+    if (w->packed && locks_have_avx512() && a->n <= 8) { /* its group of 16 through the packed kernel */
+        float part[8 * MATMUL_PACK_ROWS];
+        if (matmul_rows_avx512_packed(w, a, part, MATMUL_PACK_ROWS, r, r + 1, r)) {
+            for (int32_t t = 0; t < a->n; t++) y[(size_t)t * ldy] = part[t * MATMUL_PACK_ROWS];
+            return;
+        }
+    }
+#endif
+    const matmul_weight w1 = {w->data + (size_t)r * w->row_bytes, w->type, 1, w->cols, w->row_bytes, NULL};
+    matmul(NULL, &w1, a, y, ldy);
 }
 
 void matmul_pack_free(matmul_weight *w) {

@@ -593,45 +593,97 @@ AVX512_INLINE void packed_q4_1_tile(const uint8_t *g, int32_t nb, const matmul_q
     for (int k = 0; k < NT; k++) _mm512_storeu_ps(out + (size_t)k * ldo, _mm512_add_ps(A[k], M[k]));
 }
 
-/* Rows [r0, r1) x every token from w->packed: each group of 16 rows once per PACK_T
- * tokens (its blocks stay in L1 across the token passes); a group the range covers only
- * in part goes through a scratch and only its rows in range are written. */
-AVX512 static void rows_q4_1_packed(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
-                                    int32_t r1) {
-    const int32_t nb = w->cols / GGML_QBLOCK, n = a->n;
-    float part[PACK_T][MATMUL_PACK_ROWS] __attribute__((aligned(64)));
-    for (int32_t g0 = r0 / MATMUL_PACK_ROWS * MATMUL_PACK_ROWS; g0 < r1; g0 += MATMUL_PACK_ROWS) {
-        const uint8_t *g = w->packed + (size_t)(g0 / MATMUL_PACK_ROWS) * (size_t)nb * MATMUL_PACK_BLOCK_BYTES;
-        const int whole = g0 >= r0 && g0 + MATMUL_PACK_ROWS <= r1;
-        for (int32_t t0 = 0; t0 < n; t0 += PACK_T) {
-            const int nt = n - t0 < PACK_T ? n - t0 : PACK_T;
-            const matmul_q8 *x[PACK_T];
-            for (int k = 0; k < nt; k++) x[k] = a->xq + (size_t)(t0 + k) * nb;
-            float *out = whole ? y + (size_t)t0 * ldy + g0 : &part[0][0];
-            const size_t ldo = whole ? (size_t)ldy : MATMUL_PACK_ROWS;
-            switch (nt) {
-            case 1: packed_q4_1_tile(g, nb, x, out, ldo, 1); break;
-            case 2: packed_q4_1_tile(g, nb, x, out, ldo, 2); break;
-            case 3: packed_q4_1_tile(g, nb, x, out, ldo, 3); break;
-            case 4: packed_q4_1_tile(g, nb, x, out, ldo, 4); break;
-            case 5: packed_q4_1_tile(g, nb, x, out, ldo, 5); break;
-            default: packed_q4_1_tile(g, nb, x, out, ldo, PACK_T); break;
+/* The 16 rows of a packed Q8_0 group (bytes stored as q + 128, so unsigned for
+ * vpdpbusd; sx[k][b] = sum of token k's block b, for the 128 sum(q_x) taken back) x NT
+ * tokens into out[k ldo ..]: per (row, token), over the blocks in order,
+ * A = fma(float(isum), d_w d_x, A); out = A. */
+AVX512_INLINE void packed_q8_0_tile(const uint8_t *g, int32_t nb, const matmul_q8 *const *x, const int32_t *sx,
+                                    int32_t ldsx, float *out, size_t ldo, const int NT) {
+    __m512 A[PACK_T];
+    for (int k = 0; k < NT; k++) A[k] = _mm512_setzero_ps();
+    for (int32_t b = 0; b < nb; b++, g += MATMUL_PACK_Q8_BLOCK_BYTES) {
+        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)g));
+        __m512i wq[8];
+        for (int j = 0; j < 8; j++) wq[j] = _mm512_loadu_si512((const void *)(g + 32 + 64 * j)); /* 544-byte blocks */
+        for (int k = 0; k < NT; k++) {
+            const matmul_q8 *xb = x[k] + b;
+            int32_t q[8];
+            memcpy(q, xb->q, sizeof q);
+            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[0], _mm512_set1_epi32(q[0]));
+            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[4], _mm512_set1_epi32(q[4]));
+            for (int j = 1; j < 4; j++) {
+                s0 = _mm512_dpbusd_epi32(s0, wq[j], _mm512_set1_epi32(q[j]));
+                s1 = _mm512_dpbusd_epi32(s1, wq[4 + j], _mm512_set1_epi32(q[4 + j]));
             }
+            const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * sx[(size_t)k * ldsx + b]));
+            A[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), A[k]);
+        }
+    }
+    for (int k = 0; k < NT; k++) _mm512_storeu_ps(out + (size_t)k * ldo, A[k]);
+}
+
+/* Rows [r0, r1) x every token from w->packed (Q4_1 or Q8_0), written at y[t ldy + row -
+ * ybase]: PACK_T tokens at a time, each group of 16 rows once per tile (a decode token,
+ * a verify of 5: one pass); a group the range covers only in part goes through a
+ * scratch and only its rows in range are written. */
+AVX512 static void rows_packed(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
+                               int32_t r1, int32_t ybase) {
+    const int32_t nb = w->cols / GGML_QBLOCK, n = a->n;
+    const int q8 = w->type == GGML_TYPE_Q8_0;
+    const size_t gb = (size_t)nb * (q8 ? MATMUL_PACK_Q8_BLOCK_BYTES : MATMUL_PACK_BLOCK_BYTES);
+    static _Thread_local int32_t sx[PACK_T * MAX_BLOCKS]; /* Q8_0: the tile's activation block sums */
+    float part[PACK_T][MATMUL_PACK_ROWS] __attribute__((aligned(64)));
+    for (int32_t t0 = 0; t0 < n; t0 += PACK_T) {
+        const int nt = n - t0 < PACK_T ? n - t0 : PACK_T;
+        const matmul_q8 *x[PACK_T];
+        for (int k = 0; k < nt; k++) x[k] = a->xq + (size_t)(t0 + k) * nb;
+        if (q8)
+            for (int k = 0; k < nt; k++)
+                for (int32_t b = 0; b < nb; b++) {
+                    int32_t sum = 0;
+                    for (int j = 0; j < 32; j++) sum += x[k][b].q[j];
+                    sx[(size_t)k * nb + b] = sum;
+                }
+        for (int32_t g0 = r0 / MATMUL_PACK_ROWS * MATMUL_PACK_ROWS; g0 < r1; g0 += MATMUL_PACK_ROWS) {
+            const uint8_t *g = w->packed + (size_t)(g0 / MATMUL_PACK_ROWS) * gb;
+            const int whole = g0 >= r0 && g0 + MATMUL_PACK_ROWS <= r1;
+            float *out = whole ? y + (size_t)t0 * ldy + (g0 - ybase) : &part[0][0];
+            const size_t ldo = whole ? (size_t)ldy : MATMUL_PACK_ROWS;
+#define PACKED_TILE(N)                                                                                          \
+    do {                                                                                                        \
+        if (q8) packed_q8_0_tile(g, nb, x, sx, nb, out, ldo, N);                                                \
+        else packed_q4_1_tile(g, nb, x, out, ldo, N);                                                           \
+    } while (0)
+            switch (nt) {
+            case 1: PACKED_TILE(1); break;
+            case 2: PACKED_TILE(2); break;
+            case 3: PACKED_TILE(3); break;
+            case 4: PACKED_TILE(4); break;
+            case 5: PACKED_TILE(5); break;
+            default: PACKED_TILE(PACK_T); break;
+            }
+#undef PACKED_TILE
             if (whole) continue;
             const int32_t lo = g0 > r0 ? g0 : r0, hi = g0 + MATMUL_PACK_ROWS < r1 ? g0 + MATMUL_PACK_ROWS : r1;
             for (int k = 0; k < nt; k++)
-                memcpy(y + (size_t)(t0 + k) * ldy + lo, &part[k][lo - g0], sizeof(float) * (size_t)(hi - lo));
+                memcpy(y + (size_t)(t0 + k) * ldy + (lo - ybase), &part[k][lo - g0], sizeof(float) * (size_t)(hi - lo));
         }
     }
+}
+
+int matmul_rows_avx512_packed(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
+                              int32_t r1, int32_t ybase) {
+    if (!w->packed || !a->xq || w->cols / GGML_QBLOCK > MAX_BLOCKS ||
+        (w->type != GGML_TYPE_Q4_1 && w->type != GGML_TYPE_Q8_0))
+        return 0;
+    rows_packed(w, a, y, ldy, r0, r1, ybase);
+    return 1;
 }
 
 int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
                               int32_t r1, int prefill) {
     ggml_type t = w->type;
-    if (w->packed && t == GGML_TYPE_Q4_1 && a->xq) {
-        rows_q4_1_packed(w, a, y, ldy, r0, r1);
-        return 1;
-    }
+    if (matmul_rows_avx512_packed(w, a, y, ldy, r0, r1, 0)) return 1;
     if (t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) {
         rows_float(w, a, y, ldy, r0, r1);
         return 1;
@@ -653,6 +705,11 @@ int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float 
     }
 }
 #else
+int matmul_rows_avx512_packed(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
+                              int32_t r1, int32_t ybase) {
+    (void)w, (void)a, (void)y, (void)ldy, (void)r0, (void)r1, (void)ybase;
+    return 0;
+}
 int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
                               int32_t r1, int prefill) {
     (void)w, (void)a, (void)y, (void)ldy, (void)r0, (void)r1, (void)prefill;
