@@ -557,6 +557,10 @@ AVX512 static void rows_float(const matmul_weight *w, const matmul_act *a, float
 
 #define PACK_T 6 /* tokens per pass over a group's blocks */
 
+/* 4 activation bytes as one int32, read in place: broadcast straight from memory (a
+ * copy to a local array made GCC move them through general registers). */
+typedef int32_t act4 __attribute__((may_alias, aligned(4)));
+
 /* The 16 rows of group g (packed, nb blocks) x NT tokens x[k] into out[k ldo ..]: per
  * (row, token), over the blocks in order, A = fma(float(isum), d_w d_x, A) and
  * M = fma(m_w, d_x sum(q_x), M); out = A + M. isum is the block's exact integer sum
@@ -577,8 +581,7 @@ AVX512_INLINE void packed_q4_1_tile(const uint8_t *g, int32_t nb, const matmul_q
         }
         for (int k = 0; k < NT; k++) {
             const matmul_q8 *xb = x[k] + b;
-            int32_t q[8];
-            memcpy(q, xb->q, sizeof q);
+            const act4 *q = (const act4 *)(const void *)xb->q;
             __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], _mm512_set1_epi32(q[0]));
             __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], _mm512_set1_epi32(q[4]));
             for (int j = 1; j < 4; j++) {
@@ -607,8 +610,7 @@ AVX512_INLINE void packed_q8_0_tile(const uint8_t *g, int32_t nb, const matmul_q
         for (int j = 0; j < 8; j++) wq[j] = _mm512_loadu_si512((const void *)(g + 32 + 64 * j)); /* 544-byte blocks */
         for (int k = 0; k < NT; k++) {
             const matmul_q8 *xb = x[k] + b;
-            int32_t q[8];
-            memcpy(q, xb->q, sizeof q);
+            const act4 *q = (const act4 *)(const void *)xb->q;
             __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[0], _mm512_set1_epi32(q[0]));
             __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[4], _mm512_set1_epi32(q[4]));
             for (int j = 1; j < 4; j++) {
