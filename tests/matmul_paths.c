@@ -212,6 +212,20 @@ static void check_row_exact(const char *what, const matmul_weight *w, int32_t n,
     }
     test_cond(bad == 0, "%s n=%d: matmul_row_exact differs from matmul in %zu of %zu outputs", what, n, bad,
               (size_t)n * R);
+    /* and matmul_row_f32 (embeddings) reads the packed copy as the file's rows */
+    matmul_weight wf = *w;
+    wf.packed = NULL;
+    float *r1 = malloc(sizeof(float) * (size_t)C), *r2 = malloc(sizeof(float) * (size_t)C);
+    SETUP(r1 && r2);
+    size_t bad_row = 0;
+    for (int32_t r = 0; r < R; r++) {
+        matmul_row_f32(w, r, r1);
+        matmul_row_f32(&wf, r, r2);
+        bad_row += memcmp(r1, r2, sizeof(float) * (size_t)C) != 0;
+    }
+    test_cond(bad_row == 0, "%s: matmul_row_f32 from the packed copy differs in %zu of %d rows", what, bad_row, R);
+    free(r1);
+    free(r2);
     free(x);
     free(y);
     free(xq);

@@ -333,10 +333,12 @@ static locks_status load_weights(const gguf *g, locks_model *m) {
     }
     if ((st = load_norm(g, "output_norm.weight", in->dim, &m->output_norm))) return st;
     /* the output matrix repacked for the AVX-512 kernels where matmul_pack does (Q8_0 up
-     * to 64 MB: SmolLM2's, not Gemma 3's 178 MB); its file pages go (embedding rows read
-     * back one by one when tied) */
+     * to 64 MB: SmolLM2's, not Gemma 3's 178 MB); its file pages go (tied embeddings
+     * read their rows from the copy) */
     if (matmul_pack(&m->output) != 0) return locks_fail(LOCKS_ERR_OOM, "no memory to repack the output matrix");
     if (m->output.packed) gguf_release(g, m->output.data, (size_t)m->output.rows * m->output.row_bytes);
+    if (m->output.data == m->tok_embd.data) m->tok_embd.packed = m->output.packed; /* tied: rows from the copy
+                                                                                 * (freed with the output's) */
     m->layers = locks_alloc((size_t)in->n_layers, sizeof *m->layers);
     if (!m->layers) return LOCKS_ERR_OOM;
     for (int32_t l = 0; l < in->n_layers; l++)

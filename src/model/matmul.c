@@ -506,6 +506,28 @@ void matmul_row_f32(const matmul_weight *w, int32_t r, float *out) {
     matmul_init_tables();
     const uint8_t *p = w->data + (size_t)r * w->row_bytes;
     int32_t nb = w->cols / GGML_QBLOCK;
+    if (w->packed && (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q4_1)) {
+        /* from the packed copy (matmul_pack), so that the file's pages stay dropped: the
+         * same values (d q, d q + m in fp32) */
+        const int32_t i = r % MATMUL_PACK_ROWS, q8 = w->type == GGML_TYPE_Q8_0;
+        const size_t bb = q8 ? MATMUL_PACK_Q8_BLOCK_BYTES : MATMUL_PACK_BLOCK_BYTES;
+        const uint8_t *g = w->packed + (size_t)(r / MATMUL_PACK_ROWS) * (size_t)nb * bb;
+        for (int32_t b = 0; b < nb; b++, g += bb) {
+            const float d = f16_at(g + 2 * i);
+            float *o = out + (size_t)b * 32;
+            if (q8) {
+                for (int j = 0; j < 32; j++) o[j] = d * (float)(int8_t)(g[32 + 64 * (j / 4) + 4 * i + j % 4] ^ 0x80);
+            } else {
+                const float m = f16_at(g + 32 + 2 * i);
+                for (int j = 0; j < 16; j++) {
+                    const uint8_t q = g[64 + 64 * (j / 4) + 4 * i + j % 4];
+                    o[j] = d * (float)(q & 15) + m;
+                    o[j + 16] = d * (float)(q >> 4) + m;
+                }
+            }
+        }
+        return;
+    }
     if (quant_is_ext(w->type)) {
         int32_t be = quant_block_elems(w->type);
         size_t bb = quant_block_bytes(w->type);
