@@ -807,9 +807,11 @@ static void verify_task(void *arg, int32_t t, int32_t thread) {
     (void)thread;
     verify_job *j = arg;
     const verify_run *r = &j->runs[j->task_run[t]];
-    const int32_t local = t - j->task_first[t], h = local / r->n_chunks, ci = local % r->n_chunks;
+    /* tasks chunk major (every KV head's first chunk, then the second, ...): the short
+     * last chunks go last, so the threads finish together; the states stay head major */
+    const int32_t H = j->c->hkv, local = t - j->task_first[t], h = local % H, ci = local / H;
     const int32_t d = j->c->d, G = j->G, nq = r->qb - r->qa, GN = nq * G;
-    float *part = j->part + r->part0 + (size_t)local * verify_state_floats(nq, G, d);
+    float *part = j->part + r->part0 + ((size_t)h * r->n_chunks + ci) * verify_state_floats(nq, G, d);
     attn_state st = {part + (size_t)GN * d, part + (size_t)GN * d + GN, part};
     state_reset(st, GN, d);
     const float *q = j->qh + ((size_t)h * j->n + r->qa) * G * d;

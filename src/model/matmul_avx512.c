@@ -561,6 +561,18 @@ AVX512 static void rows_float(const matmul_weight *w, const matmul_act *a, float
  * copy to a local array made GCC move them through general registers). */
 typedef int32_t act4 __attribute__((may_alias, aligned(4)));
 
+/* A block's exact integer sum for 16 rows: sum_j a[j] . q[j] + b[j] . q[4 + j] (unsigned
+ * weight bytes a, b against the activation's 4-byte groups q), as two chains of 4. */
+AVX512_INLINE __m512i block_isum(const __m512i *a, const __m512i *b, const act4 *q) {
+    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a[0], _mm512_set1_epi32(q[0]));
+    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b[0], _mm512_set1_epi32(q[4]));
+    for (int j = 1; j < 4; j++) {
+        s0 = _mm512_dpbusd_epi32(s0, a[j], _mm512_set1_epi32(q[j]));
+        s1 = _mm512_dpbusd_epi32(s1, b[j], _mm512_set1_epi32(q[4 + j]));
+    }
+    return _mm512_add_epi32(s0, s1);
+}
+
 /* The 16 rows of group g (packed, nb blocks) x NT tokens x[k] into out[k ldo ..]: per
  * (row, token), over the blocks in order, A = fma(float(isum), d_w d_x, A) and
  * M = fma(m_w, d_x sum(q_x), M); out = A + M. isum is the block's exact integer sum
@@ -581,14 +593,7 @@ AVX512_INLINE void packed_q4_1_tile(const uint8_t *g, int32_t nb, const matmul_q
         }
         for (int k = 0; k < NT; k++) {
             const matmul_q8 *xb = x[k] + b;
-            const act4 *q = (const act4 *)(const void *)xb->q;
-            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], _mm512_set1_epi32(q[0]));
-            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], _mm512_set1_epi32(q[4]));
-            for (int j = 1; j < 4; j++) {
-                s0 = _mm512_dpbusd_epi32(s0, lo[j], _mm512_set1_epi32(q[j]));
-                s1 = _mm512_dpbusd_epi32(s1, hi[j], _mm512_set1_epi32(q[4 + j]));
-            }
-            const __m512 sf = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            const __m512 sf = _mm512_cvtepi32_ps(block_isum(lo, hi, (const act4 *)(const void *)xb->q));
             A[k] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), A[k]);
             M[k] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb->ds), M[k]);
         }
@@ -610,14 +615,8 @@ AVX512_INLINE void packed_q8_0_tile(const uint8_t *g, int32_t nb, const matmul_q
         for (int j = 0; j < 8; j++) wq[j] = _mm512_loadu_si512((const void *)(g + 32 + 64 * j)); /* 544-byte blocks */
         for (int k = 0; k < NT; k++) {
             const matmul_q8 *xb = x[k] + b;
-            const act4 *q = (const act4 *)(const void *)xb->q;
-            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[0], _mm512_set1_epi32(q[0]));
-            __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[4], _mm512_set1_epi32(q[4]));
-            for (int j = 1; j < 4; j++) {
-                s0 = _mm512_dpbusd_epi32(s0, wq[j], _mm512_set1_epi32(q[j]));
-                s1 = _mm512_dpbusd_epi32(s1, wq[4 + j], _mm512_set1_epi32(q[4 + j]));
-            }
-            const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * sx[(size_t)k * ldsx + b]));
+            const __m512i s = _mm512_sub_epi32(block_isum(wq, wq + 4, (const act4 *)(const void *)xb->q),
+                                               _mm512_set1_epi32(128 * sx[(size_t)k * ldsx + b]));
             A[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), A[k]);
         }
     }
