@@ -383,7 +383,7 @@ static void matmul_task(void *arg, int32_t task, int32_t thread) {
 }
 
 /* ================================================================================ */
-/* Q4_1 packed by 16 rows (matmul.h)                                                */
+/* Q4_1 and Q8_0 packed by 16 rows (matmul.h)                                      */
 /* ================================================================================ */
 
 size_t matmul_pack_bytes(const matmul_weight *w) {

@@ -87,19 +87,20 @@ int matmul_rows_avx512_tiles(const matmul_weight *w, const matmul_act *a, float 
 int matmul_rows_avx2(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0, int32_t r1);
 
 /* Q4_1 and Q8_0 weights (of at most MATMUL_PACK_MAX_BYTES) repacked for the AVX-512
- * kernels, 16 rows in the lanes (MATMUL_PACK_ROWS). Q4_1:
- * for each group of 16 rows (the last padded with zero rows) and each 32-column block,
- * 320 bytes: the 16 rows' d (fp16), their m (fp16), then 4 x 64 bytes, vector j holding
- * in lane i the quant bytes 4j .. 4j + 3 of row i's block (low nibbles: elements 4j ..
- * 4j + 3; high: 16 + 4j ..). Q8_0: 544 bytes, the 16 d, then 8 x 64 bytes, vector j
- * holding in lane i row i's quants 4j .. 4j + 3 plus 128 (unsigned for vpdpbusd; the
- * kernel takes 128 times the activation block's sum back). One vpdpbusd per 4 columns then serves 16 rows, the block
- * scales are applied to 16 rows at once, and no sum crosses lanes; a row's output is
+ * kernels, 16 rows in the lanes (MATMUL_PACK_ROWS). For each group of 16 rows (the last
+ * padded with zero rows) and each 32-column block: Q4_1, 320 bytes: the 16 rows' d
+ * (fp16), their m (fp16), then 4 x 64 bytes, vector j holding in lane i the quant bytes
+ * 4j .. 4j + 3 of row i's block (low nibbles: elements 4j .. 4j + 3; high: 16 + 4j ..);
+ * Q8_0, 544 bytes: the 16 d, then 8 x 64 bytes, vector j holding in lane i row i's quants
+ * 4j .. 4j + 3 plus 128 (unsigned for vpdpbusd; the kernel takes 128 times the
+ * activation block's sum back). One vpdpbusd per 4 columns then serves 16 rows, the
+ * block scales apply to 16 rows at once, and no sum crosses lanes; a row's output is
  * formed the same way whatever the number of tokens (decode, verify, prefill), so bit
  * for bit alike across batch sizes. matmul_pack fills w->packed when the type is Q4_1
- * or Q8_0 and this CPU has the AVX-512 kernels (0; w unchanged otherwise, also 0), or fails
- * with -1 (out of memory, w unchanged); matmul_pack_free releases it. w->data stays
- * the reference for the other paths. */
+ * or Q8_0, the weight at most MATMUL_PACK_MAX_BYTES and this CPU has the AVX-512
+ * kernels (0; w unchanged otherwise, also 0), or fails with -1 (out of memory, w
+ * unchanged); matmul_pack_free releases it. w->data stays the reference for the other
+ * paths. */
 #define MATMUL_PACK_ROWS 16
 #define MATMUL_PACK_BLOCK_BYTES 320    /* Q4_1 */
 #define MATMUL_PACK_Q8_BLOCK_BYTES 544 /* Q8_0: d x 16, then 8 x 64 bytes of q + 128 */
@@ -109,15 +110,16 @@ void matmul_pack_free(matmul_weight *w);
 /* The packed bytes matmul_pack would allocate for w (0: it would not pack it). */
 size_t matmul_pack_bytes(const matmul_weight *w);
 /* Rows [r0, r1) of the product of packed weights, written at y[t ldy + row - ybase]
- * (ybase 0: as matmul_rows_avx512; a group's start: a 16-row scratch). 0 (nothing done)
- * when w is not packed or a has no int8 activations. For one row alone as a full
+ * (ybase 0: as matmul_rows_avx512; r0: into a scratch of the range alone). 0 (nothing
+ * done) when w is not packed or a has no int8 activations. For one row alone as a full
  * product gives it (the drafts' head): matmul_row_exact. */
 int matmul_rows_avx512_packed(const matmul_weight *w, const matmul_act *a, float *y, int32_t ldy, int32_t r0,
                               int32_t r1, int32_t ybase);
 /* y[t] (t < a->n, stride ldy) = row r of W x, bit for bit what matmul gives it. */
 void matmul_row_exact(const matmul_weight *w, const matmul_act *a, int32_t r, float *y, int32_t ldy);
 
-/* Row r of W dequantized to fp32 (out[cols]); for embeddings. */
+/* Row r of W dequantized to fp32 (out[cols]); for embeddings. Read from the packed copy
+ * when there is one (the same values). */
 void matmul_row_f32(const matmul_weight *w, int32_t r, float *out);
 
 #endif

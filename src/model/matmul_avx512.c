@@ -19,7 +19,8 @@
  * and meets 4 activation vectors, each activation vector meets 4 rows (prefill as
  * matrix-matrix work; a decode token uses the 4 x 1 tile, or 1 x 1 on a weight far
  * larger than the cache, which it streams). Each tile prefetches the next tile's rows.
- * The weights are read in the file's layout: no repack. A prefill (8 tokens or more)
+ * The tiles read the file's layout; Q4_1 and Q8_0 weights repacked at load (matmul_pack:
+ * 16 rows in the lanes) go through rows_packed instead, below. A prefill (8 tokens or more)
  * decodes each tile of weight rows once, units and lane scales into an L1/L2-sized
  * dec_tile, for the 4-token tiles of a group of up to 64 tokens, instead of once per
  * 4-token tile; each output's sums are formed in the same order, so bit for bit alike.
@@ -552,7 +553,7 @@ AVX512 static void rows_float(const matmul_weight *w, const matmul_act *a, float
 }
 
 /* ================================================================================ */
-/* Q4_1 packed by 16 rows (matmul_pack, matmul.h)                                   */
+/* Q4_1 and Q8_0 packed by 16 rows (matmul_pack, matmul.h)                         */
 /* ================================================================================ */
 
 #define PACK_T 6 /* tokens per pass over a group's blocks */
