@@ -271,6 +271,20 @@ static void read_token_info(const gguf *g, locks_model_info *in) {
 }
 
 /* Layer l's projections, norms and (by architecture) QK-norms, post-norms, biases. */
+/* A layer's seven matrices, for what is done to each alike (repack, free). */
+static void layer_mats(llama_layer *L, matmul_weight *out[7]) {
+    matmul_weight *const all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    memcpy(out, all, sizeof all);
+}
+
+/* w repacked for the AVX-512 kernels where matmul_pack does (Q4_1, Q8_0 up to 64 MB),
+ * and then the file's pages of it dropped (held twice otherwise). -1: out of memory. */
+static int pack_weight(const gguf *g, matmul_weight *w) {
+    if (matmul_pack(w) != 0) return -1;
+    if (w->packed) gguf_release(g, w->data, (size_t)w->rows * w->row_bytes);
+    return 0;
+}
+
 static locks_status load_layer(const gguf *g, locks_model *m, int32_t l) {
     const locks_model_info *in = &m->info;
     const int32_t dim = in->dim, q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;
@@ -288,12 +302,10 @@ static locks_status load_layer(const gguf *g, locks_model *m, int32_t l) {
     W(w_up, "ffn_up", in->ffn_dim, dim);
     W(w_down, "ffn_down", dim, in->ffn_dim);
 #undef W
-    /* repacked for the AVX-512 kernels where matmul_pack does (Q4_1, Q8_0) */
-    matmul_weight *pk[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (int i = 0; i < 7; i++) {
-        if (matmul_pack(pk[i]) != 0) return locks_fail(LOCKS_ERR_OOM, "layer %d: no memory to repack its weights", (int)l);
-        if (pk[i]->packed) gguf_release(g, pk[i]->data, (size_t)pk[i]->rows * pk[i]->row_bytes); /* held twice otherwise */
-    }
+    matmul_weight *mats[7];
+    layer_mats(L, mats);
+    for (int i = 0; i < 7; i++)
+        if (pack_weight(g, mats[i]) != 0) return locks_fail(LOCKS_ERR_OOM, "layer %d: no memory to repack its weights", (int)l);
 #define V(field, suffix, n)                                               \
     snprintf(nm, sizeof nm, "blk.%d." suffix, (int)l);                    \
     if ((st = load_norm(g, nm, n, &L->field)) != LOCKS_OK) return st
@@ -335,8 +347,7 @@ static locks_status load_weights(const gguf *g, locks_model *m) {
     /* the output matrix repacked for the AVX-512 kernels where matmul_pack does (Q8_0 up
      * to 64 MB: SmolLM2's, not Gemma 3's 178 MB); its file pages go (tied embeddings
      * read their rows from the copy) */
-    if (matmul_pack(&m->output) != 0) return locks_fail(LOCKS_ERR_OOM, "no memory to repack the output matrix");
-    if (m->output.packed) gguf_release(g, m->output.data, (size_t)m->output.rows * m->output.row_bytes);
+    if (pack_weight(g, &m->output) != 0) return locks_fail(LOCKS_ERR_OOM, "no memory to repack the output matrix");
     if (m->output.data == m->tok_embd.data) m->tok_embd.packed = m->output.packed; /* tied: rows from the copy
                                                                                  * (freed with the output's) */
     m->layers = locks_alloc((size_t)in->n_layers, sizeof *m->layers);
@@ -402,8 +413,9 @@ void locks_model_free(locks_model *m) {
             locks_free(L->bq);
             locks_free(L->bk);
             locks_free(L->bv);
-            matmul_weight *pk[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7; i++) matmul_pack_free(pk[i]);
+            matmul_weight *mats[7];
+            layer_mats(L, mats);
+            for (int i = 0; i < 7; i++) matmul_pack_free(mats[i]);
         }
         locks_free(m->layers);
     }
