@@ -4,11 +4,15 @@
  *  - summary build: basis rows orthonormal; ||X - C V^T||_F^2 equals the tail energy
  *    sum_{k >= r} lambda_k; rank 15 reproduces the page to float precision.
  *  - quantization: every element within scale / 2 of its value; 802 bytes at d=128 r=8.
+ *  - the AVX-512 Jacobi rounds (n = 16, where the CPU has AVX-512) bit for bit the
+ *    portable ones: random, Gram-like, diagonal, tiny-entry and wide-range matrices, and
+ *    the summary builds of random pages.
  */
 #include "test_util.h"
 
 #include "summary.h"
 #include "util.h"
+#include "vmath.h"
 
 enum { P = LOCKS_PAGE };
 
@@ -195,11 +199,80 @@ static void test_any_head_dim(void) {
               "d > LOCKS_MAX_HEAD_DIM rejected");
 }
 
+/* One matrix of each kind for the path comparison: 0 normal, 1 Gram of random low-rank
+ * keys (PSD, rank deficient), 2 diagonal (every rotation skipped), 3 normal with some
+ * entries 1e-300 and exact zeros (skips mixed with rotations), 4 entries over 1e-150 ..
+ * 1e150 (huge theta: t -> 0), 5 all equal (rank 1), 6 the block of indices 0, 1, 14,
+ * 15 scaled by 1e-250 (the first round pairs them, (0, 15) and (1, 14): their diagonal
+ * products underflow and the absolute skip threshold decides). */
+static void kind_matrix(int32_t kind, double *a) {
+    enum { N = 16 };
+    for (int32_t i = 0; i < N; i++)
+        for (int32_t j = 0; j <= i; j++) {
+            double x = tu_normal();
+            if (kind == 2 && i != j) x = 0.0;
+            if (kind == 3 && tu_int(0, 3) == 0) x = i == j ? x : (tu_int(0, 1) ? 1e-300 : 0.0);
+            if (kind == 4) x *= pow(10.0, tu_int(-150, 150));
+            if (kind == 5) x = 0.75;
+            if (kind == 6 && (i < 2 || i > 13) && (j < 2 || j > 13)) x *= 1e-250;
+            a[i * N + j] = a[j * N + i] = x;
+        }
+    if (kind == 1) {
+        float keys[P * 64];
+        random_page(keys, 64, tu_int(1, 4));
+        for (int32_t i = 0; i < N; i++)
+            for (int32_t j = 0; j < N; j++) {
+                double s = 0.0;
+                for (int32_t c = 0; c < 64; c++) s += (double)keys[i * 64 + c] * (double)keys[j * 64 + c];
+                a[i * N + j] = s;
+            }
+    }
+}
+
+/* The eigendecomposition and the summary build on AVX-512 == portable, bit for bit. */
+static void test_eig_paths(void) {
+    if (locks_cpu_set_isa(LOCKS_ISA_AVX512) != 0) {
+        printf("  eig paths: no AVX-512 on this CPU, skipped\n");
+        return;
+    }
+    int32_t bad = 0, trials = 0;
+    for (int32_t trial = 0; trial < 300; trial++) {
+        double a[256], w[2][16], u[2][256];
+        kind_matrix(trial % 7, a);
+        locks_status st[2];
+        for (int32_t path = 0; path < 2; path++) {
+            locks_cpu_set_isa(path ? LOCKS_ISA_PORTABLE : LOCKS_ISA_AVX512);
+            st[path] = locks_eig_sym(16, a, w[path], u[path]);
+        }
+        trials++;
+        if (st[0] != st[1] || memcmp(w[0], w[1], sizeof w[0]) || memcmp(u[0], u[1], sizeof u[0])) {
+            if (bad++ < 4) fprintf(stderr, "  eig paths differ: trial %d kind %d\n", trial, trial % 7);
+        }
+    }
+    test_cond(bad == 0, "locks_eig_sym n=16: AVX-512 == portable bit for bit (%d of %d differ)", bad, trials);
+    bad = 0;
+    for (int32_t trial = 0; trial < 60; trial++) {
+        const int32_t d = trial % 2 ? 64 : 128, r = tu_int(1, 15);
+        float k[P * 128], mu[2][128], basis[2][15 * 128], coef[2][P * 15];
+        random_page(k, d, tu_int(1, 8));
+        for (int32_t path = 0; path < 2; path++) {
+            locks_cpu_set_isa(path ? LOCKS_ISA_PORTABLE : LOCKS_ISA_AVX512);
+            CHECK(locks_summary_build_f32(d, r, k, mu[path], basis[path], coef[path]));
+        }
+        if (memcmp(mu[0], mu[1], sizeof(float) * (size_t)d) || memcmp(basis[0], basis[1], sizeof(float) * (size_t)(r * d)) ||
+            memcmp(coef[0], coef[1], sizeof(float) * (size_t)(P * r)))
+            bad++;
+    }
+    test_cond(bad == 0, "summary build: AVX-512 == portable bit for bit (%d of 60 pages differ)", bad);
+    locks_cpu_set_isa(LOCKS_ISA_BEST);
+}
+
 int main(void) {
     tu_seed("test_summary");
     test_eig();
     test_build();
     test_quant();
     test_any_head_dim();
+    test_eig_paths();
     return test_report("test_summary");
 }
