@@ -1,7 +1,9 @@
 /*
  * test_sampler.c — the sampler against float64 references of its distribution.
  *
- *  - greedy (temp <= 0) is the argmax, lowest id on ties;
+ *  - greedy (temp <= 0) is the argmax, lowest id on ties; on every kernel path (the
+ *    AVX-512 scan where the CPU has it, portable), over vocabularies of 1 .. 49,155
+ *    with ties, -inf, signed zeros and NaNs, against a plain loop;
  *  - temperature only (top_k = 0, top_p = 1): draw frequencies match softmax(logits / T)
  *    computed in float64 (every probability within 5 standard errors, over 100k draws);
  *  - top-k: only the k most likely ids ever come out, in the renormalised proportions;
@@ -11,6 +13,7 @@
 #include "test_util.h"
 
 #include "locks_model.h"
+#include "vmath.h"
 
 #define NV 50
 #define DRAWS 100000
@@ -79,6 +82,50 @@ static void check_distribution(const char *what, const float *logits, locks_samp
     locks_sampler_free(s);
 }
 
+/* The first index of the largest value, NaNs skipped (a NaN at 0 is kept): the
+ * definition the sampler's argmax follows, written as plainly as possible. */
+static int32_t ref_argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void check_greedy_paths(void) {
+    const int32_t sizes[] = {1, 15, 16, 17, 31, 32, 33, 100, 49152, 49155};
+    int32_t bad = 0, n_cases = 0;
+    for (int32_t isa = 0; isa < 2; isa++) {
+        if (locks_cpu_set_isa(isa ? LOCKS_ISA_PORTABLE : LOCKS_ISA_AVX512) != 0) continue; /* no AVX-512 */
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+            for (int32_t kind = 0; kind < 6; kind++) {
+                const int32_t n = sizes[si];
+                float *x = malloc(sizeof(float) * (size_t)n);
+                SETUP(x);
+                for (int32_t i = 0; i < n; i++) x[i] = (float)tu_normal();
+                if (kind == 1) /* the maximum several times */
+                    for (int32_t t = 0; t < 4; t++) x[tu_int(0, n - 1)] = 9.0f;
+                if (kind == 2) /* all -inf but a few (a draft's logits) */
+                    for (int32_t i = 0; i < n; i++) x[i] = tu_int(0, 50) ? -INFINITY : (float)tu_normal();
+                if (kind == 3) /* signed zeros at the top */
+                    for (int32_t i = 0; i < n; i++) x[i] = -fabsf(x[i]) - 1.0f, x[tu_int(0, n - 1)] = tu_int(0, 1) ? 0.0f : -0.0f;
+                if (kind == 4) x[tu_int(0, n - 1)] = NAN;
+                if (kind == 5) x[0] = NAN;
+                locks_sampler_params sp = locks_sampler_default_params();
+                sp.temp = 0.0f;
+                locks_sampler *g = locks_sampler_init(sp, n, NULL);
+                SETUP(g);
+                n_cases++;
+                if (locks_sampler_sample(g, x) != ref_argmax(x, n)) {
+                    if (bad++ < 4) fprintf(stderr, "  greedy: isa %d n %d kind %d\n", isa, n, kind);
+                }
+                locks_sampler_free(g);
+                free(x);
+            }
+    }
+    locks_cpu_set_isa(LOCKS_ISA_BEST);
+    test_cond(bad == 0, "greedy on every path = the plain argmax (%d of %d cases differ)", bad, n_cases);
+}
+
 int main(void) {
     tu_seed("test_sampler");
     float logits[NV];
@@ -92,6 +139,7 @@ int main(void) {
     locks_sampler *g = locks_sampler_init(sp, NV, NULL);
     test_cond(g && locks_sampler_sample(g, logits) == 3, "greedy: argmax with ties to the lower id");
     locks_sampler_free(g);
+    check_greedy_paths();
 
     sp = (locks_sampler_params){.temp = 0.7f, .top_k = 0, .top_p = 1.0f, .seed = 11};
     check_distribution("temperature 0.7", logits, sp);

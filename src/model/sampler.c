@@ -14,6 +14,7 @@
 #include "locks_model.h"
 #include "llama_internal.h"
 #include "util.h"
+#include "vmath.h"
 
 typedef struct {
     float logit;
@@ -81,11 +82,62 @@ static int by_logit_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int32_t argmax(const float *logits, int32_t n) {
+static int32_t argmax_scalar(const float *logits, int32_t n) {
     int32_t best = 0;
     for (int32_t i = 1; i < n; i++)
         if (logits[i] > logits[best]) best = i;
     return best;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* argmax_scalar 16 lanes at a time: each lane keeps its largest value and the first
+ * index that reached it (strict >, as the scalar loop), then the lanes' best value and,
+ * among the lanes holding it, the smallest index: the scalar loop's answer. A NaN
+ * anywhere (which the scalar loop skips, or keeps at index 0) sends it to that loop.
+ * -1 when n < 16. */
+__attribute__((target("avx512f"))) static int32_t argmax_avx512(const float *x, int32_t n) {
+    if (n < 16) return -1;
+    __m512 best = _mm512_loadu_ps(x);
+    __m512i at = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __mmask16 nan = _mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q);
+    __m512i idx = at;
+    const __m512i step = _mm512_set1_epi32(16);
+    int32_t i = 16;
+    for (; i + 16 <= n; i += 16) {
+        idx = _mm512_add_epi32(idx, step);
+        const __m512 v = _mm512_loadu_ps(x + i);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        const __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+        best = _mm512_mask_mov_ps(best, gt, v);
+        at = _mm512_mask_mov_epi32(at, gt, idx);
+    }
+    if (nan) return -1;
+    float bv[16];
+    int32_t bi[16];
+    _mm512_storeu_ps(bv, best);
+    _mm512_storeu_si512(bi, at);
+    int32_t b = 0;
+    for (int32_t l = 1; l < 16; l++)
+        if (bv[l] > bv[b] || (bv[l] == bv[b] && bi[l] < bi[b])) b = l;
+    int32_t r = bi[b];
+    for (; i < n; i++) { /* the tail, in order after every lane's indices */
+        if (x[i] != x[i]) return -1;
+        if (x[i] > x[r]) r = i;
+    }
+    return r;
+}
+#endif
+
+/* The index of the largest logit, the lowest of ties. */
+static int32_t argmax(const float *logits, int32_t n) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (locks_have_avx512()) {
+        const int32_t r = argmax_avx512(logits, n);
+        if (r >= 0) return r;
+    }
+#endif
+    return argmax_scalar(logits, n);
 }
 
 /* The candidates after temperature, top-k and top-p: s->c[0..k) by descending logit with

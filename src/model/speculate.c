@@ -56,6 +56,45 @@ int32_t locks_spec_accept(locks_sampler *s, float *p, const float *q, int32_t d,
     return t;
 }
 
+/* The token after draft step i: drawn from the draft distribution q_i (the sampler's
+ * transform of the sparse logits), which it keeps for the acceptance test; greedy: the
+ * argmax, the token that one-hot q_i would give, without filling q_i. */
+static int32_t draft_token(locks_sampler *s, const float *logits, float *qi, int greedy) {
+    if (greedy) return locks_sampler_sample(s, logits);
+    locks_sampler_probs(s, logits, qi);
+    return locks_sampler_draw(s, qi);
+}
+
+/* The acceptance of a verified round: p [k + 1][n_vocab] the dense logits after t0 and
+ * each draft (turned into distributions in place unless greedy), q [k][n_vocab] the
+ * draft distributions, fed [k + 1] t0 and the drafts. Returns the next token (the
+ * replacement at the first rejection, else the bonus) and the drafts accepted in *acc.
+ * Greedy: a draft is kept iff it is the dense argmax, and the next token is that argmax
+ * (what one-hot p and q give in locks_spec_accept, without the vocabulary-long passes). */
+static int32_t accept_round(locks_sampler *s, float *p, const float *q, const int32_t *fed, int32_t k,
+                            int32_t n_vocab, float *logits, int greedy, int32_t *acc) {
+    int32_t a = 0, next = -1;
+    for (; a <= k; a++) {
+        float *pa = p + (size_t)a * n_vocab;
+        if (greedy) {
+            next = locks_sampler_sample(s, pa);
+            if (a == k || next != fed[a + 1]) break;
+            continue;
+        }
+        memcpy(logits, pa, sizeof(float) * (size_t)n_vocab);
+        locks_sampler_probs(s, logits, pa);
+        if (a == k) { /* every draft accepted: the bonus token */
+            next = locks_sampler_draw(s, pa);
+            break;
+        }
+        int ok;
+        next = locks_spec_accept(s, pa, q + (size_t)a * n_vocab, fed[a + 1], n_vocab, &ok);
+        if (!ok) break;
+    }
+    *acc = a;
+    return next;
+}
+
 /* A round drops up to k tokens again: sliding-window layers keep their K/V only for
  * max(n_batch, swa_rollback) tokens back (locks_ctx_truncate), unless they keep all. */
 static int reach_ok(const locks_ctx *c, int32_t k) {
@@ -86,7 +125,8 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
     locks_status st = locks_ctx_set_step(c, sp->draft);
     if (st != LOCKS_OK) return st;
     /* greedy: a draft needs only its argmax, from the 4-bit head (an OOM keeps the exact one) */
-    if (locks_sampler_get_params(s).temp <= 0.0f) (void)llama_ctx_draft_argmax(c, 1);
+    const int greedy = locks_sampler_get_params(s).temp <= 0.0f;
+    if (greedy) (void)llama_ctx_draft_argmax(c, 1);
 
     /* q: [K][n_vocab] draft distributions; p: [K + 1][n_vocab] dense logits, then each row
      * turned into its distribution in place; fed: [K + 1] t0 and the drafts */
@@ -123,8 +163,7 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
             st = llama_ctx_draft_mode(c, i == 0 ? LLAMA_DRAFT_RECORD : LLAMA_DRAFT_REPLAY);
             if (st == LOCKS_OK) st = locks_ctx_decode(c, fed[i], logits);
             if (st != LOCKS_OK) break;
-            locks_sampler_probs(s, logits, q + (size_t)i * n_vocab);
-            fed[i + 1] = locks_sampler_draw(s, q + (size_t)i * n_vocab);
+            fed[i + 1] = draft_token(s, logits, q + (size_t)i * n_vocab, greedy);
         }
         llama_ctx_draft_mode(c, LLAMA_DRAFT_OFF);
         locks_status rw = locks_ctx_truncate(c, n);
@@ -134,19 +173,8 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
         /* ---- verify: one dense pass over t0 and the drafts ---- */
         double t_b = locks_now_ms();
         if ((st = locks_ctx_prefill_all(c, fed, k + 1, p)) != LOCKS_OK) goto done;
-        int32_t acc = 0, next = -1;
-        for (; acc <= k; acc++) {
-            float *pa = p + (size_t)acc * n_vocab;
-            memcpy(logits, pa, sizeof(float) * (size_t)n_vocab);
-            locks_sampler_probs(s, logits, pa);
-            if (acc == k) { /* every draft accepted: the bonus token */
-                next = locks_sampler_draw(s, pa);
-                break;
-            }
-            int ok;
-            next = locks_spec_accept(s, pa, q + (size_t)acc * n_vocab, fed[acc + 1], n_vocab, &ok);
-            if (!ok) break;
-        }
+        int32_t acc;
+        const int32_t next = accept_round(s, p, q, fed, k, n_vocab, logits, greedy, &acc);
         double t_c = locks_now_ms();
         if (stats) {
             stats->n_rounds++;
@@ -199,7 +227,8 @@ locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_
     const locks_step_params saved = cp.step;
     locks_status st = locks_ctx_set_step(c, *draft);
     if (st != LOCKS_OK) return st;
-    if (locks_sampler_get_params(s).temp <= 0.0f) (void)llama_ctx_draft_argmax(c, 1); /* as locks_speculate */
+    const int greedy = locks_sampler_get_params(s).temp <= 0.0f;
+    if (greedy) (void)llama_ctx_draft_argmax(c, 1); /* as locks_speculate */
     float *q = locks_alloc((size_t)k * (size_t)n_vocab, sizeof(float));
     float *p = locks_alloc((size_t)(k + 1) * (size_t)n_vocab, sizeof(float));
     float *logits = locks_alloc((size_t)n_vocab, sizeof(float));
@@ -214,8 +243,7 @@ locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_
         st = llama_ctx_draft_mode(c, i == 0 ? LLAMA_DRAFT_RECORD : LLAMA_DRAFT_REPLAY);
         if (st == LOCKS_OK) st = locks_ctx_decode_seqs(c, &seq, 1, &fed[i], logits);
         if (st != LOCKS_OK) break;
-        locks_sampler_probs(s, logits, q + (size_t)i * n_vocab);
-        fed[i + 1] = locks_sampler_draw(s, q + (size_t)i * n_vocab);
+        fed[i + 1] = draft_token(s, logits, q + (size_t)i * n_vocab, greedy);
     }
     llama_ctx_draft_mode(c, LLAMA_DRAFT_OFF);
     locks_status rw = locks_ctx_truncate_seq(c, seq, n);
@@ -223,19 +251,8 @@ locks_status locks_speculate_round(locks_ctx *c, int32_t seq, int32_t t0, int32_
     if (st != LOCKS_OK) goto done;
     /* verify: one dense pass over t0 and the drafts */
     if ((st = locks_ctx_prefill_all_seq(c, seq, fed, k + 1, p)) != LOCKS_OK) goto done;
-    int32_t acc = 0, next = -1;
-    for (; acc <= k; acc++) {
-        float *pa = p + (size_t)acc * n_vocab;
-        memcpy(logits, pa, sizeof(float) * (size_t)n_vocab);
-        locks_sampler_probs(s, logits, pa);
-        if (acc == k) {
-            next = locks_sampler_draw(s, pa);
-            break;
-        }
-        int ok;
-        next = locks_spec_accept(s, pa, q + (size_t)acc * n_vocab, fed[acc + 1], n_vocab, &ok);
-        if (!ok) break;
-    }
+    int32_t acc;
+    const int32_t next = accept_round(s, p, q, fed, k, n_vocab, logits, greedy, &acc);
     /* keep t0 and the accepted drafts */
     if ((st = locks_ctx_truncate_seq(c, seq, n + 1 + acc)) != LOCKS_OK) goto done;
     memcpy(out, fed + 1, sizeof(int32_t) * (size_t)acc);
