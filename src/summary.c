@@ -57,11 +57,67 @@ size_t locks_summary_record_bad(int32_t d, int32_t r, locks_summary_prec prec, c
  *   - rows p, q of Ut (the transposed eigenvector estimate).
  * Rotations below double precision of both diagonal entries are skipped (their entry
  * set to 0), which also keeps the arithmetic out of subnormals. */
+/* One round of locks_eig_sym: the m / 2 pairs (pl[i], pl[m - 1 - i]) of the players pl. */
+static void jacobi_round(int32_t n, int32_t m, double *A, double *Ut, const int32_t *pl) {
+    int32_t P_[8], Q_[8], np = 0;
+    double C[8], S[8], T[8], App[8], Aqq[8], Apq[8];
+    for (int32_t i = 0; i < m / 2; i++) {
+        int32_t p = pl[i], q = pl[m - 1 - i];
+        if (p > q) {
+            int32_t tmp = p;
+            p = q;
+            q = tmp;
+        }
+        if (q >= n) continue; /* the odd player out this round */
+        const double apq = A[p * n + q], app = A[p * n + p], aqq = A[q * n + q];
+        if (fabs(apq) <= 1e-18 * sqrt(fabs(app * aqq)) || fabs(apq) < 1e-280) {
+            A[p * n + q] = A[q * n + p] = 0.0;
+            continue;
+        }
+        const double theta = (aqq - app) / (2.0 * apq);
+        const double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
+        const double c = 1.0 / sqrt(t * t + 1.0);
+        P_[np] = p, Q_[np] = q, C[np] = c, S[np] = t * c, T[np] = t;
+        App[np] = app, Aqq[np] = aqq, Apq[np] = apq;
+        np++;
+    }
+    for (int32_t k = 0; k < np; k++) { /* rows: J^T A */
+        double *Ap = A + P_[k] * n, *Aq = A + Q_[k] * n;
+        const double c = C[k], s = S[k];
+        for (int32_t x = 0; x < n; x++) {
+            const double va = Ap[x], vb = Aq[x];
+            Ap[x] = c * va - s * vb;
+            Aq[x] = s * va + c * vb;
+        }
+    }
+    for (int32_t r = 0; r < n; r++) { /* columns: (J^T A) J */
+        double *Ar = A + r * n;
+        for (int32_t k = 0; k < np; k++) {
+            const double va = Ar[P_[k]], vb = Ar[Q_[k]];
+            Ar[P_[k]] = C[k] * va - S[k] * vb;
+            Ar[Q_[k]] = S[k] * va + C[k] * vb;
+        }
+    }
+    for (int32_t k = 0; k < np; k++) {
+        const int32_t p = P_[k], q = Q_[k];
+        A[p * n + p] = App[k] - T[k] * Apq[k];
+        A[q * n + q] = Aqq[k] + T[k] * Apq[k];
+        A[p * n + q] = A[q * n + p] = 0.0;
+        double *Up = Ut + p * n, *Uq = Ut + q * n;
+        const double c = C[k], s = S[k];
+        for (int32_t x = 0; x < n; x++) {
+            const double va = Up[x], vb = Uq[x];
+            Up[x] = c * va - s * vb;
+            Uq[x] = s * va + c * vb;
+        }
+    }
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define EIG_AVX512 __attribute__((target("avx512f")))
 
-/* One round of the loop below for n = 16 (8 disjoint pairs covering every index) on
+/* jacobi_round for n = 16 (8 disjoint pairs covering every index) on
  * AVX-512, the 8 pairs in the lanes: each number formed by the same IEEE operations as
  * the scalar round (products, sums, square roots and quotients are correctly rounded,
  * and nothing is fused), so bit for bit its results. A 16-double row is two vectors;
@@ -165,66 +221,11 @@ locks_status locks_eig_sym(int32_t n, const double *a, double *w, double *u) {
         for (int32_t i = 0; i < m; i++) pl[i] = i;
         for (int32_t round = 0; round < m - 1; round++) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-            if (n == 16 && locks_have_avx512()) {
+            if (n == 16 && locks_have_avx512())
                 jacobi_round16(A, Ut, pl);
-                const int32_t last = pl[m - 1];
-                for (int32_t i = m - 1; i > 1; i--) pl[i] = pl[i - 1];
-                pl[1] = last;
-                continue;
-            }
+            else
 #endif
-            int32_t P_[8], Q_[8], np = 0;
-            double C[8], S[8], T[8], App[8], Aqq[8], Apq[8];
-            for (int32_t i = 0; i < m / 2; i++) {
-                int32_t p = pl[i], q = pl[m - 1 - i];
-                if (p > q) {
-                    int32_t tmp = p;
-                    p = q;
-                    q = tmp;
-                }
-                if (q >= n) continue; /* the odd player out this round */
-                const double apq = A[p * n + q], app = A[p * n + p], aqq = A[q * n + q];
-                if (fabs(apq) <= 1e-18 * sqrt(fabs(app * aqq)) || fabs(apq) < 1e-280) {
-                    A[p * n + q] = A[q * n + p] = 0.0;
-                    continue;
-                }
-                const double theta = (aqq - app) / (2.0 * apq);
-                const double t = (theta >= 0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
-                const double c = 1.0 / sqrt(t * t + 1.0);
-                P_[np] = p, Q_[np] = q, C[np] = c, S[np] = t * c, T[np] = t;
-                App[np] = app, Aqq[np] = aqq, Apq[np] = apq;
-                np++;
-            }
-            for (int32_t k = 0; k < np; k++) { /* rows: J^T A */
-                double *Ap = A + P_[k] * n, *Aq = A + Q_[k] * n;
-                const double c = C[k], s = S[k];
-                for (int32_t x = 0; x < n; x++) {
-                    const double va = Ap[x], vb = Aq[x];
-                    Ap[x] = c * va - s * vb;
-                    Aq[x] = s * va + c * vb;
-                }
-            }
-            for (int32_t r = 0; r < n; r++) { /* columns: (J^T A) J */
-                double *Ar = A + r * n;
-                for (int32_t k = 0; k < np; k++) {
-                    const double va = Ar[P_[k]], vb = Ar[Q_[k]];
-                    Ar[P_[k]] = C[k] * va - S[k] * vb;
-                    Ar[Q_[k]] = S[k] * va + C[k] * vb;
-                }
-            }
-            for (int32_t k = 0; k < np; k++) {
-                const int32_t p = P_[k], q = Q_[k];
-                A[p * n + p] = App[k] - T[k] * Apq[k];
-                A[q * n + q] = Aqq[k] + T[k] * Apq[k];
-                A[p * n + q] = A[q * n + p] = 0.0;
-                double *Up = Ut + p * n, *Uq = Ut + q * n;
-                const double c = C[k], s = S[k];
-                for (int32_t x = 0; x < n; x++) {
-                    const double va = Up[x], vb = Uq[x];
-                    Up[x] = c * va - s * vb;
-                    Uq[x] = s * va + c * vb;
-                }
-            }
+                jacobi_round(n, m, A, Ut, pl);
             /* next round: player 0 stays, the others move one seat */
             const int32_t last = pl[m - 1];
             for (int32_t i = m - 1; i > 1; i--) pl[i] = pl[i - 1];
