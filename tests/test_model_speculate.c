@@ -41,16 +41,6 @@
 #include "model/quant.h"
 #include "util.h"
 
-static char *read_text(const char *path, size_t max) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max, f) : 0;
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    return buf;
-}
-
 /* A needle in filler: "The pass key is N. Remember it." inside repeated sentences. */
 static char *needle_text(void) {
     const char *fill = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
@@ -456,8 +446,8 @@ int main(void) {
     char path[1024];
     locks_model *m = tu_load_model("test_model_speculate", path, sizeof path);
     char *needle = needle_text();
-    char *prose = read_text("/usr/share/common-licenses/GPL-3", 6000);
-    char *code = read_text("src/attend.c", 6000);
+    char *prose = tu_read_text("/usr/share/common-licenses/GPL-3", 6000);
+    char *code = tu_read_text("src/attend.c", 6000);
     SETUP(prose && code);
     test_greedy(m, "needle", needle, 0);
     test_greedy(m, "prose", prose, 1);

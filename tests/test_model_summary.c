@@ -25,16 +25,6 @@
 
 enum { P = LOCKS_PAGE, N_TOK = 200 };
 
-static char *read_text(const char *path, size_t max) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max, f) : 0;
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    return buf;
-}
-
 static void check_model(const char *path, const char *name, const char *text) {
     locks_status st;
     locks_model *m = locks_model_load(path, &st);
@@ -133,7 +123,7 @@ static void check_model(const char *path, const char *name, const char *text) {
 int main(void) {
     tu_seed("test_model_summary");
     char path[4096];
-    char *text = read_text("/usr/share/common-licenses/GPL-3", 4000);
+    char *text = tu_read_text("/usr/share/common-licenses/GPL-3", 4000);
     SETUP(text);
     if (!tu_find_model(path, sizeof path)) {
         fprintf(stderr, "test_model_summary: no model (set LOCKS_MODEL or run scripts/fetch-model.sh)\n");

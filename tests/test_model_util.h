@@ -13,6 +13,18 @@
 
 #include "locks_model.h"
 
+/* The first max bytes of the file at path, NUL-terminated (malloc'd; NULL when it cannot
+ * be read): a real text for a prompt. */
+static inline char *tu_read_text(const char *path, size_t max) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max, f) : 0;
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
 /* The index of x's largest value (the first of ties): greedy decoding. */
 static inline int32_t tu_argmax(const float *x, int32_t n) {
     int32_t b = 0;
