@@ -2,7 +2,8 @@
 # cpu-peer.sh — issue 20: ours beside llama.cpp on the CPU, the same GGUF files, the same
 # threads, back to back, then one markdown table (ours / llama.cpp). A speed comparison
 # means something only on a quiet machine: it refuses to start when the 1-minute load is
-# above 1.2 (no helper, no build, no test may run meanwhile).
+# above 1.2 (no helper, no build, no test may run meanwhile), and before each part waits
+# for the load its own earlier parts left to fall back to 1.2 (settle).
 #
 #   scripts/cpu-peer.sh                         # every model, every part (~20 min quiet)
 #   scripts/cpu-peer.sh smollm2 decode          # pick models and/or parts
@@ -27,6 +28,7 @@
 #            llama-bench -p 0 -n 16 -d depth
 # Env: THREADS=2, REPS=3 (llama-bench repetitions, ours at depth 0 after a warm-up run),
 #   SPEC_REPS=2, SPEC_PAIRS=5 (spec: runs, pairs a run), NGEN=64 (tokens at depth 0),
+#   SETTLE_MAX=120 (seconds a part waits at most for the load to fall to 1.2),
 #   LOCKS=build/locks, LLAMA_BIN=/work/peer/build-cpu/bin (built by scripts/llamacpp-cpu.sh
 #   when llama-bench is missing there), DOC=the prose haystack (scripts/fetch-haystack.sh),
 #   OUT=bench/cpu-peer (log, raw outputs, table.md; not committed),
@@ -91,6 +93,25 @@ RES=$RUN/results.tsv # model, part, row, ours, llama, unit
 : > "$RES"
 log() { echo "$*" | tee -a "$LOG" >&2; }
 stamp() { log "## $1 $(date -u +%FT%TZ); 1-minute load $(load1)"; }
+# settle: before each part, wait (5 s at a time, up to SETTLE_MAX s, default 120) for the
+# 1-minute load to fall to 1.2, the rule the run starts by: the load average trails by a
+# minute, so the parts before leave ~2 behind them though nothing runs any more. Logged;
+# a load still above 1.2 after the wait is logged too (something else may run). Skipped
+# with CPU_PEER_IGNORE_LOAD=1 or CPU_PEER_TINY=1.
+settle() {
+    if [ "$IGNORE_LOAD" = 1 ] || [ "$TINY" = 1 ]; then return 0; fi
+    local t=0 l0 l
+    l0=$(load1)
+    l=$l0
+    while awk -v l="$l" 'BEGIN { exit !(l > 1.2) }' && [ "$t" -lt "${SETTLE_MAX:-120}" ]; do
+        sleep 5
+        t=$((t + 5))
+        l=$(load1)
+    done
+    if [ "$t" -gt 0 ]; then log "  (waited $t s for the 1-minute load to settle: $l0 -> $l)"; fi
+    if awk -v l="$l" 'BEGIN { exit !(l > 1.2) }'; then log "  (the load is still $l: something else may run)"; fi
+    return 0
+}
 # run LABEL CMD...: the command (echoed into the log) with its stdout in $RUN/LABEL.out and
 # its stderr in $RUN/LABEL.err (ours report speeds there, /usr/bin/time its RSS)
 run() {
@@ -154,6 +175,7 @@ for model in $models; do
     [ -f "$M" ] || { log "cpu-peer: no $M (scripts/fetch-model.sh)"; exit 1; }
     MAXD=${DEPTHS##*,}
     for part in $parts; do
+        settle
         stamp "$model $part start"
         case $part in
         decode)
