@@ -56,8 +56,8 @@ size_t locks_summary_record_bad(int32_t d, int32_t r, locks_summary_prec prec, c
  *   - each 2x2 block set by its closed form, A'[p][q] = 0 exactly;
  *   - rows p, q of Ut (the transposed eigenvector estimate).
  * Rotations below double precision of both diagonal entries are skipped (their entry
- * set to 0), which also keeps the arithmetic out of subnormals. */
-/* One round of locks_eig_sym: the m / 2 pairs (pl[i], pl[m - 1 - i]) of the players pl. */
+ * set to 0), which also keeps the arithmetic out of subnormals. jacobi_round is one
+ * round: the m / 2 pairs (pl[i], pl[m - 1 - i]) of the players pl. */
 static void jacobi_round(int32_t n, int32_t m, double *A, double *Ut, const int32_t *pl) {
     int32_t P_[8], Q_[8], np = 0;
     double C[8], S[8], T[8], App[8], Aqq[8], Apq[8];
@@ -212,6 +212,9 @@ locks_status locks_eig_sym(int32_t n, const double *a, double *w, double *u) {
     }
     for (int32_t i = 0; i < n; i++) Ut[i * n + i] = 1.0;
     const int32_t m = n + (n & 1);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const int vec16 = n == 16 && locks_have_avx512(); /* the rounds on AVX-512 (jacobi_round16) */
+#endif
     for (int32_t sweep = 0; sweep < 64; sweep++) {
         double off = 0.0;
         for (int32_t p = 0; p < n; p++)
@@ -221,7 +224,7 @@ locks_status locks_eig_sym(int32_t n, const double *a, double *w, double *u) {
         for (int32_t i = 0; i < m; i++) pl[i] = i;
         for (int32_t round = 0; round < m - 1; round++) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-            if (n == 16 && locks_have_avx512())
+            if (vec16)
                 jacobi_round16(A, Ut, pl);
             else
 #endif

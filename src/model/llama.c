@@ -270,7 +270,6 @@ static void read_token_info(const gguf *g, locks_model_info *in) {
     }
 }
 
-/* Layer l's projections, norms and (by architecture) QK-norms, post-norms, biases. */
 /* A layer's seven matrices, for what is done to each alike (repack, free). */
 static void layer_mats(llama_layer *L, matmul_weight *out[7]) {
     matmul_weight *const all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
@@ -285,6 +284,7 @@ static int pack_weight(const gguf *g, matmul_weight *w) {
     return 0;
 }
 
+/* Layer l's projections, norms and (by architecture) QK-norms, post-norms, biases. */
 static locks_status load_layer(const gguf *g, locks_model *m, int32_t l) {
     const locks_model_info *in = &m->info;
     const int32_t dim = in->dim, q_dim = in->n_heads * in->head_dim, kv_dim = in->n_kv_heads * in->head_dim;

@@ -128,8 +128,9 @@ locks_status locks_speculate(locks_ctx *c, const int32_t *prompt, int32_t n_prom
     const int greedy = locks_sampler_get_params(s).temp <= 0.0f;
     if (greedy) (void)llama_ctx_draft_argmax(c, 1);
 
-    /* q: [K][n_vocab] draft distributions; p: [K + 1][n_vocab] dense logits, then each row
-     * turned into its distribution in place; fed: [K + 1] t0 and the drafts */
+    /* q: [K][n_vocab] draft distributions (unused when greedy); p: [K + 1][n_vocab] dense
+     * logits, then (unless greedy) each row turned into its distribution in place;
+     * fed: [K + 1] t0 and the drafts */
     float *q = locks_alloc((size_t)K * (size_t)n_vocab, sizeof(float));
     float *p = locks_alloc((size_t)(K + 1) * (size_t)n_vocab, sizeof(float));
     float *logits = locks_alloc((size_t)n_vocab, sizeof(float));
