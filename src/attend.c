@@ -15,9 +15,34 @@
 #include "util.h"
 #include "vmath.h"
 
-/* Pages in flight: the current one and the next two, asked for into L2 (prefetcht1:
- * __builtin_prefetch's locality 2; into L1 read slower on Zen 4, docs/DESIGN.md). */
-enum { P = LOCKS_PAGE, PREFETCH_AHEAD = 3, PREFETCH_LOCALITY = 2 };
+/* Pages in flight, asked for into L2 (prefetcht1: __builtin_prefetch's locality 2; into
+ * L1 read slower on Zen 4, docs/DESIGN.md): the verify the current one and the next two,
+ * a decode step the next three (its page takes a third of the verify's time). */
+enum { P = LOCKS_PAGE, PREFETCH_AHEAD = 3, DECODE_AHEAD = 4, PREFETCH_LOCALITY = 2 };
+
+/* A later page's K and V blocks (bytes each), asked for a part at a time while the
+ * kernels work on this page: a burst of a whole page's line requests fills the core's
+ * miss buffers and holds up the arithmetic until they drain, so the reads and the
+ * arithmetic do not overlap (a decode step over 30 layers x 6,480 tokens from DRAM on
+ * Zen 4: ~30% faster spread over the 4 logit steps than asked for at once; the verify's
+ * attend_rows_avx512 found the same). k NULL: nothing to ask for. */
+typedef struct {
+    const char *k, *v;
+    size_t bytes;
+} page_prefetch;
+
+static const page_prefetch NO_PREFETCH = {NULL, NULL, 0};
+
+/* Asks for the lines [a lines / n, b lines / n) of both blocks (a < b <= n): parts a .. b
+ * of n, so that the parts 0..1, 1..2, ..., n-1..n ask for every line once. */
+static inline void prefetch_part(page_prefetch pf, int32_t a, int32_t b, int32_t n) {
+    if (!pf.k) return;
+    const size_t lines = pf.bytes / 64;
+    for (size_t o = lines * (size_t)a / (size_t)n * 64; o < lines * (size_t)b / (size_t)n * 64; o += 64) {
+        __builtin_prefetch(pf.k + o, 0, PREFETCH_LOCALITY);
+        __builtin_prefetch(pf.v + o, 0, PREFETCH_LOCALITY);
+    }
+}
 
 /* Online-softmax state of G heads: m[G], l[G], acc[G][d]. */
 typedef struct {
@@ -74,11 +99,12 @@ AVX2_TARGET static inline __m256 reduce8(const __m256 *a) {
  * g0 + 3, padding, gets that zero). */
 AVX2_TARGET static inline __attribute__((always_inline)) void
 logits_heads_avx2(const uint16_t *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale, float *lg,
-                  int32_t GS, const int HN) {
+                  int32_t GS, const int HN, page_prefetch pf) {
     const int HW = HN > 2 ? 4 : HN, NK = 8 / HW;
     const __m256 vs = _mm256_set1_ps(scale);
     const float *qh = q + (size_t)g0 * d;
     for (int32_t t0 = 0; t0 < nt; t0 += NK) {
+        prefetch_part(pf, t0, t0 + NK < nt ? t0 + NK : nt, nt);
         size_t k[8];
         for (int j = 0; j < NK; j++) k[j] = (size_t)(t0 + j < nt ? t0 + j : nt - 1) * d;
         __m256 a[8];
@@ -108,14 +134,15 @@ logits_heads_avx2(const uint16_t *kb, int32_t nt, const float *q, int32_t g0, in
     }
 }
 
+/* pf: asked for by the first pass over the keys */
 AVX2_TARGET static void block_logits_avx2(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
-                                          float scale, float *lg, int32_t GS) {
+                                          float scale, float *lg, int32_t GS, page_prefetch pf) {
     int32_t g0 = 0;
-    for (; g0 + 4 <= G; g0 += 4) logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 4);
+    for (; g0 + 4 <= G; g0 += 4, pf = NO_PREFETCH) logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 4, pf);
     switch (G - g0) {
-    case 3: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 3); g0 += 4; break;
-    case 2: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 2); g0 += 2; break;
-    case 1: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 1); g0 += 1; break;
+    case 3: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 3, pf); g0 += 4; break;
+    case 2: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 2, pf); g0 += 2; break;
+    case 1: logits_heads_avx2(kb, nt, q, g0, d, scale, lg, GS, 1, pf); g0 += 1; break;
     default: break;
     }
     for (int32_t t = 0; t < nt; t++) /* the padding columns: zeros, not stale stack */
@@ -263,9 +290,10 @@ AVX512_TARGET static inline __m512 load_kv16(const void *b, size_t off, int half
  * when F32). */
 AVX512_TARGET static inline __attribute__((always_inline)) void
 logits_heads_avx512(const void *kb, int32_t nt, const float *q, int32_t g0, int32_t d, float scale,
-                    float (*logit)[P], const int HN, const int F32) {
+                    float (*logit)[P], const int HN, const int F32, page_prefetch pf) {
     const __m512 vs = _mm512_set1_ps(scale);
     for (int32_t t0 = 0; t0 < nt; t0 += 4) {
+        prefetch_part(pf, t0, t0 + 4 < nt ? t0 + 4 : nt, nt);
         __m512 a[16];
         for (int s = 0; s < 16; s++) a[s] = _mm512_setzero_ps();
         size_t k[4]; /* element offsets of the 4 keys (the last repeated past nt) */
@@ -299,27 +327,27 @@ logits_heads_avx512(const void *kb, int32_t nt, const float *q, int32_t g0, int3
 
 AVX512_TARGET static inline __attribute__((always_inline)) void
 logits_avx512(const void *kb, int32_t nt, const float *q, int32_t G, int32_t d, float scale, float (*logit)[P],
-              const int F32) {
-    int32_t g0 = 0;
-    for (; g0 + 4 <= G; g0 += 4) logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 4, F32);
+              const int F32, page_prefetch pf) {
+    int32_t g0 = 0; /* pf: asked for by the first pass over the keys */
+    for (; g0 + 4 <= G; g0 += 4, pf = NO_PREFETCH) logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 4, F32, pf);
     switch (G - g0) {
-    case 3: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 3, F32); break;
-    case 2: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 2, F32); break;
-    case 1: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 1, F32); break;
+    case 3: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 3, F32, pf); break;
+    case 2: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 2, F32, pf); break;
+    case 1: logits_heads_avx512(kb, nt, q, g0, d, scale, logit, 1, F32, pf); break;
     default: break;
     }
 }
 
 AVX512_TARGET static void block_logits_avx512(const uint16_t *kb, int32_t nt, const float *q, int32_t G, int32_t d,
-                                              float scale, float (*logit)[P]) {
-    logits_avx512(kb, nt, q, G, d, scale, logit, 0);
+                                              float scale, float (*logit)[P], page_prefetch pf) {
+    logits_avx512(kb, nt, q, G, d, scale, logit, 0, pf);
 }
 
 /* The same from a block converted to fp32 (kf [nt][d]): for many heads (G > 4), which
  * would otherwise convert each key once per 4 heads. */
 AVX512_TARGET static void block_logits_f32_avx512(const float *kf, int32_t nt, const float *q, int32_t G, int32_t d,
-                                                  float scale, float (*logit)[P]) {
-    logits_avx512(kf, nt, q, G, d, scale, logit, 1);
+                                                  float scale, float (*logit)[P], page_prefetch pf) {
+    logits_avx512(kf, nt, q, G, d, scale, logit, 1, pf);
 }
 
 /* acc[g0 + i] += sum_t w(g0 + i, t) v_t for HN heads: 64 channels (4 vectors, the
@@ -390,13 +418,13 @@ void locks_block_logits(const uint16_t *kb, int32_t nt, const float *q, int32_t 
                         float scale, float (*logit)[LOCKS_PAGE]) {
 #ifdef LOCKS_X86
     if (locks_have_avx512()) {
-        block_logits_avx512(kb, nt, q, G, d, scale, logit);
+        block_logits_avx512(kb, nt, q, G, d, scale, logit, NO_PREFETCH);
         return;
     }
     if (locks_have_avx2()) { /* key major, then transposed */
         const int32_t GS = (G + 7) / 8 * 8;
         float lg[P * 64];
-        block_logits_avx2(kb, nt, q, G, d, scale, lg, GS);
+        block_logits_avx2(kb, nt, q, G, d, scale, lg, GS, NO_PREFETCH);
         for (int32_t g = 0; g < G; g++)
             for (int32_t t = 0; t < nt; t++) logit[g][t] = lg[(size_t)t * GS + g];
         return;
@@ -514,25 +542,18 @@ rows_logits4_avx512(const float *kf, int32_t t0, const float *qT, int32_t d, __m
 /* Folds one whole page (kb, vb fp16 [P][d], d a multiple of 16) into rows [lo, hi) of
  * the 16 whose queries qT [d][16] holds (lanes outside [lo, hi) are computed and
  * dropped); row r's state is m[r], l[r], acc[r * d ..] of st. kf, vf: [P][d] scratch.
- * pk, pv (or NULL): a later page's K and V blocks, asked for a quarter at a time between
- * the logit steps rather than all at once: a burst of 64 line requests fills the core's
- * miss buffers and holds up the arithmetic until they drain, so a page's reads and the
- * previous page's arithmetic did not overlap (attn_dram.c, 30 layers x 6,480 tokens from
- * DRAM, 5 queries on 2 threads: 23.0-29.1 ms with the burst, 18.3-22.2 spread). */
+ * pf: a later page's blocks, asked for a quarter at a time between the logit steps
+ * (page_prefetch; attn_dram.c, 30 layers x 6,480 tokens from DRAM, 5 queries on 2
+ * threads: 23.0-29.1 ms with the burst, 18.3-22.2 spread). */
 AVX512_TARGET static void attend_rows_avx512(const uint16_t *kb, const uint16_t *vb, const float *qT, int32_t lo,
                                              int32_t hi, int32_t d, float scale, attn_state st, float *kf, float *vf,
-                                             const char *pk, const char *pv) {
+                                             page_prefetch pf) {
     f16_to_f32_avx512(kb, kf, (size_t)P * d);
     f16_to_f32_avx512(vb, vf, (size_t)P * d);
     __m512 lg[P];
     const __m512 vs = _mm512_set1_ps(scale);
-    const size_t quarter = (size_t)P * d * sizeof(uint16_t) / 4;
     for (int32_t t0 = 0; t0 < P; t0 += 4) {
-        if (pk)
-            for (size_t o = (size_t)t0 / 4 * quarter; o < (size_t)(t0 / 4 + 1) * quarter; o += 64) {
-                __builtin_prefetch(pk + o, 0, PREFETCH_LOCALITY);
-                __builtin_prefetch(pv + o, 0, PREFETCH_LOCALITY);
-            }
+        prefetch_part(pf, t0, t0 + 4, P);
         rows_logits4_avx512(kf, t0, qT, d, vs, lg);
     }
     /* softmax: the max over the keys, then each row's rescale as block_softmax_avx512 */
@@ -583,9 +604,11 @@ static void rows_transpose(const float *q, int32_t n_rows, int32_t r0, int32_t d
 
 #endif
 
-/* Folds the first nt tokens of one (page, KV head) block into the state of G heads. */
+/* Folds the first nt tokens of one (page, KV head) block into the state of G heads; asks
+ * for pf's blocks on the way (the SIMD kernels spread over the logit steps, the portable
+ * path at once). */
 static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, const float *q,
-                         int32_t G, int32_t d, float scale, attn_state st) {
+                         int32_t G, int32_t d, float scale, attn_state st, page_prefetch pf) {
     float logit[64][P]; /* G <= 64 (checked by the callers) */
 #ifdef LOCKS_X86
     if (locks_have_avx512()) {
@@ -593,12 +616,12 @@ static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, con
             float kf[P * LOCKS_MAX_HEAD_DIM], vf[P * LOCKS_MAX_HEAD_DIM];
             f16_to_f32_avx512(kb, kf, (size_t)nt * d);
             f16_to_f32_avx512(vb, vf, (size_t)nt * d);
-            block_logits_f32_avx512(kf, nt, q, G, d, scale, logit);
+            block_logits_f32_avx512(kf, nt, q, G, d, scale, logit, pf);
             block_softmax_avx512(logit, nt, G, d, st);
             block_accum_f32_avx512(vf, nt, (const float(*)[P])logit, G, d, st.acc);
             return;
         }
-        block_logits_avx512(kb, nt, q, G, d, scale, logit);
+        block_logits_avx512(kb, nt, q, G, d, scale, logit, pf);
         block_softmax_avx512(logit, nt, G, d, st);
         block_accum(vb, nt, (const float(*)[P])logit, G, d, st.acc);
         return;
@@ -606,12 +629,13 @@ static void attend_block(const uint16_t *kb, const uint16_t *vb, int32_t nt, con
     if (locks_have_avx2()) { /* the logits key major: lg [nt][GS] */
         const int32_t GS = (G + 7) / 8 * 8;
         float *lg = &logit[0][0];
-        block_logits_avx2(kb, nt, q, G, d, scale, lg, GS);
+        block_logits_avx2(kb, nt, q, G, d, scale, lg, GS, pf);
         block_softmax_avx2(lg, GS, nt, G, d, st);
         block_accum_avx2(vb, nt, lg, GS, G, d, st.acc);
         return;
     }
 #endif
+    prefetch_part(pf, 0, 1, 1);
     locks_block_logits(kb, nt, q, G, d, scale, logit);
     for (int32_t g = 0; g < G; g++) {
         float mx = st.m[g];
@@ -665,7 +689,7 @@ static void attend_task(void *arg, int32_t t, int32_t thread) {
     const float *q = w->q + (size_t)ch.h * G * d;
     const size_t block_bytes = (size_t)P * d * sizeof(uint16_t);
     uint16_t tmp_k[P * LOCKS_MAX_HEAD_DIM], tmp_v[P * LOCKS_MAX_HEAD_DIM];
-    for (int32_t i = 0; i < ch.count && i < PREFETCH_AHEAD - 1; i++) {
+    for (int32_t i = 0; i < ch.count && i < DECODE_AHEAD - 1; i++) {
         int32_t next = w->s->table[pg[i]];
         prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, ch.h),
                         locks_cache_vblock(j->c, j->layer, next, ch.h), block_bytes);
@@ -674,15 +698,16 @@ static void attend_task(void *arg, int32_t t, int32_t thread) {
         int32_t lp = pg[i], nt = w->s->len - lp * P;
         if (nt > P) nt = P;
         int32_t phys = w->s->table[lp];
-        if (i + PREFETCH_AHEAD - 1 < ch.count) {
-            int32_t next = w->s->table[pg[i + PREFETCH_AHEAD - 1]];
-            prefetch_blocks(locks_cache_kblock(j->c, j->layer, next, ch.h),
-                            locks_cache_vblock(j->c, j->layer, next, ch.h), block_bytes);
+        page_prefetch pf = NO_PREFETCH; /* the page DECODE_AHEAD - 1 on, spread over this one's */
+        if (i + DECODE_AHEAD - 1 < ch.count) {
+            int32_t next = w->s->table[pg[i + DECODE_AHEAD - 1]];
+            pf = (page_prefetch){(const char *)locks_cache_kblock(j->c, j->layer, next, ch.h),
+                                 (const char *)locks_cache_vblock(j->c, j->layer, next, ch.h), block_bytes};
         }
         /* contiguous [P][d] blocks: the stored ones, or row copies of a caller's NHD page */
         const uint16_t *kb, *vb;
         locks_cache_kv_rows(j->c, j->layer, phys, ch.h, tmp_k, tmp_v, &kb, &vb);
-        attend_block(kb, vb, nt, q, G, d, j->scale, st);
+        attend_block(kb, vb, nt, q, G, d, j->scale, st, pf);
     }
 }
 
@@ -841,35 +866,28 @@ static void verify_task(void *arg, int32_t t, int32_t thread) {
         if (i_act < 0) i_act = 0;
         if (i_full < 0) i_full = 0;
         if (i_full > nq) i_full = nq;
-        const char *pk = NULL, *pv = NULL; /* the page PREFETCH_AHEAD - 1 on, for attend_rows_avx512 */
+        page_prefetch pf = NO_PREFETCH; /* the page PREFETCH_AHEAD - 1 on, for the first whole-page call */
         if (lp + PREFETCH_AHEAD - 1 < last) {
             const int32_t next = j->s->table[lp + PREFETCH_AHEAD - 1];
             const uint16_t *nk = locks_cache_kblock(j->c, j->layer, next, h), *nv = locks_cache_vblock(j->c, j->layer, next, h);
-            int spread = 0; /* a whole-page call follows: it spreads the requests */
-#ifdef LOCKS_X86
-            spread = qT && i_full < nq;
-#endif
-            if (spread) {
-                pk = (const char *)nk;
-                pv = (const char *)nv;
-            } else {
+            if (i_full < nq) /* a whole-page call follows: it spreads the requests */
+                pf = (page_prefetch){(const char *)nk, (const char *)nv, block_bytes};
+            else
                 prefetch_blocks(nk, nv, block_bytes);
-            }
         }
-        (void)pk, (void)pv;
         const uint16_t *kb, *vb;
         locks_cache_kv_rows(j->c, j->layer, phys, h, tmp_k, tmp_v, &kb, &vb);
         for (int32_t i = i_act; i < i_full; i++) { /* partial: one query at a time */
             attn_state si = {st.m + (size_t)i * G, st.l + (size_t)i * G, st.acc + (size_t)i * G * d};
-            attend_block(kb, vb, base + i, q + (size_t)i * G * d, G, d, j->scale, si);
+            attend_block(kb, vb, base + i, q + (size_t)i * G * d, G, d, j->scale, si, NO_PREFETCH);
         }
 #ifdef LOCKS_X86
         if (qT) { /* whole: rows [i_full G, GN) by groups of 16 */
             for (int32_t g0 = i_full * G / 16 * 16; g0 < GN; g0 += 16) {
                 const int32_t lo = i_full * G > g0 ? i_full * G - g0 : 0, hi = GN - g0 < 16 ? GN - g0 : 16;
                 attn_state sg = {st.m + g0, st.l + g0, st.acc + (size_t)g0 * d};
-                attend_rows_avx512(kb, vb, qT + (size_t)g0 * d, lo, hi, d, j->scale, sg, kf, vf, pk, pv);
-                pk = pv = NULL;
+                attend_rows_avx512(kb, vb, qT + (size_t)g0 * d, lo, hi, d, j->scale, sg, kf, vf, pf);
+                pf = NO_PREFETCH;
             }
             continue;
         }
@@ -877,7 +895,8 @@ static void verify_task(void *arg, int32_t t, int32_t thread) {
         for (int32_t i = i_full; i < nq; i += per_call) { /* whole: queries x heads at once */
             const int32_t m = nq - i < per_call ? nq - i : per_call;
             attn_state si = {st.m + (size_t)i * G, st.l + (size_t)i * G, st.acc + (size_t)i * G * d};
-            attend_block(kb, vb, P, q + (size_t)i * G * d, m * G, d, j->scale, si);
+            attend_block(kb, vb, P, q + (size_t)i * G * d, m * G, d, j->scale, si, pf);
+            pf = NO_PREFETCH;
         }
     }
 }
