@@ -159,6 +159,14 @@ doc() {
 # lb_ts FILE: "n_prompt n_gen n_depth avg_ts stddev_ts" per llama-bench JSON test
 lb_ts() { python3 -c 'import json,sys
 for t in json.load(open(sys.argv[1])): print(t["n_prompt"], t["n_gen"], t["n_depth"], t["avg_ts"], t["stddev_ts"])' "$1"; }
+# " (threads waited: ...)" when our prefill's CPU time (its "prefill: N tokens in W s (...;
+# C CPU-s)" line in $1) is under 0.65 x THREADS x wall: its threads did not all run (the
+# host took a vCPU), so the row is not a quiet measurement; nothing otherwise.
+waited() {
+    sed -n 's/^prefill: [0-9]* tokens in \([0-9.]*\) s (.*; \([0-9.]*\) CPU-s).*/\1 \2/p' "$1" |
+        awk -v t="$THREADS" '$1 > 0 && t > 1 && $2 < 0.65 * t * $1 {
+            printf " (threads waited: %.1f CPU-s in %.2f s wall with %d threads)", $2, $1, t }'
+}
 maxrss_mb() { sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\).*/\1/p' "$1" | awk '{ printf "%.0f", $1 / 1024 }'; }
 
 for model in $models; do
@@ -226,7 +234,9 @@ PY
             ts=$(sed -n 's/^prefill: .*(\([0-9.]*\) tok\/s.*/\1/p' "$RUN/$model-pp-ours.err")
             run "$model-pp-llama" "$LB" -m "$M" -t "$THREADS" -p "$n" -n 0 -r "$REPS" -o json
             lts=$(lb_ts "$RUN/$model-pp-llama.out" | awk '$1 > 0 { print $4 }')
-            result "$model" prefill "prefill pp$n at depth 0" "$ts" "$lts" tok/s
+            w=$(waited "$RUN/$model-pp-ours.err")
+            [ -z "$w" ] || log "  ours pp$n:$w"
+            result "$model" prefill "prefill pp$n at depth 0$w" "$ts" "$lts" tok/s
             n=$(doc "$LONG" "$M" "$RUN/$model-doc-long.txt")
             run "$model-ttft-ours" /usr/bin/time -v "$LOCKS" run -m "$M" -f "$RUN/$model-doc-long.txt" -n 1 --temp 0 \
                 -t "$THREADS" --selector full
@@ -235,7 +245,9 @@ PY
             run "$model-ttft-llama" /usr/bin/time -v "$LB" -m "$M" -t "$THREADS" -p "$n" -n 0 -r 1 -o json
             lts=$(lb_ts "$RUN/$model-ttft-llama.out" | awk '$1 > 0 { print $4 }')
             lrss=$(maxrss_mb "$RUN/$model-ttft-llama.err")
-            result "$model" prefill "prefill of a $n-token prompt: tok/s" "$(awk -v n="$n" -v s="$s" 'BEGIN { printf "%.1f", n / s }')" "$lts" tok/s
+            w=$(waited "$RUN/$model-ttft-ours.err")
+            [ -z "$w" ] || log "  ours, a $n-token prompt:$w"
+            result "$model" prefill "prefill of a $n-token prompt: tok/s$w" "$(awk -v n="$n" -v s="$s" 'BEGIN { printf "%.1f", n / s }')" "$lts" tok/s
             result "$model" prefill "  time to first token" "$s" "$(awk -v n="$n" -v t="$lts" 'BEGIN { printf "%.2f", n / t }')" s
             result "$model" prefill "  peak RSS" "$rss" "$lrss" MB
             ;;

@@ -5,6 +5,7 @@
 #   loaded (3.50)                -> status 2, "not measuring", no heading
 #   loaded, CPU_PEER_IGNORE_LOAD -> status 0, the heading says LOAD CHECK SKIPPED
 #   quiet, CPU_PEER_TINY         -> status 0, the heading says TINY SETTINGS
+# and its waited() on four prefill lines (below).
 # The quiet case is the one 027fd32 fixed: a false `[ ] && echo` ended the heading's tee'd
 # group with status 1, and set -e + pipefail stopped the script after its heading.
 set -u
@@ -45,5 +46,20 @@ case_ quiet-log 0.05 0 "# cpu-peer " "TINY SETTINGS"
 case_ loaded 3.50 2 "1-minute load is 3.50 (> 1.2): something else runs; not measuring" "# cpu-peer "
 case_ loaded-ignored 3.50 0 "LOAD CHECK SKIPPED (CPU_PEER_IGNORE_LOAD=1)" "" CPU_PEER_IGNORE_LOAD=1
 case_ quiet-tiny 0.05 0 "TINY SETTINGS (CPU_PEER_TINY=1)" "SKIPPED" CPU_PEER_TINY=1
+# cpu-peer.sh's waited(), taken from the script: a prefill whose CPU time is under 0.65 x
+# threads x wall is flagged (a 2026-12-03 pp510 row, 1.5 CPU-s in 1.50 s on 2 threads,
+# went into a table as 0.68x llama.cpp with nothing saying so), a normal one is not
+# waited_case NAME THREADS LINE WANT (WANT "": no flag)
+waited_case() {
+    local got
+    printf 'prompt: 510 tokens\n%s\n' "$3" > "$tmp/pp.err"
+    got=$(THREADS=$2; eval "$(sed -n '/^waited() {/,/^}/p' scripts/cpu-peer.sh)"; waited "$tmp/pp.err")
+    if [ "$got" = "$4" ]; then echo "ok   $1"; else echo "FAIL $1: '$got', want '$4'"; fails=$((fails + 1)); fi
+}
+waited_case waited-one-cpu 2 "prefill: 510 tokens in 1.50 s (339.8 tok/s; 1.5 CPU-s)" \
+    " (threads waited: 1.5 CPU-s in 1.50 s wall with 2 threads)"
+waited_case waited-two-cpus 2 "prefill: 510 tokens in 0.74 s (687.3 tok/s; 1.4 CPU-s)" ""
+waited_case waited-one-thread 1 "prefill: 510 tokens in 1.50 s (339.8 tok/s; 1.5 CPU-s)" ""
+waited_case waited-no-line 2 "no prefill here" ""
 [ "$fails" = 0 ] || { echo "cpu_peer_heading: $fails case(s) FAILED"; exit 1; }
-echo "cpu_peer_heading: all 5 cases passed"
+echo "cpu_peer_heading: all 9 cases passed"
