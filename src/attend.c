@@ -38,7 +38,7 @@ static const page_prefetch NO_PREFETCH = {NULL, NULL, 0};
  * of n, so that the parts 0..1, 1..2, ..., n-1..n ask for every line once. */
 static inline void prefetch_part(page_prefetch pf, int32_t a, int32_t b, int32_t n) {
     if (!pf.k) return;
-    const size_t lines = pf.bytes / 64;
+    const size_t lines = (pf.bytes + 63) / 64; /* a last partial line too */
     for (size_t o = lines * (size_t)a / (size_t)n * 64; o < lines * (size_t)b / (size_t)n * 64; o += 64) {
         __builtin_prefetch(pf.k + o, 0, PREFETCH_LOCALITY);
         __builtin_prefetch(pf.v + o, 0, PREFETCH_LOCALITY);
@@ -461,11 +461,7 @@ static void block_accum(const uint16_t *vb, int32_t nt, const float (*w)[P], int
  * one KV head sit Hkv * 4 KiB apart, a new 4 KiB page for every block, which the
  * hardware prefetchers do not follow on their own. */
 static void prefetch_blocks(const uint16_t *kb, const uint16_t *vb, size_t bytes) {
-    const char *k = (const char *)kb, *v = (const char *)vb;
-    for (size_t o = 0; o < bytes; o += 64) {
-        __builtin_prefetch(k + o, 0, PREFETCH_LOCALITY);
-        __builtin_prefetch(v + o, 0, PREFETCH_LOCALITY);
-    }
+    prefetch_part((page_prefetch){(const char *)kb, (const char *)vb, bytes}, 0, 1, 1); /* at once */
 }
 
 #ifdef LOCKS_X86
