@@ -24,8 +24,8 @@ enum { P = LOCKS_PAGE, PREFETCH_AHEAD = 3, DECODE_AHEAD = 4, PREFETCH_LOCALITY =
  * kernels work on this page: a burst of a whole page's line requests fills the core's
  * miss buffers and holds up the arithmetic until they drain, so the reads and the
  * arithmetic do not overlap (dense decode attention over 30 layers x 6,480 tokens from
- * DRAM on Zen 4, spread over the 4 logit steps rather than asked for at once: 24 -> 17-21
- * ms on one thread, 15 -> 11-13 ms on two; the verify's attend_rows_avx512 found the
+ * DRAM on Zen 4, spread over the 4 logit steps rather than asked for at once: 1.17-1.43x
+ * faster on one thread, 1.20-1.44x on two; the verify's attend_rows_avx512 found the
  * same). k NULL: nothing to ask for. */
 typedef struct {
     const char *k, *v;
