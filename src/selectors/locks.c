@@ -15,6 +15,10 @@
 #include "vmath.h"
 
 enum { P = LOCKS_PAGE };
+/* Quantized scoring asks for the summary of the page this many ahead in the page table
+ * (the pages of a sequence need not be adjacent in the pool, so the hardware's stream
+ * prefetchers do not always see them coming). */
+#define SCORE_AHEAD 4
 
 /* Scores one page for the G heads from an fp32 summary (mu[d], basis[r][d], coef[16][r]). */
 static void score_page_f32(const locks_sel_ctx *x, const float *mu, const float *basis,
@@ -87,13 +91,6 @@ __attribute__((target("avx2"))) static __m256 hsum8_ps(const __m256 *v) {
     return _mm256_add_ps(_mm256_permute2f128_ps(a, c, 0x20), _mm256_permute2f128_ps(a, c, 0x31));
 }
 
-__attribute__((target("avx2"))) static int32_t hsum_epi32(__m256i v) {
-    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
-    return _mm_cvtsi128_si32(x);
-}
-
 __attribute__((target("avx2"))) static float hmax_ps(__m256 v) {
     __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_max_ps(x, _mm_movehl_ps(x, x));
@@ -146,7 +143,13 @@ __attribute__((target("avx2,fma"))) static __m256 exp2_fast8(__m256 x) {
  * shuffles; the row order inside the logit vectors is permuted, which the page
  * log-sum-exp does not see. The LSE works in base 2 (logits times log2 e) with one max
  * per head and block of pages (pages 126 octaves below the block's best get mass ~0
- * anyway), exp2_fast8, and one batched log per block. */
+ * anyway), exp2_fast8, and one batched log per block.
+ * A block of pages goes in two passes: the integer sums of every (page, head) first (the
+ * +8 of the nibbles and, with vpdpbusd, the +128 of mu (read as mu ^ 0x80) taken back
+ * exactly), then the float work, whose chains (z, the logits) no longer wait on a head's
+ * dot products and overlap across heads and pages. The sums are exact below 2^24 (d <=
+ * 256), so converting them after the correction gives the same floats as before it: the
+ * scores did not change when the kernel was split (logits of both models bit for bit). */
 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void
 score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1, float *scores,
               int32_t ld, const int32_t nch /* d / 64: a constant in each caller */,
@@ -161,80 +164,119 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
     const __m256 vscale = _mm256_set1_ps(x->scale * 1.44269504f); /* base-2 logits */
     __m256i zidx[4];
     for (int32_t b = 0; b < 4; b++) zidx[b] = _mm256_setr_epi32(b, 4 + b, b, 4 + b, b, 4 + b, b, 4 + b);
-    __m256i nib[8][8];        /* [k][2 * nch]: row k's low nibbles then high nibbles, + 8 */
-    __m256 ccol[4][4];        /* [m][b]: rows 4m..4m+3, column b (even lanes) / 4 + b (odd) */
-    __m256i mabs[8], msgn[8]; /* |mu| and mu, 32 bytes per chunk */
-    float lg[512][P];         /* [g * nbp + page]: scaled logits, then exp(logit - max) */
+    __m256i nib[8][8];   /* [k][2 * nch]: row k's low nibbles then high nibbles, + 8 */
+    __m256i mu8[8];      /* mu, 32 bytes per chunk: + 128 (vpdpbusd), or |mu| (maddubs) */
+    __m256i msgn[8];     /* mu itself (maddubs: the signs it gives q) */
+    float lg[512][P];    /* [g * nbp + page]: scaled logits, then exp(logit - max) */
+    int32_t yi[512][8];  /* [page * G + g]: the integer V^T q of the block's pages */
+    int32_t mi[32][8];   /* [page][g < 8]: the integer q . mu (G > 8: 8 heads at a time) */
+    float qsv[8];
     for (int32_t b0 = j0; b0 < j1; b0 += qblock) {
         const int32_t b1 = b0 + qblock < j1 ? b0 + qblock : j1, nb = b1 - b0, nbp = (nb + 7) & ~7;
-        for (int32_t j = b0; j < b1; j++) {
-            const size_t p = (size_t)x->table[j];
-            const uint8_t *vq = a.v_q + p * 8 * half;
-            for (int32_t k = 0; k < 8; k++)
-                for (int32_t ch = 0; ch < nch; ch++) {
-                    __m256i bytes = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(vq + k * half + ch * 32)), flip);
-                    nib[k][ch] = _mm256_and_si256(bytes, mask4);
-                    nib[k][nch + ch] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask4);
+        for (int32_t g8 = 0; g8 < G; g8 += 8) {
+            const int32_t ng = G - g8 < 8 ? G - g8 : 8;
+            for (int32_t g = 0; g < 8; g++) qsv[g] = g < ng ? qq[g8 + g].qs : 0.0f;
+            /* pass A, integers only: each page's nibbles unpacked once for its heads, V^T q and
+             * q . mu as exact int32 sums into yi and mi (independent of the float work below) */
+            for (int32_t j = b0; j < b1; j++) {
+                const size_t p = (size_t)x->table[j];
+                const uint8_t *vq = a.v_q + p * 8 * half;
+                if (j + SCORE_AHEAD < j1) { /* the page SCORE_AHEAD on: its whole summary */
+                    const size_t pf = (size_t)x->table[j + SCORE_AHEAD];
+                    for (int32_t o = 0; o < 8 * half; o += 64) _mm_prefetch((const char *)(a.v_q + pf * 8 * half + o), _MM_HINT_T0);
+                    for (int32_t o = 0; o < d; o += 64) _mm_prefetch((const char *)(a.mu_q + pf * d + o), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(a.c_q + pf * P * 8), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(a.c_q + pf * P * 8 + 64), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(a.v_s + pf * 8), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(a.c_s + pf * 8), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(a.mu_s + pf), _MM_HINT_T0);
                 }
-            const int8_t *cq = a.c_q + p * P * 8;
-            for (int32_t m = 0; m < 4; m++) {
-                __m256i rows = _mm256_loadu_si256((const __m256i *)(cq + m * 32));
-                ccol[m][0] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 24), 24));
-                ccol[m][1] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 16), 24));
-                ccol[m][2] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 8), 24));
-                ccol[m][3] = _mm256_cvtepi32_ps(_mm256_srai_epi32(rows, 24));
-            }
-            const int8_t *muq = a.mu_q + p * d;
-            for (int32_t ch = 0; ch < d / 32; ch++) {
-                msgn[ch] = _mm256_loadu_si256((const __m256i *)(muq + ch * 32));
-                mabs[ch] = _mm256_abs_epi8(msgn[ch]);
-            }
-            const __m256 vc = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.v_s + p * 8))),
-                                            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.c_s + p * 8))));
-            const float mus = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(a.mu_s[p]))) * x->scale * 1.44269504f;
-            for (int32_t g = 0; g < G; g++) {
-                const q8 *qg = &qq[g];
-                __m256i yk[8];
-                for (int32_t k = 0; k < 8; k++) {
-                    if (vnni) {
-                        __m256i acc = _mm256_setzero_si256();
-                        for (int32_t ch = 0; ch < nch; ch++) {
-                            const __m256i qa = _mm256_load_si256((const __m256i *)(qg->qp + ch * 32));
-                            const __m256i qb = _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32));
-                            acc = vnni == 2 ? dpbusd_evex(acc, nib[k][ch], qa) : dpbusd(acc, nib[k][ch], qa);
-                            acc = vnni == 2 ? dpbusd_evex(acc, nib[k][nch + ch], qb) : dpbusd(acc, nib[k][nch + ch], qb);
-                        }
-                        yk[k] = acc;
-                    } else {
-                        __m256i s16 = _mm256_setzero_si256();
-                        for (int32_t ch = 0; ch < nch; ch++) {
-                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32))));
-                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32))));
-                        }
-                        yk[k] = _mm256_madd_epi16(s16, ones16);
+                for (int32_t k = 0; k < 8; k++)
+                    for (int32_t ch = 0; ch < nch; ch++) {
+                        __m256i bytes = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(vq + k * half + ch * 32)), flip);
+                        nib[k][ch] = _mm256_and_si256(bytes, mask4);
+                        nib[k][nch + ch] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask4);
                     }
-                }
-                __m256 y = _mm256_sub_ps(_mm256_cvtepi32_ps(hsum8_epi32(yk)), _mm256_set1_ps(8.0f * (float)qg->qsum));
-                __m256 z = _mm256_mul_ps(_mm256_mul_ps(y, _mm256_set1_ps(qg->qs)), vc);
-                __m256 zb[4], t[4];
-                for (int32_t b = 0; b < 4; b++) zb[b] = _mm256_permutevar8x32_ps(z, zidx[b]);
-                for (int32_t m = 0; m < 4; m++) {
-                    __m256 acc = _mm256_mul_ps(ccol[m][0], zb[0]);
-                    acc = _mm256_fmadd_ps(ccol[m][1], zb[1], acc);
-                    acc = _mm256_fmadd_ps(ccol[m][2], zb[2], acc);
-                    t[m] = _mm256_fmadd_ps(ccol[m][3], zb[3], acc);
-                }
-                __m256i macc = _mm256_setzero_si256();
+                const int8_t *muq = a.mu_q + p * d;
                 for (int32_t ch = 0; ch < d / 32; ch++) {
-                    __m256i qv = _mm256_load_si256((const __m256i *)(qg->qi + ch * 32));
-                    if (vnni == 2) macc = dpbusd_evex(macc, mabs[ch], _mm256_sign_epi8(qv, msgn[ch]));
-                    else if (vnni) macc = dpbusd(macc, mabs[ch], _mm256_sign_epi8(qv, msgn[ch]));
-                    else macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(mabs[ch], _mm256_sign_epi8(qv, msgn[ch])), ones16));
+                    msgn[ch] = _mm256_loadu_si256((const __m256i *)(muq + ch * 32));
+                    mu8[ch] = vnni ? _mm256_xor_si256(msgn[ch], _mm256_set1_epi8((char)0x80)) : _mm256_abs_epi8(msgn[ch]);
                 }
-                const __m256 qmu = _mm256_set1_ps((float)hsum_epi32(macc) * qg->qs * mus);
-                float *row = lg[g * nbp + (j - b0)];
-                _mm256_storeu_ps(row, _mm256_fmadd_ps(_mm256_hadd_ps(t[0], t[1]), vscale, qmu));
-                _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(_mm256_hadd_ps(t[2], t[3]), vscale, qmu));
+                __m256i mv[8];
+                for (int32_t g = 0; g < 8; g++) mv[g] = _mm256_setzero_si256();
+                for (int32_t g = 0; g < ng; g++) {
+                    const q8 *qg = &qq[g8 + g];
+                    __m256i yk[8];
+                    for (int32_t k = 0; k < 8; k++) {
+                        if (vnni) {
+                            __m256i acc = _mm256_setzero_si256();
+                            for (int32_t ch = 0; ch < nch; ch++) {
+                                const __m256i qa = _mm256_load_si256((const __m256i *)(qg->qp + ch * 32));
+                                const __m256i qb = _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32));
+                                acc = vnni == 2 ? dpbusd_evex(acc, nib[k][ch], qa) : dpbusd(acc, nib[k][ch], qa);
+                                acc = vnni == 2 ? dpbusd_evex(acc, nib[k][nch + ch], qb) : dpbusd(acc, nib[k][nch + ch], qb);
+                            }
+                            yk[k] = acc;
+                        } else {
+                            __m256i s16 = _mm256_setzero_si256();
+                            for (int32_t ch = 0; ch < nch; ch++) {
+                                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][ch], _mm256_load_si256((const __m256i *)(qg->qp + ch * 32))));
+                                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[k][nch + ch], _mm256_load_si256((const __m256i *)(qg->qp + half + ch * 32))));
+                            }
+                            yk[k] = _mm256_madd_epi16(s16, ones16);
+                        }
+                    }
+                    /* the +8 of the nibbles taken back: sum_k (v + 8) q - 8 sum q */
+                    _mm256_storeu_si256((__m256i *)yi[(j - b0) * G + g8 + g],
+                                        _mm256_sub_epi32(hsum8_epi32(yk), _mm256_set1_epi32(8 * qg->qsum)));
+                    __m256i macc = _mm256_setzero_si256();
+                    for (int32_t ch = 0; ch < d / 32; ch++) {
+                        __m256i qv = _mm256_load_si256((const __m256i *)(qg->qi + ch * 32));
+                        if (vnni == 2) macc = dpbusd_evex(macc, mu8[ch], qv); /* (mu + 128) . q */
+                        else if (vnni) macc = dpbusd(macc, mu8[ch], qv);
+                        else macc = _mm256_add_epi32(macc, _mm256_madd_epi16(_mm256_maddubs_epi16(mu8[ch], _mm256_sign_epi8(qv, msgn[ch])), ones16));
+                    }
+                    mv[g] = vnni ? _mm256_sub_epi32(macc, _mm256_setr_epi32(128 * qg->qsum, 0, 0, 0, 0, 0, 0, 0)) : macc;
+                }
+                _mm256_storeu_si256((__m256i *)mi[j - b0], hsum8_epi32(mv)); /* lane g: q_g . mu */
+            }
+            /* pass B, floats: per page the coefficient columns, per head z = (V^T q) scales and
+             * the 16 logits; the heads' chains are independent of each other */
+            for (int32_t j = b0; j < b1; j++) {
+                const size_t p = (size_t)x->table[j];
+                __m256 ccol[4][4]; /* [m][b]: rows 4m..4m+3, column b (even lanes) / 4 + b (odd) */
+                const int8_t *cq = a.c_q + p * P * 8;
+                for (int32_t m = 0; m < 4; m++) {
+                    __m256i rows = _mm256_loadu_si256((const __m256i *)(cq + m * 32));
+                    ccol[m][0] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 24), 24));
+                    ccol[m][1] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 16), 24));
+                    ccol[m][2] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(rows, 8), 24));
+                    ccol[m][3] = _mm256_cvtepi32_ps(_mm256_srai_epi32(rows, 24));
+                }
+                const __m256 vc = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.v_s + p * 8))),
+                                                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a.c_s + p * 8))));
+                const float mus = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(a.mu_s[p]))) * x->scale * 1.44269504f;
+                float qm[8];
+                _mm256_storeu_ps(qm, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)mi[j - b0])),
+                                                                 _mm256_loadu_ps(qsv)),
+                                                   _mm256_set1_ps(mus)));
+                for (int32_t g = 0; g < ng; g++) {
+                    const q8 *qg = &qq[g8 + g];
+                    __m256 y = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)yi[(j - b0) * G + g8 + g]));
+                    __m256 z = _mm256_mul_ps(_mm256_mul_ps(y, _mm256_set1_ps(qg->qs)), vc);
+                    __m256 zb[4], t[4];
+                    for (int32_t b = 0; b < 4; b++) zb[b] = _mm256_permutevar8x32_ps(z, zidx[b]);
+                    for (int32_t m = 0; m < 4; m++) {
+                        __m256 acc = _mm256_mul_ps(ccol[m][0], zb[0]);
+                        acc = _mm256_fmadd_ps(ccol[m][1], zb[1], acc);
+                        acc = _mm256_fmadd_ps(ccol[m][2], zb[2], acc);
+                        t[m] = _mm256_fmadd_ps(ccol[m][3], zb[3], acc);
+                    }
+                    const __m256 qmu = _mm256_broadcast_ss(&qm[g]);
+                    float *row = lg[(g8 + g) * nbp + (j - b0)];
+                    _mm256_storeu_ps(row, _mm256_fmadd_ps(_mm256_hadd_ps(t[0], t[1]), vscale, qmu));
+                    _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(_mm256_hadd_ps(t[2], t[3]), vscale, qmu));
+                }
             }
         }
         for (int32_t g = 0; g < G; g++) {
@@ -328,8 +370,18 @@ __attribute__((target("avx2,fma"))) static int score_f32_avx2(const locks_sel_ct
     }
 SCORE_Q8(score_q8_avx2, 0)
 SCORE_Q8(score_q8_vnni, 1)    /* AVX-VNNI */
-SCORE_Q8(score_q8_vnni512, 2) /* AVX512-VNNI, 256-bit registers */
 #undef SCORE_Q8
+/* AVX512-VNNI on 256-bit registers, compiled for AVX-512 VL so that the kernel's vectors
+ * can live in all 32 registers (the 16 of AVX2 spill the unpacked summary to the stack):
+ * the same instructions on the same values otherwise, so the same scores. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))) static void
+score_q8_vnni512(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1, float *scores, int32_t ld) {
+    switch (x->c->d) {
+    case 64: score_q8_body(x, a, j0, j1, scores, ld, 1, 2); break;
+    case 128: score_q8_body(x, a, j0, j1, scores, ld, 2, 2); break;
+    default: score_q8_body(x, a, j0, j1, scores, ld, 4, 2); break; /* 256 */
+    }
+}
 #endif
 
 void locks_sel_locks_score(const locks_sel_ctx *x, int32_t j0, int32_t j1, float *scores,
