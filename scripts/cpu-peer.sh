@@ -19,7 +19,7 @@
 #            step in the log), llama-bench -p 0 -n 16 -d depth-16
 #   prefill  pp512 at depth 0 (ours: a 512-token prompt, `locks run -n 1`; llama-bench
 #            -p 512 -n 0) and a whole 16K prompt: time to first token, peak RSS
-#   spec     SmolLM2 at 6.5K: `locks run --speculate 4 --budget 256 --compare --pairs
+#   spec     SmolLM2 at 6.5K: `locks run -n SPEC_N --speculate 4 --budget 256 --compare --pairs
 #            SPEC_PAIRS` SPEC_REPS times (each pair dense and speculative side by side from
 #            the run's one prefill; the median pair of all goes into the table) (exact output
 #            at sparse speed) against our own dense decode; identical output?
@@ -27,7 +27,9 @@
 #            `locks run --selector locks` (SmolLM2 budget 256, Gemma 2048) vs
 #            llama-bench -p 0 -n 16 -d depth
 # Env: THREADS=2, REPS=3 (llama-bench repetitions, ours at depth 0 after a warm-up run),
-#   SPEC_REPS=2, SPEC_PAIRS=5 (spec: runs, pairs a run), NGEN=64 (tokens at depth 0),
+#   SPEC_REPS=2, SPEC_PAIRS=5 (spec: runs, pairs a run), SPEC_N=128 (spec: tokens generated;
+#   `locks run`'s default, as in issue 20's reference command; until 2026-12-03 the script
+#   used 64, where fewer tokens a round are accepted on this prompt), NGEN=64 (tokens at depth 0),
 #   SETTLE_MAX=120 (seconds a part waits at most for the load to fall to 1.2),
 #   LOCKS=build/locks, LLAMA_BIN=/work/peer/build-cpu/bin (built by scripts/llamacpp-cpu.sh
 #   when llama-bench is missing there), DOC=the prose haystack (scripts/fetch-haystack.sh),
@@ -45,6 +47,7 @@ THREADS=${THREADS:-2}
 REPS=${REPS:-3}
 SPEC_REPS=${SPEC_REPS:-2}
 SPEC_PAIRS=${SPEC_PAIRS:-5}
+SPEC_N=${SPEC_N:-128}
 NGEN=${NGEN:-64}
 LOCKS=${LOCKS:-build/locks}
 LLAMA_BIN=${LLAMA_BIN:-/work/peer/build-cpu/bin}
@@ -178,7 +181,7 @@ for model in $models; do
     esac
     PP=512 LONG=16384 SPEC=6479
     if [ "$TINY" = 1 ]; then
-        DEPTHS=$([ "$model" = gemma3 ] && echo 300,600 || echo 400) PP=64 LONG=400 SPEC=400 NGEN=8 REPS=1
+        DEPTHS=$([ "$model" = gemma3 ] && echo 300,600 || echo 400) PP=64 LONG=400 SPEC=400 NGEN=8 SPEC_N=8 REPS=1
     fi
     [ -f "$M" ] || { log "cpu-peer: no $M (scripts/fetch-model.sh)"; exit 1; }
     MAXD=${DEPTHS##*,}
@@ -259,8 +262,8 @@ PY
             # table, every pair into the log
             runs=""
             for r in $(seq 1 "$SPEC_REPS"); do
-                run "$model-spec-ours-$r" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-spec.txt" -c $((n + 128)) -n 64 \
-                    --temp 0 -t "$THREADS" --selector locks --budget 256 --speculate 4 --compare --pairs "$SPEC_PAIRS" || true
+                run "$model-spec-ours-$r" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-spec.txt" -c $((n + SPEC_N + 64)) \
+                    -n "$SPEC_N" --temp 0 -t "$THREADS" --selector locks --budget 256 --speculate 4 --compare --pairs "$SPEC_PAIRS" || true
                 pr=0
                 while IFS= read -r line; do
                     pr=$((pr + 1))
@@ -279,8 +282,8 @@ PY
             all=$(printf '%s' "$runs" | awk '{ printf "%s%sx", (NR > 1 ? ", " : ""), $1 }')
             nsame=$(printf '%s' "$runs" | awk '$4 == "identical"' | wc -l)
             read -r _ m_spec m_dense _ <<< "$mid" || true
-            result "$model" spec "speculate 4 @256 at $n vs our dense (median of $nr pairs: $all; output identical in $nsame of $nr)" "${m_spec:-}" "" tok/s
-            result "$model" spec "  our dense decode at $n (the median pair)" "${m_dense:-}" "" tok/s
+            result "$model" spec "speculate 4 @256 at $n, $SPEC_N tokens, vs our dense (median of $nr pairs: $all; output identical in $nsame of $nr)" "${m_spec:-}" "" tok/s
+            result "$model" spec "  our dense decode at $n, $SPEC_N tokens (the median pair)" "${m_dense:-}" "" tok/s
             ;;
         rss)
             n=$(doc "$MAXD" "$M" "$RUN/$model-doc-rss.txt")
