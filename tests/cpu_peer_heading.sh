@@ -5,7 +5,7 @@
 #   loaded (3.50)                -> status 2, "not measuring", no heading
 #   loaded, CPU_PEER_IGNORE_LOAD -> status 0, the heading says LOAD CHECK SKIPPED
 #   quiet, CPU_PEER_TINY         -> status 0, the heading says TINY SETTINGS
-# and its waited() on four prefill lines (below).
+# and its waited() on four prefill lines and the decode rows' check on three (below).
 # The quiet case is the one 027fd32 fixed: a false `[ ] && echo` ended the heading's tee'd
 # group with status 1, and set -e + pipefail stopped the script after its heading.
 set -u
@@ -61,5 +61,25 @@ waited_case waited-one-cpu 2 "prefill: 510 tokens in 1.50 s (339.8 tok/s; 1.5 CP
 waited_case waited-two-cpus 2 "prefill: 510 tokens in 0.74 s (687.3 tok/s; 1.4 CPU-s)" ""
 waited_case waited-one-thread 1 "prefill: 510 tokens in 1.50 s (339.8 tok/s; 1.5 CPU-s)" ""
 waited_case waited-no-line 2 "no prefill here" ""
+# the decode rows' check (the script's inline Python, taken from it): the same rule on the
+# ms and CPU-ms a step that `locks eval --fidelity --csv` writes
+# step_case NAME THREADS MS CPU_MS WANT_IN_ROW (WANT "": no flag)
+step_case() {
+    printf 'document,layer,length,selector,budget,ms_per_step,cpu_ms_per_step,positions\n' > "$tmp/s.csv"
+    printf 'doc,-1,13400,full,0,%s,%s,32\n' "$3" "$4" >> "$tmp/s.csv"
+    sed -n '/^import csv, sys$/,/^PY$/p' scripts/cpu-peer.sh | sed '$d' > "$tmp/rows.py"
+    local row
+    row=$(python3 "$tmp/rows.py" "$tmp/s.csv" 13400 40.3 gemma3 "$tmp/rows.log" "$2" | cut -f3)
+    if [ -n "$5" ] && [ "$row" = "decode at 13400, dense$5" ] && grep -qF -- "$5" "$tmp/rows.log"; then
+        echo "ok   $1"
+    elif [ -z "$5" ] && [ "$row" = "decode at 13400, dense" ]; then
+        echo "ok   $1"
+    else
+        echo "FAIL $1: row '$row', want 'decode at 13400, dense$5'"; fails=$((fails + 1))
+    fi
+}
+step_case step-waited 2 30.04 36.97 " (threads waited: 37.0 CPU-ms a step in 30.04 ms wall with 2 threads)"
+step_case step-two-cpus 2 18.36 31.74 ""
+step_case step-one-thread 1 30.04 29.00 ""
 [ "$fails" = 0 ] || { echo "cpu_peer_heading: $fails case(s) FAILED"; exit 1; }
-echo "cpu_peer_heading: all 9 cases passed"
+echo "cpu_peer_heading: all 12 cases passed"
