@@ -162,13 +162,40 @@ doc() {
 # lb_ts FILE: "n_prompt n_gen n_depth avg_ts stddev_ts" per llama-bench JSON test
 lb_ts() { python3 -c 'import json,sys
 for t in json.load(open(sys.argv[1])): print(t["n_prompt"], t["n_gen"], t["n_depth"], t["avg_ts"], t["stddev_ts"])' "$1"; }
-# " (threads waited: ...)" when our prefill's CPU time (its "prefill: N tokens in W s (...;
-# C CPU-s)" line in $1) is under 0.65 x THREADS x wall: its threads did not all run (the
-# host took a vCPU), so the row is not a quiet measurement; nothing otherwise.
+# waited_by WALL CPU WALL_UNIT CPU_UNIT: " (threads waited: ...)" when the CPU time is under
+# 0.65 x THREADS x wall: the threads did not all run (the host took a vCPU), so the row is
+# not a quiet measurement; nothing otherwise. The one rule for prefill and decode rows.
+waited_by() {
+    awk -v w="$1" -v c="$2" -v uw="$3" -v uc="$4" -v t="$THREADS" 'BEGIN { if (w > 0 && t > 1 && c < 0.65 * t * w)
+        printf " (threads waited: %.1f %s in %.2f %s wall with %d threads)", c, uc, w, uw, t }'
+}
+# waited FILE: waited_by on our prefill's "prefill: N tokens in W s (...; C CPU-s)" line
 waited() {
-    sed -n 's/^prefill: [0-9]* tokens in \([0-9.]*\) s (.*; \([0-9.]*\) CPU-s).*/\1 \2/p' "$1" |
-        awk -v t="$THREADS" '$1 > 0 && t > 1 && $2 < 0.65 * t * $1 {
-            printf " (threads waited: %.1f CPU-s in %.2f s wall with %d threads)", $2, $1, t }'
+    local wc
+    wc=$(sed -n 's/^prefill: [0-9]* tokens in \([0-9.]*\) s (.*; \([0-9.]*\) CPU-s).*/\1 \2/p' "$1")
+    [ -z "$wc" ] || waited_by ${wc% *} ${wc#* } s CPU-s
+}
+# decode_rows CSV L LTS MODEL: the decode rows at depth L of `locks eval --fidelity --csv`
+# (the log line of each, the result row with waited_by's flag: a 2026-12-03 run's Gemma 3
+# rows at 13,400 ran 30 ms wall on 37 CPU-ms a step and went in unflagged before)
+decode_rows() {
+    local name ms cpu pos tps w
+    while IFS=$'\t' read -r name ms cpu pos tps; do
+        w=$(waited_by "$ms" "$cpu" ms "CPU-ms a step")
+        awk -v L="$2" -v n="$name" -v ms="$ms" -v c="$cpu" -v p="$pos" -v w="$w" \
+            'BEGIN { printf "  ours at %d, %s: %.2f ms/step wall, %.2f CPU-ms/step (%s positions)%s\n", L, n, ms, c, p, w }' >> "$LOG"
+        result "$4" decode "decode at $2, $name$w" "$tps" "$3" tok/s
+    done < <(python3 - "$1" "$2" << 'PY'
+import csv, sys
+path, L = sys.argv[1], int(sys.argv[2])
+for r in csv.DictReader(open(path)):
+    if r["document"] == "all" or r["layer"] != "-1" or int(r["length"]) != L:
+        continue
+    name = "dense" if r["selector"] == "full" else "%s@%s" % ("LOCKS" if r["selector"] == "locks" else r["selector"], r["budget"])
+    ms, cpu = float(r["ms_per_step"]), float(r["cpu_ms_per_step"])
+    print("%s\t%r\t%r\t%s\t%.2f" % (name, ms, cpu, r["positions"], 1000.0 / ms))
+PY
+    )
 }
 maxrss_mb() { sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\).*/\1/p' "$1" | awk '{ printf "%.0f", $1 / 1024 }'; }
 
@@ -215,24 +242,7 @@ for model in $models; do
                     --selectors full,locks --budgets 256,2048 --max-tokens "$L" --window 64 --stride 2 --at "$L" \
                     -t "$THREADS" --csv "$RUN/$model-long-ours-$L.csv"
                 lts=$(lb_ts "$RUN/$model-long-llama.out" | awk -v d=$((L - 16)) '$2 > 0 && $3 == d { print $4 }')
-                python3 - "$RUN/$model-long-ours-$L.csv" "$L" "$lts" "$model" "$LOG" "$THREADS" >> "$RES" << 'PY'
-import csv, sys
-path, L, lts, model, log, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
-for r in csv.DictReader(open(path)):
-    if r["document"] == "all" or r["layer"] != "-1" or int(r["length"]) != L:
-        continue
-    name = "dense" if r["selector"] == "full" else "%s@%s" % ("LOCKS" if r["selector"] == "locks" else r["selector"], r["budget"])
-    ms, cpu = float(r["ms_per_step"]), float(r["cpu_ms_per_step"])
-    # waited()'s rule: CPU time under 0.65 x threads x wall, the threads did not all run (the
-    # host took a vCPU: a 2026-12-03 run's 13,400 rows, 30 ms wall and 37 CPU-ms a step)
-    w = ""
-    if threads > 1 and ms > 0 and cpu < 0.65 * threads * ms:
-        w = " (threads waited: %.1f CPU-ms a step in %.2f ms wall with %d threads)" % (cpu, ms, threads)
-    with open(log, "a") as f:
-        f.write("  ours at %d, %s: %.2f ms/step wall, %.2f CPU-ms/step (%s positions)%s\n" % (
-            L, name, ms, cpu, r["positions"], w))
-    print("%s\tdecode\tdecode at %d, %s%s\t%.2f\t%s\ttok/s" % (model, L, name, w, 1000.0 / ms, lts))
-PY
+                decode_rows "$RUN/$model-long-ours-$L.csv" "$L" "$lts" "$model"
             done
             ;;
         prefill)

@@ -53,7 +53,7 @@ case_ quiet-tiny 0.05 0 "TINY SETTINGS (CPU_PEER_TINY=1)" "SKIPPED" CPU_PEER_TIN
 waited_case() {
     local got
     printf 'prompt: 510 tokens\n%s\n' "$3" > "$tmp/pp.err"
-    got=$(THREADS=$2; eval "$(sed -n '/^waited() {/,/^}/p' scripts/cpu-peer.sh)"; waited "$tmp/pp.err")
+    got=$(THREADS=$2; eval "$(sed -n '/^waited_by() {/,/^}/p; /^waited() {/,/^}/p' scripts/cpu-peer.sh)"; waited "$tmp/pp.err")
     if [ "$got" = "$4" ]; then echo "ok   $1"; else echo "FAIL $1: '$got', want '$4'"; fails=$((fails + 1)); fi
 }
 waited_case waited-one-cpu 2 "prefill: 510 tokens in 1.50 s (339.8 tok/s; 1.5 CPU-s)" \
@@ -61,21 +61,23 @@ waited_case waited-one-cpu 2 "prefill: 510 tokens in 1.50 s (339.8 tok/s; 1.5 CP
 waited_case waited-two-cpus 2 "prefill: 510 tokens in 0.74 s (687.3 tok/s; 1.4 CPU-s)" ""
 waited_case waited-one-thread 1 "prefill: 510 tokens in 1.50 s (339.8 tok/s; 1.5 CPU-s)" ""
 waited_case waited-no-line 2 "no prefill here" ""
-# the decode rows' check (the script's inline Python, taken from it): the same rule on the
-# ms and CPU-ms a step that `locks eval --fidelity --csv` writes
-# step_case NAME THREADS MS CPU_MS WANT_IN_ROW (WANT "": no flag)
+# the decode rows (decode_rows, taken from the script, with result() printing the row): the
+# same rule on the ms and CPU-ms a step that `locks eval --fidelity --csv` writes
+# step_case NAME THREADS MS CPU_MS WANT_FLAG (WANT "": no flag)
 step_case() {
     printf 'document,layer,length,selector,budget,ms_per_step,cpu_ms_per_step,positions\n' > "$tmp/s.csv"
     printf 'doc,-1,13400,full,0,%s,%s,32\n' "$3" "$4" >> "$tmp/s.csv"
-    sed -n '/^import csv, sys$/,/^PY$/p' scripts/cpu-peer.sh | sed '$d' > "$tmp/rows.py"
+    : > "$tmp/rows.log"
     local row
-    row=$(python3 "$tmp/rows.py" "$tmp/s.csv" 13400 40.3 gemma3 "$tmp/rows.log" "$2" | cut -f3)
-    if [ -n "$5" ] && [ "$row" = "decode at 13400, dense$5" ] && grep -qF -- "$5" "$tmp/rows.log"; then
-        echo "ok   $1"
-    elif [ -z "$5" ] && [ "$row" = "decode at 13400, dense" ]; then
+    row=$(THREADS=$2 LOG=$tmp/rows.log
+          result() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@"; }
+          eval "$(sed -n '/^waited_by() {/,/^}/p; /^decode_rows() {/,/^}/p' scripts/cpu-peer.sh)"
+          decode_rows "$tmp/s.csv" 13400 40.3 gemma3 | cut -f3)
+    local want_log="  ours at 13400, dense: $3 ms/step wall, $4 CPU-ms/step (32 positions)$5"
+    if [ "$row" = "decode at 13400, dense$5" ] && [ "$(cat "$tmp/rows.log")" = "$want_log" ]; then
         echo "ok   $1"
     else
-        echo "FAIL $1: row '$row', want 'decode at 13400, dense$5'"; fails=$((fails + 1))
+        echo "FAIL $1: row '$row', want 'decode at 13400, dense$5'; log:"; sed 's/^/    /' "$tmp/rows.log"; fails=$((fails + 1))
     fi
 }
 step_case step-waited 2 30.04 36.97 " (threads waited: 37.0 CPU-ms a step in 30.04 ms wall with 2 threads)"
