@@ -181,7 +181,7 @@ score_q8_body(const locks_sel_ctx *x, locks_sum_arrays a, int32_t j0, int32_t j1
             for (int32_t j = b0; j < b1; j++) {
                 const size_t p = (size_t)x->table[j];
                 const uint8_t *vq = a.v_q + p * 8 * half;
-                if (j + SCORE_AHEAD < j1) { /* the page SCORE_AHEAD on: its whole summary */
+                if (g8 == 0 && j + SCORE_AHEAD < j1) { /* the page SCORE_AHEAD on: its whole summary (G > 8: once) */
                     const size_t pf = (size_t)x->table[j + SCORE_AHEAD];
                     for (int32_t o = 0; o < 8 * half; o += 64) _mm_prefetch((const char *)(a.v_q + pf * 8 * half + o), _MM_HINT_T0);
                     for (int32_t o = 0; o < d; o += 64) _mm_prefetch((const char *)(a.mu_q + pf * d + o), _MM_HINT_T0);
