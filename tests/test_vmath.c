@@ -1,7 +1,7 @@
 /*
  * test_vmath.c — the shared numeric kernels against libm / the scalar conversions:
  * fp16 -> fp32 for all 65536 halves, fp32 -> fp16 (round to nearest even) on random and
- * edge values, exp and log on random inputs over their used ranges, GeGLU, dot and lse
+ * edge values, exp and log on random inputs over their used ranges, GeGLU, SwiGLU, dot and lse
  * vs float64, max and exp-sum. Runs the version this machine selects, then the portable one.
  */
 #include "test_util.h"
@@ -76,6 +76,29 @@ static void run(void) {
         }
         test_cond(bad == 0, "geglu: %zu values beyond 1e-6 of |x u|", bad);
         test_cond(g[N - 2] == f[N - 2] && g[N - 1] == f[N - 1], "geglu wrote past n");
+
+        /* SwiGLU: silu(x) u against float64 over x in [-20, 20] (SmolLM2's and Qwen's
+         * gate values; both saturations), a few far out (exp(-x) clamped or 0), an odd tail */
+        for (int32_t i = 0; i < N; i++) {
+            f[i] = (float)(40.0 * tu_uniform() - 20.0);
+            u[i] = (float)(4.0 * tu_uniform() - 2.0);
+        }
+        f[0] = 0.0f, f[1] = -95.0f, f[2] = 95.0f, f[3] = 1e-6f, f[4] = -3e4f, f[5] = 3e4f, f[6] = -88.0f;
+        memcpy(g, f, sizeof f);
+        locks_swiglu_n(g, u, N - 5);
+        bad = 0;
+        for (int32_t i = 0; i < N - 5; i++) {
+            const double x = (double)f[i], want = x / (1.0 + exp(-x)) * (double)u[i];
+            /* past x = -88.3 exp(-x) saturates at exp(88.3): |x u| / 2e38, below float's
+             * resolution of anything the model adds it to */
+            const double tol = x < -88.3 ? fabs(x * (double)u[i]) * 1e-37 : 1e-6 * fabs(x * (double)u[i]) + 1e-30;
+            if (!(fabs((double)g[i] - want) <= tol)) {
+                if (bad < 4) fprintf(stderr, "  swiglu(%.9g, %.9g) = %.9g want %.9g\n", x, (double)u[i], (double)g[i], want);
+                bad++;
+            }
+        }
+        test_cond(bad == 0, "swiglu: %zu values beyond 1e-6 of |x u|", bad);
+        test_cond(g[N - 4] == f[N - 4] && g[N - 1] == f[N - 1], "swiglu wrote past n");
     }
 
     for (int32_t i = 0; i < N; i++) {

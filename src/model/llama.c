@@ -1267,14 +1267,10 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
             float *y2[2] = {c->hb, c->hb2};
             matmul_n(c->pool, w2, 2, &a, y2);
         }
-        if (m->arch->geglu) {
+        if (m->arch->geglu)
             locks_geglu_n(c->hb, c->hb2, (size_t)n * ffn); /* gelu_tanh(gate) * up (vmath) */
-        } else {
-            for (size_t i = 0; i < (size_t)n * ffn; i++) {
-                float g = c->hb[i];
-                c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
-            }
-        }
+        else
+            locks_swiglu_n(c->hb, c->hb2, (size_t)n * ffn); /* silu(gate) * up */
         a = prepare(c, c->hb, n, ffn);
         linear(c, &L->w_down, &a, c->proj); /* (n, dim) */
         if (L->post_ffn_norm) rmsnorm(c->proj, c->proj, L->post_ffn_norm, n, dim, in->norm_eps);
