@@ -409,7 +409,7 @@ static void test_draft_argmax(const locks_model *m, const char *text) {
     locks_step_params sp = locks_step_default_params();
     sp.budget = 64;
     CHECK(locks_ctx_set_step(c, sp));
-    int32_t t = tok[n0], steps = 24, agree = 0, bad_bits = 0, bad_count = 0;
+    int32_t t = tok[n0], steps = 24, agree = 0, bad_bits = 0, bad_count = 0, in_vocab = 0;
     for (int32_t i = 0; i < steps; i++) {
         const int32_t len = locks_ctx_len(c);
         CHECK(llama_ctx_draft_mode(c, LLAMA_DRAFT_RECORD));
@@ -429,16 +429,130 @@ static void test_draft_argmax(const locks_model *m, const char *text) {
             best_4 = l4[v] > l4[best_4] ? v : best_4;
         }
         bad_count += finite != LLAMA_DRAFT_TOP;
-        agree += best_e == best_4;
+        in_vocab += llama_ctx_draft_vocab_has(c, best_e);
+        agree += best_e == best_4 && llama_ctx_draft_vocab_has(c, best_e);
         t = best_e; /* the greedy continuation */
     }
     test_cond(bad_count == 0, "draft head: %d finite logits a step (%d steps had another count)", LLAMA_DRAFT_TOP, bad_count);
     test_cond(bad_bits == 0, "draft head: the candidates' logits are the exact head's bit for bit (%d differ)", bad_bits);
-    test_cond(agree == steps, "draft head: the draft token is the exact head's (%d of %d steps)", agree, steps);
-    printf("draft head: %d of %d draft tokens the exact head's\n", agree, steps);
+    test_cond(agree == in_vocab && in_vocab >= steps - 2,
+              "draft head: the draft token is the exact head's wherever the drafts' vocabulary has it (%d of %d steps; %d in it)",
+              agree, steps, in_vocab);
+    printf("draft head: %d of %d draft tokens the exact head's (%d in the drafts' vocabulary)\n", agree, steps, in_vocab);
     free(le);
     free(l4);
     free(tok);
+    locks_ctx_free(c);
+}
+
+
+/* The greedy drafts' vocabulary (llama_ctx_draft_vocab_add). A context's is the first
+ * LLAMA_DRAFT_VOCAB ids and the tokens it was fed (a clone's, its parent's), then every
+ * token decoded; adding ids (again, or out of range: no-ops) grows it by exactly the new
+ * ones; a draft's candidates lie in it. Two clones of one prefill whose
+ * vocabularies hold every id, added in ascending and in a random order (the 4-bit rows
+ * permuted differently), give the same draft logits bit for bit at every step of a greedy
+ * continuation, each the exact head's argmax. */
+static void test_draft_vocab(const locks_model *m, const char *text) {
+    const int32_t n_vocab = locks_model_get_info(m).n_vocab, v0 = LLAMA_DRAFT_VOCAB(n_vocab);
+    SETUP(llama_model_weight(m, 0, LLAMA_W_OUTPUT)->type == GGML_TYPE_Q8_0 && v0 + 8 < n_vocab - 1);
+    int32_t n = 0;
+    int32_t *tok = tokenize(m, text, 300, &n);
+    SETUP(n > 200);
+    locks_ctx *a = new_ctx(m, 512);
+    const int32_t n0 = 180;
+    CHECK(locks_ctx_prefill(a, tok, n0, NULL));
+    locks_step_params sp = locks_step_default_params();
+    sp.budget = 64;
+    CHECK(locks_ctx_set_step(a, sp));
+    locks_status st;
+    locks_ctx *b = locks_ctx_clone(a, &st), *c = locks_ctx_clone(a, &st);
+    SETUP(b && c);
+    test_cond(!llama_ctx_draft_vocab_has(a, 0), "draft vocabulary: none before the 4-bit head exists");
+    CHECK(llama_ctx_draft_argmax(a, 1));
+    CHECK(llama_ctx_draft_argmax(b, 1));
+    CHECK(llama_ctx_draft_argmax(c, 1));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_vocab);
+    SETUP(ids);
+    int32_t bad = 0, fed = 0; /* fed: ids past v0 among the prefill's tokens */
+    uint8_t *met = calloc((size_t)n_vocab + 64, 1);
+    SETUP(met);
+    for (int32_t i = 0; i < n0; i++) fed += tok[i] >= v0 && !met[tok[i]], met[tok[i]] = 1;
+    for (int32_t v = 0; v < n_vocab; v++) bad += llama_ctx_draft_vocab_has(c, v) != (v < v0 || met[v]);
+    test_cond(bad == 0 && fed > 0, "draft vocabulary: ids 0 .. %d and the %d later ids of the prompt (%d ids say otherwise)",
+              v0 - 1, fed, bad);
+    int32_t ext[] = {n_vocab - 1, v0, n_vocab - 1, 5, -3, n_vocab, v0 + 7}, n_new = 0;
+    const int32_t cand[3] = {n_vocab - 1, v0, v0 + 7}; /* ext's ids past v0 (v0 + 7 < n_vocab - 1) */
+    for (int32_t j = 0; j < 3; j++) n_new += !met[cand[j]];
+    llama_ctx_draft_vocab_add(c, ext, 7);
+    int32_t has = 0;
+    for (int32_t v = 0; v < n_vocab; v++) has += llama_ctx_draft_vocab_has(c, v);
+    test_cond(has == v0 + fed + n_new && llama_ctx_draft_vocab_has(c, n_vocab - 1) && llama_ctx_draft_vocab_has(c, v0 + 7),
+              "draft vocabulary: grows by the new ids only (%d ids, want %d)", has, v0 + fed + n_new);
+    int32_t fresh = n_vocab - 2; /* a token not met yet, decoded: in the vocabulary after */
+    while (fresh > v0 && met[fresh]) fresh--;
+    const int32_t len_c = locks_ctx_len(c);
+    test_cond(!llama_ctx_draft_vocab_has(c, fresh), "draft vocabulary: %d not in it before it is fed", fresh);
+    float *lf = malloc(sizeof(float) * (size_t)n_vocab);
+    SETUP(lf);
+    CHECK(locks_ctx_decode(c, fresh, lf));
+    CHECK(locks_ctx_truncate(c, len_c));
+    free(lf);
+    test_cond(llama_ctx_draft_vocab_has(c, fresh), "draft vocabulary: a decoded token joins it");
+    free(met);
+    for (int32_t v = 0; v < n_vocab; v++) ids[v] = v;
+    llama_ctx_draft_vocab_add(a, ids + v0, n_vocab - v0);
+    for (int32_t v = n_vocab - 1; v > 0; v--) { /* a random order */
+        const int32_t j = tu_int(0, v), x = ids[v];
+        ids[v] = ids[j], ids[j] = x;
+    }
+    llama_ctx_draft_vocab_add(b, ids, n_vocab);
+    has = 0;
+    for (int32_t v = 0; v < n_vocab; v++) has += llama_ctx_draft_vocab_has(a, v) + llama_ctx_draft_vocab_has(b, v);
+    test_cond(has == 2 * n_vocab, "draft vocabulary: every id added, in either order (%d of %d)", has, 2 * n_vocab);
+    float *le = malloc(sizeof(float) * (size_t)n_vocab), *la = malloc(sizeof(float) * (size_t)n_vocab),
+          *lb = malloc(sizeof(float) * (size_t)n_vocab), *lc = malloc(sizeof(float) * (size_t)n_vocab),
+          *lx = malloc(sizeof(float) * (size_t)n_vocab);
+    SETUP(le && la && lb && lc && lx);
+    int32_t t = tok[n0], steps = 12, same = 0, agree = 0, outside = 0;
+    locks_ctx *cs[3] = {a, b, c};
+    float *ls[3] = {la, lb, lc};
+    for (int32_t i = 0; i < steps; i++) {
+        const int32_t len = locks_ctx_len(a);
+        for (int k = 0; k < 3; k++) {
+            CHECK(llama_ctx_draft_mode(cs[k], LLAMA_DRAFT_RECORD));
+            CHECK(locks_ctx_decode(cs[k], t, ls[k]));
+            CHECK(locks_ctx_truncate(cs[k], len));
+        }
+        CHECK(llama_ctx_draft_argmax(a, 0));
+        CHECK(locks_ctx_decode(a, t, le)); /* the exact head */
+        CHECK(llama_ctx_draft_argmax(a, 1));
+        for (int k = 0; k < 3; k++) {
+            CHECK(llama_ctx_draft_mode(cs[k], LLAMA_DRAFT_OFF));
+            if (k) CHECK(locks_ctx_decode(cs[k], t, lx)); /* every context one token on */
+        }
+        same += !memcmp(la, lb, sizeof(float) * (size_t)n_vocab);
+        int32_t best_e = 0, best_a = 0;
+        for (int32_t v = 0; v < n_vocab; v++) {
+            best_e = le[v] > le[best_e] ? v : best_e;
+            best_a = la[v] > la[best_a] ? v : best_a;
+            outside += isfinite(lc[v]) && !llama_ctx_draft_vocab_has(c, v);
+        }
+        agree += best_a == best_e;
+        t = best_e;
+    }
+    test_cond(same == steps, "draft vocabulary: the same draft logits whatever the rows' order (%d of %d steps)", same, steps);
+    test_cond(agree == steps, "draft vocabulary: every id in it: the draft token is the exact head's (%d of %d)", agree, steps);
+    test_cond(outside == 0, "draft vocabulary: %d candidates outside it", outside);
+    free(le);
+    free(la);
+    free(lb);
+    free(lc);
+    free(lx);
+    free(ids);
+    free(tok);
+    locks_ctx_free(a);
+    locks_ctx_free(b);
     locks_ctx_free(c);
 }
 
@@ -458,6 +572,7 @@ int main(void) {
     test_errors(m, code);
     test_draft_replay(m, prose);
     test_draft_argmax(m, prose);
+    test_draft_vocab(m, prose);
     free(needle);
     free(prose);
     free(code);

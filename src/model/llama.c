@@ -508,7 +508,12 @@ struct locks_ctx {
     int32_t *draft_pages;  /* (n_layers, Hkv, draft_max) the recorded selection, or NULL */
     int32_t *draft_n;      /* (n_layers, Hkv) */
     int draft_argmax;      /* greedy drafts: the 4-bit head below (llama_ctx_draft_argmax) */
-    matmul_weight head4;   /* the output matrix as Q4_0, built on first use (data NULL before) */
+    matmul_weight head4;   /* the output matrix as Q4_0, built on first use (data NULL before);
+                            * its rows permuted: the first head4_live are the drafts' vocabulary */
+    int32_t *head4_id;     /* (rows) head4 row -> token id */
+    int32_t *head4_row;    /* (rows) token id -> head4 row */
+    int32_t head4_live;    /* rows a draft scores (llama_ctx_draft_vocab_add) */
+    uint8_t *seen;         /* (n_vocab) 1: the token was fed to the context (any sequence), or NULL */
     int32_t sparse_layer; /* -1: decode steps use p.step at every layer; else at this one
                            * only, dense (`full`) at the others (locks_ctx_set_sparse_layer) */
 
@@ -786,6 +791,9 @@ void locks_ctx_free(locks_ctx *c) {
     locks_free(c->draft_pages);
     locks_free(c->draft_n);
     locks_free((void *)c->head4.data);
+    locks_free(c->head4_id);
+    locks_free(c->head4_row);
+    locks_free(c->seen);
     locks_free(c);
 }
 
@@ -893,6 +901,8 @@ static locks_ctx *ctx_clone(const locks_ctx *src, locks_status *err) {
     }
     c = ctx_init(src->m, src->p, src->pool, &st); /* the parent's threads */
     if (!c) goto fail;
+    if (src->seen && (c->seen = locks_alloc((size_t)src->m->info.n_vocab, 1))) /* the tokens met (vocab_note) */
+        memcpy(c->seen, src->seen, (size_t)src->m->info.n_vocab);
     int32_t n = src->n_tokens[0];
     c->stats = src->stats;
     if (n == 0) goto done;
@@ -1100,33 +1110,68 @@ locks_status llama_ctx_draft_argmax(locks_ctx *c, int on) {
     if (!c->head4.data) {
         const size_t rb = (size_t)(o->cols / GGML_QBLOCK) * quant_block_bytes(GGML_TYPE_Q4_0);
         uint8_t *d = locks_alloc((size_t)o->rows, rb);
-        if (!d) {
+        int32_t *id = locks_alloc((size_t)o->rows, sizeof(int32_t)), *row = locks_alloc((size_t)o->rows, sizeof(int32_t));
+        if (!d || !id || !row) {
+            locks_free(d);
+            locks_free(id);
+            locks_free(row);
             c->draft_argmax = 0;
             return LOCKS_ERR_OOM;
         }
         head4_job j = {o, d, rb, 1024};
         locks_pool_run(c->pool, (o->rows + j.rows_per_task - 1) / j.rows_per_task, head4_task, &j);
+        for (int32_t r = 0; r < o->rows; r++) id[r] = row[r] = r;
         c->head4 = (matmul_weight){d, GGML_TYPE_Q4_0, o->rows, o->cols, rb, NULL};
+        c->head4_id = id;
+        c->head4_row = row;
+        c->head4_live = LLAMA_DRAFT_VOCAB(o->rows);
+        for (int32_t v = 0; c->seen && v < o->rows && v < c->m->info.n_vocab; v++) /* the tokens met so far */
+            if (c->seen[v]) llama_ctx_draft_vocab_add(c, &v, 1);
     }
     c->draft_argmax = 1;
     return LOCKS_OK;
 }
 
-/* A greedy draft's logits (a: the last token's normed state): every row scored with the
- * 4-bit copy, the LLAMA_DRAFT_TOP best then by the output matrix itself, each alone (the
- * value a full product gives it: every kernel forms a row's sum on its own); the other
- * logits -inf. */
+void llama_ctx_draft_vocab_add(locks_ctx *c, const int32_t *ids, int32_t n) {
+    if (!c || !c->head4.data || !ids) return;
+    const size_t rb = c->head4.row_bytes;
+    uint8_t *d = (uint8_t *)(uintptr_t)c->head4.data, tmp[LLAMA_HEAD4_MAX_COLS / GGML_QBLOCK * 18];
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t v = ids[i];
+        if (v < 0 || v >= c->head4.rows || c->head4_row[v] < c->head4_live) continue;
+        /* swap v's row with the first row past the vocabulary, which it then ends */
+        const int32_t a = c->head4_row[v], b = c->head4_live++, w = c->head4_id[b];
+        memcpy(tmp, d + (size_t)a * rb, rb);
+        memcpy(d + (size_t)a * rb, d + (size_t)b * rb, rb);
+        memcpy(d + (size_t)b * rb, tmp, rb);
+        c->head4_id[a] = w, c->head4_row[w] = a;
+        c->head4_id[b] = v, c->head4_row[v] = b;
+    }
+}
+
+int llama_ctx_draft_vocab_has(const locks_ctx *c, int32_t id) {
+    return c && c->head4.data && id >= 0 && id < c->head4.rows && c->head4_row[id] < c->head4_live;
+}
+
+/* A greedy draft's logits (a: the last token's normed state): the vocabulary's rows (the
+ * first head4_live of the 4-bit copy) scored, the LLAMA_DRAFT_TOP best (ties to the lower
+ * id: the same candidates whatever the rows' order) then by the output matrix itself,
+ * each alone (the value a full product gives it: every kernel forms a row's sum on its
+ * own); the other logits -inf. */
 static void draft_logits(locks_ctx *c, const matmul_act *a, float *logits) {
     const matmul_weight *o = &c->m->output;
-    linear(c, &c->head4, a, logits);
+    matmul_weight h4 = c->head4;
+    h4.rows = c->head4_live;
+    linear(c, &h4, a, logits); /* logits[j]: the score of token head4_id[j] */
     int32_t top[LLAMA_DRAFT_TOP];
     float val[LLAMA_DRAFT_TOP];
     int32_t k = 0;
-    for (int32_t r = 0; r < o->rows; r++) { /* the best rows, by descending score */
-        const float x = logits[r];
-        if (k == LLAMA_DRAFT_TOP && !(x > val[k - 1])) continue;
+    for (int32_t j = 0; j < h4.rows; j++) { /* the best rows, by descending score */
+        const float x = logits[j];
+        const int32_t r = c->head4_id[j];
+        if (k == LLAMA_DRAFT_TOP && !(x > val[k - 1] || (x == val[k - 1] && r < top[k - 1]))) continue;
         int32_t i = k < LLAMA_DRAFT_TOP ? k++ : k - 1;
-        for (; i > 0 && x > val[i - 1]; i--) {
+        for (; i > 0 && (x > val[i - 1] || (x == val[i - 1] && r < top[i - 1])); i--) {
             val[i] = val[i - 1];
             top[i] = top[i - 1];
         }
@@ -1290,6 +1335,20 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
     return LOCKS_OK;
 }
 
+/* Notes the tokens fed: the greedy drafts' vocabulary takes every token the context has
+ * met (llama_ctx_draft_vocab_add, now if the 4-bit head exists, else when it is built).
+ * Without the table (an allocation that failed) the vocabulary is the first ids only. */
+static void vocab_note(locks_ctx *c, const int32_t *tokens, int32_t n) {
+    const int32_t V = c->m->info.n_vocab;
+    if (!c->seen && !(c->seen = locks_alloc((size_t)V, 1))) return;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t v = tokens[i];
+        if (v < 0 || v >= V || c->seen[v]) continue;
+        c->seen[v] = 1;
+        llama_ctx_draft_vocab_add(c, &v, 1);
+    }
+}
+
 /* Reserves n tokens, runs them, keeps the context consistent: POOL_FULL changes nothing;
  * a failure mid-pass (some layers written) truncates the sequence back to its length
  * before the call, and only if that fails too is the context marked broken. */
@@ -1307,6 +1366,7 @@ static locks_status run_tokens(locks_ctx *c, int32_t sq, const int32_t *tokens, 
         return st;
     }
     c->n_tokens[sq] += n;
+    vocab_note(c, tokens, n);
     return LOCKS_OK;
 }
 

@@ -45,6 +45,16 @@ locks_status llama_ctx_draft_mode(locks_ctx *c, int mode);
 #define LLAMA_DRAFT_TOP 8
 #define LLAMA_HEAD4_MAX_COLS 16384 /* the widest output matrix given a 4-bit copy */
 locks_status llama_ctx_draft_argmax(locks_ctx *c, int on);
+/* The greedy drafts' vocabulary: a draft proposes only tokens in it (the dense verify
+ * keeps the output exact whatever it proposes). It is the first LLAMA_DRAFT_VOCAB(n_vocab)
+ * ids (BPE and SentencePiece vocabularies put the frequent tokens first: their merge
+ * order or score) and every token the context has been fed (the prompt, each emitted
+ * token; a clone inherits them), plus any given to llama_ctx_draft_vocab_add: a draft
+ * reads a quarter of the 4-bit head (a third of SmolLM2's), not all of it (after FR-Spec, Zhao et al. 2025).
+ * Both calls are no-ops until the 4-bit copy exists (llama_ctx_draft_argmax). */
+#define LLAMA_DRAFT_VOCAB(n) ((n) / 4 > 16384 ? (n) / 4 : (n) < 16384 ? (n) : 16384)
+void llama_ctx_draft_vocab_add(locks_ctx *c, const int32_t *ids, int32_t n);
+int llama_ctx_draft_vocab_has(const locks_ctx *c, int32_t id);
 /* The sampler's parameters (sampler.c), for the device sampler. */
 locks_sampler_params locks_sampler_get_params(const locks_sampler *s);
 
