@@ -1110,7 +1110,8 @@ locks_status llama_ctx_draft_argmax(locks_ctx *c, int on) {
     if (!c->head4.data) {
         const size_t rb = (size_t)(o->cols / GGML_QBLOCK) * quant_block_bytes(GGML_TYPE_Q4_0);
         uint8_t *d = locks_alloc((size_t)o->rows, rb);
-        int32_t *id = locks_alloc((size_t)o->rows, sizeof(int32_t)), *row = locks_alloc((size_t)o->rows, sizeof(int32_t));
+        int32_t *id = locks_alloc((size_t)o->rows, sizeof(int32_t));
+        int32_t *row = locks_alloc((size_t)o->rows, sizeof(int32_t));
         if (!d || !id || !row) {
             locks_free(d);
             locks_free(id);
