@@ -17,8 +17,9 @@
 #            LOCKS@2048, decode calls interleaved position by position over the last 64
 #            positions before the depth, every 2nd, logits included; wall and CPU ms per
 #            step in the log), llama-bench -p 0 -n 16 -d depth-16
-#   prefill  pp512 at depth 0 (ours: a 512-token prompt, `locks run -n 1`; llama-bench
-#            -p 512 -n 0) and a whole 16K prompt: time to first token, peak RSS
+#   prefill  pp512 at depth 0 (ours: a 512-token prompt, `locks run -n 1`, the mean of REPS
+#            runs after a warm-up run; llama-bench -p 512 -n 0 -r REPS) and a whole 16K
+#            prompt: time to first token, peak RSS
 #   spec     SmolLM2 at 6.5K: `locks run -n SPEC_N --speculate 4 --budget 256 --compare --pairs
 #            SPEC_PAIRS` SPEC_REPS times (each pair dense and speculative side by side from
 #            the run's one prefill; the median pair of all goes into the table) (exact output
@@ -26,7 +27,7 @@
 #   rss      peak RSS (/usr/bin/time -v) of a decode at the longest depth: ours
 #            `locks run --selector locks` (SmolLM2 budget 256, Gemma 2048) vs
 #            llama-bench -p 0 -n 16 -d depth
-# Env: THREADS=2, REPS=3 (llama-bench repetitions, ours at depth 0 after a warm-up run),
+# Env: THREADS=2, REPS=3 (llama-bench repetitions; ours at depth 0 and pp512, after a warm-up run),
 #   SPEC_REPS=2, SPEC_PAIRS=5 (spec: runs, pairs a run), SPEC_N=128 (spec: tokens generated;
 #   `locks run`'s default, as in issue 20's reference command; until 2026-12-03 the script
 #   used 64, where fewer tokens a round are accepted on this prompt), NGEN=64 (tokens at depth 0),
@@ -247,11 +248,20 @@ for model in $models; do
             ;;
         prefill)
             n=$(doc "$PP" "$M" "$RUN/$model-doc-pp.txt")
-            run "$model-pp-ours" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-pp.txt" -n 1 --temp 0 -t "$THREADS" --selector full
-            ts=$(sed -n 's/^prefill: .*(\([0-9.]*\) tok\/s.*/\1/p' "$RUN/$model-pp-ours.err")
+            # ours as the depth-0 decode: REPS runs after an unrecorded one, the mean tok/s
+            # (llama-bench's avg_ts over -r REPS, after its own warm-up run); until
+            # 2026-12-03 one cold run, which paid for the page cache alone
+            run "$model-pp-ours-warmup" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-pp.txt" -n 1 --temp 0 -t "$THREADS" --selector full
+            all="" w=""
+            for r in $(seq 1 "$REPS"); do
+                run "$model-pp-ours-$r" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-pp.txt" -n 1 --temp 0 -t "$THREADS" --selector full
+                all="$all $(sed -n 's/^prefill: .*(\([0-9.]*\) tok\/s.*/\1/p' "$RUN/$model-pp-ours-$r.err")"
+                [ -n "$w" ] || w=$(waited "$RUN/$model-pp-ours-$r.err")
+            done
+            log "  ours pp$n, tok/s of each run:$all"
+            ts=$(echo "$all" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.1f", s / NF }')
             run "$model-pp-llama" "$LB" -m "$M" -t "$THREADS" -p "$n" -n 0 -r "$REPS" -o json
             lts=$(lb_ts "$RUN/$model-pp-llama.out" | awk '$1 > 0 { print $4 }')
-            w=$(waited "$RUN/$model-pp-ours.err")
             [ -z "$w" ] || log "  ours pp$n:$w"
             result "$model" prefill "prefill pp$n at depth 0$w" "$ts" "$lts" tok/s
             n=$(doc "$LONG" "$M" "$RUN/$model-doc-long.txt")
