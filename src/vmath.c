@@ -345,36 +345,26 @@ __attribute__((target("avx2,fma"))) static __m256 geglu8(__m256 x, __m256 u) {
     return _mm256_mul_ps(_mm256_div_ps(x, den), u);
 }
 
-__attribute__((target("avx2,fma"))) static void geglu_avx2(float *g, const float *u, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, geglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
-    if (i < n) {
-        float a[8] = {0}, b[8] = {0};
-        for (size_t j = i; j < n; j++) a[j - i] = g[j], b[j - i] = u[j];
-        _mm256_storeu_ps(a, geglu8(_mm256_loadu_ps(a), _mm256_loadu_ps(b)));
-        for (size_t j = i; j < n; j++) g[j] = a[j - i];
-    }
-}
-#endif
-
-#ifdef LOCKS_X86
-/* silu(x) u = x / (1 + exp(-x)) u through exp8; the tail through the same vector code,
- * so an element's value does not depend on where it sits. */
+/* silu(x) u = x / (1 + exp(-x)) u through exp8 (exp(-x) saturates and vanishes as above). */
 __attribute__((target("avx2,fma"))) static __m256 swiglu8(__m256 x, __m256 u) {
     const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)));
     return _mm256_mul_ps(_mm256_div_ps(x, den), u);
 }
 
-__attribute__((target("avx2,fma"))) static void swiglu_avx2(float *g, const float *u, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, swiglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
-    if (i < n) {
-        float a[8] = {0}, b[8] = {0};
-        for (size_t j = i; j < n; j++) a[j - i] = g[j], b[j - i] = u[j];
-        _mm256_storeu_ps(a, swiglu8(_mm256_loadu_ps(a), _mm256_loadu_ps(b)));
-        for (size_t j = i; j < n; j++) g[j] = a[j - i];
+/* NAME(g, u, n): g[i] = F8(g[i], u[i]) for i < n, 8 at a time, the tail through F8 too. */
+#define GATED_AVX2(NAME, F8)                                                                                     \
+    __attribute__((target("avx2,fma"))) static void NAME(float *g, const float *u, size_t n) {                 \
+        size_t i = 0;                                                                                            \
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, F8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i))); \
+        if (i < n) {                                                                                             \
+            float a[8] = {0}, b[8] = {0};                                                                        \
+            for (size_t j = i; j < n; j++) a[j - i] = g[j], b[j - i] = u[j];                                     \
+            _mm256_storeu_ps(a, F8(_mm256_loadu_ps(a), _mm256_loadu_ps(b)));                                     \
+            for (size_t j = i; j < n; j++) g[j] = a[j - i];                                                      \
+        }                                                                                                        \
     }
-}
+GATED_AVX2(geglu_avx2, geglu8)
+GATED_AVX2(swiglu_avx2, swiglu8)
 #endif
 
 void locks_swiglu_n(float *g, const float *u, size_t n) {

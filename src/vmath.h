@@ -59,8 +59,8 @@ double locks_exp_sum_n(float *x, size_t n, float sub);
  * < 1e-6 of |x u| on the AVX2 path (exp based), tanhf on the portable one. */
 void locks_geglu_n(float *g, const float *u, size_t n);
 /* g[i] = silu(g[i]) * u[i] (SwiGLU; silu(x) = x / (1 + exp(-x))); relative error < 1e-6
- * of |x u| on the AVX2 path (exp8: exp(-x) saturates at exp(88.3) and is 0 below
- * exp(-87.3)), expf on the portable one. */
+ * of |x u| on the AVX2 path (exp8: for x < -88.3 exp(-x) stays at exp(88.3), for x > 87.3
+ * it is 0), expf on the portable one. */
 void locks_swiglu_n(float *g, const float *u, size_t n);
 /* log sum_i exp(x[i]) for n >= 1 finite values. */
 float locks_lse(const float *x, int32_t n);

@@ -50,8 +50,9 @@ locks_status llama_ctx_draft_argmax(locks_ctx *c, int on);
  * ids (BPE and SentencePiece vocabularies put the frequent tokens first: their merge
  * order or score) and every token the context has been fed (the prompt, each emitted
  * token; a clone inherits them), plus any given to llama_ctx_draft_vocab_add: a draft
- * reads a quarter of the 4-bit head (a third of SmolLM2's), not all of it (after FR-Spec, Zhao et al. 2025).
- * Both calls are no-ops until the 4-bit copy exists (llama_ctx_draft_argmax). */
+ * reads a quarter of the 4-bit head (a third of SmolLM2's), not all of it (after
+ * FR-Spec, Zhao et al. 2025). Both calls are no-ops until the 4-bit copy exists
+ * (llama_ctx_draft_argmax). */
 #define LLAMA_DRAFT_VOCAB(n) ((n) / 4 > 16384 ? (n) / 4 : (n) < 16384 ? (n) : 16384)
 void llama_ctx_draft_vocab_add(locks_ctx *c, const int32_t *ids, int32_t n);
 int llama_ctx_draft_vocab_has(const locks_ctx *c, int32_t id);
