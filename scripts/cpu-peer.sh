@@ -127,6 +127,21 @@ run() {
     return $rc
 }
 result() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$RES"; }
+# ours_reps NAME PATTERN CMD...: CMD once unrecorded (NAME-warmup: as llama-bench's warm-up,
+# the first run after a while pays for the page cache and cold caches), then REPS times
+# (NAME-1 .. NAME-REPS); sets all (PATTERN, a sed -n script, on each recorded run's stderr)
+# and mean (their mean: llama-bench's avg_ts over its -r REPS)
+ours_reps() {
+    local name=$1 pat=$2 r
+    shift 2
+    run "$name-warmup" "$@"
+    all=""
+    for r in $(seq 1 "$REPS"); do
+        run "$name-$r" "$@"
+        all="$all $(sed -n "$pat" "$RUN/$name-$r.err")"
+    done
+    mean=$(echo "$all" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.1f", s / NF }')
+}
 
 commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include tools 2>/dev/null || echo "+dirty")
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
@@ -218,17 +233,10 @@ for model in $models; do
         stamp "$model $part start"
         case $part in
         decode)
-            # ours REPS times, the mean tok/s (as llama-bench's avg_ts over its -r REPS), after
-            # one unrecorded run (llama-bench warms up too: the first run after a while pays
-            # for the page cache and cold caches)
-            run "$model-d0-ours-warmup" "$LOCKS" run -m "$M" -p "The history of the" -n "$NGEN" --temp 0 -t "$THREADS" --selector full
-            all=""
-            for r in $(seq 1 "$REPS"); do
-                run "$model-d0-ours-$r" "$LOCKS" run -m "$M" -p "The history of the" -n "$NGEN" --temp 0 -t "$THREADS" --selector full
-                all="$all $(sed -n 's/^decode: .*(\([0-9.]*\) tok\/s.*/\1/p' "$RUN/$model-d0-ours-$r.err")"
-            done
+            ours_reps "$model-d0-ours" 's/^decode: .*(\([0-9.]*\) tok\/s.*/\1/p' \
+                "$LOCKS" run -m "$M" -p "The history of the" -n "$NGEN" --temp 0 -t "$THREADS" --selector full
             log "  ours at depth 0, tok/s of each run:$all"
-            ts=$(echo "$all" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.1f", s / NF }')
+            ts=$mean
             run "$model-d0-llama" "$LB" -m "$M" -t "$THREADS" -p 0 -n "$NGEN" -r "$REPS" -o json
             lts=$(lb_ts "$RUN/$model-d0-llama.out" | awk '$2 > 0 { print $4 }')
             result "$model" decode "decode at depth 0, dense" "$ts" "$lts" tok/s
@@ -248,18 +256,14 @@ for model in $models; do
             ;;
         prefill)
             n=$(doc "$PP" "$M" "$RUN/$model-doc-pp.txt")
-            # ours as the depth-0 decode: REPS runs after an unrecorded one, the mean tok/s
-            # (llama-bench's avg_ts over -r REPS, after its own warm-up run); until
-            # 2026-12-03 one cold run, which paid for the page cache alone
-            run "$model-pp-ours-warmup" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-pp.txt" -n 1 --temp 0 -t "$THREADS" --selector full
-            all="" w=""
-            for r in $(seq 1 "$REPS"); do
-                run "$model-pp-ours-$r" "$LOCKS" run -m "$M" -f "$RUN/$model-doc-pp.txt" -n 1 --temp 0 -t "$THREADS" --selector full
-                all="$all $(sed -n 's/^prefill: .*(\([0-9.]*\) tok\/s.*/\1/p' "$RUN/$model-pp-ours-$r.err")"
-                [ -n "$w" ] || w=$(waited "$RUN/$model-pp-ours-$r.err")
-            done
+            # ours as the depth-0 decode (ours_reps; until 2026-12-03 one cold run, which paid
+            # for the page cache alone); the row flagged if any recorded run's threads waited
+            ours_reps "$model-pp-ours" 's/^prefill: .*(\([0-9.]*\) tok\/s.*/\1/p' \
+                "$LOCKS" run -m "$M" -f "$RUN/$model-doc-pp.txt" -n 1 --temp 0 -t "$THREADS" --selector full
+            w=""
+            for r in $(seq 1 "$REPS"); do [ -n "$w" ] || w=$(waited "$RUN/$model-pp-ours-$r.err"); done
             log "  ours pp$n, tok/s of each run:$all"
-            ts=$(echo "$all" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.1f", s / NF }')
+            ts=$mean
             run "$model-pp-llama" "$LB" -m "$M" -t "$THREADS" -p "$n" -n 0 -r "$REPS" -o json
             lts=$(lb_ts "$RUN/$model-pp-llama.out" | awk '$1 > 0 { print $4 }')
             [ -z "$w" ] || log "  ours pp$n:$w"
