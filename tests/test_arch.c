@@ -605,6 +605,17 @@ static void test_gpu_list(const locks_model *m) {
                               llama_model_weight(m, 0, LLAMA_W_OUTPUT),
                               llama_model_norm(m, 0, 2),
                               ls};
+    /* the tools' accessor (llama_gpu_view, for `locks bench --backend cuda --gguf`) gives
+     * the view llama.c hands the engine: the same pointers */
+    engine_cuda_layer *lv = calloc((size_t)in.n_layers, sizeof *lv);
+    SETUP(lv);
+    const engine_cuda_model got = llama_gpu_view(m, lv);
+    int same = !strcmp(got.info.arch, in.arch) && got.info.n_layers == in.n_layers && got.n_rot == view.n_rot &&
+               got.tied == view.tied && got.tok_embd == view.tok_embd && got.output == view.output &&
+               got.output_norm == view.output_norm && got.layers == lv;
+    for (int32_t l = 0; l < in.n_layers; l++) same &= !memcmp(&lv[l], &ls[l], sizeof *ls);
+    test_cond(same, "llama_gpu_view: the same view as the accessors build");
+    free(lv);
     locks_clear_error();
     locks_status st = engine_cuda_check(&view, &base);
     test_cond(st == LOCKS_OK, "GPU list: llama's own weights pass: %s (%s)", locks_status_str(st), locks_last_error());
@@ -662,6 +673,18 @@ static void test_variant(const variant *v) {
             test_cond(!strstr(locks_last_error(), "architecture"), "llama refused by the GPU arch check: %s",
                       locks_last_error());
         locks_ctx_free(g);
+        if (strcmp(v->arch, "llama") != 0) { /* the same refusal for the tools' view (engine_cuda_upload checks it) */
+            engine_cuda_layer *lv = calloc((size_t)in.n_layers, sizeof *lv);
+            SETUP(lv);
+            const engine_cuda_model gm = llama_gpu_view(m, lv);
+            locks_clear_error();
+            st = engine_cuda_check(&gm, &cp);
+            test_cond(st == LOCKS_ERR_UNSUPPORTED && strstr(locks_last_error(), v->arch) &&
+                          strstr(locks_last_error(), "GPU engine runs"),
+                      "%s: engine_cuda_check of llama_gpu_view: %s (%s)", v->arch, locks_status_str(st),
+                      locks_last_error());
+            free(lv);
+        }
         if (!strcmp(v->arch, "llama")) test_gpu_list(m);
         cp.backend = LOCKS_BACKEND_CPU;
         locks_ctx *c = locks_ctx_init(m, cp, &st);

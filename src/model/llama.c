@@ -454,7 +454,7 @@ int llama_model_tied(const locks_model *m) { return m->output.data == m->tok_emb
 
 /* The GPU engine's view of m (engine_cuda.h): pointers into m, layers[] filled
  * (n_layers entries, the caller's). */
-static engine_cuda_model gpu_view(const locks_model *m, engine_cuda_layer *layers) {
+engine_cuda_model llama_gpu_view(const locks_model *m, engine_cuda_layer *layers) {
     for (int32_t l = 0; l < m->info.n_layers; l++) {
         const llama_layer *L = &m->layers[l];
         layers[l] = (engine_cuda_layer){&L->wq,    &L->wk,        &L->wv,       &L->wo,
@@ -696,7 +696,7 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
             st = LOCKS_ERR_OOM;
             goto fail;
         }
-        const engine_cuda_model gm = gpu_view(m, gl);
+        const engine_cuda_model gm = llama_gpu_view(m, gl);
         c->gpu = engine_cuda_init(&gm, &p, &c->cache, &st);
         locks_free(gl);
         if (!c->gpu) goto fail;

@@ -1,13 +1,14 @@
 /*
- * llama_internal.h — what llama.c and sampler.c lend the tests and the fuzz harness (read
- * access to a loaded model's weights, checked at load against the hyper-parameters) and
- * each other. The GPU engine (cuda/engine_cuda.c) gets its view of the weights from
- * llama.c instead (engine_cuda_model) and includes nothing of this.
+ * llama_internal.h — what llama.c and sampler.c lend the tests, the tools and the fuzz
+ * harness (read access to a loaded model's weights, checked at load against the
+ * hyper-parameters) and each other. The GPU engine (cuda/engine_cuda.c) gets its view of
+ * the weights from llama.c instead (engine_cuda_model) and includes nothing of this.
  */
 #ifndef LOCKS_LLAMA_INTERNAL_H
 #define LOCKS_LLAMA_INTERNAL_H
 
 #include "locks_model.h"
+#include "cuda/engine_cuda.h"
 #include "matmul.h"
 
 typedef enum {
@@ -27,6 +28,11 @@ int32_t llama_model_n_rot(const locks_model *m);
  * it); for the model loader's fuzz harness (tests/fuzz/fuzz_model.c). */
 locks_model *llama_model_load_buffer(const void *buf, size_t size, locks_status *err);
 int llama_model_tied(const locks_model *m);
+/* The GPU engine's view of m (what a CUDA context hands engine_cuda_init): pointers into
+ * m, valid while m lives; layers: the caller's [n_layers], filled. Any architecture is
+ * viewed; engine_cuda_check (and so engine_cuda_init / engine_cuda_upload) refuses those
+ * outside the engine's list. For `locks bench --backend cuda --gguf`. */
+engine_cuda_model llama_gpu_view(const locks_model *m, engine_cuda_layer *layers);
 /* Speculation's drafts (speculate.c): LLAMA_DRAFT_RECORD makes the next sparse decode
  * steps keep the pages each global layer selected, LLAMA_DRAFT_REPLAY makes them attend
  * those pages again (plus any page begun since) without scoring, LLAMA_DRAFT_OFF ends
