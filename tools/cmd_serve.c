@@ -59,6 +59,7 @@ static void usage(FILE *f) {
             LOCKS_CTX_MAX_SEQS, LOCKS_CTX_MAX_SEQS);
 }
 
+#ifdef LOCKS_HAVE_SERVER
 static int parse_float(const char *s, float *out) {
     char *end;
     float v = strtof(s, &end);
@@ -66,6 +67,7 @@ static int parse_float(const char *s, float *out) {
     *out = v;
     return 1;
 }
+#endif
 
 int cmd_serve(int argc, char **argv) {
 #ifndef LOCKS_HAVE_SERVER
