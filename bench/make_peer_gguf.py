@@ -6,13 +6,19 @@ no `gguf` package).
   python3 bench/make_peer_gguf.py --shape llama3-8b --out /root/keep/peer.gguf
   python3 bench/make_peer_gguf.py --shape glm4-9b   --out /root/keep/peer.gguf
   python3 bench/make_peer_gguf.py --shape tiny      --out /tmp/tiny.gguf   (a test shape)
+  python3 bench/make_peer_gguf.py --shape llama3-8b --vocab --out F16.gguf  (with a vocabulary)
 
 The file: GGUF v3, general.architecture "llama", general.file_type 1 (mostly F16),
 tokenizer.ggml.model "none" with llama.vocab_size (llama.cpp then loads it without a
 vocabulary), every llama.* hyper-parameter llama.cpp reads (context_length,
 embedding_length, block_count, feed_forward_length, attention.head_count(_kv),
 attention.key_length / value_length, rope.dimension_count, rope.freq_base,
-attention.layer_norm_rms_epsilon). Tensors as llama.cpp's converter names them:
+attention.layer_norm_rms_epsilon). With --vocab the file holds a vocabulary instead, so that
+this project's loader (which needs a tokenizer) reads it too: tokenizer.ggml.model "gpt2",
+pre "gpt2", n_vocab tokens (the 256 byte tokens of GPT-2's alphabet, <|endoftext|> as bos
+and eos, then fillers "<tN>"), every type normal but <|endoftext|>'s (control), an empty
+merges array; llama.cpp loads it as a byte-level BPE vocabulary (this is the flow where
+llama-quantize turns the file into Q4_K_M and both engines read that one file). Tensors as llama.cpp's converter names them:
 token_embd, output, output_norm, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
 ffn_norm, ffn_gate, ffn_up, ffn_down}; the matrices F16, the norms F32 (ones).
 
@@ -41,7 +47,7 @@ SHAPES = {
     "tiny": (2, 256, 512, 4, 2, 64, 1024, 10000.0, 4096),
 }
 
-GGUF_U32, GGUF_F32, GGUF_STRING, GGUF_U64 = 4, 6, 8, 10
+GGUF_I32, GGUF_U32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY, GGUF_U64 = 5, 4, 6, 7, 8, 9, 10
 GGML_F32, GGML_F16 = 0, 1
 ALIGN = 32
 
@@ -59,9 +65,51 @@ def kv(key, vtype, value):
         return out + struct.pack("<Q", value)
     if vtype == GGUF_F32:
         return out + struct.pack("<f", value)
+    if vtype == GGUF_BOOL:
+        return out + struct.pack("<B", 1 if value else 0)
     if vtype == GGUF_STRING:
         return out + gguf_str(value)
+    if vtype == GGUF_ARRAY:  # value: (element type, list)
+        et, items = value
+        out += struct.pack("<IQ", et, len(items))
+        if et == GGUF_STRING:
+            return out + b"".join(gguf_str(x) for x in items)
+        if et == GGUF_I32:
+            return out + struct.pack("<%di" % len(items), *items)
+        raise ValueError(et)
     raise ValueError(vtype)
+
+
+def byte_tokens():
+    """GPT-2's byte-level alphabet: the 256 one-character tokens, in byte order."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    m = dict(zip(bs, cs))
+    return [chr(m[b]) for b in range(256)]
+
+
+def vocab_meta(vocab):
+    """The --vocab keys: a byte-level BPE vocabulary of `vocab` tokens, no merges."""
+    eot = 256
+    toks = byte_tokens() + ["<|endoftext|>"] + ["<t%d>" % i for i in range(vocab - 257)]
+    types = [1] * vocab
+    types[eot] = 3
+    return [
+        ("tokenizer.ggml.model", GGUF_STRING, "gpt2"),
+        ("tokenizer.ggml.pre", GGUF_STRING, "gpt2"),
+        ("tokenizer.ggml.tokens", GGUF_ARRAY, (GGUF_STRING, toks)),
+        ("tokenizer.ggml.token_type", GGUF_ARRAY, (GGUF_I32, types)),
+        ("tokenizer.ggml.merges", GGUF_ARRAY, (GGUF_STRING, [])),
+        ("tokenizer.ggml.bos_token_id", GGUF_U32, eot),
+        ("tokenizer.ggml.eos_token_id", GGUF_U32, eot),
+        ("tokenizer.ggml.add_bos_token", GGUF_BOOL, False),
+    ]
 
 
 def tensors_of(layers, dim, ffn, heads, kv_heads, head_dim, vocab):
@@ -92,7 +140,7 @@ def nbytes(ne, typ):
     return n * (4 if typ == GGML_F32 else 2)
 
 
-def write(path, shape, seed=1234, block_mb=64):
+def write(path, shape, seed=1234, block_mb=64, vocab_keys=False):
     layers, dim, ffn, heads, kv_heads, head_dim, vocab, rope_base, n_ctx = SHAPES[shape]
     meta = [
         ("general.architecture", GGUF_STRING, "llama"),
@@ -111,8 +159,8 @@ def write(path, shape, seed=1234, block_mb=64):
         ("llama.rope.freq_base", GGUF_F32, rope_base),
         ("llama.attention.layer_norm_rms_epsilon", GGUF_F32, 1e-5),
         ("llama.vocab_size", GGUF_U32, vocab),
-        ("tokenizer.ggml.model", GGUF_STRING, "none"),
     ]
+    meta += vocab_meta(vocab) if vocab_keys else [("tokenizer.ggml.model", GGUF_STRING, "none")]
     tens = tensors_of(layers, dim, ffn, heads, kv_heads, head_dim, vocab)
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tens), len(meta))
     head += b"".join(kv(k, t, v) for k, t, v in meta)
@@ -158,13 +206,15 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--block-mb", type=int, default=64, help="size of the random block tiled through the matrices")
+    ap.add_argument("--vocab", action="store_true", help="a byte-level BPE vocabulary instead of tokenizer 'none'")
     a = ap.parse_args()
-    total, dt, nt = write(a.out, a.shape, a.seed, a.block_mb)
+    total, dt, nt = write(a.out, a.shape, a.seed, a.block_mb, a.vocab)
     size = os.path.getsize(a.out)
     if size != total:
         sys.exit("make_peer_gguf: wrote %d bytes, expected %d" % (size, total))
-    print("make_peer_gguf: %s: %s, %d tensors, %.2f GiB in %.1f s (%.2f GB/s), random F16 (a %d MiB block tiled)" %
-          (a.out, a.shape, nt, size / 2**30, dt, size / 1e9 / max(dt, 1e-9), a.block_mb))
+    print("make_peer_gguf: %s: %s, %d tensors, %.2f GiB in %.1f s (%.2f GB/s), random F16 (a %d MiB block tiled)%s" %
+          (a.out, a.shape, nt, size / 2**30, dt, size / 1e9 / max(dt, 1e-9), a.block_mb,
+           ", byte-level BPE vocabulary" if a.vocab else ""))
 
 
 if __name__ == "__main__":
