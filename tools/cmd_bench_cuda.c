@@ -33,7 +33,7 @@
 #ifndef LOCKS_HAVE_CUDA
 int cmd_bench_cuda(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--model")) return cmd_bench_model_cuda(argc, argv);
+        if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "--gguf")) return cmd_bench_model_cuda(argc, argv);
     fprintf(stderr, "locks bench --backend cuda: this build has no CUDA backend\n");
     return 2;
 }
@@ -65,7 +65,8 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda [--shape llama3-8b,glm4-9b] [--context 32k,128k,...]\n"
                "                   [--batch 1,8] [--budget 2048] [--trials 15] [--prefill 128k] [--csv FILE]\n"
-               "                   [--rank 8] [--summary q|f32]\n");
+               "                   [--rank 8] [--summary q|f32]\n"
+               "       locks bench --backend cuda --model llama3-8b|glm4-9b | --gguf FILE ...  (the whole model; --help)\n");
 }
 
 static int parse(int argc, char **argv, gopts *o) {
@@ -283,7 +284,7 @@ done:
 
 int cmd_bench_cuda(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--model")) return cmd_bench_model_cuda(argc, argv);
+        if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "--gguf")) return cmd_bench_model_cuda(argc, argv);
     gopts o;
     int rc = parse(argc, argv, &o);
     if (rc == 1) return 0;

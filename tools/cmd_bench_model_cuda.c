@@ -1,13 +1,17 @@
 /*
- * cmd_bench_model_cuda.c — `locks bench --backend cuda --model llama3-8b|glm4-9b`: the
- * whole model's decode token on the GPU, dense and LOCKS, and the time to first token of
- * a real prefill.
+ * cmd_bench_model_cuda.c — `locks bench --backend cuda --model llama3-8b|glm4-9b` or
+ * `--gguf FILE`: the whole model's decode token on the GPU, dense and LOCKS, and the time
+ * to first token of a real prefill.
  *
- * Method: random bf16 weights of the real shapes made on the device (src/cuda/
- * model_engine.cu); per (batch, context) a CUDA cache whose sequences hold context - 1
- * tokens of random bf16 K/V in every layer (decode time does not depend on the values;
- * random keys make the masses near-uniform, the top-k's worst case) with every full
- * page summarised, plus the decode token's slot. A token is one replay of the captured
+ * Weights: --model, random bf16 weights of the real shapes made on the device (src/cuda/
+ * model_engine.cu); --gguf, the weights of a Llama-architecture GGUF as the GPU engine
+ * uploads them (engine_cuda_upload: Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices kept
+ * quantized, the rest in 16 bits), the host copy freed once they are on the device.
+ * Method: per (batch, context) a CUDA cache whose sequences hold context - 1 tokens of
+ * random K/V in every layer, bf16 (fp16 for --gguf, the cache engine_cuda_init makes for
+ * a loaded model), with every full page summarised, plus the decode token's slot (decode
+ * time does not depend on the values; random keys make the masses near-uniform, the
+ * top-k's worst case). A token is one replay of the captured
  * graph (all layers, K/V write, summary of a page that fills, the step, the FFN, logits,
  * sampling); times are medians of --trials replays timed with CUDA events, the sequences
  * keeping their length. ms/token is the mean over one page of tokens: 15 mid-page tokens
@@ -17,7 +21,8 @@
  * its preparation and the step (graphs of each alone); the rest is the difference (norms,
  * SwiGLU, casts, embedding, sampling, launch gaps).
  * Bytes per token: every weight matrix read once (the embedding table: one row per
- * sequence, not counted) + per sequence and layer, K/V of the attended tokens (d x 2 x 2
+ * sequence, not counted; a quantized matrix: its file bytes, rows x row bytes; any other:
+ * 2 bytes a value) + per sequence and layer, K/V of the attended tokens (d x 2 x 2
  * per token and KV head) + for LOCKS the summaries of the full pages. Byte limit = bytes /
  * 4.49 TB/s (H200 HBM3e; METHOD.md).
  * TTFT: a prefill of random token ids through the same engine (chunks of 2048: cuBLAS
@@ -36,14 +41,17 @@
 int cmd_bench_model_cuda(int argc, char **argv) {
     (void)argc;
     (void)argv;
-    fprintf(stderr, "locks bench --backend cuda --model: this build has no CUDA backend\n");
+    fprintf(stderr, "locks bench --backend cuda --model / --gguf: this build has no CUDA backend\n");
     return 2;
 }
 #else
 #include "args.h"
 #include "cache.h"
 #include "cuda/locks_cuda.h"
+#include "locks_model.h"
+#include "model/cuda/engine_cuda.h"
 #include "model/cuda/model_cuda.h"
+#include "model/llama_internal.h"
 #include "util.h"
 
 #define MAXL 16
@@ -55,12 +63,20 @@ typedef struct {
 } mshape;
 
 static const mshape mshapes[] = {
-    {"llama3-8b", {128256, 4096, 32, 32, 8, 128, 14336, 128, 500000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0}},
-    {"glm4-9b", {151552, 4096, 40, 32, 2, 128, 13696, 128, 10000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0}},
+    {"llama3-8b", {128256, 4096, 32, 32, 8, 128, 14336, 128, 500000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0, NULL}},
+    {"glm4-9b", {151552, 4096, 40, 32, 2, 128, 13696, 128, 10000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0, NULL}},
 };
 
 typedef struct {
-    const mshape *m;
+    const mshape *m;  /* --model, or NULL */
+    const char *gguf; /* --gguf FILE, or NULL */
+    /* the model benchmarked (cmd_bench_model_cuda sets them): its name in the table and
+     * the CSV (--model's, or the file's basename less .gguf), shape and weight bytes a
+     * token reads */
+    char name[128];
+    lg_shape s;
+    double wbytes;
+    locks_dtype kv; /* the cache's K/V: bf16 (--model), fp16 (--gguf: the engine's cache of a loaded model) */
     int32_t ctx[MAXL], batch[MAXL], ttft[MAXL];
     int32_t gemv[3];
     int n_ctx, n_batch, n_ttft, n_gemv;
@@ -70,9 +86,12 @@ typedef struct {
 } mopts;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b [--context 32k,128k,...] [--batch 1,8]\n"
-               "                   [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0] [--csv FILE]\n"
-               "                   [--speculate K] [--profile]\n"
+    fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b | --gguf FILE [--context 32k,128k,...]\n"
+               "                   [--batch 1,8] [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0]\n"
+               "                   [--csv FILE] [--speculate K] [--profile]\n"
+               "  --model NAME: random bf16 weights of that shape, made on the device\n"
+               "  --gguf FILE: the weights of a Llama-architecture GGUF as the GPU engine holds them (Q4_0, Q8_0,\n"
+               "               Q4_K, Q5_K, Q6_K kept quantized, other types in 16 bits); named by the file\n"
                "  --gemv LIST: the decode products through cuBLAS and the small kernels (0), through gemv.cu (1),\n"
                "               or gemv.cu with programmatic dependent launch (2), one after the other on the same\n"
                "               cache (the lab switch engine_gemv); default: the environment\n"
@@ -103,6 +122,9 @@ static int parse(int argc, char **argv, mopts *o) {
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--gguf") && v) {
+            o->gguf = v;
+            i++;
         } else if (!strcmp(a, "--context") && v) {
             if ((o->n_ctx = args_parse_ints(v, o->ctx, MAXL, 32, INT32_MAX / 2)) < 1) return 2;
             i++;
@@ -132,7 +154,8 @@ static int parse(int argc, char **argv, mopts *o) {
             if (r) return r;
         }
     }
-    if (!o->m) {
+    if (!o->m == !o->gguf) {
+        if (o->m) fprintf(stderr, "locks bench: --model or --gguf, not both\n");
         usage(stderr);
         return 2;
     }
@@ -141,7 +164,8 @@ static int parse(int argc, char **argv, mopts *o) {
 
 static double gib(double b) { return b / 1073741824.0; }
 
-/* Weight bytes a token reads: every matrix once, the embedding table not (one row). */
+/* Weight bytes a token reads, 16-bit matrices (--model): every matrix once, the embedding
+ * table not (one row). */
 static double weight_bytes(const lg_shape *s) {
     const double D = s->dim, Q = (double)s->n_heads * s->head_dim, KV = (double)s->n_kv_heads * s->head_dim;
     const double F = s->ffn_dim;
@@ -190,7 +214,7 @@ static int time_host(lg_ctx *e, int verify, const int32_t *toks, int32_t n, int3
  * the ones before: E tokens per round = (1 - a^(K+1)) / (1 - a)). Random weights: the
  * acceptance of real text comes from `locks run --speculate` on a real model. */
 static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N, FILE *csv) {
-    const lg_shape *s = &o->m->s;
+    const lg_shape *s = &o->s;
     const int32_t K = o->spec;
     float *logits = malloc(sizeof(float) * (size_t)(K + 1) * (size_t)s->n_vocab);
     if (!logits) return 1;
@@ -238,11 +262,11 @@ static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N,
         free(logits);
         return rc;
     }
-    printf("%-9s ctx %7d verify == dense decode bit for bit (memcmp of the logits): %d of %d rows\n", o->m->name, N,
+    printf("%-9s ctx %7d verify == dense decode bit for bit (memcmp of the logits): %d of %d rows\n", o->name, N,
            rows_equal, K + 1);
     printf("%-9s ctx %7d speculate K %d (host-timed, logits read back): dense token %.3f ms, LOCKS draft token %.3f ms"
            " (budget %d), verify of %d tokens %.3f ms (%.2f dense tokens)\n",
-           o->m->name, N, K, dense_ms, draft_ms, o->budget, K + 1, verify_ms, verify_ms / dense_ms);
+           o->name, N, K, dense_ms, draft_ms, o->budget, K + 1, verify_ms, verify_ms / dense_ms);
     printf("  acceptance  tokens/round  ms/token  vs dense\n");
     const double rates[] = {0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0};
     const double round_ms = K * draft_ms + verify_ms;
@@ -252,7 +276,7 @@ static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N,
         for (int32_t j = 0; j <= K; j++, ak *= a) tpr += ak;
         printf("  %9.2f  %12.2f  %8.3f  %7.2fx\n", a, tpr, round_ms / tpr, dense_ms * tpr / round_ms);
         if (csv)
-            fprintf(csv, "speculate,%s,1,%d,k%d_a%.2f,%d,%.6f,%.6f,%.6f,%.6f,0,0\n", o->m->name, N, K, a, o->budget,
+            fprintf(csv, "speculate,%s,1,%d,k%d_a%.2f,%d,%.6f,%.6f,%.6f,%.6f,0,0\n", o->name, N, K, a, o->budget,
                     round_ms / tpr, dense_ms, draft_ms, verify_ms);
     }
     /* the acceptance where speculation breaks even and where it reaches 1.5x */
@@ -275,13 +299,13 @@ static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N,
 
 static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE *csv) {
     int rc = 0;
-    const lg_shape *s = &o->m->s;
+    const lg_shape *s = &o->s;
     locks_cache *c = NULL;
     lg_ctx *e = NULL;
     int32_t *d_pages = NULL, *all = NULL;
     locks_cache_params cp = locks_cache_default_params();
     cp.backend = LOCKS_BACKEND_CUDA;
-    cp.kv_dtype = LOCKS_DTYPE_BF16;
+    cp.kv_dtype = o->kv;
     cp.n_layers = s->n_layers;
     cp.n_kv_heads = s->n_kv_heads;
     cp.head_dim = s->head_dim;
@@ -294,7 +318,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     TRY(lg_device_memory(0, &fr, &tot));
     if (kv_b + 3.0 * 1073741824.0 > (double)fr) {
         printf("%s batch %d context %d: skipped, the KV cache needs %.1f GiB, %.1f GiB free beside the weights\n",
-               o->m->name, B, N, gib(kv_b), gib((double)fr));
+               o->name, B, N, gib(kv_b), gib((double)fr));
         return 0;
     }
     locks_status st;
@@ -344,7 +368,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
         TRY(lg_set_tokens(e, toks));
         const lg_sample_params greedy = {0.f, 0, 1.f, 1};
         TRY(lg_set_sampler(e, &greedy));
-        const double wb = weight_bytes(s);
+        const double wb = o->wbytes;
         /* per selector: the parts at a mid-page token; then (all sequences at N tokens) the
          * token that fills a page, whose summary the graph builds in every layer */
         double t_all[2], t_gemm[2], t_attn[2], t_prep[2], t_step[2], t_fill[2], t_fill_prep[2], t_fill_attn[2];
@@ -385,7 +409,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
             const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
             printf("%-9s batch %d ctx %7d %-5s%s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
                    "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
-                   o->m->name, B, N, sel ? "locks" : "dense", gtag, avg_ms, B * 1e3 / avg_ms, gemm_ms, attn_ms,
+                   o->name, B, N, sel ? "locks" : "dense", gtag, avg_ms, B * 1e3 / avg_ms, gemm_ms, attn_ms,
                    all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms,
                    100.0 * limit_ms / avg_ms);
             printf("  mean of one page of tokens: 15 mid-page tokens %.3f ms (split above) + the page-fill token %.3f ms "
@@ -396,7 +420,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
                    t_prep[sel] / s->n_layers, t_step[sel] / s->n_layers, (t_prep[sel] + t_step[sel]) / s->n_layers,
                    attn_ms / s->n_layers);
             if (csv)
-                fprintf(csv, "decode,%s,%d,%d,%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f,%.6f,%.6f\n", o->m->name, B, N,
+                fprintf(csv, "decode,%s,%d,%d,%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f,%.6f,%.6f\n", o->name, B, N,
                         sel ? "locks" : "dense", ctag, p.budget, avg_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms,
                         bytes, limit_ms, all_ms, t_fill[sel]);
             fflush(stdout);
@@ -416,14 +440,14 @@ done:
 
 static int bench_ttft(const mopts *o, lg_model *m, int32_t T, FILE *csv) {
     int rc = 0;
-    const lg_shape *s = &o->m->s;
+    const lg_shape *s = &o->s;
     const int32_t chunk = 2048;
     locks_cache *c = NULL;
     lg_ctx *e = NULL;
     int32_t *toks = NULL;
     locks_cache_params cp = locks_cache_default_params();
     cp.backend = LOCKS_BACKEND_CUDA;
-    cp.kv_dtype = LOCKS_DTYPE_BF16;
+    cp.kv_dtype = o->kv;
     cp.n_layers = s->n_layers;
     cp.n_kv_heads = s->n_kv_heads;
     cp.head_dim = s->head_dim;
@@ -456,14 +480,98 @@ static int bench_ttft(const mopts *o, lg_model *m, int32_t T, FILE *csv) {
         TRY(lg_prefill(e, 0, toks + p, n, p, NULL));
     }
     const double ms = locks_now_ms() - t0;
-    printf("%-9s TTFT %7d tokens: %.2f s (%.0f tok/s), chunks of %d\n", o->m->name, T, ms / 1e3, T / (ms / 1e3), chunk);
-    if (csv) fprintf(csv, "ttft,%s,1,%d,prefill,0,%.3f,0,0,0,0,0,0,0\n", o->m->name, T, ms);
+    printf("%-9s TTFT %7d tokens: %.2f s (%.0f tok/s), chunks of %d\n", o->name, T, ms / 1e3, T / (ms / 1e3), chunk);
+    if (csv) fprintf(csv, "ttft,%s,1,%d,prefill,0,%.3f,0,0,0,0,0,0,0\n", o->name, T, ms);
     fflush(stdout);
 done:
     free(toks);
     lg_ctx_free(e);
     locks_cache_free(c);
     return rc;
+}
+
+/* Matrix k of the view in lg_shape.qtypes' order: 0 the output matrix, 1 + 7 l + i layer
+ * l's Wq, Wk, Wv, Wo, Wgate, Wup, Wdown. */
+static const matmul_weight *view_matrix(const engine_cuda_model *v, int32_t k) {
+    if (k == 0) return v->output;
+    const engine_cuda_layer *L = &v->layers[(k - 1) / 7];
+    const matmul_weight *const ws[7] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+    return ws[(k - 1) % 7];
+}
+
+/* Weight bytes a token reads, --gguf: each matrix of the view once, its file bytes (rows x
+ * row bytes) where the device keeps it quantized (the uploaded shape's qtypes), else 2
+ * bytes a value (the engine's 16-bit copy); the output matrix included (also when tied),
+ * the embedding table not (one row). *n_quant: how many are kept quantized. */
+static double gguf_weight_bytes(const engine_cuda_model *v, const lg_shape *s, int32_t *n_quant) {
+    double b = 0;
+    *n_quant = 0;
+    for (int32_t k = 0; k < LG_QTYPES(v->info.n_layers); k++) {
+        const matmul_weight *w = view_matrix(v, k);
+        const int q = s->qtypes && lg_qtype_supported(s->qtypes[k]);
+        *n_quant += q;
+        b += q ? (double)w->rows * (double)w->row_bytes : 2.0 * w->rows * w->cols;
+    }
+    return b;
+}
+
+/* The file's matrices by type, "Q4_K 193, Q6_K 33" (the output matrix included). */
+static void gguf_type_counts(const engine_cuda_model *v, char *buf, size_t size) {
+    int32_t count[64] = {0};
+    for (int32_t k = 0; k < LG_QTYPES(v->info.n_layers); k++) {
+        const int t = (int)view_matrix(v, k)->type;
+        if (t >= 0 && t < 64) count[t]++;
+    }
+    size_t n = 0;
+    buf[0] = 0;
+    for (int t = 0; t < 64 && n < size; t++)
+        if (count[t])
+            n += (size_t)snprintf(buf + n, size - n, "%s%s %d", n ? ", " : "", ggml_type_name((ggml_type)t), count[t]);
+}
+
+/* --gguf: the file on the host (locks_model_load), its view (llama_gpu_view) uploaded by
+ * the GPU engine (engine_cuda_upload, which refuses what engine_cuda_check refuses), the
+ * host model freed; o's name, shape and weight bytes set. NULL after a message. */
+static lg_model *load_gguf(mopts *o) {
+    const char *base = strrchr(o->gguf, '/');
+    base = base ? base + 1 : o->gguf;
+    size_t len = strlen(base);
+    if (len > 5 && !strcmp(base + len - 5, ".gguf")) len -= 5;
+    snprintf(o->name, sizeof o->name, "%.*s", (int)len, base);
+    const double t0 = locks_now_ms();
+    locks_status st;
+    locks_model *hm = locks_model_load(o->gguf, &st);
+    if (!hm) {
+        fprintf(stderr, "locks bench: cannot load %s: %s\n", o->gguf, tool_why(st));
+        return NULL;
+    }
+    const locks_model_info in = locks_model_get_info(hm);
+    engine_cuda_layer *layers = calloc((size_t)in.n_layers, sizeof *layers);
+    lg_model *m = NULL;
+    if (!layers) {
+        fprintf(stderr, "locks bench: out of host memory\n");
+        locks_model_free(hm);
+        return NULL;
+    }
+    const engine_cuda_model v = llama_gpu_view(hm, layers);
+    const double t1 = locks_now_ms();
+    m = engine_cuda_upload(&v, &st);
+    if (!m) {
+        fprintf(stderr, "locks bench: %s (%s) on the GPU: %s\n", o->gguf, in.arch, tool_why(st));
+    } else {
+        o->s = lg_model_shape(m);
+        int32_t n_quant = 0;
+        char types[256];
+        o->wbytes = gguf_weight_bytes(&v, &o->s, &n_quant);
+        gguf_type_counts(&v, types, sizeof types);
+        printf("%s: %s (%s), matrices %s; %d of %d kept quantized on the device, the rest and the embedding %s; "
+               "loaded in %.1f s, uploaded in %.1f s\n",
+               o->name, o->gguf, in.arch, types, n_quant, LG_QTYPES(in.n_layers),
+               o->s.wtype == LOCKS_DTYPE_BF16 ? "bf16" : "fp16", (t1 - t0) / 1e3, (locks_now_ms() - t1) / 1e3);
+    }
+    free(layers);
+    locks_model_free(hm); /* the device copy does not need it */
+    return m;
 }
 
 int cmd_bench_model_cuda(int argc, char **argv) {
@@ -476,25 +584,46 @@ int cmd_bench_model_cuda(int argc, char **argv) {
         fprintf(stderr, "locks bench: no CUDA device\n");
         return 1;
     }
-    lg_shape s = o.m->s;
-    printf("%s: %d layers, dim %d, FFN %d, %d/%d heads of %d, vocab %d; bf16 weights %.2f GiB (random, on the device); "
-           "device %.1f GiB free of %.1f\n",
-           o.m->name, s.n_layers, s.dim, s.ffn_dim, s.n_heads, s.n_kv_heads, s.head_dim, s.n_vocab,
-           gib((double)lg_model_bytes(&s)), gib((double)fr), gib((double)tot));
-    lg_model *m = lg_model_alloc(&s, &st);
-    if (!m) {
-        fprintf(stderr, "locks bench: weights: %s\n", tool_why(st));
-        return 1;
+    lg_model *m = NULL;
+    if (o.gguf) {
+        if (!(m = load_gguf(&o))) return 1;
+        o.kv = LOCKS_DTYPE_F16;
+        const lg_shape *s = &o.s;
+        printf("%s: %d layers, dim %d, FFN %d, %d/%d heads of %d, vocab %d; weights %.2f GiB on the device, "
+               "%.2f GB read a token; device %.1f GiB free of %.1f before the upload\n",
+               o.name, s->n_layers, s->dim, s->ffn_dim, s->n_heads, s->n_kv_heads, s->head_dim, s->n_vocab,
+               gib((double)lg_model_bytes(s)), o.wbytes / 1e9, gib((double)fr), gib((double)tot));
+    } else {
+        snprintf(o.name, sizeof o.name, "%s", o.m->name);
+        o.s = o.m->s;
+        o.wbytes = weight_bytes(&o.s);
+        o.kv = LOCKS_DTYPE_BF16;
+        printf("%s: %d layers, dim %d, FFN %d, %d/%d heads of %d, vocab %d; bf16 weights %.2f GiB (random, on the "
+               "device); device %.1f GiB free of %.1f\n",
+               o.name, o.s.n_layers, o.s.dim, o.s.ffn_dim, o.s.n_heads, o.s.n_kv_heads, o.s.head_dim, o.s.n_vocab,
+               gib((double)lg_model_bytes(&o.s)), gib((double)fr), gib((double)tot));
+        m = lg_model_alloc(&o.s, &st);
+        if (!m) {
+            fprintf(stderr, "locks bench: weights: %s\n", tool_why(st));
+            return 1;
+        }
+        if (lg_model_fill_random(m, 0xbeef) != LOCKS_OK) {
+            fprintf(stderr, "locks bench: random weights failed\n");
+            lg_model_free(m);
+            return 1;
+        }
     }
     FILE *csv = NULL;
     if (o.csv) {
-        csv = fopen(o.csv, "w");
-        if (csv)
-            fprintf(csv, "kind,model,batch,context,selector,budget,ms,weights_ms,attn_ms,rest_ms,bytes,limit_ms,"
-                         "mid_page_ms,fill_ms\n");
+        if (!(csv = fopen(o.csv, "w"))) {
+            fprintf(stderr, "locks bench: cannot write %s\n", o.csv);
+            lg_model_free(m);
+            return 1;
+        }
+        fprintf(csv, "kind,model,batch,context,selector,budget,ms,weights_ms,attn_ms,rest_ms,bytes,limit_ms,"
+                     "mid_page_ms,fill_ms\n");
     }
     rc = 0;
-    if (lg_model_fill_random(m, 0xbeef) != LOCKS_OK) rc = 1;
     for (int bi = 0; bi < o.n_batch && !rc; bi++)
         for (int ci = 0; ci < o.n_ctx && !rc; ci++) rc = bench_decode(&o, m, o.batch[bi], o.ctx[ci], csv);
     for (int ti = 0; ti < o.n_ttft && !rc; ti++) rc = bench_ttft(&o, m, o.ttft[ti], csv);

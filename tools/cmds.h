@@ -7,7 +7,7 @@
 int cmd_bench(int argc, char **argv);
 /* `locks bench --backend cuda` (cmd_bench_cuda.c): the GPU benchmark. */
 int cmd_bench_cuda(int argc, char **argv);
-/* `locks bench --backend cuda --model NAME` (cmd_bench_model_cuda.c): whole-model decode. */
+/* `locks bench --backend cuda --model NAME | --gguf FILE` (cmd_bench_model_cuda.c): whole-model decode. */
 int cmd_bench_model_cuda(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
