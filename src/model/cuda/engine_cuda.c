@@ -1,7 +1,8 @@
 /*
  * engine_cuda.c — llama.c's context on the GPU (see engine_cuda.h): checks a model and
  * its parameters against the engine's capability list, loads the weights of the view
- * llama.c gives into a device model (dequantizing block types row by row on the host),
+ * llama.c gives into a device model (Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices as they are,
+ * laid out for qgemv.cu; other block types dequantized row by row on the host),
  * creates the CUDA cache and the device engine, and runs prefill chunks and decode tokens
  * through them.
  */
@@ -17,8 +18,9 @@
 
 /* The device engine runs the Llama layer only: no Q/K/V biases (qwen2), no QK-norm
  * (qwen3, gemma3), no GeGLU, post-branch norms or sliding window (gemma3), and RoPE on
- * adjacent pairs. Weights of every type the loader reads are dequantized row by row on
- * the host (matmul_row_f32) to the device's 16-bit type. The step runs the full and
+ * adjacent pairs. Matrices of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K stay quantized on the device
+ * (qgemv.cu); the other types the loader reads, and the token embedding, are dequantized
+ * row by row on the host (matmul_row_f32) to the device's 16-bit type. The step runs the full and
  * LOCKS selectors over quantized summaries (the CUDA backend's layout). */
 static const char *const caps_archs[] = {"llama"};
 static const ggml_type caps_types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,
@@ -115,6 +117,15 @@ engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params
     return NULL;
 }
 void engine_cuda_free(engine_cuda *g) { (void)g; }
+lg_model *engine_cuda_upload(const engine_cuda_model *m, locks_status *err) {
+    const locks_ctx_params p = locks_ctx_default_params();
+    locks_status st = engine_cuda_check(m, &p);
+    if (st == LOCKS_OK)
+        st = locks_fail(LOCKS_ERR_UNSUPPORTED, "engine_cuda_upload: the CUDA backend is not built in (configure with "
+                                               "-DLOCKS_CUDA=ON)");
+    if (err) *err = st;
+    return NULL;
+}
 locks_status engine_cuda_forward(engine_cuda *g, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
                                  int decode, float *logits, const locks_step_params *step, int32_t n_ctx,
                                  locks_run_stats *stats) {
@@ -187,15 +198,14 @@ static locks_status upload_weight(lg_model *dm, lg_tensor t, int32_t layer, int3
 
 static int is_bf16(const matmul_weight *w) { return w->type == GGML_TYPE_BF16; }
 
-engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params *p, locks_cache **cache,
-                              locks_status *err) {
-    locks_status st = LOCKS_OK;
-    engine_cuda *g = NULL;
-    float *f32 = NULL;
-    uint16_t *h16 = NULL;
-    *cache = NULL;
+/* 1 if the device keeps w in its own type (qgemv.cu), as model_engine.cu's layout decides. */
+static int kept_quantized(const matmul_weight *w) {
+    return lg_qtype_supported(w->type) && lg_qmat_bytes(w->type, w->rows, w->cols) > 0;
+}
+
+/* The device shape of m; qt [LG_QTYPES(n_layers)] receives every matrix's type. */
+static lg_shape device_shape(const engine_cuda_model *m, int32_t *qt) {
     const locks_model_info in = m->info;
-    if ((st = engine_cuda_check(m, p)) != LOCKS_OK) goto fail;
     lg_shape sh = {0};
     sh.n_vocab = in.n_vocab;
     sh.dim = in.dim;
@@ -209,9 +219,106 @@ engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params
     sh.norm_eps = in.norm_eps;
     sh.tied = m->tied;
     sh.device = 0;
-    sh.wtype = is_bf16(m->layers[0].wq) || is_bf16(m->tok_embd)
-                   ? LOCKS_DTYPE_BF16
-                   : LOCKS_DTYPE_F16;
+    sh.wtype = is_bf16(m->layers[0].wq) || is_bf16(m->tok_embd) ? LOCKS_DTYPE_BF16 : LOCKS_DTYPE_F16;
+    qt[0] = (int32_t)(m->tied ? m->tok_embd : m->output)->type;
+    for (int32_t l = 0; l < in.n_layers; l++) {
+        const engine_cuda_layer *L = &m->layers[l];
+        const matmul_weight *ws[7] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        for (int i = 0; i < 7; i++) qt[1 + 7 * l + i] = (int32_t)ws[i]->type;
+    }
+    sh.qtypes = qt;
+    return sh;
+}
+
+/* One matrix part: kept quantized (its file bytes, laid out for the device) or converted. */
+static locks_status upload_part(lg_model *dm, lg_tensor t, int32_t layer, int32_t row0, const matmul_weight *w,
+                                locks_dtype type, float *f32, uint16_t *h16, int32_t batch) {
+    if (kept_quantized(w)) return lg_model_upload_q(dm, t, layer, row0, w->rows, w->data);
+    return upload_weight(dm, t, layer, row0, w, type, f32, h16, batch);
+}
+
+/* The weights of m into a device model of shape sh (device_shape). */
+static lg_model *upload_model(const engine_cuda_model *m, const lg_shape *sh, locks_status *err) {
+    locks_status st = LOCKS_OK;
+    const locks_model_info in = m->info;
+    float *f32 = NULL;
+    uint16_t *h16 = NULL;
+    lg_model *dm = lg_model_alloc(sh, &st);
+    if (!dm) goto fail;
+    const int32_t batch = 64, q_dim = in.n_heads * in.head_dim, kv_dim = in.n_kv_heads * in.head_dim;
+    const int32_t widest = in.dim > in.ffn_dim ? in.dim : in.ffn_dim;
+    f32 = locks_alloc((size_t)widest, sizeof(float));
+    h16 = locks_alloc((size_t)batch * (size_t)(widest > q_dim ? widest : q_dim), sizeof(uint16_t));
+    if (!f32 || !h16) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    if ((st = upload_weight(dm, LG_TOK_EMBD, 0, 0, m->tok_embd, sh->wtype, f32, h16, batch))) goto fail;
+    /* the output matrix: its own copy unless it is the 16-bit embedding itself */
+    if ((!sh->tied || kept_quantized(m->tok_embd)) &&
+        (st = upload_part(dm, LG_OUTPUT, 0, 0, sh->tied ? m->tok_embd : m->output, sh->wtype, f32, h16, batch)))
+        goto fail;
+    if ((st = lg_model_upload(dm, LG_OUTPUT_NORM, 0, 0, 1, m->output_norm))) goto fail;
+    for (int32_t l = 0; l < in.n_layers; l++) {
+        const engine_cuda_layer *L = &m->layers[l];
+        struct {
+            lg_tensor t;
+            int32_t row0;
+            const matmul_weight *w;
+        } parts[] = {{LG_WQKV, 0, L->wq},     {LG_WQKV, q_dim, L->wk},        {LG_WQKV, q_dim + kv_dim, L->wv},
+                     {LG_WO, 0, L->wo},       {LG_WGATE_UP, 0, L->w_gate},    {LG_WGATE_UP, in.ffn_dim, L->w_up},
+                     {LG_WDOWN, 0, L->w_down}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+            if ((st = upload_part(dm, parts[i].t, l, parts[i].row0, parts[i].w, sh->wtype, f32, h16, batch)))
+                goto fail;
+        if ((st = lg_model_upload(dm, LG_ATTN_NORM, l, 0, 1, L->attn_norm)) ||
+            (st = lg_model_upload(dm, LG_FFN_NORM, l, 0, 1, L->ffn_norm)))
+            goto fail;
+    }
+    locks_free(f32);
+    locks_free(h16);
+    if (err) *err = LOCKS_OK;
+    return dm;
+fail:
+    locks_free(f32);
+    locks_free(h16);
+    lg_model_free(dm);
+    if (err) *err = st;
+    return NULL;
+}
+
+lg_model *engine_cuda_upload(const engine_cuda_model *m, locks_status *err) {
+    const locks_ctx_params p = locks_ctx_default_params();
+    locks_status st = engine_cuda_check(m, &p);
+    int32_t *qt = NULL;
+    lg_model *dm = NULL;
+    if (st == LOCKS_OK) {
+        qt = locks_alloc((size_t)LG_QTYPES(m->info.n_layers), sizeof(int32_t));
+        if (!qt) st = LOCKS_ERR_OOM;
+    }
+    if (st == LOCKS_OK) {
+        const lg_shape sh = device_shape(m, qt);
+        dm = upload_model(m, &sh, &st);
+    }
+    locks_free(qt);
+    if (err) *err = st;
+    return dm;
+}
+
+engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params *p, locks_cache **cache,
+                              locks_status *err) {
+    locks_status st = LOCKS_OK;
+    engine_cuda *g = NULL;
+    int32_t *qt = NULL;
+    *cache = NULL;
+    const locks_model_info in = m->info;
+    if ((st = engine_cuda_check(m, p)) != LOCKS_OK) goto fail;
+    qt = locks_alloc((size_t)LG_QTYPES(in.n_layers), sizeof(int32_t));
+    if (!qt) {
+        st = LOCKS_ERR_OOM;
+        goto fail;
+    }
+    const lg_shape sh = device_shape(m, qt);
 
     /* does it fit: weights + K/V pool + summaries (+ ~1 GiB for activations and workspace) */
     const int32_t seq_pages = (p->n_ctx + LOCKS_PAGE - 1) / LOCKS_PAGE, n_seqs = p->n_seqs;
@@ -244,40 +351,8 @@ engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params
     g->rank = p->rank;
     g->n_seqs = n_seqs;
     for (int32_t s = 0; s < LOCKS_CTX_MAX_SEQS; s++) g->next[s] = -1;
-    g->dm = lg_model_alloc(&sh, &st);
+    g->dm = upload_model(m, &sh, &st);
     if (!g->dm) goto fail;
-
-    /* ---- weights ---- */
-    const int32_t batch = 64, widest = in.dim > in.ffn_dim ? in.dim : in.ffn_dim;
-    f32 = locks_alloc((size_t)widest, sizeof(float));
-    h16 = locks_alloc((size_t)batch * (size_t)(widest > in.n_heads * in.head_dim ? widest : in.n_heads * in.head_dim),
-                      sizeof(uint16_t));
-    if (!f32 || !h16) {
-        st = LOCKS_ERR_OOM;
-        goto fail;
-    }
-    const int32_t q_dim = in.n_heads * in.head_dim, kv_dim = in.n_kv_heads * in.head_dim;
-    if ((st = upload_weight(g->dm, LG_TOK_EMBD, 0, 0, m->tok_embd, sh.wtype, f32, h16, batch)))
-        goto fail;
-    if (!sh.tied && (st = upload_weight(g->dm, LG_OUTPUT, 0, 0, m->output, sh.wtype, f32, h16, batch)))
-        goto fail;
-    if ((st = lg_model_upload(g->dm, LG_OUTPUT_NORM, 0, 0, 1, m->output_norm))) goto fail;
-    for (int32_t l = 0; l < in.n_layers; l++) {
-        const engine_cuda_layer *L = &m->layers[l];
-        struct {
-            lg_tensor t;
-            int32_t row0;
-            const matmul_weight *w;
-        } parts[] = {{LG_WQKV, 0, L->wq},     {LG_WQKV, q_dim, L->wk},        {LG_WQKV, q_dim + kv_dim, L->wv},
-                     {LG_WO, 0, L->wo},       {LG_WGATE_UP, 0, L->w_gate},    {LG_WGATE_UP, in.ffn_dim, L->w_up},
-                     {LG_WDOWN, 0, L->w_down}};
-        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-            if ((st = upload_weight(g->dm, parts[i].t, l, parts[i].row0, parts[i].w, sh.wtype, f32, h16, batch)))
-                goto fail;
-        if ((st = lg_model_upload(g->dm, LG_ATTN_NORM, l, 0, 1, L->attn_norm)) ||
-            (st = lg_model_upload(g->dm, LG_FFN_NORM, l, 0, 1, L->ffn_norm)))
-            goto fail;
-    }
 
     /* ---- cache and engine ---- */
     locks_cache_params cp = locks_cache_default_params();
@@ -296,13 +371,11 @@ engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params
     g->e = lg_ctx_init(g->dm, *cache, n_seqs, chunk, &st);
     if (!g->e) goto fail;
     if ((st = lg_set_step(g->e, &p->step, seq_pages * LOCKS_PAGE))) goto fail;
-    locks_free(f32);
-    locks_free(h16);
+    locks_free(qt);
     if (err) *err = LOCKS_OK;
     return g;
 fail:
-    locks_free(f32);
-    locks_free(h16);
+    locks_free(qt);
     engine_cuda_free(g);
     locks_cache_free(*cache);
     *cache = NULL;

@@ -9,8 +9,10 @@
  * (locks_last_error) naming what and why, before any device is touched, so a build
  * without CUDA and a machine without a GPU refuse the same way.
  *
- * At init the model's weights are copied to the device (F16 and BF16 as stored; the other
- * listed types dequantized to fp16, or to bf16 when the file holds BF16 weights), after
+ * At init the model's weights are copied to the device (F16 and BF16 as stored; Q4_0, Q8_0,
+ * Q4_K, Q5_K and Q6_K matrices as they are, read by the decode products block by block
+ * and dequantized to fp16 for prefill products; the other listed types, and the token
+ * embedding, dequantized to fp16, or to bf16 when the file holds BF16 weights), after
  * checking that weights plus the KV cache of n_ctx tokens fit in free device memory. The
  * context's cache is a CUDA-backend locks_cache holding p->n_seqs sequences (slots 0 ..
  * n_seqs - 1, the engine's sequences), n_ctx tokens of room each. Prefill runs in chunks
@@ -71,6 +73,14 @@ locks_status engine_cuda_check(const engine_cuda_model *m, const locks_ctx_param
 engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params *p, locks_cache **cache,
                               locks_status *err);
 void engine_cuda_free(engine_cuda *g);
+
+/* The weights of m on device 0 as engine_cuda_init uploads them (matrices of the types
+ * lg_qtype_supported keeps quantized, the rest in the 16-bit type), with no cache or
+ * engine: for `locks bench --backend cuda --gguf`. NULL and *err as engine_cuda_init
+ * (LOCKS_ERR_UNSUPPORTED outside the capability list, _BACKEND, _OOM). Free with
+ * lg_model_free. */
+typedef struct lg_model lg_model;
+lg_model *engine_cuda_upload(const engine_cuda_model *m, locks_status *err);
 
 /* Tokens [pos, pos + n) of sequence seq (reserved in the cache): a prefill chunk (decode
  * = 0) or one decode token of that sequence alone (decode = 1, n = 1:

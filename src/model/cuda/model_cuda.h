@@ -40,7 +40,16 @@ typedef struct {
     locks_dtype wtype; /* LOCKS_DTYPE_F16 or LOCKS_DTYPE_BF16 */
     int32_t tied;      /* 1: the output matrix is the token embedding */
     int32_t device;
+    /* NULL: every matrix in wtype. Else [LG_QTYPES(n_layers)] ggml type codes (gguf.h) of
+     * the matrices kept quantized on the device (lg_qtype_supported; any other value: that
+     * matrix in wtype): [0] the output matrix, [1 + 7 l + i] layer l's Wq, Wk, Wv, Wo,
+     * Wgate, Wup, Wdown (i = 0..6). The token embedding is always wtype (a lookup reads one
+     * row a token). Parts of Wq|Wk|Wv (Wgate|Wup) of one type share one matrix; parts of
+     * different types are separate products into the same output rows. lg_model_alloc
+     * copies the array. */
+    const int32_t *qtypes;
 } lg_shape;
+#define LG_QTYPES(n_layers) (1 + 7 * (n_layers))
 
 typedef struct lg_model lg_model;
 
@@ -67,9 +76,19 @@ typedef enum {
 } lg_tensor;
 
 /* Copies rows [row0, row0 + n_rows) of a tensor from the host: 16-bit values of the
- * weight type (uint16 bits) for matrices, fp32 for norms (row0 = 0, n_rows = 1). */
+ * weight type (uint16 bits) for matrices, fp32 for norms (row0 = 0, n_rows = 1). The rows
+ * must lie in parts kept in wtype (LOCKS_ERR_INVALID_ARG for rows of a quantized part). */
 locks_status lg_model_upload(lg_model *m, lg_tensor t, int32_t layer, int32_t row0, int32_t n_rows,
                              const void *src);
+/* Copies rows [row0, row0 + n_rows) of a quantized part from the host in the file's bytes
+ * (n_rows * the type's row bytes, as the GGUF holds them), laid out for the device there
+ * (lg_qmat_pack). The rows must lie in one quantized part of tensor t (Wq at 0, Wk at q_dim,
+ * ..., Wup at ffn; the output matrix: t = LG_OUTPUT, also for a tied model);
+ * LOCKS_ERR_INVALID_ARG otherwise. */
+locks_status lg_model_upload_q(lg_model *m, lg_tensor t, int32_t layer, int32_t row0, int32_t n_rows,
+                               const void *src);
+/* 1 if the model keeps any matrix quantized. */
+int lg_model_quantized(const lg_model *m);
 /* Random weights made on the device (benchmarks): uniform in [-1/sqrt(cols), 1/sqrt(cols)],
  * norms 1. */
 locks_status lg_model_fill_random(lg_model *m, uint64_t seed);
@@ -169,6 +188,44 @@ int32_t lg_gemv_blocks(int32_t rows, int32_t cols, int32_t n);
 int lg_gemv_supported(int32_t cols, int32_t n);
 /* Raises the kernels' shared-memory limit; once before any graph capture. */
 locks_status lg_gemv_prepare(void);
+
+/* ---- quantized weights (qgemv.cu) ------------------------------------------------------
+ * Matrices of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K stay quantized on the device, in the file's
+ * bytes, re-laid so that every load is aligned: Q4_K and Q5_K blocks as stored (144 and
+ * 176 bytes); Q6_K, Q8_0 and Q4_0 blocks without their fp16 scale d (208, 32 and 16 bytes),
+ * all blocks of the matrix in row order, then the d of every block in the same order (after
+ * the blocks, at a 256-byte boundary). Decode products (1..8 rows) quantize their input to
+ * int8 in 32-value blocks exactly as the CPU does (matmul_quantize: d = max|x| / 127,
+ * q = round-to-nearest-even(x / d)) and take the sub-block integer dot products of
+ * quant.c with dp4a, one scale per 16 values, one offset per 32: the CPU engine's
+ * arithmetic, the fp32 sums in another order. Each row's sums do not depend on how many
+ * rows come with it (bit for bit). Prefill products dequantize the matrix to 16-bit and run
+ * cuBLAS. */
+
+/* 1 for the ggml types kept quantized (GGML_TYPE_Q4_0, Q8_0, Q4_K, Q5_K, Q6_K). */
+int lg_qtype_supported(int32_t type);
+/* Device bytes of a rows x cols matrix of that type (0: type not supported, or cols not a
+ * multiple of its block: 32 for Q4_0 / Q8_0, 256 for the K types). */
+size_t lg_qmat_bytes(int32_t type, int32_t rows, int32_t cols);
+/* Host: rows x cols of the file's bytes (rows * row_bytes, row-major) -> the device layout
+ * (lg_qmat_bytes(type, rows, cols) bytes at dst, host memory). */
+void lg_qmat_pack(int32_t type, const void *src, int32_t rows, int32_t cols, void *dst);
+/* A quantized matrix on the device (d_w: lg_qmat_bytes of the packed layout). */
+typedef struct {
+    const void *d_w;
+    int32_t type, rows, cols;
+} lg_qmat;
+/* Quantized activations: d_q [n][cols] int8, d_ds [n][cols / 32][2] float {d, d * sum(q)}
+ * (matmul_q8's d and ds). From 16-bit input x16 [n][cols] of xtype (F16 or BF16 bits) or
+ * fp32 (xtype LOCKS_DTYPE_F32); cols a multiple of 32. */
+locks_status lg_op_q8_quantize(const void *d_x, locks_dtype xtype, int32_t n, int32_t cols, int8_t *d_q, float *d_ds);
+/* y[t][r] (row stride ldy floats) = sum_c W[r][c] x_t[c] (+ y[t][r] if beta) for t < n
+ * (1..LG_GEMV_MAX_N), r < w->rows, from quantized activations of w->cols columns. */
+locks_status lg_op_qgemv(const lg_qmat *w, int32_t n, const int8_t *d_q, const float *d_ds, float *d_y, int32_t ldy,
+                         int beta);
+/* W dequantized: d_out [rows][cols] of out_type (F16 or BF16 bits), each value the fp32
+ * d * scale * q + offset of quant.c rounded once. */
+locks_status lg_op_qdequant(const lg_qmat *w, locks_dtype out_type, void *d_out);
 
 /* ---- single ops, for the GPU tests (device arrays, synchronous) --------------------- */
 

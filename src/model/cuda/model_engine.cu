@@ -58,19 +58,35 @@ extern "C" {
 /* Weights                                                                          */
 /* ================================================================================ */
 
+/* A matrix: up to three parts stacked by rows (Wq | Wk | Wv, Wgate | Wup), consecutive parts
+ * of one type sharing a segment; a segment is 16-bit (type -1: row-major in wtype) or
+ * quantized (a ggml type, lg_qtype_supported: qgemv.cu's device layout of its rows). */
+typedef struct {
+    void *p;
+    int32_t type; /* -1: 16-bit */
+    int32_t row0, rows;
+} lg_seg;
+typedef struct {
+    lg_seg seg[3];
+    int32_t n_seg, rows, cols;
+} lg_mat;
+
 typedef struct {
     float *attn_norm, *ffn_norm; /* (dim,) */
-    void *wqkv;                  /* (q_dim + 2 kv_dim, dim) */
-    void *wo;                    /* (dim, q_dim) */
-    void *wgu;                   /* (2 ffn, dim) */
-    void *wdown;                 /* (dim, ffn) */
+    lg_mat wqkv;                 /* (q_dim + 2 kv_dim, dim) */
+    lg_mat wo;                   /* (dim, q_dim) */
+    lg_mat wgu;                  /* (2 ffn, dim) */
+    lg_mat wdown;                /* (dim, ffn) */
 } lg_layer;
 
 struct lg_model {
     lg_shape s;
-    void *base; /* one allocation holding everything */
+    int32_t *qt;  /* s.qtypes, owned (NULL: none) */
+    int quant;    /* 1: some segment is quantized */
+    void *base;   /* one allocation holding everything */
     size_t bytes;
-    void *tok_embd, *output; /* (n_vocab, dim); output == tok_embd when tied */
+    void *tok_embd; /* (n_vocab, dim) 16-bit */
+    lg_mat output;  /* (n_vocab, dim); its segment is tok_embd when tied and 16-bit */
     float *output_norm;
     lg_layer *layers;
 };
@@ -84,32 +100,75 @@ static char *take(char *base, size_t *off, size_t bytes) {
     return p;
 }
 
+/* The device type of a part: a supported quantized type whose blocks divide cols, else -1. */
+static int32_t part_type(const lg_shape *s, int32_t idx, int32_t rows, int32_t cols) {
+    if (!s->qtypes) return -1;
+    const int32_t t = s->qtypes[idx];
+    return lg_qtype_supported(t) && lg_qmat_bytes(t, rows, cols) > 0 ? t : -1;
+}
+
+static size_t seg_bytes(int32_t type, int32_t rows, int32_t cols) {
+    return type < 0 ? (size_t)rows * cols * 2 : lg_qmat_bytes(type, rows, cols);
+}
+
+/* Lays out a matrix of n parts (rows[i], types from qtypes[idx0 + i]) in the allocation. */
+static void lay_mat(const lg_shape *s, char *b, size_t *off, lg_mat *mt, int32_t idx0, const int32_t *rows, int n,
+                    int32_t cols) {
+    int32_t ty[3];
+    for (int i = 0; i < n; i++) ty[i] = part_type(s, idx0 + i, rows[i], cols);
+    mt->n_seg = 0;
+    mt->rows = 0;
+    mt->cols = cols;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        int32_t r = rows[i];
+        while (j < n && ty[j] == ty[i]) r += rows[j++];
+        lg_seg *g = &mt->seg[mt->n_seg++];
+        g->type = ty[i];
+        g->row0 = mt->rows;
+        g->rows = r;
+        g->p = take(b, off, seg_bytes(ty[i], r, cols));
+        mt->rows += r;
+        i = j;
+    }
+}
+
 /* Offsets of every tensor in the single allocation (m may be NULL: sizes only). */
 static size_t layout(const lg_shape *s, lg_model *m) {
-    const size_t D = (size_t)s->dim, Q = (size_t)s->n_heads * s->head_dim, KV = (size_t)s->n_kv_heads * s->head_dim;
-    const size_t F = (size_t)s->ffn_dim, V = (size_t)s->n_vocab;
+    const int32_t D = s->dim, Q = s->n_heads * s->head_dim, KV = s->n_kv_heads * s->head_dim;
+    const int32_t F = s->ffn_dim, V = s->n_vocab;
     char *b = m ? (char *)m->base : NULL;
     size_t off = 0;
-    char *p = take(b, &off, V * D * 2);
+    lg_mat tmp;
+    char *p = take(b, &off, (size_t)V * D * 2);
     if (m) m->tok_embd = p;
-    p = s->tied ? p : take(b, &off, V * D * 2);
-    if (m) m->output = p;
-    p = take(b, &off, D * 4);
+    lg_mat *mt = m ? &m->output : &tmp;
+    if (s->tied && part_type(s, 0, V, D) < 0) { /* the embedding itself */
+        mt->n_seg = 1, mt->rows = V, mt->cols = D;
+        mt->seg[0] = (lg_seg){p, -1, 0, V};
+    } else {
+        lay_mat(s, b, &off, mt, 0, &V, 1, D);
+    }
+    p = take(b, &off, (size_t)D * 4);
     if (m) m->output_norm = (float *)p;
     for (int32_t l = 0; l < s->n_layers; l++) {
-        char *an = take(b, &off, D * 4), *fn = take(b, &off, D * 4);
-        char *qkv = take(b, &off, (Q + 2 * KV) * D * 2), *wo = take(b, &off, D * Q * 2);
-        char *gu = take(b, &off, 2 * F * D * 2), *dn = take(b, &off, D * F * 2);
-        if (!m) continue;
-        lg_layer *L = &m->layers[l];
-        L->attn_norm = (float *)an;
-        L->ffn_norm = (float *)fn;
-        L->wqkv = qkv;
-        L->wo = wo;
-        L->wgu = gu;
-        L->wdown = dn;
+        lg_layer tl, *L = m ? &m->layers[l] : &tl;
+        L->attn_norm = (float *)take(b, &off, (size_t)D * 4);
+        L->ffn_norm = (float *)take(b, &off, (size_t)D * 4);
+        const int32_t qkv[3] = {Q, KV, KV}, gu[2] = {F, F};
+        const int32_t i0 = 1 + 7 * l;
+        lay_mat(s, b, &off, &L->wqkv, i0, qkv, 3, D);
+        lay_mat(s, b, &off, &L->wo, i0 + 3, &D, 1, Q);
+        lay_mat(s, b, &off, &L->wgu, i0 + 4, gu, 2, D);
+        lay_mat(s, b, &off, &L->wdown, i0 + 6, &D, 1, F);
     }
     return off;
+}
+
+static int mat_quantized(const lg_mat *mt) {
+    for (int i = 0; i < mt->n_seg; i++)
+        if (mt->seg[i].type >= 0) return 1;
+    return 0;
 }
 
 extern "C" locks_status lg_device_memory(int32_t device, size_t *free_bytes, size_t *total_bytes) {
@@ -130,6 +189,7 @@ extern "C" void lg_model_free(lg_model *m) {
     if (m->base) cudaFree(m->base);
     m->base = NULL;
     locks_free(m->layers);
+    locks_free(m->qt);
     locks_free(m);
 }
 
@@ -159,9 +219,18 @@ extern "C" lg_model *lg_model_alloc(const lg_shape *s, locks_status *err) {
         goto fail;
     }
     m->s = *s;
-    m->bytes = layout(s, NULL);
+    if (s->qtypes) {
+        m->qt = (int32_t *)locks_alloc((size_t)LG_QTYPES(s->n_layers), sizeof(int32_t));
+        if (!m->qt) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+        memcpy(m->qt, s->qtypes, sizeof(int32_t) * (size_t)LG_QTYPES(s->n_layers));
+        m->s.qtypes = m->qt;
+    }
+    m->bytes = layout(&m->s, NULL);
     if (m->bytes > free_b) {
-        locks_log(LOCKS_LOG_ERROR, "cuda: the weights need %.2f GiB (16-bit), the device has %.2f GiB free of %.2f",
+        locks_log(LOCKS_LOG_ERROR, "cuda: the weights need %.2f GiB, the device has %.2f GiB free of %.2f",
                   m->bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
         st = LOCKS_ERR_OOM;
         goto fail;
@@ -177,7 +246,12 @@ extern "C" lg_model *lg_model_alloc(const lg_shape *s, locks_status *err) {
         st = LOCKS_ERR_OOM;
         goto fail;
     }
-    layout(s, m);
+    layout(&m->s, m);
+    m->quant = mat_quantized(&m->output);
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        const lg_layer *L = &m->layers[l];
+        m->quant |= mat_quantized(&L->wqkv) | mat_quantized(&L->wo) | mat_quantized(&L->wgu) | mat_quantized(&L->wdown);
+    }
     if (err) *err = LOCKS_OK;
     return m;
 fail:
@@ -188,72 +262,110 @@ fail:
 
 extern "C" lg_shape lg_model_shape(const lg_model *m) { return m->s; }
 
-/* Device pointer and row width (elements) of a tensor. */
-static void *tensor_ptr(lg_model *m, lg_tensor t, int32_t layer, int32_t *rows, int32_t *cols, int *is_f32) {
-    const lg_shape *s = &m->s;
-    const int32_t D = s->dim, Q = s->n_heads * s->head_dim, KV = s->n_kv_heads * s->head_dim, F = s->ffn_dim;
-    *is_f32 = 0;
-    if (t == LG_TOK_EMBD || t == LG_OUTPUT) {
-        *rows = s->n_vocab;
-        *cols = D;
-        return t == LG_TOK_EMBD ? m->tok_embd : (s->tied ? NULL : m->output);
-    }
-    if (t == LG_OUTPUT_NORM) {
-        *rows = 1;
-        *cols = D;
-        *is_f32 = 1;
-        return m->output_norm;
-    }
-    if (layer < 0 || layer >= s->n_layers) return NULL;
+extern "C" int lg_model_quantized(const lg_model *m) { return m && m->quant; }
+
+/* The matrix of a tensor (NULL for norms and the embedding). */
+static lg_mat *tensor_mat(lg_model *m, lg_tensor t, int32_t layer) {
+    if (t == LG_OUTPUT) return &m->output;
+    if (layer < 0 || layer >= m->s.n_layers) return NULL;
     lg_layer *L = &m->layers[layer];
     switch (t) {
-    case LG_ATTN_NORM: *rows = 1, *cols = D, *is_f32 = 1; return L->attn_norm;
-    case LG_FFN_NORM: *rows = 1, *cols = D, *is_f32 = 1; return L->ffn_norm;
-    case LG_WQKV: *rows = Q + 2 * KV, *cols = D; return L->wqkv;
-    case LG_WO: *rows = D, *cols = Q; return L->wo;
-    case LG_WGATE_UP: *rows = 2 * F, *cols = D; return L->wgu;
-    case LG_WDOWN: *rows = D, *cols = F; return L->wdown;
+    case LG_WQKV: return &L->wqkv;
+    case LG_WO: return &L->wo;
+    case LG_WGATE_UP: return &L->wgu;
+    case LG_WDOWN: return &L->wdown;
     default: return NULL;
     }
 }
 
+/* The segment of mt holding rows [row0, row0 + n) (NULL: none holds all of them). */
+static lg_seg *find_seg(lg_mat *mt, int32_t row0, int32_t n) {
+    for (int i = 0; i < mt->n_seg; i++) {
+        lg_seg *g = &mt->seg[i];
+        if (row0 >= g->row0 && row0 + n <= g->row0 + g->rows) return g;
+    }
+    return NULL;
+}
+
 extern "C" locks_status lg_model_upload(lg_model *m, lg_tensor t, int32_t layer, int32_t row0, int32_t n_rows,
                                         const void *src) {
-    int32_t rows, cols;
-    int f32;
-    if (!m || !src) return LOCKS_ERR_INVALID_ARG;
-    char *p = (char *)tensor_ptr(m, t, layer, &rows, &cols, &f32);
-    if (!p || row0 < 0 || n_rows < 0 || row0 + n_rows > rows) return LOCKS_ERR_INVALID_ARG;
-    const size_t es = f32 ? 4 : 2;
-    CU_TRY(cudaMemcpy(p + (size_t)row0 * cols * es, src, (size_t)n_rows * cols * es, cudaMemcpyHostToDevice));
+    if (!m || !src || row0 < 0 || n_rows < 0) return LOCKS_ERR_INVALID_ARG;
+    const lg_shape *s = &m->s;
+    float *f = NULL;
+    if (t == LG_OUTPUT_NORM) f = m->output_norm;
+    else if ((t == LG_ATTN_NORM || t == LG_FFN_NORM) && layer >= 0 && layer < s->n_layers)
+        f = t == LG_ATTN_NORM ? m->layers[layer].attn_norm : m->layers[layer].ffn_norm;
+    if (t == LG_OUTPUT_NORM || t == LG_ATTN_NORM || t == LG_FFN_NORM) {
+        if (!f || row0 != 0 || n_rows > 1) return LOCKS_ERR_INVALID_ARG;
+        CU_TRY(cudaMemcpy(f, src, (size_t)n_rows * s->dim * 4, cudaMemcpyHostToDevice));
+        return LOCKS_OK;
+    }
+    char *p;
+    int32_t cols;
+    if (t == LG_TOK_EMBD) {
+        if (row0 + n_rows > s->n_vocab) return LOCKS_ERR_INVALID_ARG;
+        p = (char *)m->tok_embd + (size_t)row0 * s->dim * 2;
+        cols = s->dim;
+    } else {
+        lg_mat *mt = tensor_mat(m, t, layer);
+        if (!mt || (t == LG_OUTPUT && s->tied && mt->seg[0].p == m->tok_embd)) return LOCKS_ERR_INVALID_ARG;
+        lg_seg *g = find_seg(mt, row0, n_rows);
+        if (!g || g->type >= 0) return LOCKS_ERR_INVALID_ARG;
+        cols = mt->cols;
+        p = (char *)g->p + (size_t)(row0 - g->row0) * cols * 2;
+    }
+    CU_TRY(cudaMemcpy(p, src, (size_t)n_rows * cols * 2, cudaMemcpyHostToDevice));
     return LOCKS_OK;
+}
+
+extern "C" locks_status lg_model_upload_q(lg_model *m, lg_tensor t, int32_t layer, int32_t row0, int32_t n_rows,
+                                          const void *src) {
+    if (!m || !src || row0 < 0 || n_rows < 1) return LOCKS_ERR_INVALID_ARG;
+    lg_mat *mt = tensor_mat(m, t, layer);
+    lg_seg *g = mt ? find_seg(mt, row0, n_rows) : NULL;
+    if (!g || g->type < 0) return LOCKS_ERR_INVALID_ARG;
+    /* pack the part alone, then place its blocks and its split scales (if the type has
+     * them) at the part's rows of the segment's two regions */
+    const size_t part = lg_qmat_bytes(g->type, n_rows, mt->cols);
+    void *h = locks_alloc(part, 1);
+    if (!h) return LOCKS_ERR_OOM;
+    lg_qmat_pack(g->type, src, n_rows, mt->cols, h);
+    const size_t blk_row = lg_qrow_block_bytes(g->type, mt->cols), d_row = lg_qrow_d_bytes(g->type, mt->cols);
+    const size_t off = (size_t)(row0 - g->row0);
+    locks_status st = LOCKS_OK;
+    if (cudaMemcpy((char *)g->p + off * blk_row, h, (size_t)n_rows * blk_row, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = LOCKS_ERR_BACKEND;
+    if (st == LOCKS_OK && d_row) {
+        const size_t hd = align256((size_t)n_rows * blk_row), gd = align256((size_t)g->rows * blk_row);
+        if (cudaMemcpy((char *)g->p + gd + off * d_row, (char *)h + hd, (size_t)n_rows * d_row,
+                       cudaMemcpyHostToDevice) != cudaSuccess)
+            st = LOCKS_ERR_BACKEND;
+    }
+    locks_free(h);
+    if (st != LOCKS_OK) locks_log(LOCKS_LOG_ERROR, "cuda: the upload of a quantized part failed");
+    return st;
 }
 
 extern "C" locks_status lg_model_fill_random(lg_model *m, uint64_t seed) {
     if (!m) return LOCKS_ERR_INVALID_ARG;
-    const lg_tensor mats[] = {LG_WQKV, LG_WO, LG_WGATE_UP, LG_WDOWN};
-    const lg_tensor norms[] = {LG_ATTN_NORM, LG_FFN_NORM};
-    int32_t rows, cols;
-    int f32;
+    if (m->quant) return LOCKS_ERR_UNSUPPORTED; /* random weights are 16-bit */
+    const lg_shape *s = &m->s;
     uint64_t k = seed;
-    for (int32_t l = -1; l < m->s.n_layers; l++) {
+    for (int32_t l = -1; l < s->n_layers; l++) {
         if (l < 0) {
-            for (int w = 0; w < 2; w++) {
-                void *p = tensor_ptr(m, w ? LG_OUTPUT : LG_TOK_EMBD, 0, &rows, &cols, &f32);
-                if (p) LOCKS_TRY(lg_fill16_launch(p, (size_t)rows * cols, m->s.wtype, ++k, 1.f / sqrtf((float)cols), 0));
-            }
-            float *on = (float *)tensor_ptr(m, LG_OUTPUT_NORM, 0, &rows, &cols, &f32);
-            LOCKS_TRY(lg_fill_f32_launch(on, (size_t)cols, 1.f, 0));
+            const float a = 1.f / sqrtf((float)s->dim);
+            LOCKS_TRY(lg_fill16_launch(m->tok_embd, (size_t)s->n_vocab * s->dim, s->wtype, ++k, a, 0));
+            if (!s->tied) LOCKS_TRY(lg_fill16_launch(m->output.seg[0].p, (size_t)s->n_vocab * s->dim, s->wtype, ++k, a, 0));
+            LOCKS_TRY(lg_fill_f32_launch(m->output_norm, (size_t)s->dim, 1.f, 0));
             continue;
         }
-        for (int w = 0; w < 4; w++) {
-            void *p = tensor_ptr(m, mats[w], l, &rows, &cols, &f32);
-            LOCKS_TRY(lg_fill16_launch(p, (size_t)rows * cols, m->s.wtype, ++k, 1.f / sqrtf((float)cols), 0));
-        }
-        for (int w = 0; w < 2; w++) {
-            float *p = (float *)tensor_ptr(m, norms[w], l, &rows, &cols, &f32);
-            LOCKS_TRY(lg_fill_f32_launch(p, (size_t)cols, 1.f, 0));
-        }
+        lg_layer *L = &m->layers[l];
+        const lg_mat *mats[] = {&L->wqkv, &L->wo, &L->wgu, &L->wdown};
+        for (int w = 0; w < 4; w++)
+            LOCKS_TRY(lg_fill16_launch(mats[w]->seg[0].p, (size_t)mats[w]->rows * mats[w]->cols, s->wtype, ++k,
+                                       1.f / sqrtf((float)mats[w]->cols), 0));
+        LOCKS_TRY(lg_fill_f32_launch(L->attn_norm, (size_t)s->dim, 1.f, 0));
+        LOCKS_TRY(lg_fill_f32_launch(L->ffn_norm, (size_t)s->dim, 1.f, 0));
     }
     CU_TRY(cudaDeviceSynchronize());
     return LOCKS_OK;
@@ -280,6 +392,9 @@ struct lg_ctx {
     float *att;     /* (rows, q_dim) */
     float *gu;      /* (rows, 2 ffn) */
     float *logits;  /* (n_seqs, n_vocab) */
+    int8_t *xq;     /* quantized weights: (LG_GEMV_MAX_N, widest) int8 input of a product */
+    float *xds;     /* (LG_GEMV_MAX_N, widest / 32) x {d, d sum(q)} */
+    void *wscr;     /* quantized weights, prefill: the widest segment dequantized to 16-bit */
     float *ss;      /* decode products: partial sums of squares of x's rows (gemv.cu) */
     int32_t ss_nblk; /* partials the last residual write left (enqueue time) */
     int gemv;       /* decode products: 0 cuBLAS + the small kernels, 1 gemv.cu, 2 gemv.cu with
@@ -328,7 +443,7 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
     for (int i = 0; i <= LG_PART_ALL; i++)
         if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
     if (e->blas) cublasDestroy(e->blas);
-    void *bufs[] = {e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits, e->ss,
+    void *bufs[] = {e->xq, e->xds, e->wscr, e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits, e->ss,
                     e->samp_ws, e->tok, e->row_slot, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter,
                     e->v_logits, e->v_ws, e->v_build};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -411,6 +526,25 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->blas_ws, CUBLAS_WS_BYTES);
         DA(e->ss, (size_t)lg_gemv_blocks(s->dim, 8, n_seqs) * n_seqs * 4); /* the most blocks */
         DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
+        if (m->quant) {
+            size_t scr = 0; /* the largest quantized segment, dequantized */
+            for (int32_t l = -1; l < s->n_layers; l++) {
+                const lg_mat *ms[4] = {&m->output, NULL, NULL, NULL};
+                if (l >= 0) {
+                    const lg_layer *L = &m->layers[l];
+                    ms[0] = &L->wqkv, ms[1] = &L->wo, ms[2] = &L->wgu, ms[3] = &L->wdown;
+                }
+                for (int k = 0; k < 4 && ms[k]; k++)
+                    for (int i = 0; i < ms[k]->n_seg; i++)
+                        if (ms[k]->seg[i].type >= 0) {
+                            const size_t b = (size_t)ms[k]->seg[i].rows * ms[k]->cols * 2;
+                            if (b > scr) scr = b;
+                        }
+            }
+            DA(e->xq, (size_t)LG_GEMV_MAX_N * e->widest);
+            DA(e->xds, (size_t)LG_GEMV_MAX_N * (e->widest / 32) * 8);
+            if (max_chunk > LG_GEMV_MAX_N) DA(e->wscr, scr);
+        }
 #undef DA
         {
             /* the decode products: cuBLAS and the small kernels unless engine_gemv = 1
@@ -422,7 +556,7 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             const int g = locks_cuda_get_lab().engine_gemv;
             const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
                              lg_gemv_supported(s->ffn_dim, n_seqs);
-            e->gemv = fits && (g == 1 || g == 2) ? g : 0;
+            e->gemv = fits && !m->quant && (g == 1 || g == 2) ? g : 0; /* gemv.cu reads 16-bit weights */
             if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
@@ -490,19 +624,65 @@ fail:
  * (e->gemm_chunked) a longer product runs in pieces of that many rows; a row of the decode
  * token and the same row of a verify then go through the same kernel. Costs little: the
  * decode products are bound by the weights' bytes (bench/RESULTS.md, exact15). */
-static locks_status gemm(lg_ctx *e, const void *w, int32_t rows, int32_t cols, int32_t n, float *y, float beta) {
+static locks_status gemm16(lg_ctx *e, const void *w, int32_t rows, int32_t ldy, int32_t cols, int32_t n, float *y,
+                           float beta) {
     const cudaDataType_t t = e->m->s.wtype == LOCKS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float alpha = 1.f;
     const int32_t P = e->gemm_rows;
     if (n > P && (!e->gemm_chunked || P == 1)) { /* (engine_pad = 0: every product as it comes) */
         CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w, t, cols, e->xb, t, cols, &beta,
-                            y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                            y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return LOCKS_OK;
     }
     for (int32_t r = 0; r < n; r += P)
         CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, P, cols, &alpha, w, t, cols,
-                            (const char *)e->xb + (size_t)r * cols * 2, t, cols, &beta, y + (size_t)r * rows,
-                            CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                            (const char *)e->xb + (size_t)r * cols * 2, t, cols, &beta, y + (size_t)r * ldy,
+                            CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return LOCKS_OK;
+}
+
+/* The same product through a matrix of segments (lg_mat). 16-bit segments go to cuBLAS as
+ * above. Quantized ones: products of up to LG_GEMV_MAX_N rows, and a verify's pieces of that
+ * many (e->gemm_chunked), quantize x16 to int8 once a piece (e->xq, e->xds) and read the
+ * blocks (qgemv.cu; a row's sums do not depend on the piece, so the verify is the decode bit
+ * for bit); longer products (prefill) dequantize the segment into e->wscr and run cuBLAS. */
+static locks_status gemm(lg_ctx *e, const lg_mat *w, int32_t n, float *y, float beta) {
+    const int32_t cols = w->cols, ldy = w->rows;
+    if (!mat_quantized(w)) return gemm16(e, w->seg[0].p, w->rows, ldy, cols, n, y, beta);
+    const lg_shape *s = &e->m->s;
+    if (n <= LG_GEMV_MAX_N || e->gemm_chunked) {
+        for (int32_t r = 0; r < n; r += LG_GEMV_MAX_N) {
+            const int32_t nn = n - r < LG_GEMV_MAX_N ? n - r : LG_GEMV_MAX_N;
+            const char *x16 = (const char *)e->xb + (size_t)r * cols * 2;
+            LOCKS_TRY(lg_q8_quantize_launch(x16, s->wtype, nn, cols, e->xq, e->xds, e->st));
+            for (int i = 0; i < w->n_seg; i++) {
+                const lg_seg *g = &w->seg[i];
+                float *yp = y + (size_t)r * ldy + g->row0;
+                if (g->type < 0) {
+                    /* a 16-bit segment beside quantized ones: cuBLAS on this piece's rows */
+                    void *xb = e->xb;
+                    e->xb = (void *)x16;
+                    const locks_status gs = gemm16(e, g->p, g->rows, ldy, cols, nn, yp, beta);
+                    e->xb = xb;
+                    LOCKS_TRY(gs);
+                    continue;
+                }
+                const lg_qmat qm = {g->p, g->type, g->rows, cols};
+                LOCKS_TRY(lg_qgemv_launch(&qm, nn, e->xq, e->xds, yp, ldy, beta != 0.f, e->st));
+            }
+        }
+        return LOCKS_OK;
+    }
+    for (int i = 0; i < w->n_seg; i++) {
+        const lg_seg *g = &w->seg[i];
+        const void *wp = g->p;
+        if (g->type >= 0) {
+            const lg_qmat qm = {g->p, g->type, g->rows, cols};
+            LOCKS_TRY(lg_qdequant_launch(&qm, s->wtype, e->wscr, e->st));
+            wp = e->wscr;
+        }
+        LOCKS_TRY(gemm16(e, wp, g->rows, ldy, cols, n, y + g->row0, beta));
+    }
     return LOCKS_OK;
 }
 
@@ -512,29 +692,31 @@ static int ops_how(const lg_ctx *e) { return e->rest ? LG_OPS_PDL : LG_OPS_PLAIN
 /* y (n, rows) = rms(x) . W^T with norm weight nw: one gemv.cu product in a fused decode
  * token (the norm from the partial sums of squares the last residual write left), else
  * the RMSNorm kernel and cuBLAS. */
-static locks_status norm_product(lg_ctx *e, const float *nw, const void *w, int32_t rows, int32_t n, float *y, int parts) {
+static locks_status norm_product(lg_ctx *e, const float *nw, const lg_mat *w, int32_t n, float *y, int parts) {
     const lg_shape *s = &e->m->s;
+    const int32_t rows = w->rows;
     if (e->gemv_now) {
         if (parts & LG_PART_GEMM)
-            LOCKS_TRY(lg_gemv_launch(LG_GEMV_NORM, w, s->wtype, rows, s->dim, n, e->x, s->dim, nw, e->ss, e->ss_nblk,
+            LOCKS_TRY(lg_gemv_launch(LG_GEMV_NORM, w->seg[0].p, s->wtype, rows, s->dim, n, e->x, s->dim, nw, e->ss, e->ss_nblk,
                                      s->norm_eps, y, rows, 0, NULL, e->gemv == 2, e->st));
         return LOCKS_OK;
     }
     if (parts & LG_PART_REST)
         LOCKS_TRY(lg_rmsnorm_launch_ex(e->x, nw, n, s->dim, s->norm_eps, s->wtype, e->xb, ops_how(e), e->st));
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, rows, s->dim, n, y, 0.f));
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, n, y, 0.f));
     return LOCKS_OK;
 }
 
 /* x += X . W^T with X = 16-bit(src) (mode LG_GEMV_F32, src (n, cols)) or silu(g) * u of
  * src = gu (LG_GEMV_SWIGLU, cols = ffn); with gemv.cu, the product also leaves x's partial sums
  * of squares for the next norm_product. */
-static locks_status residual_product(lg_ctx *e, int mode, const float *src, const void *w, int32_t cols, int32_t n,
+static locks_status residual_product(lg_ctx *e, int mode, const float *src, const lg_mat *w, int32_t n,
                                      int parts) {
     const lg_shape *s = &e->m->s;
+    const int32_t cols = w->cols;
     if (e->gemv_now) {
         if (parts & LG_PART_GEMM)
-            LOCKS_TRY(lg_gemv_launch(mode, w, s->wtype, s->dim, cols, n, src, mode == LG_GEMV_SWIGLU ? 2 * cols : cols,
+            LOCKS_TRY(lg_gemv_launch(mode, w->seg[0].p, s->wtype, s->dim, cols, n, src, mode == LG_GEMV_SWIGLU ? 2 * cols : cols,
                                      NULL, NULL, 0, 0.f, e->x, s->dim, 1, e->ss, e->gemv == 2, e->st));
         e->ss_nblk = lg_gemv_blocks(s->dim, cols, n);
         return LOCKS_OK;
@@ -543,16 +725,15 @@ static locks_status residual_product(lg_ctx *e, int mode, const float *src, cons
         if (mode == LG_GEMV_SWIGLU) LOCKS_TRY(lg_swiglu_launch_ex(src, n, cols, s->wtype, e->xb, ops_how(e), e->st));
         else LOCKS_TRY(lg_cast_launch_ex(src, (size_t)n * cols, s->wtype, e->xb, ops_how(e), e->st));
     }
-    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, s->dim, cols, n, e->x, 1.f));
+    if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, n, e->x, 1.f));
     return LOCKS_OK;
 }
 
 /* The FFN half of a layer and the Wo product, shared by prefill and decode. att -> x. */
 static locks_status layer_tail(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
-    const lg_shape *s = &e->m->s;
-    LOCKS_TRY(residual_product(e, LG_GEMV_F32, e->att, L->wo, e->q_dim, n, parts));
-    LOCKS_TRY(norm_product(e, L->ffn_norm, L->wgu, 2 * s->ffn_dim, n, e->gu, parts));
-    LOCKS_TRY(residual_product(e, LG_GEMV_SWIGLU, e->gu, L->wdown, s->ffn_dim, n, parts));
+    LOCKS_TRY(residual_product(e, LG_GEMV_F32, e->att, &L->wo, n, parts));
+    LOCKS_TRY(norm_product(e, L->ffn_norm, &L->wgu, n, e->gu, parts));
+    LOCKS_TRY(residual_product(e, LG_GEMV_SWIGLU, e->gu, &L->wdown, n, parts));
     return LOCKS_OK;
 }
 
@@ -569,7 +750,7 @@ static locks_status rope_copy(lg_ctx *e, int32_t n) {
 
 /* xb = rms(x) ; qkv = Wqkv xb (decode: RoPE and the rest in enqueue_prep). */
 static locks_status layer_head(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
-    LOCKS_TRY(norm_product(e, L->attn_norm, L->wqkv, e->qkv_dim, n, e->qkv, parts));
+    LOCKS_TRY(norm_product(e, L->attn_norm, &L->wqkv, n, e->qkv, parts));
     return LOCKS_OK;
 }
 
@@ -608,7 +789,7 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
     LOCKS_TRY(lg_rmsnorm_launch(xl, e->m->output_norm, 1, s->dim, s->norm_eps, s->wtype, e->xb, e->st));
     const int32_t pad = e->gemm_rows;
     e->gemm_rows = 1;
-    const locks_status gs = gemm(e, e->m->output, s->n_vocab, s->dim, 1, e->logits + (size_t)seq * s->n_vocab, 0.f);
+    const locks_status gs = gemm(e, &e->m->output, 1, e->logits + (size_t)seq * s->n_vocab, 0.f);
     e->gemm_rows = pad;
     LOCKS_TRY(gs);
     if (logits)
@@ -707,7 +888,7 @@ extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens,
         if (st == LOCKS_OK) st = layer_tail(e, L, n, LG_PART_ALL);
         if (st != LOCKS_OK) goto out;
     }
-    st = norm_product(e, e->m->output_norm, e->m->output, s->n_vocab, n, e->v_logits, LG_PART_ALL);
+    st = norm_product(e, e->m->output_norm, &e->m->output, n, e->v_logits, LG_PART_ALL);
 out:
     e->gemm_chunked = 0;
     LOCKS_TRY(st);
@@ -855,7 +1036,7 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
         if (parts & LG_PART_STEP) LOCKS_TRY(enqueue_step(e, l));
         LOCKS_TRY(layer_tail(e, L, ns, parts));
     }
-    LOCKS_TRY(norm_product(e, e->m->output_norm, e->m->output, s->n_vocab, ns, e->logits, parts));
+    LOCKS_TRY(norm_product(e, e->m->output_norm, &e->m->output, ns, e->logits, parts));
     if (parts & LG_PART_REST)
         LOCKS_TRY(lg_sample_launch(e->logits, ns, s->n_vocab, e->samp, e->counter, e->samp_ws, ns, e->tok, e->st));
     return LOCKS_OK;

@@ -94,4 +94,17 @@ locks_status lg_attn_prep_rows_launch(locks_cuda_cache *c, int32_t layer, float 
 locks_status lg_verify_kv_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,
                                  const float *qkv, int32_t row_stride, int32_t k_off, cudaStream_t st);
 
+/* Quantized weights (qgemv.cu; model_cuda.h's lg_op_q8_quantize, lg_op_qgemv,
+ * lg_op_qdequant, asynchronous on st). */
+locks_status lg_q8_quantize_launch(const void *x, locks_dtype xtype, int32_t n, int32_t cols, int8_t *q, float *ds,
+                                   cudaStream_t st);
+locks_status lg_qgemv_launch(const lg_qmat *w, int32_t n, const int8_t *q, const float *ds, float *y, int32_t ldy,
+                             int beta, cudaStream_t st);
+locks_status lg_qdequant_launch(const lg_qmat *w, locks_dtype out_type, void *out, cudaStream_t st);
+/* Bytes a row of cols takes in the device layout's blocks, and in its split fp16 scales (0:
+ * the type keeps them in its blocks); a matrix of r rows: r * blocks, then at the next
+ * 256-byte boundary r * scales. */
+size_t lg_qrow_block_bytes(int32_t type, int32_t cols);
+size_t lg_qrow_d_bytes(int32_t type, int32_t cols);
+
 #endif
