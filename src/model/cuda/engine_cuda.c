@@ -1,7 +1,7 @@
 /*
  * engine_cuda.c — llama.c's context on the GPU (see engine_cuda.h): checks a model and
  * its parameters against the engine's capability list, loads the weights of the view
- * llama.c gives into a device model (Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices as they are,
+ * llama.c gives into a device model (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K matrices as they are,
  * laid out for qgemv.cu; other block types dequantized row by row on the host),
  * creates the CUDA cache and the device engine, and runs prefill chunks and decode tokens
  * through them.
@@ -18,7 +18,7 @@
 
 /* The device engine runs the Llama layer only: no Q/K/V biases (qwen2), no QK-norm
  * (qwen3, gemma3), no GeGLU, post-branch norms or sliding window (gemma3), and RoPE on
- * adjacent pairs. Matrices of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K stay quantized on the device
+ * adjacent pairs. Matrices of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K stay quantized on the device
  * (qgemv.cu); the other types the loader reads, and the token embedding, are dequantized
  * row by row on the host (matmul_row_f32) to the device's 16-bit type. The step runs the full and
  * LOCKS selectors over quantized summaries (the CUDA backend's layout). */

@@ -9,7 +9,7 @@
  * (locks_last_error) naming what and why, before any device is touched, so a build
  * without CUDA and a machine without a GPU refuse the same way.
  *
- * At init the model's weights are copied to the device (F16 and BF16 as stored; Q4_0, Q8_0,
+ * At init the model's weights are copied to the device (F16 and BF16 as stored; Q4_0, Q4_1, Q8_0,
  * Q4_K, Q5_K and Q6_K matrices as they are, read by the decode products block by block
  * and dequantized to fp16 for prefill products; the other listed types, and the token
  * embedding, dequantized to fp16, or to bf16 when the file holds BF16 weights), after

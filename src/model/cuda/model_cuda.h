@@ -190,11 +190,11 @@ int lg_gemv_supported(int32_t cols, int32_t n);
 locks_status lg_gemv_prepare(void);
 
 /* ---- quantized weights (qgemv.cu) ------------------------------------------------------
- * Matrices of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K stay quantized on the device, in the file's
- * bytes, re-laid so that every load is aligned: Q4_K and Q5_K blocks as stored (144 and
- * 176 bytes); Q6_K, Q8_0 and Q4_0 blocks without their fp16 scale d (208, 32 and 16 bytes),
- * all blocks of the matrix in row order, then the d of every block in the same order (after
- * the blocks, at a 256-byte boundary). Decode products (1..8 rows) quantize their input to
+ * Matrices of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K stay quantized on the device, in the
+ * file's bytes, re-laid so that every load is aligned: Q4_K and Q5_K blocks as stored (144
+ * and 176 bytes); Q6_K, Q8_0, Q4_0 and Q4_1 blocks without their fp16 scales (d; Q4_1's d
+ * and m) (208, 32, 16 and 16 bytes), all blocks of the matrix in row order, then the scales
+ * of every block in the same order (after the blocks, at a 256-byte boundary). Decode products (1..8 rows) quantize their input to
  * int8 in 32-value blocks exactly as the CPU does (matmul_quantize: d = max|x| / 127,
  * q = round-to-nearest-even(x / d)) and take the sub-block integer dot products of
  * quant.c with dp4a, one scale per 16 values, one offset per 32: the CPU engine's
@@ -202,10 +202,10 @@ locks_status lg_gemv_prepare(void);
  * rows come with it (bit for bit). Prefill products dequantize the matrix to 16-bit and run
  * cuBLAS. */
 
-/* 1 for the ggml types kept quantized (GGML_TYPE_Q4_0, Q8_0, Q4_K, Q5_K, Q6_K). */
+/* 1 for the ggml types kept quantized (GGML_TYPE_Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K). */
 int lg_qtype_supported(int32_t type);
 /* Device bytes of a rows x cols matrix of that type (0: type not supported, or cols not a
- * multiple of its block: 32 for Q4_0 / Q8_0, 256 for the K types). */
+ * multiple of its block: 32 for Q4_0 / Q4_1 / Q8_0, 256 for the K types). */
 size_t lg_qmat_bytes(int32_t type, int32_t rows, int32_t cols);
 /* Host: rows x cols of the file's bytes (rows * row_bytes, row-major) -> the device layout
  * (lg_qmat_bytes(type, rows, cols) bytes at dst, host memory). */

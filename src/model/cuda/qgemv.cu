@@ -1,6 +1,6 @@
 /*
  * qgemv.cu — quantized weights on the device (model_cuda.h, "quantized weights"): the
- * device layout of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices, the int8 quantization of a
+ * device layout of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K matrices, the int8 quantization of a
  * product's input, the decode products of 1..8 rows that read the blocks as they lie and
  * decode them in registers, and the dequantization of a matrix to 16-bit for the prefill's
  * cuBLAS products.
@@ -18,9 +18,10 @@
  * is the same code for every N, so a row does not depend on how many rows came with it.
  *
  * Device layout (lg_qmat_pack): Q4_K and Q5_K blocks as the file has them (144 and 176
- * bytes, so 16-byte aligned); Q6_K, Q8_0 and Q4_0 blocks without their fp16 d (208, 32 and
- * 16 bytes: Q6_K's d is its last two bytes, the others' their first two, which would leave
- * the rest 2-byte aligned), then every block's d in block order after the blocks.
+ * bytes, so 16-byte aligned); Q6_K, Q8_0, Q4_0 and Q4_1 blocks without their fp16 scales
+ * (208, 32, 16 and 16 bytes: Q6_K's d is its last two bytes, the others' d (Q4_1: d, m)
+ * their first, which would leave the rest 2-byte aligned), then every block's scales in
+ * block order after the blocks.
  */
 #include "cuda/common.cuh"
 #include "model_ops.cuh"
@@ -40,16 +41,18 @@ typedef struct {
     int32_t elems;      /* per block */
     int32_t file_bytes; /* per block in the file */
     int32_t dev_bytes;  /* per block in the device layout (without a split d) */
-    int32_t d_off;      /* offset of the fp16 d that moves after the blocks; -1: none moves */
+    int32_t d_off;      /* offset of the fp16 scales that move after the blocks; -1: none move */
+    int32_t d_bytes;    /* how many bytes move (2: d; 4: Q4_1's d and m) */
 } qg_info;
 
 static int qg_type_info(int32_t type, qg_info *qi) {
     switch (type) {
-    case GGML_TYPE_Q4_0: *qi = (qg_info){32, 18, 16, 0}; return 1;
-    case GGML_TYPE_Q8_0: *qi = (qg_info){32, 34, 32, 0}; return 1;
-    case GGML_TYPE_Q4_K: *qi = (qg_info){256, 144, 144, -1}; return 1;
-    case GGML_TYPE_Q5_K: *qi = (qg_info){256, 176, 176, -1}; return 1;
-    case GGML_TYPE_Q6_K: *qi = (qg_info){256, 210, 208, 208}; return 1;
+    case GGML_TYPE_Q4_0: *qi = (qg_info){32, 18, 16, 0, 2}; return 1;
+    case GGML_TYPE_Q4_1: *qi = (qg_info){32, 20, 16, 0, 4}; return 1;
+    case GGML_TYPE_Q8_0: *qi = (qg_info){32, 34, 32, 0, 2}; return 1;
+    case GGML_TYPE_Q4_K: *qi = (qg_info){256, 144, 144, -1, 0}; return 1;
+    case GGML_TYPE_Q5_K: *qi = (qg_info){256, 176, 176, -1, 0}; return 1;
+    case GGML_TYPE_Q6_K: *qi = (qg_info){256, 210, 208, 208, 2}; return 1;
     default: return 0;
     }
 }
@@ -65,7 +68,7 @@ extern "C" size_t lg_qmat_bytes(int32_t type, int32_t rows, int32_t cols) {
     qg_info qi;
     if (!qg_type_info(type, &qi) || rows < 1 || cols < 1 || cols % qi.elems) return 0;
     const size_t nblk = (size_t)rows * (size_t)(cols / qi.elems);
-    return (size_t)qg_align((int64_t)nblk * qi.dev_bytes) + (qi.d_off >= 0 ? nblk * 2 : 0);
+    return (size_t)qg_align((int64_t)nblk * qi.dev_bytes) + (qi.d_off >= 0 ? nblk * qi.d_bytes : 0);
 }
 
 size_t lg_qrow_block_bytes(int32_t type, int32_t cols) {
@@ -74,7 +77,7 @@ size_t lg_qrow_block_bytes(int32_t type, int32_t cols) {
 }
 size_t lg_qrow_d_bytes(int32_t type, int32_t cols) {
     qg_info qi;
-    return qg_type_info(type, &qi) && qi.d_off >= 0 ? (size_t)(cols / qi.elems) * 2 : 0;
+    return qg_type_info(type, &qi) && qi.d_off >= 0 ? (size_t)(cols / qi.elems) * qi.d_bytes : 0;
 }
 
 extern "C" void lg_qmat_pack(int32_t type, const void *src, int32_t rows, int32_t cols, void *dst) {
@@ -89,11 +92,9 @@ extern "C" void lg_qmat_pack(int32_t type, const void *src, int32_t rows, int32_
     }
     uint8_t *dd = o + qg_align((int64_t)nblk * qi.dev_bytes);
     for (size_t b = 0; b < nblk; b++, s += qi.file_bytes, o += qi.dev_bytes) {
-        const uint8_t *d = s + qi.d_off;
-        const uint8_t *rest = qi.d_off == 0 ? s + 2 : s; /* the block's bytes other than d */
+        const uint8_t *rest = qi.d_off == 0 ? s + qi.d_bytes : s; /* the block's bytes other than the scales */
         memcpy(o, rest, (size_t)qi.dev_bytes);
-        dd[2 * b] = d[0];
-        dd[2 * b + 1] = d[1];
+        memcpy(dd + (size_t)qi.d_bytes * b, s + qi.d_off, (size_t)qi.d_bytes);
     }
 }
 
@@ -133,11 +134,17 @@ static __device__ __forceinline__ void qg_scale_min(uint32_t u0, uint32_t u1, ui
 template <int TYPE>
 static __device__ __forceinline__ void qg_decode(const uint8_t *__restrict__ w, int64_t n_blk, int32_t r, int32_t nsub,
                                                  int32_t b, qg_sub &u) {
-    if (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q8_0) {
+    if (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q4_1 || TYPE == GGML_TYPE_Q8_0) {
         const int64_t blk = (int64_t)r * nsub + b;
-        const int bytes = TYPE == GGML_TYPE_Q4_0 ? 16 : 32;
-        const __half *dt = reinterpret_cast<const __half *>(w + qg_align(n_blk * bytes));
-        const float d = __half2float(dt[blk]);
+        const int bytes = TYPE == GGML_TYPE_Q8_0 ? 32 : 16;
+        float d, m = 0.f;
+        if (TYPE == GGML_TYPE_Q4_1) { /* d and m, w = d q + m */
+            const uint32_t dm = __ldg(reinterpret_cast<const uint32_t *>(w + qg_align(n_blk * bytes)) + blk);
+            d = qg_h2f(dm);
+            m = qg_h2f(dm >> 16);
+        } else {
+            d = __half2float(reinterpret_cast<const __half *>(w + qg_align(n_blk * bytes))[blk]);
+        }
         if (TYPE == GGML_TYPE_Q8_0) {
             qg_ld32(w + blk * 32, u.q);
         } else {
@@ -145,12 +152,13 @@ static __device__ __forceinline__ void qg_decode(const uint8_t *__restrict__ w, 
             const uint32_t x[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                u.q[k] = __vsub4(x[k] & 0x0f0f0f0fu, 0x08080808u);
-                u.q[k + 4] = __vsub4((x[k] >> 4) & 0x0f0f0f0fu, 0x08080808u);
+                const uint32_t bias = TYPE == GGML_TYPE_Q4_0 ? 0x08080808u : 0u;
+                u.q[k] = __vsub4(x[k] & 0x0f0f0f0fu, bias);
+                u.q[k + 4] = __vsub4((x[k] >> 4) & 0x0f0f0f0fu, bias);
             }
         }
         u.s0 = u.s1 = d;
-        u.o = 0.f;
+        u.o = m;
     } else if (TYPE == GGML_TYPE_Q4_K || TYPE == GGML_TYPE_Q5_K) {
         const int bb = TYPE == GGML_TYPE_Q4_K ? 144 : 176;
         const int64_t blk = (int64_t)r * (nsub / 8) + b / 8;
@@ -284,7 +292,7 @@ __global__ void __launch_bounds__(QG_THREADS) qg_gemv_kernel(const uint8_t *__re
     const int32_t r = (int32_t)blockIdx.x * QG_WARPS + (threadIdx.x >> 5);
     if (r >= rows) return;
     const int32_t nsub = cols / 32;
-    const int64_t n_blk = (int64_t)rows * (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q8_0 ? nsub : nsub / 8);
+    const int64_t n_blk = (int64_t)rows * (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q4_1 || TYPE == GGML_TYPE_Q8_0 ? nsub : nsub / 8);
     float acc[N];
 #pragma unroll
     for (int t = 0; t < N; t++) acc[t] = 0.f;
@@ -360,6 +368,7 @@ locks_status lg_qgemv_launch(const lg_qmat *w, int32_t n, const int8_t *q, const
     if (!qg_ok(w) || n < 1 || n > LG_GEMV_MAX_N || !q || !ds || !y || ldy < w->rows) return LOCKS_ERR_INVALID_ARG;
     switch (w->type) {
     case GGML_TYPE_Q4_0: return qg_gemv_type<GGML_TYPE_Q4_0>(w, n, q, ds, y, ldy, beta, st);
+    case GGML_TYPE_Q4_1: return qg_gemv_type<GGML_TYPE_Q4_1>(w, n, q, ds, y, ldy, beta, st);
     case GGML_TYPE_Q8_0: return qg_gemv_type<GGML_TYPE_Q8_0>(w, n, q, ds, y, ldy, beta, st);
     case GGML_TYPE_Q4_K: return qg_gemv_type<GGML_TYPE_Q4_K>(w, n, q, ds, y, ldy, beta, st);
     case GGML_TYPE_Q5_K: return qg_gemv_type<GGML_TYPE_Q5_K>(w, n, q, ds, y, ldy, beta, st);
@@ -378,7 +387,7 @@ __global__ void qg_dequant_kernel(const uint8_t *__restrict__ w, int32_t rows, i
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)rows * nsub) return;
     const int32_t r = (int32_t)(i / nsub), b = (int32_t)(i % nsub);
-    const int64_t n_blk = (int64_t)rows * (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q8_0 ? nsub : nsub / 8);
+    const int64_t n_blk = (int64_t)rows * (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q4_1 || TYPE == GGML_TYPE_Q8_0 ? nsub : nsub / 8);
     qg_sub u;
     qg_decode<TYPE>(w, n_blk, r, nsub, b, u);
     uint32_t o[16];
@@ -416,6 +425,7 @@ locks_status lg_qdequant_launch(const lg_qmat *w, locks_dtype out_type, void *ou
     if (!qg_ok(w) || !out || (out_type != LOCKS_DTYPE_F16 && out_type != LOCKS_DTYPE_BF16)) return LOCKS_ERR_INVALID_ARG;
     switch (w->type) {
     case GGML_TYPE_Q4_0: return qg_dequant_type<GGML_TYPE_Q4_0>(w, out_type, out, st);
+    case GGML_TYPE_Q4_1: return qg_dequant_type<GGML_TYPE_Q4_1>(w, out_type, out, st);
     case GGML_TYPE_Q8_0: return qg_dequant_type<GGML_TYPE_Q8_0>(w, out_type, out, st);
     case GGML_TYPE_Q4_K: return qg_dequant_type<GGML_TYPE_Q4_K>(w, out_type, out, st);
     case GGML_TYPE_Q5_K: return qg_dequant_type<GGML_TYPE_Q5_K>(w, out_type, out, st);
