@@ -47,7 +47,7 @@
 #   (load + upload ~20 s, the sweep ~40 s); the Q4_K_M file deleted (KEEP_GGUF=1 keeps it).
 #   Split over two calls with PARTS=peer then PARTS=ours (the file stays in $KEEP between
 #   them; a cold machine makes it again). QUANT takes any llama-quantize type; the GPU
-#   engine keeps Q4_0, Q8_0, Q4_K, Q5_K and Q6_K quantized (Q4_K_M: Q4_K and Q6_K).
+#   engine keeps Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K quantized (Q4_K_M: Q4_K and Q6_K).
 #
 # Stages:
 #   pack DEST [LOCKS_TAR]   (CPU machine) DEST/llama-bench.tar.xz: bin/llama-bench of the

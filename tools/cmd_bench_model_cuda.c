@@ -5,7 +5,7 @@
  *
  * Weights: --model, random bf16 weights of the real shapes made on the device (src/cuda/
  * model_engine.cu); --gguf, the weights of a Llama-architecture GGUF as the GPU engine
- * uploads them (engine_cuda_upload: Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices kept
+ * uploads them (engine_cuda_upload: Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K matrices kept
  * quantized, the rest in 16 bits), the host copy freed once they are on the device.
  * Method: per (batch, context) a CUDA cache whose sequences hold context - 1 tokens of
  * random K/V in every layer, bf16 (fp16 for --gguf, the cache engine_cuda_init makes for
@@ -90,8 +90,8 @@ static void usage(FILE *f) {
                "                   [--batch 1,8] [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0]\n"
                "                   [--csv FILE] [--speculate K] [--profile]\n"
                "  --model NAME: random bf16 weights of that shape, made on the device\n"
-               "  --gguf FILE: the weights of a Llama-architecture GGUF as the GPU engine holds them (Q4_0, Q8_0,\n"
-               "               Q4_K, Q5_K, Q6_K kept quantized, other types in 16 bits); named by the file\n"
+               "  --gguf FILE: the weights of a Llama-architecture GGUF as the GPU engine holds them (Q4_0, Q4_1,\n"
+               "               Q8_0, Q4_K, Q5_K, Q6_K kept quantized, other types in 16 bits); named by the file\n"
                "  --gemv LIST: the decode products through cuBLAS and the small kernels (0), through gemv.cu (1),\n"
                "               or gemv.cu with programmatic dependent launch (2), one after the other on the same\n"
                "               cache (the lab switch engine_gemv); default: the environment\n"
