@@ -125,6 +125,7 @@ stage_pack() {
     # shared libraries outside the system and CUDA paths (a static build has none of its
     # own), and OpenMP's and OpenSSL's (the device image is not promised to have them)
     ldd "$b/bin/$x" | awk '/=>/ {print $3}' | while read -r lib; do
+      lib=$(readlink -f "$lib") # /usr/local/lib/libcudart.so.13 is the toolkit's
       case "$lib" in */libgomp.so*|*/libssl.so*|*/libcrypto.so*) cp -L "$lib" "$tmp/llamacpp/";;
         /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;;
         *) cp -L "$lib" "$tmp/llamacpp/";; esac
@@ -144,7 +145,13 @@ stage_pack() {
     echo "ldd:"; ldd "$b/bin/llama-bench" | sed 's/^/  /'
     for x in $bins; do echo "sha256: $(sha256sum "$b/bin/$x" | cut -d' ' -f1)  bin/$x (before strip)"; done
   } > "$tmp/llamacpp/BUILD-INFO"
-  (cd "$tmp" && tar cf - llamacpp | xz ${XZ_PACK:--T2 -6} > "$dest/llama-bench.tar.xz") || die "tar failed"
+  # The binaries are static: each holds the same ggml-cuda kernels. xz's dictionary spans
+  # the largest of them so that the second and third copies cost next to nothing (memory:
+  # ~10x the dictionary here, the dictionary itself to unpack on the device).
+  local big; big=$(du -m "$tmp"/llamacpp/llama-* | sort -n | tail -1 | cut -f1)
+  local dict=$(( big + 32 )); [ "$dict" -lt 64 ] && dict=64
+  (cd "$tmp" && tar cf - llamacpp | xz ${XZ_PACK:--T1 --lzma2=preset=6,dict=${dict}MiB} > "$dest/llama-bench.tar.xz") ||
+    die "tar failed"
   cp "$tmp/llamacpp/BUILD-INFO" "$dest/BUILD-INFO"
   rm -rf "$tmp"
   if [ -n "$ltar" ]; then cp "$ltar" "$dest/locks-bin.tar.xz" || die "cannot copy $ltar"; fi
@@ -262,7 +269,8 @@ stage_device() {
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader; nproc;
     df -h "$KEEP" | tail -1; } | tee "$LOGS/env_$tag.log"
   # ---- binaries (once per machine)
-  if [ ! -x "$KEEP/llamacpp/llama-bench" ] && [ -f "$dest/llama-bench.tar.xz" ]; then
+  if { [ ! -x "$KEEP/llamacpp/llama-bench" ] || { [ -n "$quant" ] && [ ! -x "$KEEP/llamacpp/llama-quantize" ]; }; } &&
+    [ -f "$dest/llama-bench.tar.xz" ]; then
     tar xJf "$dest/llama-bench.tar.xz" -C "$KEEP" || die "untar llama-bench"
   fi
   local L=${LOCKS:-}
