@@ -53,6 +53,7 @@ static void cuda_lab_from_env(void) {
     if ((e = getenv("LOCKS_ENGINE_FUSED")) && e[0] == '0') lab.engine_fused = 0;
     if ((e = getenv("LOCKS_ENGINE_PAD")) && e[0] == '0') lab.engine_pad = 0;
     if ((e = getenv("LOCKS_ENGINE_REST")) && e[0] == '0') lab.engine_rest = 0;
+    if ((e = getenv("LOCKS_ENGINE_QWEIGHTS")) && e[0] == '0') lab.engine_qweights = 0;
     locks_cuda_set_lab(&lab);
 }
 #endif

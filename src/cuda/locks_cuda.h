@@ -242,6 +242,9 @@ typedef struct {
     int engine_pad;      /* LOCKS_ENGINE_PAD: products of fewer than 8 rows run with 8 (1) or as they come (0) */
     int engine_rest;     /* LOCKS_ENGINE_REST: small kernels with PDL, summaries on a forked branch (1) or
                             the earlier launches (0) */
+    int engine_qweights; /* LOCKS_ENGINE_QWEIGHTS: Q4_0 / Q4_1 / Q8_0 / K-quant matrices kept quantized on the
+                            device, int8 inputs to the decode products (1), or dequantized to fp16 at
+                            load, fp16 inputs (0; read by engine_cuda_init and engine_cuda_upload) */
 } locks_cuda_lab;
 locks_cuda_lab locks_cuda_lab_default(void);
 /* lab NULL: back to the defaults. */

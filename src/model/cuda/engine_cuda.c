@@ -200,7 +200,8 @@ static int is_bf16(const matmul_weight *w) { return w->type == GGML_TYPE_BF16; }
 
 /* 1 if the device keeps w in its own type (qgemv.cu), as model_engine.cu's layout decides. */
 static int kept_quantized(const matmul_weight *w) {
-    return lg_qtype_supported(w->type) && lg_qmat_bytes(w->type, w->rows, w->cols) > 0;
+    return locks_cuda_get_lab().engine_qweights && lg_qtype_supported(w->type) &&
+           lg_qmat_bytes(w->type, w->rows, w->cols) > 0;
 }
 
 /* The device shape of m; qt [LG_QTYPES(n_layers)] receives every matrix's type. */
@@ -226,7 +227,7 @@ static lg_shape device_shape(const engine_cuda_model *m, int32_t *qt) {
         const matmul_weight *ws[7] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
         for (int i = 0; i < 7; i++) qt[1 + 7 * l + i] = (int32_t)ws[i]->type;
     }
-    sh.qtypes = qt;
+    sh.qtypes = locks_cuda_get_lab().engine_qweights ? qt : NULL; /* NULL: every matrix 16-bit */
     return sh;
 }
 

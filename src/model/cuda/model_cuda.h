@@ -196,7 +196,7 @@ locks_status lg_gemv_prepare(void);
  * and m) (208, 32, 16 and 16 bytes), all blocks of the matrix in row order, then the scales
  * of every block in the same order (after the blocks, at a 256-byte boundary). Decode products (1..8 rows) quantize their input to
  * int8 in 32-value blocks exactly as the CPU does (matmul_quantize: d = max|x| / 127,
- * q = round-to-nearest-even(x / d)) and take the sub-block integer dot products of
+ * q = round-to-nearest-even(x * (1 / d))) and take the sub-block integer dot products of
  * quant.c with dp4a, one scale per 16 values, one offset per 32: the CPU engine's
  * arithmetic, the fp32 sums in another order. Each row's sums do not depend on how many
  * rows come with it (bit for bit). Prefill products dequantize the matrix to 16-bit and run

@@ -654,7 +654,7 @@ static locks_status gemm(lg_ctx *e, const lg_mat *w, int32_t n, float *y, float 
         for (int32_t r = 0; r < n; r += LG_GEMV_MAX_N) {
             const int32_t nn = n - r < LG_GEMV_MAX_N ? n - r : LG_GEMV_MAX_N;
             const char *x16 = (const char *)e->xb + (size_t)r * cols * 2;
-            LOCKS_TRY(lg_q8_quantize_launch(x16, s->wtype, nn, cols, e->xq, e->xds, e->st));
+            LOCKS_TRY(lg_q8_quantize_launch(x16, s->wtype, nn, cols, e->xq, e->xds, e->rest, e->st));
             for (int i = 0; i < w->n_seg; i++) {
                 const lg_seg *g = &w->seg[i];
                 float *yp = y + (size_t)r * ldy + g->row0;
@@ -668,7 +668,7 @@ static locks_status gemm(lg_ctx *e, const lg_mat *w, int32_t n, float *y, float 
                     continue;
                 }
                 const lg_qmat qm = {g->p, g->type, g->rows, cols};
-                LOCKS_TRY(lg_qgemv_launch(&qm, nn, e->xq, e->xds, yp, ldy, beta != 0.f, e->st));
+                LOCKS_TRY(lg_qgemv_launch(&qm, nn, e->xq, e->xds, yp, ldy, beta != 0.f, e->rest, e->st));
             }
         }
         return LOCKS_OK;

@@ -95,11 +95,13 @@ locks_status lg_verify_kv_launch(locks_cuda_cache *c, int32_t layer, int32_t seq
                                  const float *qkv, int32_t row_stride, int32_t k_off, cudaStream_t st);
 
 /* Quantized weights (qgemv.cu; model_cuda.h's lg_op_q8_quantize, lg_op_qgemv,
- * lg_op_qdequant, asynchronous on st). */
+ * lg_op_qdequant, asynchronous on st). pdl: launched with programmatic dependent launch
+ * (the quantization waits before it reads x; the product loads its first weights before
+ * its wait, and its input and y after). */
 locks_status lg_q8_quantize_launch(const void *x, locks_dtype xtype, int32_t n, int32_t cols, int8_t *q, float *ds,
-                                   cudaStream_t st);
+                                   int pdl, cudaStream_t st);
 locks_status lg_qgemv_launch(const lg_qmat *w, int32_t n, const int8_t *q, const float *ds, float *y, int32_t ldy,
-                             int beta, cudaStream_t st);
+                             int beta, int pdl, cudaStream_t st);
 locks_status lg_qdequant_launch(const lg_qmat *w, locks_dtype out_type, void *out, cudaStream_t st);
 /* Bytes a row of cols takes in the device layout's blocks, and in its split fp16 scales (0:
  * the type keeps them in its blocks); a matrix of r rows: r * blocks, then at the next

@@ -235,9 +235,9 @@ template <int XT> static __device__ __forceinline__ void qg_load_x32(const void 
 /* One thread per 32-value block: matmul_quantize's d = max|x| / 127, q = rint(x / d)
  * (round to nearest even, as lrintf), ds = d * sum(q). */
 template <int XT>
-__global__ void qg_quantize_kernel(const void *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ q,
-                                   float2 *__restrict__ ds) {
+__global__ void qg_quantize_kernel(const void *x, int64_t n_blocks, int8_t *__restrict__ q, float2 *__restrict__ ds) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    pdl_wait(); /* x is the previous kernel's output (plain loads: common.cuh's PDL rules) */
     if (i >= n_blocks) return;
     float v[32];
     qg_load_x32<XT>(x, i * 32, v);
@@ -265,47 +265,53 @@ __global__ void qg_quantize_kernel(const void *__restrict__ x, int64_t n_blocks,
 }
 
 locks_status lg_q8_quantize_launch(const void *x, locks_dtype xtype, int32_t n, int32_t cols, int8_t *q, float *ds,
-                                   cudaStream_t st) {
+                                   int pdl, cudaStream_t st) {
     if (n < 1 || cols < 32 || cols % 32) return LOCKS_ERR_INVALID_ARG;
     const int64_t nb = (int64_t)n * (cols / 32);
-    const unsigned grid = (unsigned)((nb + 127) / 128);
+    const dim3 grid((unsigned)((nb + 127) / 128)), block(128);
     float2 *d2 = reinterpret_cast<float2 *>(ds);
     switch (xtype) {
-    case LOCKS_DTYPE_F32: qg_quantize_kernel<LOCKS_DTYPE_F32><<<grid, 128, 0, st>>>(x, nb, q, d2); break;
-    case LOCKS_DTYPE_F16: qg_quantize_kernel<LOCKS_DTYPE_F16><<<grid, 128, 0, st>>>(x, nb, q, d2); break;
-    case LOCKS_DTYPE_BF16: qg_quantize_kernel<LOCKS_DTYPE_BF16><<<grid, 128, 0, st>>>(x, nb, q, d2); break;
+    case LOCKS_DTYPE_F32: CU_TRY(launch_k(pdl, qg_quantize_kernel<LOCKS_DTYPE_F32>, grid, block, 0, st, x, nb, q, d2)); break;
+    case LOCKS_DTYPE_F16: CU_TRY(launch_k(pdl, qg_quantize_kernel<LOCKS_DTYPE_F16>, grid, block, 0, st, x, nb, q, d2)); break;
+    case LOCKS_DTYPE_BF16:
+        CU_TRY(launch_k(pdl, qg_quantize_kernel<LOCKS_DTYPE_BF16>, grid, block, 0, st, x, nb, q, d2));
+        break;
     default: return LOCKS_ERR_INVALID_ARG;
     }
-    CU_LAUNCH_CHECK(qg_quantize_kernel);
     return LOCKS_OK;
 }
 
 /* ---- the decode product ------------------------------------------------------------- */
 
-/* y[t][r] (+)= row r . x_t for t < N: a warp a row, lane l the sub-blocks l, l + 32, ... */
+/* y[t][r] (+)= row r . x_t for t < N: a warp a row, lane l the sub-blocks l, l + 32, ...,
+ * each decoded one step ahead of its products. Launched with programmatic dependent launch
+ * (pdl), the first sub-block's weights load before the wait for the previous kernel (the
+ * input's quantization): weights are written by no kernel; the input and y are read after
+ * it with plain loads (common.cuh's PDL rules). */
 template <int TYPE, int N>
 __global__ void __launch_bounds__(QG_THREADS) qg_gemv_kernel(const uint8_t *__restrict__ w, int32_t rows, int32_t cols,
-                                                             const int8_t *__restrict__ xq,
-                                                             const float2 *__restrict__ xds, float *__restrict__ y,
-                                                             int32_t ldy, int beta) {
+                                                             const int8_t *xq, const float2 *xds, float *y, int32_t ldy,
+                                                             int beta) {
     const int lane = threadIdx.x & 31;
     const int32_t r = (int32_t)blockIdx.x * QG_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return;
     const int32_t nsub = cols / 32;
     const int64_t n_blk = (int64_t)rows * (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q4_1 || TYPE == GGML_TYPE_Q8_0 ? nsub : nsub / 8);
+    qg_sub u;
+    if (r < rows && lane < nsub) qg_decode<TYPE>(w, n_blk, r, nsub, lane, u);
+    pdl_wait();
+    if (r >= rows) return;
     float acc[N];
 #pragma unroll
     for (int t = 0; t < N; t++) acc[t] = 0.f;
-#pragma unroll 2
     for (int32_t b = lane; b < nsub; b += 32) {
-        qg_sub u;
-        qg_decode<TYPE>(w, n_blk, r, nsub, b, u);
+        qg_sub nx;
+        if (b + 32 < nsub) qg_decode<TYPE>(w, n_blk, r, nsub, b + 32, nx);
 #pragma unroll
         for (int t = 0; t < N; t++) {
             const int64_t xb = (int64_t)t * nsub + b;
             const uint4 *xp = reinterpret_cast<const uint4 *>(xq + xb * 32);
-            const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-            const float2 dsv = __ldg(xds + xb);
+            const uint4 x0 = xp[0], x1 = xp[1];
+            const float2 dsv = xds[xb];
             int sa = 0, sb = 0;
             sa = __dp4a((int)u.q[0], (int)x0.x, sa);
             sa = __dp4a((int)u.q[1], (int)x0.y, sa);
@@ -319,6 +325,7 @@ __global__ void __launch_bounds__(QG_THREADS) qg_gemv_kernel(const uint8_t *__re
             const float in = __fadd_rn(__fmul_rn(u.s0, (float)sa), __fmul_rn(u.s1, (float)sb));
             acc[t] = __fadd_rn(acc[t], __fadd_rn(__fmul_rn(dsv.x, in), __fmul_rn(u.o, dsv.y)));
         }
+        u = nx;
     }
 #pragma unroll
     for (int t = 0; t < N; t++) {
@@ -338,12 +345,14 @@ __global__ void __launch_bounds__(QG_THREADS) qg_gemv_kernel(const uint8_t *__re
 
 template <int TYPE>
 static locks_status qg_gemv_type(const lg_qmat *w, int32_t n, const int8_t *q, const float *ds, float *y, int32_t ldy,
-                                 int beta, cudaStream_t st) {
-    const unsigned grid = (unsigned)((w->rows + QG_WARPS - 1) / QG_WARPS);
+                                 int beta, int pdl, cudaStream_t st) {
+    const dim3 grid((unsigned)((w->rows + QG_WARPS - 1) / QG_WARPS)), block(QG_THREADS);
     const uint8_t *wp = (const uint8_t *)w->d_w;
     const float2 *d2 = reinterpret_cast<const float2 *>(ds);
 #define QG_CASE(NN)                                                                                              \
-    case NN: qg_gemv_kernel<TYPE, NN><<<grid, QG_THREADS, 0, st>>>(wp, w->rows, w->cols, q, d2, y, ldy, beta); break;
+    case NN:                                                                                                     \
+        CU_TRY(launch_k(pdl, qg_gemv_kernel<TYPE, NN>, grid, block, 0, st, wp, w->rows, w->cols, q, d2, y, ldy, beta)); \
+        break;
     switch (n) {
         QG_CASE(1)
         QG_CASE(2)
@@ -356,7 +365,6 @@ static locks_status qg_gemv_type(const lg_qmat *w, int32_t n, const int8_t *q, c
     default: return LOCKS_ERR_INVALID_ARG;
     }
 #undef QG_CASE
-    CU_LAUNCH_CHECK(qg_gemv_kernel);
     return LOCKS_OK;
 }
 
@@ -364,15 +372,15 @@ static locks_status qg_gemv_type(const lg_qmat *w, int32_t n, const int8_t *q, c
 static int qg_ok(const lg_qmat *w) { return w && w->d_w && w->rows >= 1 && lg_qmat_bytes(w->type, w->rows, w->cols) > 0; }
 
 locks_status lg_qgemv_launch(const lg_qmat *w, int32_t n, const int8_t *q, const float *ds, float *y, int32_t ldy,
-                             int beta, cudaStream_t st) {
+                             int beta, int pdl, cudaStream_t st) {
     if (!qg_ok(w) || n < 1 || n > LG_GEMV_MAX_N || !q || !ds || !y || ldy < w->rows) return LOCKS_ERR_INVALID_ARG;
     switch (w->type) {
-    case GGML_TYPE_Q4_0: return qg_gemv_type<GGML_TYPE_Q4_0>(w, n, q, ds, y, ldy, beta, st);
-    case GGML_TYPE_Q4_1: return qg_gemv_type<GGML_TYPE_Q4_1>(w, n, q, ds, y, ldy, beta, st);
-    case GGML_TYPE_Q8_0: return qg_gemv_type<GGML_TYPE_Q8_0>(w, n, q, ds, y, ldy, beta, st);
-    case GGML_TYPE_Q4_K: return qg_gemv_type<GGML_TYPE_Q4_K>(w, n, q, ds, y, ldy, beta, st);
-    case GGML_TYPE_Q5_K: return qg_gemv_type<GGML_TYPE_Q5_K>(w, n, q, ds, y, ldy, beta, st);
-    case GGML_TYPE_Q6_K: return qg_gemv_type<GGML_TYPE_Q6_K>(w, n, q, ds, y, ldy, beta, st);
+    case GGML_TYPE_Q4_0: return qg_gemv_type<GGML_TYPE_Q4_0>(w, n, q, ds, y, ldy, beta, pdl, st);
+    case GGML_TYPE_Q4_1: return qg_gemv_type<GGML_TYPE_Q4_1>(w, n, q, ds, y, ldy, beta, pdl, st);
+    case GGML_TYPE_Q8_0: return qg_gemv_type<GGML_TYPE_Q8_0>(w, n, q, ds, y, ldy, beta, pdl, st);
+    case GGML_TYPE_Q4_K: return qg_gemv_type<GGML_TYPE_Q4_K>(w, n, q, ds, y, ldy, beta, pdl, st);
+    case GGML_TYPE_Q5_K: return qg_gemv_type<GGML_TYPE_Q5_K>(w, n, q, ds, y, ldy, beta, pdl, st);
+    case GGML_TYPE_Q6_K: return qg_gemv_type<GGML_TYPE_Q6_K>(w, n, q, ds, y, ldy, beta, pdl, st);
     default: return LOCKS_ERR_INVALID_ARG;
     }
 }
@@ -439,14 +447,14 @@ locks_status lg_qdequant_launch(const lg_qmat *w, locks_dtype out_type, void *ou
 extern "C" locks_status lg_op_q8_quantize(const void *d_x, locks_dtype xtype, int32_t n, int32_t cols, int8_t *d_q,
                                           float *d_ds) {
     if (!d_x || !d_q || !d_ds) return LOCKS_ERR_INVALID_ARG;
-    LOCKS_TRY(lg_q8_quantize_launch(d_x, xtype, n, cols, d_q, d_ds, 0));
+    LOCKS_TRY(lg_q8_quantize_launch(d_x, xtype, n, cols, d_q, d_ds, 0, 0));
     CU_TRY(cudaDeviceSynchronize());
     return LOCKS_OK;
 }
 
 extern "C" locks_status lg_op_qgemv(const lg_qmat *w, int32_t n, const int8_t *d_q, const float *d_ds, float *d_y,
                                     int32_t ldy, int beta) {
-    LOCKS_TRY(lg_qgemv_launch(w, n, d_q, d_ds, d_y, ldy, beta, 0));
+    LOCKS_TRY(lg_qgemv_launch(w, n, d_q, d_ds, d_y, ldy, beta, 0, 0));
     CU_TRY(cudaDeviceSynchronize());
     return LOCKS_OK;
 }
