@@ -671,8 +671,74 @@ static void test_gguf(const char *label, const char *env, const char *cache_name
     gguf_close(g);
 }
 
-int main(void) {
+/* --perf: the decode products of a Llama-3.1-8B layer and its output matrix in the types a
+ * Q4_K_M file gives them (Q4_K; Q6_K for half the layers' Wv and Wdown, and the output),
+ * n = 1, 2, 4, 8 input rows, each matrix in enough copies to stream past the L2; mean
+ * microseconds of a product and the bytes it reads per microsecond (GB/s). A timing,
+ * not a check. */
+static void perf(void) {
+    static const struct {
+        const char *name;
+        int32_t type, rows, cols;
+    } mats[] = {
+        {"Wq|Wk Q4_K", GGML_TYPE_Q4_K, 6144, 4096},      {"Wv Q6_K", GGML_TYPE_Q6_K, 1024, 4096},
+        {"Wo Q4_K", GGML_TYPE_Q4_K, 4096, 4096},         {"Wgate|Wup Q4_K", GGML_TYPE_Q4_K, 28672, 4096},
+        {"Wdown Q4_K", GGML_TYPE_Q4_K, 4096, 14336},     {"Wdown Q6_K", GGML_TYPE_Q6_K, 4096, 14336},
+        {"output Q6_K", GGML_TYPE_Q6_K, 128256, 4096},   {"Wgate|Wup Q8_0", GGML_TYPE_Q8_0, 28672, 4096},
+        {"Wgate|Wup Q4_0", GGML_TYPE_Q4_0, 28672, 4096},
+    };
+    const size_t want = (size_t)512 << 20; /* bytes over all copies: ~10x the L2 */
+    for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) {
+        const int32_t type = mats[k].type, rows = mats[k].rows, cols = mats[k].cols;
+        const size_t bytes = lg_qmat_bytes(type, rows, cols), stride = (bytes + 255) & ~(size_t)255;
+        const int32_t copies = (int32_t)(want / stride < 1 ? 1 : (want / stride > 64 ? 64 : want / stride));
+        uint8_t *w = random_matrix(type, rows, cols);
+        uint8_t *packed = malloc(stride);
+        SETUP(packed);
+        lg_qmat_pack(type, w, rows, cols, packed);
+        char *dw = locks_cuda_malloc(stride * (size_t)copies);
+        SETUP(dw);
+        for (int32_t i = 0; i < copies; i++) CHECK(locks_cuda_memcpy_h2d(dw + (size_t)i * stride, packed, bytes));
+        float *x = malloc(sizeof(float) * (size_t)N_MAX * cols);
+        matmul_q8 *xq = malloc(sizeof(matmul_q8) * (size_t)N_MAX * (cols / 32));
+        int8_t *q = malloc((size_t)N_MAX * cols);
+        float *ds = malloc(sizeof(float) * 2 * (size_t)N_MAX * (cols / 32));
+        SETUP(x && xq && q && ds);
+        random_acts(x, cols, 0);
+        matmul_quantize(x, N_MAX, cols, xq);
+        for (int32_t i = 0; i < N_MAX * (cols / 32); i++) {
+            memcpy(q + (size_t)i * 32, xq[i].q, 32);
+            ds[2 * i] = xq[i].d, ds[2 * i + 1] = xq[i].ds;
+        }
+        int8_t *dq = dup_to_device(q, (size_t)N_MAX * cols);
+        float *dds = dup_to_device(ds, sizeof(float) * 2 * (size_t)N_MAX * (cols / 32));
+        float *dy = locks_cuda_malloc(sizeof(float) * (size_t)N_MAX * rows);
+        SETUP(dy);
+        printf("perf %-16s %6d x %5d, %6.1f MB x %2d copies:", mats[k].name, rows, cols, bytes / 1e6, copies);
+        const int32_t ns[] = {1, 2, 4, 8};
+        for (int i = 0; i < 4; i++) {
+            const lg_qmat m = {dw, type, rows, cols};
+            float us = 0.f;
+            CHECK(lg_op_qgemv_time(&m, copies, stride, ns[i], dq, dds, dy, 20, 1, &us));
+            printf("  n=%d %8.1f us %6.0f GB/s", ns[i], us, bytes / (us * 1e3));
+        }
+        printf("\n");
+        locks_cuda_free_ptr((void **)&dy);
+        locks_cuda_free_ptr((void **)&dq);
+        locks_cuda_free_ptr((void **)&dds);
+        locks_cuda_free_ptr((void **)&dw);
+        free(w), free(packed), free(x), free(xq), free(q), free(ds);
+    }
+}
+
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines survive a timeout kill */
+    if (argc > 1 && !strcmp(argv[1], "--perf")) {
+        tu_seed("test_gpu_qgemv --perf");
+        matmul_init_tables();
+        perf();
+        return test_report("test_gpu_qgemv --perf");
+    }
     tu_seed("test_gpu_qgemv");
     matmul_init_tables();
     test_sizes();

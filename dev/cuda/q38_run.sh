@@ -12,6 +12,8 @@
 #                                   locks bench --gguf on it
 #   dev/cuda/q38_run.sh 3 PEERDIR   the Q4_K_M comparison: bench/llamacpp-peer.sh with
 #                                   QUANT=Q4_K_M (llama-quantize, llama-bench, ours --gguf)
+#   dev/cuda/q38_run.sh p           build; test_gpu_qgemv and its --perf (the 8B layer's
+#                                   products in Q4_K_M's types, GB/s); test_gpu_model_ops
 # Here (a call carries 64 MiB with the repository's ~15 MB; the GGUF is 98 MB, 90 MB as xz):
 #   xz -6 -T2 -c ~/.cache/locks/SmolLM2-135M-Instruct.Q4_1.gguf > .gpu-stage/q38/smollm2.gguf.xz
 #   split -b 44M -d .gpu-stage/q38/smollm2.gguf.xz .gpu-stage/q38/smollm2.xz.part
@@ -78,7 +80,19 @@ case "$stage" in
   export LOCKS=$B/locks DEADLINE=$(( $(date +%s) + ${CALL_S:-560} ))
   QUANT=Q4_K_M bench/llamacpp-peer.sh device llama3-8b "$2" || rc=1
   ;;
-*) echo "stage 1, 2 or 3"; exit 2 ;;
+p)
+  { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; } | tee "$W/env.log"
+  say "build"
+  if ! { cmake -S . -B "$B" -DLOCKS_CUDA=ON -DLOCKS_CUDA_ARCH=90 -DLOCKS_WERROR=ON -DCMAKE_BUILD_TYPE=Release &&
+         cmake --build "$B" -j 16 --target locks_cli test_gpu_qgemv test_gpu_model_ops; } > "$W/build.log" 2>&1; then
+    grep -E "error" "$W/build.log" | head -30; say "BUILD FAILED"; exit 1
+  fi
+  say "built"
+  run_test test_gpu_qgemv 120
+  timeout 120 "$B/test_gpu_qgemv" --perf 2>&1 | tee "$W/perf.log" | grep -E "^perf|FAIL"
+  run_test test_gpu_model_ops 150
+  ;;
+*) echo "stage 1, 2, 3 or p"; exit 2 ;;
 esac
 tar czf "$OUT/logs$stage.tar.gz" -C "$W" . 2>/dev/null
 say "stage $stage done, rc $rc"

@@ -227,6 +227,12 @@ locks_status lg_op_qgemv(const lg_qmat *w, int32_t n, const int8_t *d_q, const f
  * d * scale * q + offset of quant.c rounded once. */
 locks_status lg_op_qdequant(const lg_qmat *w, locks_dtype out_type, void *d_out);
 
+/* Benchmark (test_gpu_qgemv --perf): mean microseconds of one product, reps rounds over
+ * n_copies copies of w's matrix copy_stride bytes apart (more bytes than the L2 holds),
+ * launched back to back on a stream of its own (pdl: with programmatic dependent launch). */
+locks_status lg_op_qgemv_time(const lg_qmat *w, int32_t n_copies, size_t copy_stride, int32_t n, const int8_t *d_q,
+                              const float *d_ds, float *d_y, int32_t reps, int pdl, float *us);
+
 /* ---- single ops, for the GPU tests (device arrays, synchronous) --------------------- */
 
 /* out[t][i] = T(x[t][i] / sqrt(mean(x[t]^2) + eps) * w[i]), T = dtype (F16/BF16 bits) or

@@ -464,3 +464,35 @@ extern "C" locks_status lg_op_qdequant(const lg_qmat *w, locks_dtype out_type, v
     CU_TRY(cudaDeviceSynchronize());
     return LOCKS_OK;
 }
+
+extern "C" locks_status lg_op_qgemv_time(const lg_qmat *w, int32_t n_copies, size_t copy_stride, int32_t n,
+                                         const int8_t *d_q, const float *d_ds, float *d_y, int32_t reps, int pdl,
+                                         float *us) {
+    if (!w || n_copies < 1 || reps < 1 || !us) return LOCKS_ERR_INVALID_ARG;
+    cudaStream_t st = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    locks_status rc = LOCKS_OK;
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
+        cudaEventCreate(&e1) != cudaSuccess)
+        rc = LOCKS_ERR_BACKEND;
+    lg_qmat m = *w;
+    for (int32_t i = 0; rc == LOCKS_OK && i < n_copies; i++) { /* warm-up */
+        m.d_w = (const char *)w->d_w + (size_t)i * copy_stride;
+        rc = lg_qgemv_launch(&m, n, d_q, d_ds, d_y, w->rows, 0, pdl, st);
+    }
+    if (rc == LOCKS_OK && cudaEventRecord(e0, st) != cudaSuccess) rc = LOCKS_ERR_BACKEND;
+    for (int32_t k = 0; rc == LOCKS_OK && k < reps; k++)
+        for (int32_t i = 0; rc == LOCKS_OK && i < n_copies; i++) {
+            m.d_w = (const char *)w->d_w + (size_t)i * copy_stride;
+            rc = lg_qgemv_launch(&m, n, d_q, d_ds, d_y, w->rows, 0, pdl, st);
+        }
+    float ms = 0.f;
+    if (rc == LOCKS_OK && (cudaEventRecord(e1, st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+                           cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess))
+        rc = LOCKS_ERR_BACKEND;
+    *us = ms * 1000.f / (float)(reps * n_copies);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (st) cudaStreamDestroy(st);
+    return rc;
+}
