@@ -16,7 +16,11 @@
 #                                   products in Q4_K_M's types, GB/s); test_gpu_model_ops
 # Here (a call carries 64 MiB with the repository's ~15 MB; the GGUF is 98 MB, 90 MB as xz):
 #   xz -6 -T2 -c ~/.cache/locks/SmolLM2-135M-Instruct.Q4_1.gguf > .gpu-stage/q38/smollm2.gguf.xz
-#   split -b 44M -d .gpu-stage/q38/smollm2.gguf.xz .gpu-stage/q38/smollm2.xz.part
+#   split -b 30200000 -d .gpu-stage/q38/smollm2.gguf.xz .gpu-stage/q38/smollm2.xz.part
+# The session's sequence (each call within the warm window of the last):
+#   a .gpu-stage/peer .gpu-stage/q38/smollm2.xz.part00   (build, kernel tests, --perf, Q4_K_M peer)
+#   k .gpu-stage/q38/smollm2.xz.part01                   (keep the second part)
+#   2 .gpu-stage/q38/smollm2.xz.part02 SHA256            (the real-model tests)
 set -uo pipefail
 KEEP=${KEEP:-/root/keep}
 OUT=${OUT:-/tmp/q38-out}
@@ -54,7 +58,7 @@ case "$stage" in
 2)
   cp "$2" "$KEEP/" || { echo "cannot keep $2"; exit 1; }
   M=$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf
-  cat "$KEEP"/smollm2.xz.part00 "$KEEP"/smollm2.xz.part01 | xz -dc > "$M" || { echo "parts missing (cold machine?)"; exit 1; }
+  cat "$KEEP"/smollm2.xz.part0? | xz -dc > "$M" || { echo "parts missing (cold machine?)"; exit 1; }
   echo "$3  $M" | sha256sum -c - || exit 1
   export LOCKS_MODEL=$M
   run_test test_gpu_qgemv 120
@@ -79,6 +83,18 @@ case "$stage" in
 3)
   export LOCKS=$B/locks DEADLINE=$(( $(date +%s) + ${CALL_S:-560} ))
   QUANT=Q4_K_M bench/llamacpp-peer.sh device llama3-8b "$2" || rc=1
+  ;;
+a)
+  # one cold call: build, the kernel tests and --perf, then the Q4_K_M peer (QUANT flow)
+  cp "$3" "$KEEP/" || { echo "cannot keep $3"; exit 1; }
+  "$0" p || rc=1
+  export LOCKS=$B/locks DEADLINE=$(( T0 + ${CALL_S:-585} )) REPS=${REPS:-2} LOGS=$W/peer
+  QUANT=Q4_K_M bench/llamacpp-peer.sh device llama3-8b "$2" || rc=1
+  cp "$OUT"/*.json "$OUT"/*.csv "$OUT"/*.md "$W/" 2>/dev/null
+  ;;
+k)
+  cp "$2" "$KEEP/" || { echo "cannot keep $2"; exit 1; }
+  ls -la "$KEEP"
   ;;
 p)
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; } | tee "$W/env.log"
