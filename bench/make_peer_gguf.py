@@ -15,7 +15,7 @@ embedding_length, block_count, feed_forward_length, attention.head_count(_kv),
 attention.key_length / value_length, rope.dimension_count, rope.freq_base,
 attention.layer_norm_rms_epsilon). With --vocab the file holds a vocabulary instead, so that
 this project's loader (which needs a tokenizer) reads it too: tokenizer.ggml.model "gpt2",
-pre "gpt2", n_vocab tokens (the 256 byte tokens of GPT-2's alphabet, <|endoftext|> as bos
+pre "default", n_vocab tokens (the 256 byte tokens of GPT-2's alphabet, <|endoftext|> as bos
 and eos, then fillers "<tN>"), every type normal but <|endoftext|>'s (control), an empty
 merges array; llama.cpp loads it as a byte-level BPE vocabulary (this is the flow where
 llama-quantize turns the file into Q4_K_M and both engines read that one file). Tensors as llama.cpp's converter names them:
@@ -102,7 +102,7 @@ def vocab_meta(vocab):
     types[eot] = 3
     return [
         ("tokenizer.ggml.model", GGUF_STRING, "gpt2"),
-        ("tokenizer.ggml.pre", GGUF_STRING, "gpt2"),
+        ("tokenizer.ggml.pre", GGUF_STRING, "default"),  # llama.cpp and this project both know it
         ("tokenizer.ggml.tokens", GGUF_ARRAY, (GGUF_STRING, toks)),
         ("tokenizer.ggml.token_type", GGUF_ARRAY, (GGUF_I32, types)),
         ("tokenizer.ggml.merges", GGUF_ARRAY, (GGUF_STRING, [])),
