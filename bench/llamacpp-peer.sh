@@ -114,7 +114,7 @@ stage_pack() {
   local dest=${1:?pack DEST [LOCKS_TAR]} ltar=${2:-}
   local b=${LLAMA_BUILD:-/work/peer/build-cuda}
   [ -x "$b/bin/llama-bench" ] || die "no $b/bin/llama-bench (is the build done?)"
-  mkdir -p "$dest"
+  mkdir -p "$dest" && dest=$(cd "$dest" && pwd) || die "cannot make $dest"
   local tmp; tmp=$(mktemp -d)
   mkdir -p "$tmp/llamacpp"
   local bins="" x
@@ -124,7 +124,7 @@ stage_pack() {
     cp "$b/bin/$x" "$tmp/llamacpp/"
     # shared libraries outside the system and CUDA paths (a static build has none of its
     # own), and OpenMP's and OpenSSL's (the device image is not promised to have them)
-    ldd "$b/bin/$x" | awk '/=>/ {print $3}' | while read -r lib; do
+    ldd "$b/bin/$x" | awk '/=>/ && $3 != "not" {print $3}' | while read -r lib; do # libcuda: the driver's
       lib=$(readlink -f "$lib") # /usr/local/lib/libcudart.so.13 is the toolkit's
       case "$lib" in */libgomp.so*|*/libssl.so*|*/libcrypto.so*) cp -L "$lib" "$tmp/llamacpp/";;
         /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;;
