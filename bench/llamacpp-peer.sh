@@ -41,8 +41,9 @@
 #     run:   export DEADLINE=$(( $(date +%s) + 580 )); QUANT=Q4_K_M bench/llamacpp-peer.sh device llama3-8b .gpu-stage/peer
 #     here:  bench/llamacpp-peer.sh table /work/.device/N > table.md
 #   Steps: the F16 GGUF with a vocabulary (make_peer_gguf.py --vocab: this project's loader
-#   needs a tokenizer), 15 GiB in ~10 s; llama-quantize to Q4_K_M on every core (~1-2 min,
-#   its time and the output size in the log), the F16 file deleted; llama-bench -d 0,131072
+#   needs a tokenizer), 15 GiB in ~10 s; llama-quantize to Q4_K_M on every core (~40-60 s:
+#   it took 82 CPU-s for 1.27G parameters on the CPU machine, 8.0G here; its time and the
+#   output size in the log), the F16 file deleted; llama-bench -d 0,131072
 #   (one 128K prefill, ~1 min); locks bench --gguf --context 32,131072 --batch 1 --ttft 0
 #   (load + upload ~20 s, the sweep ~40 s); the Q4_K_M file deleted (KEEP_GGUF=1 keeps it).
 #   Split over two calls with PARTS=peer then PARTS=ours (the file stays in $KEEP between
