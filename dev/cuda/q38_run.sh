@@ -86,7 +86,9 @@ case "$stage" in
   ;;
 a)
   # one cold call: build, the kernel tests and --perf, then the Q4_K_M peer (QUANT flow)
-  cp "$3" "$KEEP/" || { echo "cannot keep $3"; exit 1; }
+  [ -n "${3:-}" ] && { cp "$3" "$KEEP/" || { echo "cannot keep $3"; exit 1; }; }
+  tar xJf "$2/llama-bench.tar.xz" -C "$KEEP" && (cd "$KEEP/llamacpp" && for l in lib*.so.*.*; do
+    [ -e "$l" ] && ln -sf "$l" "${l%.*.*}"; done; ls -la)   # libgomp.so.1.0.0 -> libgomp.so.1
   "$0" p || rc=1
   export LOCKS=$B/locks DEADLINE=$(( T0 + ${CALL_S:-585} )) REPS=${REPS:-2} LOGS=$W/peer
   QUANT=Q4_K_M bench/llamacpp-peer.sh device llama3-8b "$2" || rc=1
