@@ -126,8 +126,9 @@ stage_pack() {
     # shared libraries outside the system and CUDA paths (a static build has none of its
     # own), and OpenMP's and OpenSSL's (the device image is not promised to have them)
     ldd "$b/bin/$x" | awk '/=>/ && $3 != "not" {print $3}' | while read -r lib; do # libcuda: the driver's
-      lib=$(readlink -f "$lib") # /usr/local/lib/libcudart.so.13 is the toolkit's
-      case "$lib" in */libgomp.so*|*/libssl.so*|*/libcrypto.so*) cp -L "$lib" "$tmp/llamacpp/";;
+      # filtered by where the link leads (/usr/local/lib/libcudart.so.13 is the toolkit's),
+      # copied under the name the binary asks for (libgomp.so.1, not libgomp.so.1.0.0)
+      case "$(readlink -f "$lib")" in */libgomp.so*|*/libssl.so*|*/libcrypto.so*) cp -L "$lib" "$tmp/llamacpp/";;
         /lib/*|/usr/lib/*|/lib64/*|/usr/local/cuda*) ;;
         *) cp -L "$lib" "$tmp/llamacpp/";; esac
     done
