@@ -720,7 +720,8 @@ static void perf(void) {
             const lg_qmat m = {dw, type, rows, cols};
             float us = 0.f;
             CHECK(lg_op_qgemv_time(&m, copies, stride, ns[i], dq, dds, dy, 20, 1, &us));
-            printf("  n=%d %8.1f us %6.0f GB/s", ns[i], us, bytes / (us * 1e3));
+            const double t = (double)us;
+            printf("  n=%d %8.1f us %6.0f GB/s", ns[i], t, (double)bytes / (t * 1e3));
         }
         printf("\n");
         locks_cuda_free_ptr((void **)&dy);
