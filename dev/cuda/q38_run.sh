@@ -99,6 +99,7 @@ k)
   ls -la "$KEEP"
   ;;
 p)
+  [ -n "${2:-}" ] && { cp "$2" "$KEEP/" || { echo "cannot keep $2"; exit 1; }; }
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; } | tee "$W/env.log"
   say "build"
   if ! { cmake -S . -B "$B" -DLOCKS_CUDA=ON -DLOCKS_CUDA_ARCH=90 -DLOCKS_WERROR=ON -DCMAKE_BUILD_TYPE=Release &&
