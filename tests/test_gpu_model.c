@@ -22,18 +22,24 @@
 #define N_PROMPT 1024
 #define N_TOTAL 2304
 
-/* Tolerances (logits of SmolLM2 span about +-30). GPU vs CPU, both int8 inputs to the
- * decode products: the GPU rounds the products' inputs to fp16 before it quantizes them,
- * K/V to fp16, and its prefill products run in fp16 (the matrix dequantized, cuBLAS). */
-#define FULL_TOP1 0.98
-#define FULL_MAXD 1.0
-/* Against the fp32 reference: the GPU's top-1 agreement at most this much below the CPU
- * int8 path's, its mean KL(reference || GPU) at most REF_KL_RATIO x the CPU's + REF_KL_ABS.
- * (Device run of 2026-12-07, the int8 GPU vs the fp32 CPU with the earlier single check:
- * top-1 0.9742, max |dlogit| 1.39.) */
+/* Tolerances (logits of SmolLM2 span about +-30). The reference is the CPU with fp32
+ * activations. Against it the GPU's top-1 agreement is at most REF_TOP1_GAP below the CPU
+ * int8 path's and its mean KL(reference || GPU) at most REF_KL_RATIO x the CPU's +
+ * REF_KL_ABS: the GPU is as close to fp32 as the CPU's own default arithmetic. Its own
+ * bounds, REF_TOP1 and REF_MAXD, catch a gross error (a wrong block or scale moves logits
+ * by tens). GPU vs CPU int8 directly: both quantize each product's input to int8, but the
+ * GPU rounds the input to fp16 first and its prefill products run in fp16 (the matrix
+ * dequantized, cuBLAS), so the two int8 paths round apart and differ from each other as
+ * much as each differs from fp32 (H100 run of 2026-12-07 23:50 UTC: vs fp32, CPU int8 top-1
+ * 0.9680, max |dlogit| 1.45, mean KL 0.00279; GPU 0.9742, 1.39, 0.00233; GPU vs CPU int8
+ * 0.9672, 1.50): FULL_TOP1 and FULL_MAXD bound that loosely. */
+#define REF_TOP1 0.95
+#define REF_MAXD 2.5
 #define REF_TOP1_GAP 0.01
 #define REF_KL_RATIO 1.5
 #define REF_KL_ABS 0.002
+#define FULL_TOP1 0.95
+#define FULL_MAXD 2.5
 /* LOCKS. Where two pages' estimated masses are near-equal the GPU (int8 query parts, fp16
  * keys) and the CPU (fp32) may select different pages; such a position's logits move by a
  * few units (max |dlogit| 2.55, 1.77 and 3.60 in three device runs of 2026-12-01), so the
@@ -45,7 +51,9 @@
  * 0.03; a median check at 0.10, set before that run on the premise that the runs stay
  * close, failed there and is gone). What a bug in the GPU's sparse path would move, and
  * what is checked:
- *  - top-1 agreement GPU vs CPU, both LOCKS, >= 0.95 (that run: 0.984);
+ *  - top-1 agreement GPU vs CPU, both LOCKS, >= 0.93 (that run, both in fp16 then: 0.984;
+ *    with int8 inputs on both, H100 run of 2026-12-07: 0.9493, as the full attention's
+ *    two int8 paths above round apart);
  *  - fidelity against each backend's own full attention (the same teacher-forced
  *    positions): the GPU's LOCKS top-1 agreement with the GPU's full attention within 0.02
  *    of the CPU's LOCKS with the CPU's full attention, and its mean KL(full || LOCKS) at
@@ -55,7 +63,7 @@
  *    on the same inputs and the same selection, are compared in test_gpu_ops and
  *    test_gpu_model_ops.
  * The median, the 99th percentile and the maximum are printed. */
-#define LOCKS_TOP1 0.95
+#define LOCKS_TOP1 0.93
 #define FID_TOP1_GAP 0.02
 #define FID_KL_RATIO 1.5
 #define FID_KL_ABS 0.002
@@ -223,6 +231,8 @@ static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) 
            cs.decode_ms / cs.n_decode);
     test_cond(top1_full >= FULL_TOP1, "full: top-1 agreement %.4f < %.2f", top1_full, FULL_TOP1);
     test_cond(full.maxd <= FULL_MAXD, "full: max |dlogit| %.4f > %.2f", full.maxd, FULL_MAXD);
+    test_cond(ra_gpu >= REF_TOP1, "full vs fp32: GPU top-1 %.4f < %.2f", ra_gpu, REF_TOP1);
+    test_cond(ref_gpu.maxd <= REF_MAXD, "full vs fp32: GPU max |dlogit| %.4f > %.2f", ref_gpu.maxd, REF_MAXD);
     test_cond(ra_gpu >= ra_cpu - REF_TOP1_GAP, "full vs fp32: GPU top-1 %.4f more than %.2f below the CPU's %.4f",
               ra_gpu, REF_TOP1_GAP, ra_cpu);
     test_cond(klr_gpu <= REF_KL_RATIO * klr_cpu + REF_KL_ABS, "full vs fp32: GPU mean KL %.5f > %.1f x CPU %.5f + %.3f",
