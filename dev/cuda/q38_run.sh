@@ -103,7 +103,7 @@ p)
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; } | tee "$W/env.log"
   say "build"
   if ! { cmake -S . -B "$B" -DLOCKS_CUDA=ON -DLOCKS_CUDA_ARCH=90 -DLOCKS_WERROR=ON -DCMAKE_BUILD_TYPE=Release &&
-         cmake --build "$B" -j 16 --target locks_cli test_gpu_qgemv test_gpu_model_ops; } > "$W/build.log" 2>&1; then
+         cmake --build "$B" -j 16 --target locks_cli test_gpu_qgemv test_gpu_model_ops test_gpu_model test_gpu_verify; } > "$W/build.log" 2>&1; then
     grep -E "error" "$W/build.log" | head -30; say "BUILD FAILED"; exit 1
   fi
   say "built"
