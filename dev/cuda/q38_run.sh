@@ -94,6 +94,21 @@ a)
   QUANT=Q4_K_M bench/llamacpp-peer.sh device llama3-8b "$2" || rc=1
   cp "$OUT"/*.json "$OUT"/*.csv "$OUT"/*.md "$W/" 2>/dev/null
   ;;
+h)
+  # the Q4_K_M peer alone on a cold machine (the H200 run): build locks_cli, then the QUANT flow
+  tar xJf "$2/llama-bench.tar.xz" -C "$KEEP" && (cd "$KEEP/llamacpp" && for l in lib*.so.*.*; do
+    [ -e "$l" ] && ln -sf "$l" "${l%.*.*}"; done)
+  { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; } | tee "$W/env.log"
+  say "build"
+  if ! { cmake -S . -B "$B" -DLOCKS_CUDA=ON -DLOCKS_CUDA_ARCH=90 -DLOCKS_WERROR=ON -DCMAKE_BUILD_TYPE=Release &&
+         cmake --build "$B" -j 16 --target locks_cli; } > "$W/build.log" 2>&1; then
+    grep -E "error" "$W/build.log" | head -30; say "BUILD FAILED"; exit 1
+  fi
+  say "built"
+  export LOCKS=$B/locks DEADLINE=$(( T0 + ${CALL_S:-400} )) REPS=${REPS:-2} LOGS=$W/peer
+  QUANT=Q4_K_M bench/llamacpp-peer.sh device llama3-8b "$2" || rc=1
+  cp "$OUT"/*.json "$OUT"/*.csv "$OUT"/*.md "$W/" 2>/dev/null
+  ;;
 k)
   cp "$2" "$KEEP/" || { echo "cannot keep $2"; exit 1; }
   ls -la "$KEEP"
