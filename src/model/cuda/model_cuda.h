@@ -194,13 +194,16 @@ locks_status lg_gemv_prepare(void);
  * file's bytes, re-laid so that every load is aligned: Q4_K and Q5_K blocks as stored (144
  * and 176 bytes); Q6_K, Q8_0, Q4_0 and Q4_1 blocks without their fp16 scales (d; Q4_1's d
  * and m) (208, 32, 16 and 16 bytes), all blocks of the matrix in row order, then the scales
- * of every block in the same order (after the blocks, at a 256-byte boundary). Decode products (1..8 rows) quantize their input to
- * int8 in 32-value blocks exactly as the CPU does (matmul_quantize: d = max|x| / 127,
- * q = round-to-nearest-even(x * (1 / d))) and take the sub-block integer dot products of
- * quant.c with dp4a, one scale per 16 values, one offset per 32: the CPU engine's
- * arithmetic, the fp32 sums in another order. Each row's sums do not depend on how many
- * rows come with it (bit for bit). Prefill products dequantize the matrix to 16-bit and run
- * cuBLAS. */
+ * of every block in the same order (after the blocks, at a 256-byte boundary from d_w).
+ * Decode products (1..8 rows) quantize their input to int8 in 32-value blocks exactly as
+ * the CPU does (matmul_quantize: d = max|x| / 127, q = round-to-nearest-even(x * (1 / d)))
+ * and take the sub-block integer dot products of quant.c with dp4a, one scale per 16
+ * values, one offset per 32: the CPU engine's arithmetic, the fp32 sums in another order.
+ * Each row's sums do not depend on how many rows come with it (bit for bit). Prefill
+ * products dequantize the matrix to 16-bit and run cuBLAS. The lg_op_* calls below check
+ * their arguments (LOCKS_ERR_INVALID_ARG: an unsupported type, cols not whole blocks, n
+ * outside 1..8, ldy < rows) and return after the device has finished; d_q and d_ds are
+ * read as 16- and 8-byte vectors (cudaMalloc'd arrays are). */
 
 /* 1 for the ggml types kept quantized (GGML_TYPE_Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K). */
 int lg_qtype_supported(int32_t type);

@@ -355,7 +355,8 @@ extern "C" locks_status lg_model_fill_random(lg_model *m, uint64_t seed) {
         if (l < 0) {
             const float a = 1.f / sqrtf((float)s->dim);
             LOCKS_TRY(lg_fill16_launch(m->tok_embd, (size_t)s->n_vocab * s->dim, s->wtype, ++k, a, 0));
-            if (!s->tied) LOCKS_TRY(lg_fill16_launch(m->output.seg[0].p, (size_t)s->n_vocab * s->dim, s->wtype, ++k, a, 0));
+            if (!s->tied)
+                LOCKS_TRY(lg_fill16_launch(m->output.seg[0].p, (size_t)s->n_vocab * s->dim, s->wtype, ++k, a, 0));
             LOCKS_TRY(lg_fill_f32_launch(m->output_norm, (size_t)s->dim, 1.f, 0));
             continue;
         }
@@ -443,9 +444,10 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
     for (int i = 0; i <= LG_PART_ALL; i++)
         if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
     if (e->blas) cublasDestroy(e->blas);
-    void *bufs[] = {e->xq, e->xds, e->wscr, e->blas_ws, e->x, e->xb, e->qkv, e->q, e->kbuf, e->vbuf, e->att, e->gu, e->logits, e->ss,
-                    e->samp_ws, e->tok, e->row_slot, e->ptok, e->pos, e->build, e->inv_freq, e->samp, e->counter,
-                    e->v_logits, e->v_ws, e->v_build};
+    void *bufs[] = {e->xq,      e->xds,     e->wscr, e->blas_ws,  e->x,    e->xb,  e->qkv,   e->q,
+                    e->kbuf,    e->vbuf,    e->att,  e->gu,       e->logits, e->ss, e->samp_ws, e->tok,
+                    e->row_slot, e->ptok,   e->pos,  e->build,    e->inv_freq, e->samp, e->counter,
+                    e->v_logits, e->v_ws,   e->v_build};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
     if (e->ev0) cudaEventDestroy(e->ev0);

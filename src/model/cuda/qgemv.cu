@@ -13,7 +13,7 @@
  *     d (s[0] sa + s[1] sb) + o ds,    sa, sb = the integer dot products of the halves
  *
  * (four dp4a each): quant.c's dot_q8_c term for term, with explicit roundings (__fmul_rn,
- * __fmaf_rn) so that no instantiation contracts differently. A warp owns a row; lane l
+ * __fadd_rn) so that no instantiation contracts differently. A warp owns a row; lane l
  * takes sub-blocks l, l + 32, ...; the lanes' sums meet in a fixed butterfly. Row t's sum
  * is the same code for every N, so a row does not depend on how many rows came with it.
  *
@@ -100,6 +100,11 @@ extern "C" void lg_qmat_pack(int32_t type, const void *src, int32_t rows, int32_
 
 /* ---- decoding one 32-element sub-block (device) ------------------------------------ */
 
+/* 1 for the types whose block is one 32-element sub-block (else 8 of them, 256 elements). */
+static __host__ __device__ constexpr bool qg_small_block(int type) {
+    return type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q8_0;
+}
+
 struct qg_sub {
     uint32_t q[8]; /* 32 signed int8, element 4k + i in byte i of q[k] */
     float s0, s1, o;
@@ -134,7 +139,7 @@ static __device__ __forceinline__ void qg_scale_min(uint32_t u0, uint32_t u1, ui
 template <int TYPE>
 static __device__ __forceinline__ void qg_decode(const uint8_t *__restrict__ w, int64_t n_blk, int32_t r, int32_t nsub,
                                                  int32_t b, qg_sub &u) {
-    if (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q4_1 || TYPE == GGML_TYPE_Q8_0) {
+    if (qg_small_block(TYPE)) {
         const int64_t blk = (int64_t)r * nsub + b;
         const int bytes = TYPE == GGML_TYPE_Q8_0 ? 32 : 16;
         float d, m = 0.f;
@@ -232,7 +237,7 @@ template <int XT> static __device__ __forceinline__ void qg_load_x32(const void 
     }
 }
 
-/* One thread per 32-value block: matmul_quantize's d = max|x| / 127, q = rint(x / d)
+/* One thread per 32-value block: matmul_quantize's d = max|x| / 127, q = rint(x * (1 / d))
  * (round to nearest even, as lrintf), ds = d * sum(q). */
 template <int XT>
 __global__ void qg_quantize_kernel(const void *x, int64_t n_blocks, int8_t *__restrict__ q, float2 *__restrict__ ds) {
@@ -271,8 +276,12 @@ locks_status lg_q8_quantize_launch(const void *x, locks_dtype xtype, int32_t n, 
     const dim3 grid((unsigned)((nb + 127) / 128)), block(128);
     float2 *d2 = reinterpret_cast<float2 *>(ds);
     switch (xtype) {
-    case LOCKS_DTYPE_F32: CU_TRY(launch_k(pdl, qg_quantize_kernel<LOCKS_DTYPE_F32>, grid, block, 0, st, x, nb, q, d2)); break;
-    case LOCKS_DTYPE_F16: CU_TRY(launch_k(pdl, qg_quantize_kernel<LOCKS_DTYPE_F16>, grid, block, 0, st, x, nb, q, d2)); break;
+    case LOCKS_DTYPE_F32:
+        CU_TRY(launch_k(pdl, qg_quantize_kernel<LOCKS_DTYPE_F32>, grid, block, 0, st, x, nb, q, d2));
+        break;
+    case LOCKS_DTYPE_F16:
+        CU_TRY(launch_k(pdl, qg_quantize_kernel<LOCKS_DTYPE_F16>, grid, block, 0, st, x, nb, q, d2));
+        break;
     case LOCKS_DTYPE_BF16:
         CU_TRY(launch_k(pdl, qg_quantize_kernel<LOCKS_DTYPE_BF16>, grid, block, 0, st, x, nb, q, d2));
         break;
@@ -295,7 +304,7 @@ __global__ void __launch_bounds__(QG_THREADS) qg_gemv_kernel(const uint8_t *__re
     const int lane = threadIdx.x & 31;
     const int32_t r = (int32_t)blockIdx.x * QG_WARPS + (threadIdx.x >> 5);
     const int32_t nsub = cols / 32;
-    const int64_t n_blk = (int64_t)rows * (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q4_1 || TYPE == GGML_TYPE_Q8_0 ? nsub : nsub / 8);
+    const int64_t n_blk = (int64_t)rows * (qg_small_block(TYPE) ? nsub : nsub / 8);
     qg_sub u;
     if (r < rows && lane < nsub) qg_decode<TYPE>(w, n_blk, r, nsub, lane, u);
     pdl_wait();
@@ -349,9 +358,10 @@ static locks_status qg_gemv_type(const lg_qmat *w, int32_t n, const int8_t *q, c
     const dim3 grid((unsigned)((w->rows + QG_WARPS - 1) / QG_WARPS)), block(QG_THREADS);
     const uint8_t *wp = (const uint8_t *)w->d_w;
     const float2 *d2 = reinterpret_cast<const float2 *>(ds);
-#define QG_CASE(NN)                                                                                              \
-    case NN:                                                                                                     \
-        CU_TRY(launch_k(pdl, qg_gemv_kernel<TYPE, NN>, grid, block, 0, st, wp, w->rows, w->cols, q, d2, y, ldy, beta)); \
+#define QG_CASE(NN)                                                                                        \
+    case NN:                                                                                               \
+        CU_TRY(launch_k(pdl, qg_gemv_kernel<TYPE, NN>, grid, block, 0, st, wp, w->rows, w->cols, q, d2, y, \
+                        ldy, beta));                                                                       \
         break;
     switch (n) {
         QG_CASE(1)
@@ -369,11 +379,14 @@ static locks_status qg_gemv_type(const lg_qmat *w, int32_t n, const int8_t *q, c
 }
 
 /* The matrix's shape against its type (cols a whole number of blocks, a device pointer). */
-static int qg_ok(const lg_qmat *w) { return w && w->d_w && w->rows >= 1 && lg_qmat_bytes(w->type, w->rows, w->cols) > 0; }
+static int qg_ok(const lg_qmat *w) {
+    return w && w->d_w && w->rows >= 1 && lg_qmat_bytes(w->type, w->rows, w->cols) > 0;
+}
 
 locks_status lg_qgemv_launch(const lg_qmat *w, int32_t n, const int8_t *q, const float *ds, float *y, int32_t ldy,
                              int beta, int pdl, cudaStream_t st) {
-    if (!qg_ok(w) || n < 1 || n > LG_GEMV_MAX_N || !q || !ds || !y || ldy < w->rows) return LOCKS_ERR_INVALID_ARG;
+    if (!qg_ok(w) || n < 1 || n > LG_GEMV_MAX_N || !q || !ds || !y || ldy < w->rows)
+        return LOCKS_ERR_INVALID_ARG;
     switch (w->type) {
     case GGML_TYPE_Q4_0: return qg_gemv_type<GGML_TYPE_Q4_0>(w, n, q, ds, y, ldy, beta, pdl, st);
     case GGML_TYPE_Q4_1: return qg_gemv_type<GGML_TYPE_Q4_1>(w, n, q, ds, y, ldy, beta, pdl, st);
@@ -395,7 +408,7 @@ __global__ void qg_dequant_kernel(const uint8_t *__restrict__ w, int32_t rows, i
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)rows * nsub) return;
     const int32_t r = (int32_t)(i / nsub), b = (int32_t)(i % nsub);
-    const int64_t n_blk = (int64_t)rows * (TYPE == GGML_TYPE_Q4_0 || TYPE == GGML_TYPE_Q4_1 || TYPE == GGML_TYPE_Q8_0 ? nsub : nsub / 8);
+    const int64_t n_blk = (int64_t)rows * (qg_small_block(TYPE) ? nsub : nsub / 8);
     qg_sub u;
     qg_decode<TYPE>(w, n_blk, r, nsub, b, u);
     uint32_t o[16];
@@ -430,7 +443,8 @@ static locks_status qg_dequant_type(const lg_qmat *w, locks_dtype ot, void *out,
 }
 
 locks_status lg_qdequant_launch(const lg_qmat *w, locks_dtype out_type, void *out, cudaStream_t st) {
-    if (!qg_ok(w) || !out || (out_type != LOCKS_DTYPE_F16 && out_type != LOCKS_DTYPE_BF16)) return LOCKS_ERR_INVALID_ARG;
+    if (!qg_ok(w) || !out || (out_type != LOCKS_DTYPE_F16 && out_type != LOCKS_DTYPE_BF16))
+        return LOCKS_ERR_INVALID_ARG;
     switch (w->type) {
     case GGML_TYPE_Q4_0: return qg_dequant_type<GGML_TYPE_Q4_0>(w, out_type, out, st);
     case GGML_TYPE_Q4_1: return qg_dequant_type<GGML_TYPE_Q4_1>(w, out_type, out, st);
