@@ -24,7 +24,8 @@
  * sequence, not counted; a quantized matrix: its file bytes, rows x row bytes; any other:
  * 2 bytes a value) + per sequence and layer, K/V of the attended tokens (d x 2 x 2
  * per token and KV head) + for LOCKS the summaries of the full pages. Byte limit = bytes /
- * 4.49 TB/s (H200 HBM3e; METHOD.md).
+ * 4.49 TB/s (the H200 copy rate measured here; METHOD.md), printed beside it: on an H100
+ * (3.35 TB/s by the datasheet) the percentage reads low.
  * TTFT: a prefill of random token ids through the same engine (chunks of 2048: cuBLAS
  * products, causal prefill attention over the paged cache), wall time to the last
  * token's logits.
@@ -408,9 +409,9 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
             if (sel) kvb += (double)B * s->n_layers * s->n_kv_heads * (N / 16) * (double)locks_summary_bytes(s->head_dim, 8, LOCKS_SUMMARY_Q);
             const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
             printf("%-9s batch %d ctx %7d %-5s%s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
-                   "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms (%.0f%%)\n",
+                   "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms at %.2f TB/s (%.0f%%)\n",
                    o->name, B, N, sel ? "locks" : "dense", gtag, avg_ms, B * 1e3 / avg_ms, gemm_ms, attn_ms,
-                   all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms,
+                   all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms, HBM_TBS,
                    100.0 * limit_ms / avg_ms);
             printf("  mean of one page of tokens: 15 mid-page tokens %.3f ms (split above) + the page-fill token %.3f ms "
                    "(its prep %.4f ms/layer, its attention %.4f ms/layer)\n",
