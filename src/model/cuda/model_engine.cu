@@ -82,7 +82,7 @@ typedef struct {
 struct lg_model {
     lg_shape s;
     int32_t *qt;  /* s.qtypes, owned (NULL: none) */
-    int quant;    /* 1: some segment is quantized */
+    size_t qmax;  /* 16-bit bytes of the largest quantized segment, dequantized (0: none) */
     void *base;   /* one allocation holding everything */
     size_t bytes;
     void *tok_embd; /* (n_vocab, dim) 16-bit */
@@ -111,9 +111,10 @@ static size_t seg_bytes(int32_t type, int32_t rows, int32_t cols) {
     return type < 0 ? (size_t)rows * cols * 2 : lg_qmat_bytes(type, rows, cols);
 }
 
-/* Lays out a matrix of n parts (rows[i], types from qtypes[idx0 + i]) in the allocation. */
-static void lay_mat(const lg_shape *s, char *b, size_t *off, lg_mat *mt, int32_t idx0, const int32_t *rows, int n,
-                    int32_t cols) {
+/* Lays out a matrix of n parts (rows[i], types from qtypes[idx0 + i]) in the allocation;
+ * *qmax grows to the 16-bit bytes of its largest quantized segment. */
+static void lay_mat(const lg_shape *s, char *b, size_t *off, size_t *qmax, lg_mat *mt, int32_t idx0,
+                    const int32_t *rows, int n, int32_t cols) {
     int32_t ty[3];
     for (int i = 0; i < n; i++) ty[i] = part_type(s, idx0 + i, rows[i], cols);
     mt->n_seg = 0;
@@ -128,6 +129,7 @@ static void lay_mat(const lg_shape *s, char *b, size_t *off, lg_mat *mt, int32_t
         g->row0 = mt->rows;
         g->rows = r;
         g->p = take(b, off, seg_bytes(ty[i], r, cols));
+        if (ty[i] >= 0 && (size_t)r * cols * 2 > *qmax) *qmax = (size_t)r * cols * 2;
         mt->rows += r;
         i = j;
     }
@@ -138,7 +140,7 @@ static size_t layout(const lg_shape *s, lg_model *m) {
     const int32_t D = s->dim, Q = s->n_heads * s->head_dim, KV = s->n_kv_heads * s->head_dim;
     const int32_t F = s->ffn_dim, V = s->n_vocab;
     char *b = m ? (char *)m->base : NULL;
-    size_t off = 0;
+    size_t off = 0, qmax = 0;
     lg_mat tmp;
     char *p = take(b, &off, (size_t)V * D * 2);
     if (m) m->tok_embd = p;
@@ -147,7 +149,7 @@ static size_t layout(const lg_shape *s, lg_model *m) {
         mt->n_seg = 1, mt->rows = V, mt->cols = D;
         mt->seg[0] = (lg_seg){p, -1, 0, V};
     } else {
-        lay_mat(s, b, &off, mt, 0, &V, 1, D);
+        lay_mat(s, b, &off, &qmax, mt, 0, &V, 1, D);
     }
     p = take(b, &off, (size_t)D * 4);
     if (m) m->output_norm = (float *)p;
@@ -157,11 +159,12 @@ static size_t layout(const lg_shape *s, lg_model *m) {
         L->ffn_norm = (float *)take(b, &off, (size_t)D * 4);
         const int32_t qkv[3] = {Q, KV, KV}, gu[2] = {F, F};
         const int32_t i0 = 1 + 7 * l;
-        lay_mat(s, b, &off, &L->wqkv, i0, qkv, 3, D);
-        lay_mat(s, b, &off, &L->wo, i0 + 3, &D, 1, Q);
-        lay_mat(s, b, &off, &L->wgu, i0 + 4, gu, 2, D);
-        lay_mat(s, b, &off, &L->wdown, i0 + 6, &D, 1, F);
+        lay_mat(s, b, &off, &qmax, &L->wqkv, i0, qkv, 3, D);
+        lay_mat(s, b, &off, &qmax, &L->wo, i0 + 3, &D, 1, Q);
+        lay_mat(s, b, &off, &qmax, &L->wgu, i0 + 4, gu, 2, D);
+        lay_mat(s, b, &off, &qmax, &L->wdown, i0 + 6, &D, 1, F);
     }
+    if (m) m->qmax = qmax;
     return off;
 }
 
@@ -247,11 +250,6 @@ extern "C" lg_model *lg_model_alloc(const lg_shape *s, locks_status *err) {
         goto fail;
     }
     layout(&m->s, m);
-    m->quant = mat_quantized(&m->output);
-    for (int32_t l = 0; l < s->n_layers; l++) {
-        const lg_layer *L = &m->layers[l];
-        m->quant |= mat_quantized(&L->wqkv) | mat_quantized(&L->wo) | mat_quantized(&L->wgu) | mat_quantized(&L->wdown);
-    }
     if (err) *err = LOCKS_OK;
     return m;
 fail:
@@ -262,7 +260,7 @@ fail:
 
 extern "C" lg_shape lg_model_shape(const lg_model *m) { return m->s; }
 
-extern "C" int lg_model_quantized(const lg_model *m) { return m && m->quant; }
+extern "C" int lg_model_quantized(const lg_model *m) { return m && m->qmax > 0; }
 
 /* The matrix of a tensor (NULL for norms and the embedding). */
 static lg_mat *tensor_mat(lg_model *m, lg_tensor t, int32_t layer) {
@@ -348,7 +346,7 @@ extern "C" locks_status lg_model_upload_q(lg_model *m, lg_tensor t, int32_t laye
 
 extern "C" locks_status lg_model_fill_random(lg_model *m, uint64_t seed) {
     if (!m) return LOCKS_ERR_INVALID_ARG;
-    if (m->quant) return LOCKS_ERR_UNSUPPORTED; /* random weights are 16-bit */
+    if (m->qmax) return LOCKS_ERR_UNSUPPORTED; /* random weights are 16-bit */
     const lg_shape *s = &m->s;
     uint64_t k = seed;
     for (int32_t l = -1; l < s->n_layers; l++) {
@@ -528,24 +526,10 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->blas_ws, CUBLAS_WS_BYTES);
         DA(e->ss, (size_t)lg_gemv_blocks(s->dim, 8, n_seqs) * n_seqs * 4); /* the most blocks */
         DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
-        if (m->quant) {
-            size_t scr = 0; /* the largest quantized segment, dequantized */
-            for (int32_t l = -1; l < s->n_layers; l++) {
-                const lg_mat *ms[4] = {&m->output, NULL, NULL, NULL};
-                if (l >= 0) {
-                    const lg_layer *L = &m->layers[l];
-                    ms[0] = &L->wqkv, ms[1] = &L->wo, ms[2] = &L->wgu, ms[3] = &L->wdown;
-                }
-                for (int k = 0; k < 4 && ms[k]; k++)
-                    for (int i = 0; i < ms[k]->n_seg; i++)
-                        if (ms[k]->seg[i].type >= 0) {
-                            const size_t b = (size_t)ms[k]->seg[i].rows * ms[k]->cols * 2;
-                            if (b > scr) scr = b;
-                        }
-            }
+        if (m->qmax) {
             DA(e->xq, (size_t)LG_GEMV_MAX_N * e->widest);
             DA(e->xds, (size_t)LG_GEMV_MAX_N * (e->widest / 32) * 8);
-            if (max_chunk > LG_GEMV_MAX_N) DA(e->wscr, scr);
+            if (max_chunk > LG_GEMV_MAX_N) DA(e->wscr, m->qmax); /* the largest quantized segment, dequantized */
         }
 #undef DA
         {
@@ -558,7 +542,7 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             const int g = locks_cuda_get_lab().engine_gemv;
             const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
                              lg_gemv_supported(s->ffn_dim, n_seqs);
-            e->gemv = fits && !m->quant && (g == 1 || g == 2) ? g : 0; /* gemv.cu reads 16-bit weights */
+            e->gemv = fits && !m->qmax && (g == 1 || g == 2) ? g : 0; /* gemv.cu reads 16-bit weights */
             if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
@@ -626,19 +610,19 @@ fail:
  * (e->gemm_chunked) a longer product runs in pieces of that many rows; a row of the decode
  * token and the same row of a verify then go through the same kernel. Costs little: the
  * decode products are bound by the weights' bytes (bench/RESULTS.md, exact15). */
-static locks_status gemm16(lg_ctx *e, const void *w, int32_t rows, int32_t ldy, int32_t cols, int32_t n, float *y,
-                           float beta) {
+static locks_status gemm16(lg_ctx *e, const void *w, int32_t rows, int32_t ldy, int32_t cols, const void *x, int32_t n,
+                           float *y, float beta) {
     const cudaDataType_t t = e->m->s.wtype == LOCKS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float alpha = 1.f;
     const int32_t P = e->gemm_rows;
     if (n > P && (!e->gemm_chunked || P == 1)) { /* (engine_pad = 0: every product as it comes) */
-        CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w, t, cols, e->xb, t, cols, &beta,
-                            y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, w, t, cols, x, t, cols, &beta, y,
+                            CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return LOCKS_OK;
     }
     for (int32_t r = 0; r < n; r += P)
         CB_TRY(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, P, cols, &alpha, w, t, cols,
-                            (const char *)e->xb + (size_t)r * cols * 2, t, cols, &beta, y + (size_t)r * ldy,
+                            (const char *)x + (size_t)r * cols * 2, t, cols, &beta, y + (size_t)r * ldy,
                             CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return LOCKS_OK;
 }
@@ -650,7 +634,7 @@ static locks_status gemm16(lg_ctx *e, const void *w, int32_t rows, int32_t ldy, 
  * for bit); longer products (prefill) dequantize the segment into e->wscr and run cuBLAS. */
 static locks_status gemm(lg_ctx *e, const lg_mat *w, int32_t n, float *y, float beta) {
     const int32_t cols = w->cols, ldy = w->rows;
-    if (!mat_quantized(w)) return gemm16(e, w->seg[0].p, w->rows, ldy, cols, n, y, beta);
+    if (!mat_quantized(w)) return gemm16(e, w->seg[0].p, w->rows, ldy, cols, e->xb, n, y, beta);
     const lg_shape *s = &e->m->s;
     if (n <= LG_GEMV_MAX_N || e->gemm_chunked) {
         for (int32_t r = 0; r < n; r += LG_GEMV_MAX_N) {
@@ -660,13 +644,8 @@ static locks_status gemm(lg_ctx *e, const lg_mat *w, int32_t n, float *y, float 
             for (int i = 0; i < w->n_seg; i++) {
                 const lg_seg *g = &w->seg[i];
                 float *yp = y + (size_t)r * ldy + g->row0;
-                if (g->type < 0) {
-                    /* a 16-bit segment beside quantized ones: cuBLAS on this piece's rows */
-                    void *xb = e->xb;
-                    e->xb = (void *)x16;
-                    const locks_status gs = gemm16(e, g->p, g->rows, ldy, cols, nn, yp, beta);
-                    e->xb = xb;
-                    LOCKS_TRY(gs);
+                if (g->type < 0) { /* a 16-bit segment beside quantized ones: cuBLAS on this piece's rows */
+                    LOCKS_TRY(gemm16(e, g->p, g->rows, ldy, cols, x16, nn, yp, beta));
                     continue;
                 }
                 const lg_qmat qm = {g->p, g->type, g->rows, cols};
@@ -683,7 +662,7 @@ static locks_status gemm(lg_ctx *e, const lg_mat *w, int32_t n, float *y, float 
             LOCKS_TRY(lg_qdequant_launch(&qm, s->wtype, e->wscr, e->st));
             wp = e->wscr;
         }
-        LOCKS_TRY(gemm16(e, wp, g->rows, ldy, cols, n, y + g->row0, beta));
+        LOCKS_TRY(gemm16(e, wp, g->rows, ldy, cols, e->xb, n, y + g->row0, beta));
     }
     return LOCKS_OK;
 }
