@@ -221,13 +221,15 @@ locks_status locks_ctx_decode(locks_ctx *c, int32_t token, float *logits);
 /* ---- Several sequences (locks_ctx_params.n_seqs > 1) ----
  * The context's sequences 0 .. n_seqs - 1 share one cache (n_seqs x n_ctx tokens of
  * room) and decode together: locks_ctx_decode_batch runs one token of every sequence —
- * on the CUDA backend in one pass (one graph replay; each weight read once for all),
+ * on the CUDA backend in one pass (one graph replay; each weight read once for up to 8
+ * sequences, once per 8 for 9..32: the products run in pieces of 8 rows so that a
+ * sequence's logits do not depend on how many decode with it),
  * on the CPU backend one sequence after the other (the same results as separate
  * contexts, bit for bit). Sequences may differ in length; an empty one decodes its first
  * token. The calls without a sequence argument (prefill, prefill_all, decode, truncate,
  * len, seq, generate) act on sequence 0, reset empties all of them; locks_ctx_clone needs
  * n_seqs == 1. */
-#define LOCKS_CTX_MAX_SEQS 8
+#define LOCKS_CTX_MAX_SEQS 32
 /* As locks_ctx_prefill, into sequence seq (0 .. n_seqs - 1; else LOCKS_ERR_INVALID_ARG). */
 locks_status locks_ctx_prefill_seq(locks_ctx *c, int32_t seq, const int32_t *tokens, int32_t n, float *logits);
 /* Tokens in sequence seq; -1 for a bad seq. */

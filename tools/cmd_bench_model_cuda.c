@@ -26,6 +26,21 @@
  * per token and KV head) + for LOCKS the summaries of the full pages. Byte limit = bytes /
  * 4.49 TB/s (the H200 copy rate measured here; METHOD.md), printed beside it: on an H100
  * (3.35 TB/s by the datasheet) the percentage reads low.
+ * Batch: 1..32 sequences (the engine's products run in pieces of 8 rows from 9 on, model_cuda.h).
+ * Each sequence has pages of its own; a (batch, context) whose cache does not fit the
+ * device is skipped. --shared-prefix: every sequence's block table points at sequence 0's
+ * full context pages (each keeps its own last pages for the tokens it decodes), so large
+ * batches fit one card; rows and CSV selectors say "shared". The dense attention then
+ * reads the same pages B times: the bytes per token are those of distinct pages (the
+ * byte limit is the same), but sequences read the same page at about the same time, so
+ * some of those reads may hit the L2 (50 MB, small beside a 128K context's layer, yet not
+ * nothing): read such a row as at most as slow as distinct pages, not as equal to them.
+ * Sizes, distinct pages: Llama-3.1-8B K/V is 128 KiB a token (32 layers x 8 KV heads x 128
+ * x 2 x 2 B), 32 GiB a sequence at 256K, so batch 8 at 256K (256 GiB) fits no card: only
+ * shared. GLM-4-9B (40 layers x 2 KV heads: 40 KiB a token) is 10 GiB a sequence at 256K
+ * (+ 10% summaries, 16 + 2 pages per 16 tokens of slack): batch 8 = ~88 GiB + 17.5 GiB of
+ * bf16 weights + workspace, which fits the H200's 141 GB (~132 GiB free) but not an H100's
+ * 80 GB; batch 16 at 128K is the same ~88 GiB; batch 32 at 128K (~176 GiB) fits neither.
  * TTFT: a prefill of random token ids through the same engine (chunks of 2048: cuBLAS
  * products, causal prefill attention over the paged cache), wall time to the last
  * token's logits.
@@ -82,6 +97,7 @@ typedef struct {
     int32_t gemv[3];
     int n_ctx, n_batch, n_ttft, n_gemv;
     int32_t budget, trials, spec;
+    int shared; /* --shared-prefix: sequences 1 .. B - 1 hold sequence 0's context pages */
     int profile; /* --profile: one LOCKS token at mid-page, then one page-fill token, in profiler ranges */
     const char *csv;
 } mopts;
@@ -89,7 +105,7 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: locks bench --backend cuda --model llama3-8b|glm4-9b | --gguf FILE [--context 32k,128k,...]\n"
                "                   [--batch 1,8] [--budget 2048] [--trials 10] [--ttft 32k,128k | --ttft 0] [--gemv 2,1,0]\n"
-               "                   [--csv FILE] [--speculate K] [--profile]\n"
+               "                   [--csv FILE] [--speculate K] [--profile] [--shared-prefix]\n"
                "  --model NAME: random bf16 weights of that shape, made on the device\n"
                "  --gguf FILE: the weights of a Llama-architecture GGUF as the GPU engine holds them (Q4_0, Q4_1,\n"
                "               Q8_0, Q4_K, Q5_K, Q6_K kept quantized, other types in 16 bits); named by the file\n"
@@ -98,6 +114,11 @@ static void usage(FILE *f) {
                "               cache (the lab switch engine_gemv); default: the environment\n"
                "  --speculate K: batch 1: the cost of a LOCKS draft token and of a dense verify of K + 1 tokens,\n"
                "               and the per-token speed of speculation as a function of the acceptance rate\n"
+               "  --batch LIST: sequences decoded together, 1..32 each (distinct pages: skipped where the cache\n"
+               "               does not fit the device)\n"
+               "  --shared-prefix: every sequence's block table points at the same context pages (its own last\n"
+               "               pages for the new tokens): the same bytes per token, read from one copy (rows\n"
+               "               marked shared; some reads may hit the L2)\n"
                "  --profile: after the timings, one LOCKS mid-page token and then one page-fill token, each alone\n"
                "               between cudaProfilerStart/Stop (for ncu --profile-from-start off)\n");
 }
@@ -130,7 +151,7 @@ static int parse(int argc, char **argv, mopts *o) {
             if ((o->n_ctx = args_parse_ints(v, o->ctx, MAXL, 32, INT32_MAX / 2)) < 1) return 2;
             i++;
         } else if (!strcmp(a, "--batch") && v) {
-            if ((o->n_batch = args_parse_ints(v, o->batch, MAXL, 1, 8)) < 1) return 2;
+            if ((o->n_batch = args_parse_ints(v, o->batch, MAXL, 1, LOCKS_CTX_MAX_SEQS)) < 1) return 2;
             i++;
         } else if (!strcmp(a, "--ttft") && v) {
             if (!strcmp(v, "0")) o->n_ttft = 0;
@@ -150,6 +171,8 @@ static int parse(int argc, char **argv, mopts *o) {
             i++;
         } else if (!strcmp(a, "--profile")) {
             o->profile = 1;
+        } else if (!strcmp(a, "--shared-prefix")) {
+            o->shared = 1;
         } else {
             const int r = args_bench_tail(a, v, &i, &o->csv, usage);
             if (r) return r;
@@ -298,6 +321,24 @@ static int bench_speculate(const mopts *o, lg_ctx *e, locks_cache *c, int32_t N,
     return 0;
 }
 
+/* --shared-prefix: sequence dst (empty) takes the first n pages of sequence 0 (full pages)
+ * into its block table, one more holder each, mirrored to the device: what
+ * locks_cache_seq_share does on the CPU backend (which refuses a CUDA cache), in cache.h's
+ * bookkeeping. The bench never writes those pages again (its decode tokens land past
+ * them, and it truncates no sequence into them). */
+static locks_status share_prefix(locks_cache *c, int32_t dst, int32_t n) {
+    locks_seq *d = &c->seqs[dst];
+    const locks_seq *s0 = &c->seqs[0];
+    if (!d->active || d->len != 0 || n < 1 || n > s0->len / LOCKS_PAGE) return LOCKS_ERR_INVALID_ARG;
+    for (int32_t i = 0; i < n; i++) {
+        d->table[i] = s0->table[i];
+        c->ref[s0->table[i]]++;
+    }
+    d->n_pages = n;
+    d->len = n * LOCKS_PAGE;
+    return locks_cuda_seq_sync(c->cuda, dst, d->table, d->n_pages, d->len);
+}
+
 static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE *csv) {
     int rc = 0;
     const lg_shape *s = &o->s;
@@ -312,14 +353,17 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     cp.head_dim = s->head_dim;
     cp.max_seqs = B;
     const int32_t pages_per_seq = N / 16 + 2;
-    cp.n_pages = B * pages_per_seq;
+    /* shared: sequence 0's pages, and each other sequence's own tail: tokens from its shared
+     * (N - 9) / 16 pages up to N + 8 at most, 2 pages (+ 1 of slack) */
+    const int32_t n_shared = (N - 9) / 16;
+    cp.n_pages = o->shared ? pages_per_seq + (B - 1) * 3 : B * pages_per_seq;
     const double kv_b = (double)cp.n_layers * cp.n_pages * s->n_kv_heads *
                         (16.0 * s->head_dim * 4 + (double)locks_cuda_summary_stored_bytes(s->head_dim));
     size_t fr = 0, tot = 0;
     TRY(lg_device_memory(0, &fr, &tot));
     if (kv_b + 3.0 * 1073741824.0 > (double)fr) {
-        printf("%s batch %d context %d: skipped, the KV cache needs %.1f GiB, %.1f GiB free beside the weights\n",
-               o->name, B, N, gib(kv_b), gib((double)fr));
+        printf("%s batch %d context %d%s: skipped, the KV cache needs %.1f GiB, %.1f GiB free beside the weights\n",
+               o->name, B, N, o->shared ? " shared" : "", gib(kv_b), gib((double)fr));
         return 0;
     }
     locks_status st;
@@ -331,7 +375,12 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     for (int32_t b = 0; b < B; b++) {
         int32_t id;
         TRY(locks_cache_seq_add(c, &id));
-        TRY(locks_cache_append(c, id, N - 9));
+        if (o->shared && b > 0 && n_shared > 0) {
+            TRY(share_prefix(c, id, n_shared));
+            if (N - 9 > n_shared * 16) TRY(locks_cache_append(c, id, N - 9 - n_shared * 16));
+        } else {
+            TRY(locks_cache_append(c, id, N - 9));
+        }
     }
     double t0 = locks_now_ms();
     all = malloc(sizeof(int32_t) * (size_t)cp.n_pages);
@@ -365,7 +414,8 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
             rc = 1;
             goto done;
         }
-        int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        int32_t toks[LOCKS_CTX_MAX_SEQS];
+        for (int32_t b = 0; b < B; b++) toks[b] = 1 + b;
         TRY(lg_set_tokens(e, toks));
         const lg_sample_params greedy = {0.f, 0, 1.f, 1};
         TRY(lg_set_sampler(e, &greedy));
@@ -408,9 +458,9 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
             double kvb = (double)B * s->n_layers * s->n_kv_heads * att * per_tok_head;
             if (sel) kvb += (double)B * s->n_layers * s->n_kv_heads * (N / 16) * (double)locks_summary_bytes(s->head_dim, 8, LOCKS_SUMMARY_Q);
             const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
-            printf("%-9s batch %d ctx %7d %-5s%s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
+            printf("%-9s batch %d ctx %7d %-5s%s%s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
                    "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms at %.2f TB/s (%.0f%%)\n",
-                   o->name, B, N, sel ? "locks" : "dense", gtag, avg_ms, B * 1e3 / avg_ms, gemm_ms, attn_ms,
+                   o->name, B, N, sel ? "locks" : "dense", gtag, o->shared ? " shared" : "", avg_ms, B * 1e3 / avg_ms, gemm_ms, attn_ms,
                    all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms, HBM_TBS,
                    100.0 * limit_ms / avg_ms);
             printf("  mean of one page of tokens: 15 mid-page tokens %.3f ms (split above) + the page-fill token %.3f ms "
@@ -421,8 +471,8 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
                    t_prep[sel] / s->n_layers, t_step[sel] / s->n_layers, (t_prep[sel] + t_step[sel]) / s->n_layers,
                    attn_ms / s->n_layers);
             if (csv)
-                fprintf(csv, "decode,%s,%d,%d,%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f,%.6f,%.6f\n", o->name, B, N,
-                        sel ? "locks" : "dense", ctag, p.budget, avg_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms,
+                fprintf(csv, "decode,%s,%d,%d,%s%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f,%.6f,%.6f\n", o->name, B, N,
+                        sel ? "locks" : "dense", ctag, o->shared ? "-shared" : "", p.budget, avg_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms,
                         bytes, limit_ms, all_ms, t_fill[sel]);
             fflush(stdout);
         }

@@ -1584,12 +1584,13 @@ static locks_status decode_seqs(locks_ctx *c, const int32_t *seqs, int32_t n, co
         st0 = locks_fail(LOCKS_ERR_INVALID_ARG, "n %d (must be 1..%d, the context's sequences)", n, c->n_seqs);
     if (st0 != LOCKS_OK) return st0;
     const int32_t V = c->m->info.n_vocab;
-    uint32_t seen = 0;
+    _Static_assert(LOCKS_CTX_MAX_SEQS <= 64, "seen is a 64-bit mask of the sequences");
+    uint64_t seen = 0;
     for (int32_t i = 0; i < n; i++) { /* everything checked before any sequence moves */
         int32_t s = seqs[i];
         if ((st0 = seq_check(c, s)) != LOCKS_OK) return st0;
         if (seen >> s & 1u) return locks_fail(LOCKS_ERR_INVALID_ARG, "seqs[%d] = %d appears twice", i, s);
-        seen |= 1u << s;
+        seen |= (uint64_t)1 << s;
         if ((st0 = tokens_check(c, tokens + i, 1)) != LOCKS_OK || (st0 = room_check(c, s, 1)) != LOCKS_OK) return st0;
     }
     double t0 = locks_now_ms(), c0 = cpu_ms();

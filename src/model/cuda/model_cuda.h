@@ -119,8 +119,13 @@ enum {
     LG_PART_ALL = LG_PART_GEMM | LG_PART_REST | LG_PART_ATTN
 };
 
-/* An engine for n_seqs sequences (cache slots 0 .. n_seqs - 1, n_seqs <= 8) of a CUDA
- * cache whose shape matches the model, prefill chunks of up to max_chunk tokens. */
+/* An engine for n_seqs sequences (cache slots 0 .. n_seqs - 1, n_seqs <= 32) of a CUDA
+ * cache whose shape matches the model, prefill chunks of up to max_chunk tokens. The
+ * decode token's products run in pieces of 8 rows (one row or 2..8: one piece padded to
+ * 8), each piece the product of a batch of one, so a row's sums do not depend on the batch
+ * (bit for bit); a batch of 9..32 reads the weights once a piece. The lab path
+ * engine_gemv (gemv.cu) takes up to 8 sequences; an engine of more runs the default
+ * products. */
 lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, int32_t max_chunk, locks_status *err);
 void lg_ctx_free(lg_ctx *e);
 
@@ -173,7 +178,7 @@ locks_status lg_time_decode(lg_ctx *e, int parts, int trials, double *median_ms)
  * and cudaProfilerStop, so `ncu --profile-from-start off` sees exactly one token's kernels. */
 locks_status lg_profile_decode(lg_ctx *e, int parts);
 
-/* ---- the decode products for 1..8 rows (gemv.cu) -------------------------------------- */
+/* ---- the decode products for 1..8 rows (gemv.cu; engines of up to 8 sequences) -------- */
 
 /* What a product's 16-bit input X is made of (each value rounded once to the weight type):
  * X16 the 16-bit input itself; F32 fp32 values; NORM the RMSNorm of fp32 rows x with
@@ -195,7 +200,8 @@ locks_status lg_gemv_prepare(void);
  * and 176 bytes); Q6_K, Q8_0, Q4_0 and Q4_1 blocks without their fp16 scales (d; Q4_1's d
  * and m) (208, 32, 16 and 16 bytes), all blocks of the matrix in row order, then the scales
  * of every block in the same order (after the blocks, at a 256-byte boundary from d_w).
- * Decode products (1..8 rows) quantize their input to int8 in 32-value blocks exactly as
+ * Decode products (1..8 rows; the engine runs 9..32 in pieces of 8) quantize their input to
+ * int8 in 32-value blocks exactly as
  * the CPU does (matmul_quantize: d = max|x| / 127, q = round-to-nearest-even(x * (1 / d)))
  * and take the sub-block integer dot products of quant.c with dp4a, one scale per 16
  * values, one offset per 32: the CPU engine's arithmetic, the fp32 sums in another order.

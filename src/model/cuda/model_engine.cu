@@ -38,9 +38,10 @@ extern "C" {
 }
 
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
-#define MAX_ENGINE_SEQS 8
-/* Products of fewer rows run with GEMM_ROWS rows (see gemm): one cuBLAS shape for the decode
- * token of any batch <= 8 and for a speculative verify's K + 1 rows, so a row's sums do not
+#define MAX_ENGINE_SEQS 32 /* LOCKS_CTX_MAX_SEQS */
+/* Products of fewer rows run with GEMM_ROWS rows, and a decode token's or a verify's
+ * products of more rows in pieces of GEMM_ROWS (see gemm): one cuBLAS shape for the decode
+ * token of any batch and for a speculative verify's K + 1 rows, so a row's sums do not
  * depend on how many rows came with it (the verify is bit for bit the decode). */
 #define GEMM_ROWS 8
 
@@ -426,7 +427,9 @@ struct lg_ctx {
     cudaGraphExec_t graph[LG_PART_ALL + 1]; /* per parts mask */
     int32_t gemm_rows; /* GEMM_ROWS, or 1 with engine_pad = 0 (A/B timing: no padding, no pieces; the verify
                         * is then exact only where cuBLAS happens to be row invariant) */
-    int gemm_chunked;  /* set while enqueuing a verify: products of more rows in GEMM_ROWS-row pieces */
+    int gemm_chunked;  /* set while enqueuing a verify or a decode token: products of more rows in
+                        * GEMM_ROWS-row pieces (a decode of 9..32 sequences reads the weights once a
+                        * piece: the price of batch invariance, see gemm16) */
     /* lg_verify's buffers, made on its first call */
     float *v_logits;   /* (v_rows rounded up to GEMM_ROWS, n_vocab) */
     void *v_ws;        /* lg_verify_ws_bytes */
@@ -514,7 +517,8 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->vbuf, R * e->kv_dim * 4);
         DA(e->att, R * e->q_dim * 4);
         DA(e->gu, R * 2 * s->ffn_dim * 4);
-        DA(e->logits, (size_t)(n_seqs > GEMM_ROWS ? n_seqs : GEMM_ROWS) * s->n_vocab * 4); /* a padded product */
+        /* whole GEMM_ROWS pieces: a padded product, or the last piece of a decode of 9..32 rows */
+        DA(e->logits, (size_t)((n_seqs + GEMM_ROWS - 1) / GEMM_ROWS * GEMM_ROWS) * s->n_vocab * 4);
         DA(e->tok, (size_t)n_seqs * 4);
         DA(e->row_slot, (size_t)n_seqs * 4);
         DA(e->ptok, (size_t)max_chunk * 4);
@@ -606,10 +610,13 @@ fail:
  * Batch invariance: cuBLAS picks its kernel (tiles, split of the sum) by shape, so row t of
  * a product of 1 row and of 5 need not agree in the last bit. Products of up to
  * e->gemm_rows rows therefore always run with e->gemm_rows rows (the rows past n compute
- * garbage nobody reads: every buffer holds whole GEMM_ROWS pieces), and in a verify
- * (e->gemm_chunked) a longer product runs in pieces of that many rows; a row of the decode
- * token and the same row of a verify then go through the same kernel. Costs little: the
- * decode products are bound by the weights' bytes (bench/RESULTS.md, exact15). */
+ * garbage nobody reads: every buffer holds whole GEMM_ROWS pieces), and in a verify or a
+ * decode token (e->gemm_chunked) a longer product runs in pieces of that many rows; a row
+ * of a decode token of any batch (1..32) and the same row of a verify then go through the
+ * same kernel. Costs little up to 8 rows: the decode products are bound by the weights'
+ * bytes (bench/RESULTS.md, exact15). A decode of 9..32 rows reads the weights once a
+ * piece (2-4 times); engine_pad = 0 runs it as one product of n rows instead (A/B timing,
+ * not batch invariant). */
 static locks_status gemm16(lg_ctx *e, const void *w, int32_t rows, int32_t ldy, int32_t cols, const void *x, int32_t n,
                            float *y, float beta) {
     const cudaDataType_t t = e->m->s.wtype == LOCKS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -919,12 +926,12 @@ extern "C" locks_status lg_set_sampler(lg_ctx *e, const lg_sample_params *p) {
 extern "C" locks_status lg_set_rows(lg_ctx *e, const int32_t *seqs, int32_t n) {
     if (!e || (seqs && (n < 1 || n > e->n_seqs))) return LOCKS_ERR_INVALID_ARG;
     int32_t r[MAX_ENGINE_SEQS];
-    uint32_t seen = 0;
+    uint64_t seen = 0; /* MAX_ENGINE_SEQS <= 64 bits */
     if (!seqs) n = e->n_seqs;
     for (int32_t i = 0; i < n; i++) {
         r[i] = seqs ? seqs[i] : i;
         if (r[i] < 0 || r[i] >= e->n_seqs || (seen >> r[i] & 1u)) return LOCKS_ERR_INVALID_ARG;
-        seen |= 1u << r[i];
+        seen |= (uint64_t)1 << r[i];
     }
     if (n != e->n_rows || memcmp(r, e->h_rows, (size_t)n * 4) != 0) {
         memcpy(e->h_rows, r, (size_t)n * 4);
@@ -1027,7 +1034,9 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
 static locks_status enqueue_decode(lg_ctx *e, int parts) {
     e->gemv_now = e->gemv;
     e->forked = 0;
+    e->gemm_chunked = 1; /* 9..32 rows: pieces of GEMM_ROWS, each a batch-1 token's product (gemm16) */
     locks_status st = enqueue_decode_body(e, parts);
+    e->gemm_chunked = 0;
     e->gemv_now = 0;
     if (e->forked) { /* join the summary branch (also after a failure: a capture must end joined) */
         e->forked = 0;

@@ -213,9 +213,7 @@ static __device__ __forceinline__ void prep_row(const int32_t *__restrict__ slot
 static __global__ void decode_prep_kernel(const int32_t *__restrict__ slots, const int32_t *__restrict__ seq_len,
                                           const int32_t *__restrict__ bt, int32_t n_pages_pool, int32_t n_seqs,
                                           int32_t *pos, int32_t *build) {
-    const int32_t s = threadIdx.x;
-    if (s >= n_seqs) return;
-    prep_row(slots, seq_len, bt, n_pages_pool, s, pos, build);
+    for (int32_t s = threadIdx.x; s < n_seqs; s += blockDim.x) prep_row(slots, seq_len, bt, n_pages_pool, s, pos, build);
 }
 
 /* The decode token's first kernel: embed_kernel's gather of row blockIdx.x and, in block 0,
@@ -225,7 +223,8 @@ static __global__ void embed_prep_kernel(const void *__restrict__ e, int type, c
                                          const int32_t *__restrict__ seq_len, const int32_t *__restrict__ bt,
                                          int32_t n_pages_pool, int32_t n_seqs, int32_t *pos, int32_t *build) {
     const int32_t t = blockIdx.x;
-    if (t == 0 && (int32_t)threadIdx.x < n_seqs) prep_row(slots, seq_len, bt, n_pages_pool, threadIdx.x, pos, build);
+    if (t == 0)
+        for (int32_t s = threadIdx.x; s < n_seqs; s += blockDim.x) prep_row(slots, seq_len, bt, n_pages_pool, s, pos, build);
     const size_t row = (size_t)tok[t] * dim;
     for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) x[(size_t)t * dim + i] = load16(e, row + i, type);
 }
