@@ -82,6 +82,29 @@
 #       the CSV's model is the file's name), the quantize log quantize_SHAPE-TYPE.log.
 #   table DIR...   joins the peer_*.json and ours_*.csv files of the given dirs into one
 #       Markdown table (python3).
+#   batched SHAPE DEST   (device; issue 38, batched decode) llama.cpp's llama-batched-bench
+#       (packed beside llama-bench, or built by `build`) on the random F16 GGUF of SHAPE, then
+#       `locks bench --backend cuda --model SHAPE` at the same batches and depth, in the same
+#       call; prints tok/s of both and ours / llama.cpp. llama-batched-bench -fa on -npp
+#       $BPP -ntg $BTG -npl $BNPL -b 2048 -ub 512 -c NPLMAX x (BPP + BTG + 256) (rounded to
+#       256 per sequence), --output-format jsonl; its S_TG (pl x tg / the time of tg decode
+#       steps of all pl sequences, depth BPP .. BPP + BTG) beside ours at context BPP (a
+#       token at BPP, mean over one page) and batch pl. Honest pairing: BPPS=1 (default)
+#       passes -pps WITH -no-kvu: the prompt is prefilled once and, the KV cache being one
+#       stream per sequence, COPIED into every sequence's stream (llama_memory_seq_cp
+#       between streams: a buffer copy before the timed decode), so each sequence's
+#       attention reads its own BPP tokens, as ours reads distinct pages. Never -kvu with
+#       -pps: one unified KV buffer holds the shared prompt once and every sequence's step
+#       reads it from there (one copy for all), which is NOT comparable with distinct
+#       sequences (nor with ours --shared-prefix, which reads the shared pages once per
+#       sequence). BPPS=0: distinct random prompts, each prefilled (pl x BPP tokens: only
+#       for small BPP). Memory: llama.cpp's F16 KV of NPLMAX x BPP tokens beside the F16
+#       weights (GLM-4-9B: 40 KiB a token, 8 x 128K = 40 GiB + 18.8 GB: fits an H100; 8 x 256K
+#       needs an H200); ours skips what does not fit. Time: one BPP-token prefill per pl
+#       value (llama.cpp clears the cache between them; ~30-40 s at 128K, ~100 s at 256K),
+#       so the defaults are BPP 131072, BNPL 1,8. Results: $OUT/peerb_TAG.jsonl,
+#       oursb_TAG.csv, tableb_TAG.md; logs in $OUT/logs.tar.gz. OURS_EXTRA (e.g.
+#       --shared-prefix) is passed to locks bench.
 # Depth D of llama.cpp (mean over the 32 tokens after D) is put beside our context D (one
 # token decoded at position D-1 after D-1 cached; depth 0 beside our smallest context, 32
 # tokens). llama.cpp runs one sequence: batch-8 rows of ours have no peer.
@@ -412,8 +435,103 @@ for q in sorted({split(t)[1] for t in tags if split(t)[1]}):
 EOF
 }
 
+# ---------------------------------------------------------------------------------
+stage_batched() {
+  local shape=${1:?batched SHAPE DEST} dest=${2:?batched SHAPE DEST}
+  dest=$(cd "$dest" && pwd) || die "no folder $2"
+  case "$shape" in llama3-8b|glm4-9b|tiny) ;; *) die "shape: llama3-8b or glm4-9b";; esac
+  local bpp=${BPP:-131072} btg=${BTG:-32} bnpl=${BNPL:-1,8} bpps=${BPPS:-1} tag=$shape
+  mkdir -p "$KEEP" "$OUT" "$LOGS"
+  cd "$HERE" || exit 1
+  { date -u '+%Y-%m-%d %H:%M:%S UTC'; echo "commit: $(cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null)";
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader; nproc; } |
+    tee "$LOGS/envb_$tag.log"
+  if [ ! -x "$KEEP/llamacpp/llama-batched-bench" ] && [ -f "$dest/llama-bench.tar.xz" ]; then
+    tar xJf "$dest/llama-bench.tar.xz" -C "$KEEP" || die "untar llama-bench"
+  fi
+  local LBB=$KEEP/llamacpp/llama-batched-bench L=${LOCKS:-} c
+  [ -x "$LBB" ] || die "no llama-batched-bench in $KEEP/llamacpp (pack it from a build that has it, or build on the device)"
+  if [ -z "$L" ]; then
+    for c in "$KEEP/bin/locks" "$KEEP/build/locks" "$HERE/build-cuda/locks"; do [ -x "$c" ] && { L=$c; break; }; done
+  fi
+  [ -n "$L" ] || die "no locks binary (LOCKS=, $KEEP/bin/locks, $KEEP/build/locks or build-cuda/locks)"
+  fix_ldpath "$LBB"
+  cp "$KEEP/llamacpp/BUILD-INFO" "$LOGS/BUILD-INFO" 2>/dev/null
+  local g=$KEEP/peer-$shape.gguf rc=0
+  rm -f "$KEEP"/peer-*.gguf
+  python3 "$HERE/bench/make_peer_gguf.py" --shape "$shape" --out "$g" 2>&1 | tee "$LOGS/gguf_$shape.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || die "GGUF writer failed"
+  local maxpl=1 x
+  for x in ${bnpl//,/ }; do [ "$x" -gt "$maxpl" ] && maxpl=$x; done
+  local per=$(( (bpp + btg + 256 + 255) / 256 * 256 )) # tokens one sequence's stream holds
+  local share=(); [ "$bpps" = 1 ] && share=(-pps)
+  local t0=$SECONDS lim; lim=$(left 360 90)
+  echo "llama-batched-bench: -npp $bpp -ntg $btg -npl $bnpl ${share[*]:-(distinct prompts)} -no-kvu -c $(( maxpl * per )), at most $lim s"
+  env -u LLAMA_ARG_KV_UNIFIED timeout "$lim" "$LBB" -m "$g" -ngl 99 -fa on -no-kvu "${share[@]}" -c $(( maxpl * per )) \
+    -b 2048 -ub 512 -npp "$bpp" -ntg "$btg" -npl "$bnpl" --output-format jsonl > "$LOGS/peerb_$tag.log" 2>&1
+  local r=$?
+  grep -E '^\{"n_kv_max"' "$LOGS/peerb_$tag.log" > "$OUT/peerb_$tag.jsonl"
+  echo "llama-batched-bench (exit $r, $((SECONDS - t0)) s):"; cat "$OUT/peerb_$tag.jsonl"
+  [ $r = 0 ] || { rc=1; tail -20 "$LOGS/peerb_$tag.log"; }
+  rm -f "$g"
+  # shellcheck disable=SC2086 # OURS_EXTRA: words
+  timeout "$(left 300 5)" "$L" bench --backend cuda --model "$shape" --context "$bpp" --batch "$bnpl" --ttft 0 \
+    ${OURS_EXTRA:-} --csv "$OUT/oursb_$tag.csv" 2>&1 | tee "$LOGS/oursb_$tag.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  stage_table_batched "$OUT" | tee "$OUT/tableb_$tag.md"
+  save_logs
+  exit $rc
+}
+
+stage_table_batched() {
+  python3 - "$@" <<'PYEOF'
+import csv, glob, json, os, sys
+peer, ours, shared = {}, {}, set()
+for d in sys.argv[1:]:
+    for f in glob.glob(os.path.join(d, "peerb_*.jsonl")):
+        shape = os.path.basename(f)[6:-6]
+        for line in open(f):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            peer[(shape, r["pl"], r["pp"])] = r["speed_tg"]
+            if r.get("is_pp_shared"):
+                shared.add(shape)
+    for f in glob.glob(os.path.join(d, "oursb_*.csv")):
+        for r in csv.DictReader(open(f)):
+            if r["kind"] == "decode":
+                ours[(r["model"], int(r["batch"]), int(r["context"]), r["selector"])] = int(r["batch"]) * 1e3 / float(r["ms"])
+print("| shape | batch | depth | llama.cpp tok/s | ours dense tok/s | ours LOCKS tok/s | dense / llama.cpp | LOCKS / llama.cpp | LOCKS / dense |")
+print("|---|---|---|---|---|---|---|---|---|")
+keys = sorted({(s, b, n) for (s, b, n) in peer} | {(s, b, n) for (s, b, n, _) in ours})
+ratio = lambda a, c: ("%.2fx" % (a / c)) if a and c else "—"
+fmt = lambda x: "—" if x is None else "%.1f" % x
+suffixes = sorted({k[3][5:] for k in ours if k[3].startswith("dense")}) or [""]
+for s, b, n in keys:
+    p = peer.get((s, b, n))
+    for suf in suffixes:
+        de, lo = ours.get((s, b, n, "dense" + suf)), ours.get((s, b, n, "locks" + suf))
+        if de is None and lo is None and (suf != suffixes[0] or p is None):
+            continue
+        print("| %s%s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            s, (" (ours%s)" % suf.replace("-", " ")) if suf else "", b,
+            "%dK" % (n // 1024) if n % 1024 == 0 else str(n), fmt(p), fmt(de), fmt(lo), ratio(de, p), ratio(lo, p),
+            ratio(lo, de)))
+print()
+print("llama.cpp: llama-batched-bench -fa on -no-kvu -npp DEPTH -ntg TG -npl BATCH%s: S_TG = tokens of all sequences / "
+      "time of the TG decode steps after DEPTH, each sequence reading its own copy of the prompt's KV (one stream per "
+      "sequence); ours: locks bench --backend cuda --model (random bf16 weights of the shape; llama.cpp a random F16 "
+      "GGUF), a token at context DEPTH, mean over one page of tokens, graph replay, distinct pages per sequence unless "
+      "marked shared (one copy of the context pages, read once per sequence)." %
+      (" -pps (the prompt prefilled once, copied into every sequence's stream)" if shared else " (distinct prompts)"))
+PYEOF
+}
+
 case "${1:-}" in
   pack) shift; stage_pack "$@" ;;
+  batched) shift; stage_batched "$@" ;;
+  tableb) shift; stage_table_batched "$@" ;;
   build) shift; stage_build "$@" ;;
   device) shift; stage_device "$@" ;;
   table) shift; stage_table "$@" ;;

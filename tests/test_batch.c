@@ -8,7 +8,9 @@
  * bit (the CPU backend runs them one after the other through the same code), under
  * `full` and under `locks` with a budget far below the context (so selection matters),
  * for sequences of different lengths, one of them starting empty.
- * Bad input: n_seqs outside 1..8, a bad sequence index, a bad token id or a full
+ * The most sequences a context holds (LOCKS_CTX_MAX_SEQS = 32): batches of all of them,
+ * then one locks_ctx_decode_seqs step of all in reverse order, against each alone.
+ * Bad input: n_seqs outside 1..32, a bad sequence index, a bad token id or a full
  * sequence in a batch (nothing moves), a budget error in the second sequence after the
  * first decoded (the first is truncated back, later batches equal the reference), clone
  * of a multi-sequence context; and the CUDA backend in this build: not built in
@@ -94,13 +96,60 @@ static void check_together(const locks_model *m, locks_selector sel) {
     for (int s = 0; s < NS; s++) free(prompt[s]);
 }
 
+/* LOCKS_CTX_MAX_SEQS sequences (prompts of 0..19 tokens): T batched steps, then one step of
+ * every sequence named in reverse order (locks_ctx_decode_seqs), each row bit for bit the
+ * same tokens decoded alone (one context of one sequence, reset between them). */
+static void check_max_seqs(const locks_model *m, locks_selector sel) {
+    enum { N = LOCKS_CTX_MAX_SEQS, T = 3, CTX = 64 };
+    const int32_t V = locks_model_get_info(m).n_vocab;
+    int32_t prompt[20], toks[(T + 1) * N], rev[N], rev_toks[N];
+    for (int i = 0; i < 20; i++) prompt[i] = tu_int(0, V - 1);
+    for (int i = 0; i < (T + 1) * N; i++) toks[i] = tu_int(0, V - 1);
+    float *all = malloc(sizeof(float) * (size_t)(T + 1) * N * V), *ref = malloc(sizeof(float) * (size_t)V);
+    SETUP(all && ref);
+    locks_status st;
+    locks_ctx *c = locks_ctx_init(m, tiny_params(sel, N, CTX), &st);
+    test_cond(c != NULL, "a context of %d sequences: %s", N, locks_status_str(st));
+    if (!c) return;
+    for (int s = 0; s < N; s++)
+        if (s % 20) CHECK(locks_ctx_prefill_seq(c, s, prompt, s % 20, NULL));
+    for (int t = 0; t < T; t++) CHECK(locks_ctx_decode_batch(c, toks + t * N, all + (size_t)t * N * V));
+    for (int i = 0; i < N; i++) rev[i] = N - 1 - i, rev_toks[i] = toks[T * N + rev[i]];
+    float *last = all + (size_t)T * N * V; /* rows in rev's order */
+    CHECK(locks_ctx_decode_seqs(c, rev, N, rev_toks, last));
+    int lens_ok = 1;
+    for (int s = 0; s < N; s++) lens_ok &= locks_ctx_seq_len(c, s) == s % 20 + T + 1;
+    test_cond(lens_ok, "%s: %d sequences: lengths after the steps", locks_selector_name(sel), N);
+    locks_ctx_free(c);
+    locks_ctx *a = locks_ctx_init(m, tiny_params(sel, 1, CTX), &st);
+    SETUP(a);
+    int same = 1;
+    for (int s = 0; s < N; s++) {
+        CHECK(locks_ctx_reset(a));
+        if (s % 20) CHECK(locks_ctx_prefill(a, prompt, s % 20, NULL));
+        for (int t = 0; t <= T; t++) {
+            CHECK(locks_ctx_decode(a, toks[t * N + s], ref));
+            const float *got = t < T ? all + ((size_t)t * N + s) * V : last + (size_t)(N - 1 - s) * V;
+            same &= memcmp(got, ref, sizeof(float) * (size_t)V) == 0;
+        }
+    }
+    locks_ctx_free(a);
+    test_cond(same, "%s: %d sequences together (batch and reversed decode_seqs) differ from alone",
+              locks_selector_name(sel), N);
+    printf("  %s: %d sequences x %d steps + one reversed decode_seqs step == alone: %s\n", locks_selector_name(sel), N,
+           T, same ? "bit for bit" : "NO");
+    free(all);
+    free(ref);
+}
+
 static void check_bad_input(const locks_model *m) {
     const int32_t V = locks_model_get_info(m).n_vocab;
     locks_status st;
     locks_ctx_params p = tiny_params(LOCKS_SEL_FULL, 0, NCTX);
     test_cond(!locks_ctx_init(m, p, &st) && st == LOCKS_ERR_INVALID_ARG, "n_seqs 0: %s", locks_status_str(st));
     p.n_seqs = LOCKS_CTX_MAX_SEQS + 1;
-    test_cond(!locks_ctx_init(m, p, &st) && st == LOCKS_ERR_INVALID_ARG, "n_seqs 9: %s", locks_status_str(st));
+    test_cond(!locks_ctx_init(m, p, &st) && st == LOCKS_ERR_INVALID_ARG, "n_seqs %d: %s", p.n_seqs,
+              locks_status_str(st));
 
     p = tiny_params(LOCKS_SEL_LOCKS, 2, NCTX);
     p.n_ctx = 128;
@@ -190,6 +239,8 @@ int main(void) {
     if (!m) return test_report("test_batch");
     check_together(m, LOCKS_SEL_FULL);
     check_together(m, LOCKS_SEL_LOCKS);
+    check_max_seqs(m, LOCKS_SEL_FULL);
+    check_max_seqs(m, LOCKS_SEL_LOCKS);
     check_bad_input(m);
     check_backend(m);
     locks_model_free(m);
