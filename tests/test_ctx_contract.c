@@ -49,7 +49,7 @@ static void test_init(const locks_model *m) {
         {"n_threads", 0, "n_threads 0 (must be 1..256)"},
         {"n_threads", 1000, "n_threads 1000 (must be 1..256)"},
         {"n_batch", 0, "n_batch 0 (must be 1..4096)"},
-        {"n_seqs", 9, "n_seqs 9 (must be 1..8)"},
+        {"n_seqs", LOCKS_CTX_MAX_SEQS + 1, "n_seqs 33 (must be 1..32)"},
         {"swa_rollback", -1, "swa_rollback -1"},
         {"budget", 0, "step.budget 0 (must be >= 1)"},
         {"selector", 99, "step.selector 99"},

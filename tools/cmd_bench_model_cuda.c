@@ -38,9 +38,10 @@
  * Sizes, distinct pages: Llama-3.1-8B K/V is 128 KiB a token (32 layers x 8 KV heads x 128
  * x 2 x 2 B), 32 GiB a sequence at 256K, so batch 8 at 256K (256 GiB) fits no card: only
  * shared. GLM-4-9B (40 layers x 2 KV heads: 40 KiB a token) is 10 GiB a sequence at 256K
- * (+ 10% summaries, 16 + 2 pages per 16 tokens of slack): batch 8 = ~88 GiB + 17.5 GiB of
- * bf16 weights + workspace, which fits the H200's 141 GB (~132 GiB free) but not an H100's
- * 80 GB; batch 16 at 128K is the same ~88 GiB; batch 32 at 128K (~176 GiB) fits neither.
+ * (+ 10% summaries and 2 pages of slack: 11.0 GiB): batch 8 = ~88 GiB beside 17.5 GiB of
+ * bf16 weights (+ the 3 GiB margin checked below and the step's workspace), which fits the
+ * H200's 141 GB but not an H100's 80 GB; batch 16 at 128K is the same ~88 GiB; batch 32 at
+ * 128K (~176 GiB) fits neither.
  * TTFT: a prefill of random token ids through the same engine (chunks of 2048: cuBLAS
  * products, causal prefill attention over the paged cache), wall time to the last
  * token's logits.
@@ -356,14 +357,15 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     /* shared: sequence 0's pages, and each other sequence's own tail: tokens from its shared
      * (N - 9) / 16 pages up to N + 8 at most, 2 pages (+ 1 of slack) */
     const int32_t n_shared = (N - 9) / 16;
-    cp.n_pages = o->shared ? pages_per_seq + (B - 1) * 3 : B * pages_per_seq;
+    const int shared = o->shared && B > 1 && n_shared > 0; /* batch 1: nothing to share, rows as without */
+    cp.n_pages = shared ? pages_per_seq + (B - 1) * 3 : B * pages_per_seq;
     const double kv_b = (double)cp.n_layers * cp.n_pages * s->n_kv_heads *
                         (16.0 * s->head_dim * 4 + (double)locks_cuda_summary_stored_bytes(s->head_dim));
     size_t fr = 0, tot = 0;
     TRY(lg_device_memory(0, &fr, &tot));
     if (kv_b + 3.0 * 1073741824.0 > (double)fr) {
         printf("%s batch %d context %d%s: skipped, the KV cache needs %.1f GiB, %.1f GiB free beside the weights\n",
-               o->name, B, N, o->shared ? " shared" : "", gib(kv_b), gib((double)fr));
+               o->name, B, N, shared ? " shared" : "", gib(kv_b), gib((double)fr));
         return 0;
     }
     locks_status st;
@@ -375,7 +377,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     for (int32_t b = 0; b < B; b++) {
         int32_t id;
         TRY(locks_cache_seq_add(c, &id));
-        if (o->shared && b > 0 && n_shared > 0) {
+        if (shared && b > 0) {
             TRY(share_prefix(c, id, n_shared));
             if (N - 9 > n_shared * 16) TRY(locks_cache_append(c, id, N - 9 - n_shared * 16));
         } else {
@@ -460,8 +462,8 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
             const double bytes = wb + kvb, limit_ms = bytes / (HBM_TBS * 1e12) * 1e3;
             printf("%-9s batch %d ctx %7d %-5s%s%s  %7.3f ms/token (%6.1f tok/s)  weights %6.3f  attention %6.3f  rest %6.3f ms"
                    "  | %6.2f GB/token  %.2f TB/s  byte limit %6.3f ms at %.2f TB/s (%.0f%%)\n",
-                   o->name, B, N, sel ? "locks" : "dense", gtag, o->shared ? " shared" : "", avg_ms, B * 1e3 / avg_ms, gemm_ms, attn_ms,
-                   all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms, HBM_TBS,
+                   o->name, B, N, sel ? "locks" : "dense", gtag, shared ? " shared" : "", avg_ms, B * 1e3 / avg_ms,
+                   gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms, bytes / 1e9, bytes / (avg_ms * 1e-3) / 1e12, limit_ms, HBM_TBS,
                    100.0 * limit_ms / avg_ms);
             printf("  mean of one page of tokens: 15 mid-page tokens %.3f ms (split above) + the page-fill token %.3f ms "
                    "(its prep %.4f ms/layer, its attention %.4f ms/layer)\n",
@@ -472,8 +474,8 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
                    attn_ms / s->n_layers);
             if (csv)
                 fprintf(csv, "decode,%s,%d,%d,%s%s%s,%d,%.6f,%.6f,%.6f,%.6f,%.0f,%.6f,%.6f,%.6f\n", o->name, B, N,
-                        sel ? "locks" : "dense", ctag, o->shared ? "-shared" : "", p.budget, avg_ms, gemm_ms, attn_ms, all_ms - gemm_ms - attn_ms,
-                        bytes, limit_ms, all_ms, t_fill[sel]);
+                        sel ? "locks" : "dense", ctag, shared ? "-shared" : "", p.budget, avg_ms, gemm_ms, attn_ms,
+                        all_ms - gemm_ms - attn_ms, bytes, limit_ms, all_ms, t_fill[sel]);
             fflush(stdout);
         }
         if (o->spec && B == 1 && !rc) rc = bench_speculate(o, e, c, N, csv);
