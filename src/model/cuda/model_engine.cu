@@ -547,6 +547,9 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
                              lg_gemv_supported(s->ffn_dim, n_seqs);
             e->gemv = fits && !m->qmax && (g == 1 || g == 2) ? g : 0; /* gemv.cu reads 16-bit weights */
+            if ((g == 1 || g == 2) && n_seqs > LG_GEMV_MAX_N)
+                locks_log(LOCKS_LOG_WARN, "cuda engine: engine_gemv takes up to %d sequences; %d run the default products",
+                          LG_GEMV_MAX_N, n_seqs);
             if (e->gemv && (st = lg_gemv_prepare()) != LOCKS_OK) goto fail;
         }
         e->h_pos = (int32_t *)locks_alloc(R, sizeof(int32_t));
