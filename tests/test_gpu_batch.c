@@ -9,6 +9,8 @@
  *    products then run with 4 columns instead of 1 (cuBLAS may pick other kernels, so the
  *    sums round differently): top-1 agreement >= 0.98 and max |dlogit| <= 0.05 (logits
  *    spread ~1.5). Also: graph replay == kernel by kernel for the batch, bit for bit.
+ * 1b. 32 sequences (LOCKS_CTX_MAX_SEQS) through the public API: a batch of all, and the
+ *    same tokens in two halves through locks_ctx_decode_seqs, bit for bit.
  * 2. Bad input: an n_ctx whose KV cache cannot fit the device (and 8 sequences of a
  *    context that fits once but not 8 times) fails with LOCKS_ERR_OOM, the log names the
  *    GiB, and device free memory is as before (nothing half-made; 3 rounds); a context
@@ -111,6 +113,62 @@ static void check_together(const locks_model *m, locks_selector sel) {
     for (int s = 0; s < NS; s++) free(prompt[s]);
 }
 
+/* The most sequences a GPU context holds (LOCKS_CTX_MAX_SEQS = 32) through the public API:
+ * context A decodes T tokens of all of them per locks_ctx_decode_batch; context B the same
+ * tokens in two locks_ctx_decode_seqs calls per step (the first half in reverse order,
+ * then the second half): every row bit for bit A's (the engine runs all rows whichever
+ * decode, tests/test_gpu_batch_wide.c checks them against batch 1). */
+static void check_max_seqs(const locks_model *m, locks_selector sel) {
+    enum { N = LOCKS_CTX_MAX_SEQS, T = 6, CTX = 256 };
+    const int32_t V = locks_model_get_info(m).n_vocab;
+    int32_t prompt[200], toks[T * N], seqs[N], in[N];
+    for (int i = 0; i < 200; i++) prompt[i] = tu_int(0, V - 1);
+    for (int i = 0; i < T * N; i++) toks[i] = tu_int(0, V - 1);
+    float *la = malloc(sizeof(float) * (size_t)T * N * V), *lb = malloc(sizeof(float) * (size_t)N * V);
+    SETUP(la && lb);
+    locks_status st;
+    locks_ctx *a = NULL, *b = NULL;
+    locks_ctx_params p = params(sel, N, 1);
+    p.n_ctx = CTX;
+    a = locks_ctx_init(m, p, &st);
+    test_cond(a != NULL, "GPU context of %d sequences: %s", N, locks_status_str(st));
+    b = a ? locks_ctx_init(m, p, &st) : NULL;
+    if (!a || !b) {
+        locks_ctx_free(a);
+        free(la), free(lb);
+        return;
+    }
+    for (int s = 0; s < N; s++) {
+        const int32_t n = (s * 37) % 200; /* 0 .. 199, sequence 0 empty */
+        if (n) CHECK(locks_ctx_prefill_seq(a, s, prompt, n, NULL));
+        if (n) CHECK(locks_ctx_prefill_seq(b, s, prompt, n, NULL));
+    }
+    int same = 1;
+    for (int t = 0; t < T; t++) {
+        CHECK(locks_ctx_decode_batch(a, toks + t * N, la + (size_t)t * N * V));
+        for (int half = 0; half < 2; half++) {
+            for (int i = 0; i < N / 2; i++) {
+                seqs[i] = half ? N / 2 + i : N / 2 - 1 - i;
+                in[i] = toks[t * N + seqs[i]];
+            }
+            CHECK(locks_ctx_decode_seqs(b, seqs, N / 2, in, lb));
+            for (int i = 0; i < N / 2; i++)
+                same &= memcmp(lb + (size_t)i * V, la + ((size_t)t * N + seqs[i]) * V, sizeof(float) * (size_t)V) == 0;
+        }
+    }
+    int lens = 1;
+    for (int s = 0; s < N; s++)
+        lens &= locks_ctx_seq_len(a, s) == (s * 37) % 200 + T && locks_ctx_seq_len(b, s) == locks_ctx_seq_len(a, s);
+    test_cond(same && lens, "%s: %d sequences: halves through decode_seqs != the batch (logits %d, lengths %d)",
+              locks_selector_name(sel), N, same, lens);
+    printf("  %s: %d sequences x %d steps, batch == two decode_seqs halves: %s\n", locks_selector_name(sel), N, T,
+           same ? "bit for bit" : "NO");
+    locks_ctx_free(a);
+    locks_ctx_free(b);
+    free(la);
+    free(lb);
+}
+
 static size_t free_mem(void) {
     size_t f = 0, t = 0;
     CHECK(lg_device_memory(0, &f, &t));
@@ -194,6 +252,8 @@ int main(void) {
     if (!m) return test_report("test_gpu_batch");
     check_together(m, LOCKS_SEL_FULL);
     check_together(m, LOCKS_SEL_LOCKS);
+    check_max_seqs(m, LOCKS_SEL_FULL);
+    check_max_seqs(m, LOCKS_SEL_LOCKS);
     check_bad_input(m);
     locks_model_free(m);
     return test_report("test_gpu_batch");

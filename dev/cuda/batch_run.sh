@@ -16,7 +16,10 @@
 #                                    --shared-prefix at batch 8, 16, 32, and the Llama-3.1-8B
 #                                    shape at 128K batch 1, 8, 16 (distinct; past batch 1
 #                                    skipped on either card: 16 GiB a sequence) and shared
-#                                    at 128K batch 8, 16 and 256K batch 8
+#                                    at 128K and 256K batch 8, 16; then GLM-4-9B shared at
+#                                    128K batch 8, 16, 32 with LOCKS_ENGINE_PAD=0 (one product
+#                                    of n rows instead of pieces of 8: not batch invariant,
+#                                    the A/B of what the pieces cost)
 #   dev/cuda/batch_run.sh 2 PEERDIR  llama.cpp's llama-batched-bench beside ours in the same
 #                                    call (bench/llamacpp-peer.sh batched glm4-9b: depth
 #                                    128K, batch 1 and 8, -pps -no-kvu: each sequence its own
@@ -75,9 +78,10 @@ b)
     grep -E "ms/token|skipped" "$W/bench_$tag.log" | cut -c1-150
   }
   bench glm 120 --model glm4-9b --context 128k,256k --batch 1,8,16,32
-  bench glm_shared 90 --model glm4-9b --context 128k,256k --batch 8,16,32 --shared-prefix
-  bench llama 60 --model llama3-8b --context 128k --batch 1,8,16
-  bench llama_shared 90 --model llama3-8b --context 128k,256k --batch 8,16 --shared-prefix
+  bench glm_shared 100 --model glm4-9b --context 128k,256k --batch 8,16,32 --shared-prefix --trials 5
+  bench llama 50 --model llama3-8b --context 128k --batch 1,8,16
+  bench llama_shared 80 --model llama3-8b --context 128k,256k --batch 8,16 --shared-prefix --trials 5
+  LOCKS_ENGINE_PAD=0 bench glm_pad0 50 --model glm4-9b --context 128k --batch 8,16,32 --shared-prefix --trials 5
   cp "$W"/bench_*.csv "$OUT/" 2>/dev/null
   ;;
 2)
