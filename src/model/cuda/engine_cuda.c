@@ -98,15 +98,15 @@ locks_status engine_cuda_check(const engine_cuda_model *m, const locks_ctx_param
                           "backend");
     }
     /* the optional vectors: all layers alike (the device layout has them in every layer or none) */
-    for (int32_t l = 1; l < m->info.n_layers; l++) {
+    for (int32_t l = 0; l < m->info.n_layers; l++) {
         const engine_cuda_layer *a = &m->layers[0], *b = &m->layers[l];
         if (!a->q_norm != !b->q_norm || !a->k_norm != !b->k_norm || !a->post_attn_norm != !b->post_attn_norm ||
             !a->post_ffn_norm != !b->post_ffn_norm || !a->bq != !b->bq || !a->bk != !b->bk || !a->bv != !b->bv ||
-            !a->q_norm != !a->k_norm || !a->post_attn_norm != !a->post_ffn_norm || !a->bq != !a->bk ||
-            !a->bq != !a->bv)
+            !b->q_norm != !b->k_norm || !b->post_attn_norm != !b->post_ffn_norm || !b->bq != !b->bk ||
+            !b->bq != !b->bv)
             return locks_fail(LOCKS_ERR_UNSUPPORTED,
-                              "engine_cuda_check: layer %d's norms and biases are not layer 0's: the GPU engine "
-                              "needs them in every layer or none",
+                              "engine_cuda_check: layer %d's QK-norms, post-norms or biases are not layer 0's, or "
+                              "come without their pair: the GPU engine needs each in every layer or none",
                               l);
     }
     locks_status st = check_weight(m->tok_embd, "token_embd", 0);
