@@ -13,9 +13,10 @@
  * Checked: logits of every position (decode path), the prefill path's last logits, and
  * bad input: unknown architecture, missing tensor, missing tokenizer field, a non-finite
  * K-quant scale — each refused with the key or tensor named in the log. The GPU engine's
- * capability list (src/model/cuda/engine_cuda.h) refuses the other architectures, and
- * for llama a selector, rank, summary precision, callback or weight type outside it,
- * each by name, before any device is touched (so in every build).
+ * capability list (src/model/cuda/engine_cuda.h) holds all four architectures (their
+ * views carry each variant's flags and tensors; tests/test_gpu_arch.c runs them on a
+ * device), and refuses for llama a selector, rank, summary precision, callback or weight
+ * type outside it, each by name, before any device is touched (so in every build).
  */
 #include "test_util.h"
 #include "gguf_buf.h"
@@ -27,213 +28,7 @@
 
 #include <unistd.h>
 
-/* ================================================================================ */
-/* Tiny GGUF writer                                                                 */
-/* ================================================================================ */
-
-/* (buf, put, kv_*: tests/gguf_buf.h) */
-
-#define MAX_T 128
-typedef struct {
-    char name[64];
-    int64_t ne0, ne1;
-    uint32_t type;
-    const void *data;
-    size_t nbytes;
-} wtensor;
-
-/* ================================================================================ */
-/* Tiny model                                                                       */
-/* ================================================================================ */
-
-enum { DIM = 64, HQ = 2, HKV = 1, HD = 64, FFN = 256, VOCAB = 48, WINDOW = 20 };
-
-typedef struct {
-    const char *arch;
-    int n_layers, bias, qk_norm, post_norms, geglu, emb_scale, swa, neox;
-} variant;
-
-static const variant VARIANTS[] = {
-    {"llama", 2, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen2", 2, 1, 0, 0, 0, 0, 0, 1},
-    {"qwen3", 2, 0, 1, 0, 0, 0, 0, 1},
-    {"gemma3", 6, 0, 1, 1, 1, 1, 1, 1},
-};
-
-typedef struct {
-    float *emb, *out_norm;
-    float *attn_norm[6], *ffn_norm[6], *wq[6], *wk[6], *wv[6], *wo[6], *wg[6], *wu[6], *wd[6];
-    float *bq[6], *bk[6], *bv[6], *qn[6], *kn[6], *pan[6], *pfn[6];
-} weights;
-
-static float *rnd(size_t n, double sigma, double mean) {
-    float *x = malloc(n * sizeof(float));
-    SETUP(x);
-    for (size_t i = 0; i < n; i++) x[i] = (float)(mean + sigma * tu_normal());
-    return x;
-}
-
-static void make_weights(const variant *v, weights *w) {
-    memset(w, 0, sizeof *w);
-    w->emb = rnd((size_t)VOCAB * DIM, 1.0, 0.0);
-    w->out_norm = rnd(DIM, 0.1, 1.0);
-    for (int l = 0; l < v->n_layers; l++) {
-        w->attn_norm[l] = rnd(DIM, 0.1, 1.0);
-        w->ffn_norm[l] = rnd(DIM, 0.1, 1.0);
-        w->wq[l] = rnd((size_t)HQ * HD * DIM, 0.25, 0.0);
-        w->wk[l] = rnd((size_t)HKV * HD * DIM, 0.25, 0.0);
-        w->wv[l] = rnd((size_t)HKV * HD * DIM, 0.15, 0.0);
-        w->wo[l] = rnd((size_t)DIM * HQ * HD, 0.1, 0.0);
-        w->wg[l] = rnd((size_t)FFN * DIM, 0.15, 0.0);
-        w->wu[l] = rnd((size_t)FFN * DIM, 0.15, 0.0);
-        w->wd[l] = rnd((size_t)DIM * FFN, 0.1, 0.0);
-        if (v->bias) {
-            w->bq[l] = rnd((size_t)HQ * HD, 0.5, 0.0);
-            w->bk[l] = rnd((size_t)HKV * HD, 0.5, 0.0);
-            w->bv[l] = rnd((size_t)HKV * HD, 0.5, 0.0);
-        }
-        if (v->qk_norm) {
-            w->qn[l] = rnd(HD, 0.3, 1.0);
-            w->kn[l] = rnd(HD, 0.3, 1.0);
-        }
-        if (v->post_norms) {
-            w->pan[l] = rnd(DIM, 0.1, 1.0);
-            w->pfn[l] = rnd(DIM, 0.1, 1.0);
-        }
-    }
-}
-
-static void free_weights(weights *w) {
-    float **all = (float **)(void *)w;
-    for (size_t i = 0; i < sizeof *w / sizeof(float *); i++) free(all[i]);
-}
-
-/* What to break in the file. */
-typedef enum { BREAK_NONE, BREAK_ARCH, BREAK_TENSOR, BREAK_TOKENS, BREAK_SCALE } breakage;
-
-/* The GGUF of a variant's weights (F32; with BREAK_SCALE, blk.0.ffn_down as Q4_K with a
- * NaN dmin in one block). */
-static buf write_model(const variant *v, const weights *w, breakage brk) {
-    wtensor t[MAX_T];
-    int nt = 0;
-    uint8_t *q4k = NULL;
-#define T2(nm, ptr, c0, c1)                                                         \
-    do {                                                                            \
-        snprintf(t[nt].name, sizeof t[nt].name, "%s", nm);                          \
-        t[nt].ne0 = c0;                                                             \
-        t[nt].ne1 = c1;                                                             \
-        t[nt].type = 0;                                                             \
-        t[nt].data = ptr;                                                           \
-        t[nt].nbytes = (size_t)(c0) * (size_t)(c1) * 4;                             \
-        nt++;                                                                       \
-    } while (0)
-    char nm[64];
-    T2("token_embd.weight", w->emb, DIM, VOCAB);
-    T2("output_norm.weight", w->out_norm, DIM, 1);
-    for (int l = 0; l < v->n_layers; l++) {
-#define L2(suffix, ptr, c0, c1)                               \
-    do {                                                      \
-        snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix);      \
-        if (ptr) T2(nm, ptr, c0, c1);                         \
-    } while (0)
-        L2("attn_norm.weight", w->attn_norm[l], DIM, 1);
-        L2("ffn_norm.weight", w->ffn_norm[l], DIM, 1);
-        L2("attn_q.weight", w->wq[l], DIM, HQ * HD);
-        L2("attn_k.weight", w->wk[l], DIM, HKV * HD);
-        L2("attn_v.weight", w->wv[l], DIM, HKV * HD);
-        L2("attn_output.weight", w->wo[l], HQ * HD, DIM);
-        L2("ffn_gate.weight", w->wg[l], DIM, FFN);
-        L2("ffn_up.weight", w->wu[l], DIM, FFN);
-        if (brk == BREAK_SCALE && l == 0) { /* Q4_K: one 256-element block per row */
-            size_t nb = (size_t)DIM * FFN / 256;
-            q4k = malloc(nb * 144);
-            SETUP(q4k);
-            for (size_t i = 0; i < nb * 144; i++) q4k[i] = (uint8_t)tu_next();
-            for (size_t k = 0; k < nb; k++) {
-                uint16_t d = locks_f32_to_f16(0.01f), dmin = locks_f32_to_f16(0.002f);
-                memcpy(q4k + 144 * k, &d, 2);
-                memcpy(q4k + 144 * k + 2, &dmin, 2);
-            }
-            uint16_t nan = 0x7E00; /* dmin of one block */
-            memcpy(q4k + 144 * (nb / 2) + 2, &nan, 2);
-            t[nt] = (wtensor){"blk.0.ffn_down.weight", FFN, DIM, 12, q4k, nb * 144};
-            nt++;
-        } else {
-            L2("ffn_down.weight", w->wd[l], FFN, DIM);
-        }
-        if (!(brk == BREAK_TENSOR && l == 1)) L2("attn_q.bias", w->bq[l], HQ * HD, 1);
-        L2("attn_k.bias", w->bk[l], HKV * HD, 1);
-        L2("attn_v.bias", w->bv[l], HKV * HD, 1);
-        L2("attn_q_norm.weight", w->qn[l], HD, 1);
-        L2("attn_k_norm.weight", w->kn[l], HD, 1);
-        L2("post_attention_norm.weight", w->pan[l], DIM, 1);
-        L2("post_ffw_norm.weight", w->pfn[l], DIM, 1);
-#undef L2
-    }
-#undef T2
-    buf b = {0};
-    put(&b, "GGUF", 4);
-    put_u32(&b, 3);
-    put_u64(&b, (uint64_t)nt);
-    int n_kv = 0;
-    buf kv = {0};
-    char key[96];
-    const char *a = brk == BREAK_ARCH ? "mamba" : v->arch;
-    kv_str(&kv, "general.architecture", a), n_kv++;
-#define K(name, val)                                  \
-    do {                                              \
-        snprintf(key, sizeof key, "%s.%s", a, name);  \
-        kv_u32(&kv, key, val), n_kv++;                \
-    } while (0)
-    K("embedding_length", DIM);
-    K("block_count", (uint32_t)v->n_layers);
-    K("attention.head_count", HQ);
-    K("attention.head_count_kv", HKV);
-    K("attention.key_length", HD);
-    K("attention.value_length", HD);
-    K("feed_forward_length", FFN);
-    K("context_length", 256);
-    if (v->swa) K("attention.sliding_window", WINDOW);
-#undef K
-    snprintf(key, sizeof key, "%s.rope.freq_base", a);
-    kv_f32(&kv, key, v->swa ? 1e6f : 10000.0f), n_kv++;
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
-    kv_f32(&kv, key, 1e-6f), n_kv++;
-    kv_str(&kv, "tokenizer.ggml.model", "gpt2"), n_kv++;
-    if (brk != BREAK_TOKENS) {
-        put_str(&kv, "tokenizer.ggml.tokens");
-        put_u32(&kv, 9);
-        put_u32(&kv, 8);
-        put_u64(&kv, VOCAB);
-        for (int i = 0; i < VOCAB; i++) {
-            char s[8];
-            snprintf(s, sizeof s, "%c", 'A' + i);
-            put_str(&kv, s);
-        }
-        n_kv++;
-    }
-    put_u64(&b, (uint64_t)n_kv);
-    put(&b, kv.p, kv.n);
-    free(kv.p);
-    uint64_t off = 0;
-    for (int i = 0; i < nt; i++) {
-        put_str(&b, t[i].name);
-        int nd = t[i].ne1 > 1 ? 2 : 1;
-        put_u32(&b, (uint32_t)nd);
-        put_u64(&b, (uint64_t)t[i].ne0);
-        if (nd == 2) put_u64(&b, (uint64_t)t[i].ne1);
-        put_u32(&b, t[i].type);
-        put_u64(&b, off);
-        off += (t[i].nbytes + 31) / 32 * 32;
-    }
-    while (b.n % 32) put(&b, "", 1);
-    for (int i = 0; i < nt; i++) {
-        put(&b, t[i].data, t[i].nbytes);
-        while (b.n % 32) put(&b, "", 1);
-    }
-    free(q4k);
-    return b;
-}
+#include "arch_models.h"
 
 /* ================================================================================ */
 /* float64 reference                                                                */
@@ -597,14 +392,20 @@ static void test_gpu_list(const locks_model *m) {
                                     llama_model_weight(m, l, LLAMA_W_V),    llama_model_weight(m, l, LLAMA_W_O),
                                     llama_model_weight(m, l, LLAMA_W_GATE), llama_model_weight(m, l, LLAMA_W_UP),
                                     llama_model_weight(m, l, LLAMA_W_DOWN), llama_model_norm(m, l, 0),
-                                    llama_model_norm(m, l, 1)};
+                                    llama_model_norm(m, l, 1),              llama_model_norm(m, l, 3),
+                                    llama_model_norm(m, l, 4),              llama_model_norm(m, l, 5),
+                                    llama_model_norm(m, l, 6),              llama_model_norm(m, l, 7),
+                                    llama_model_norm(m, l, 8),              llama_model_norm(m, l, 9)};
     engine_cuda_model view = {in,
                               llama_model_n_rot(m),
                               llama_model_tied(m),
                               llama_model_weight(m, 0, LLAMA_W_TOK_EMBD),
                               llama_model_weight(m, 0, LLAMA_W_OUTPUT),
                               llama_model_norm(m, 0, 2),
-                              ls};
+                              ls,
+                              0,
+                              0,
+                              0};
     /* the tools' accessor (llama_gpu_view, for `locks bench --backend cuda --gguf`) gives
      * the view llama.c hands the engine: the same pointers */
     engine_cuda_layer *lv = calloc((size_t)in.n_layers, sizeof *lv);
@@ -612,7 +413,8 @@ static void test_gpu_list(const locks_model *m) {
     const engine_cuda_model got = llama_gpu_view(m, lv);
     int same = !strcmp(got.info.arch, in.arch) && got.info.n_layers == in.n_layers && got.n_rot == view.n_rot &&
                got.tied == view.tied && got.tok_embd == view.tok_embd && got.output == view.output &&
-               got.output_norm == view.output_norm && got.layers == lv;
+               got.output_norm == view.output_norm && got.layers == lv && got.rope_neox == 0 && got.geglu == 0 &&
+               got.emb_scale == 0;
     for (int32_t l = 0; l < in.n_layers; l++) same &= !memcmp(&lv[l], &ls[l], sizeof *ls);
     test_cond(same, "llama_gpu_view: the same view as the accessors build");
     free(lv);
@@ -637,7 +439,7 @@ static void test_gpu_list(const locks_model *m) {
 static void test_variant(const variant *v) {
     weights w;
     make_weights(v, &w);
-    buf b = write_model(v, &w, BREAK_NONE);
+    buf b = write_model(v, &w, BREAK_NONE, 0);
     locks_status st;
     locks_model *m = load_buf(&b, v->arch, &st);
     test_cond(m != NULL, "%s: load: %s (%s)", v->arch, locks_status_str(st), last_error);
@@ -659,30 +461,37 @@ static void test_variant(const variant *v) {
         cp.n_batch = 16; /* prefill in chunks that cross the window */
         cp.f32_act = 1;
         cp.step.selector = LOCKS_SEL_FULL;
-        /* the GPU engine runs llama only: the others are refused, by name, before any
-         * device is touched (so also in a build without CUDA, and on a machine without
-         * a GPU); llama passes that check */
+        /* the GPU engine's list holds all four architectures: none is refused by it (a
+         * build without CUDA then stops at "not built in", one with CUDA runs or fails on
+         * the device; tests/test_gpu_arch.c runs them); the view llama.c hands the engine
+         * carries each variant's flags and tensors */
         cp.backend = LOCKS_BACKEND_CUDA;
         locks_clear_error();
         locks_ctx *g = locks_ctx_init(m, cp, &st);
-        if (strcmp(v->arch, "llama") != 0)
-            test_cond(!g && st == LOCKS_ERR_UNSUPPORTED && strstr(locks_last_error(), v->arch) &&
-                          strstr(locks_last_error(), "GPU engine runs"),
-                      "%s on the GPU engine: %s (%s)", v->arch, locks_status_str(st), locks_last_error());
-        else
-            test_cond(!strstr(locks_last_error(), "architecture"), "llama refused by the GPU arch check: %s",
-                      locks_last_error());
+        test_cond(!strstr(locks_last_error(), "engine_cuda_check") && (g || st != LOCKS_OK),
+                  "%s passes the GPU list: %s (%s)", v->arch, locks_status_str(st), locks_last_error());
         locks_ctx_free(g);
-        if (strcmp(v->arch, "llama") != 0) { /* the same refusal for the tools' view (engine_cuda_upload checks it) */
+        {
             engine_cuda_layer *lv = calloc((size_t)in.n_layers, sizeof *lv);
             SETUP(lv);
             const engine_cuda_model gm = llama_gpu_view(m, lv);
             locks_clear_error();
             st = engine_cuda_check(&gm, &cp);
-            test_cond(st == LOCKS_ERR_UNSUPPORTED && strstr(locks_last_error(), v->arch) &&
-                          strstr(locks_last_error(), "GPU engine runs"),
-                      "%s: engine_cuda_check of llama_gpu_view: %s (%s)", v->arch, locks_status_str(st),
-                      locks_last_error());
+            test_cond(st == LOCKS_OK, "%s: engine_cuda_check of llama_gpu_view: %s (%s)", v->arch,
+                      locks_status_str(st), locks_last_error());
+            test_cond(gm.rope_neox == v->neox && gm.geglu == v->geglu && gm.emb_scale == v->emb_scale &&
+                          !lv[0].bq == !v->bias && !lv[0].bk == !v->bias && !lv[0].bv == !v->bias &&
+                          !lv[0].q_norm == !v->qk_norm && !lv[0].k_norm == !v->qk_norm &&
+                          !lv[0].post_attn_norm == !v->post_norms && !lv[0].post_ffn_norm == !v->post_norms,
+                      "%s: llama_gpu_view carries the variant's flags and tensors", v->arch);
+            if (v->qk_norm) { /* a layer without its QK-norms: the engine's layout has them in all or none */
+                lv[1].q_norm = lv[1].k_norm = NULL;
+                locks_clear_error();
+                st = engine_cuda_check(&gm, &cp);
+                test_cond(st == LOCKS_ERR_UNSUPPORTED && strstr(locks_last_error(), "layer 1"),
+                          "%s: a layer without QK-norms refused: %s (%s)", v->arch, locks_status_str(st),
+                          locks_last_error());
+            }
             free(lv);
         }
         if (!strcmp(v->arch, "llama")) test_gpu_list(m);
@@ -729,7 +538,7 @@ static void test_variant(const variant *v) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (bad[i].brk == BREAK_TENSOR && !v->bias) continue;
-        b = write_model(v, &w, bad[i].brk);
+        b = write_model(v, &w, bad[i].brk, 0);
         m = load_buf(&b, v->arch, &st);
         test_cond(!m && st == bad[i].want && strstr(last_error, bad[i].named),
                   "%s: broken file refused (%s) naming %s; log: %s", v->arch, locks_status_str(st), bad[i].named,

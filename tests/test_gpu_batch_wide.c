@@ -177,7 +177,7 @@ static eng eng_make(lg_model *m, int32_t n_seqs, const locks_step_params *step) 
         CHECK(locks_cache_seq_add(g.c, &id));
         SETUP(id == i);
     }
-    g.e = lg_ctx_init(m, g.c, n_seqs, CHUNK, &st);
+    g.e = lg_ctx_init(m, g.c, n_seqs, CHUNK, 0, &st);
     test_cond(g.e != NULL, "engine of %d sequences: %s", n_seqs, locks_status_str(st));
     SETUP(g.e);
     CHECK(lg_set_step(g.e, step, MAX_CTX)); /* the same decode bound at every batch */
@@ -331,14 +331,14 @@ static void check_limits(lg_model *m) {
     locks_status st;
     locks_cache *c = locks_cache_init(cp, &st);
     SETUP(c);
-    lg_ctx *e = lg_ctx_init(m, c, 33, CHUNK, &st);
+    lg_ctx *e = lg_ctx_init(m, c, 33, CHUNK, 0, &st);
     test_cond(!e && st == LOCKS_ERR_INVALID_ARG, "lg_ctx_init of 33 sequences: %s", locks_status_str(st));
     lg_ctx_free(e);
     locks_cache_free(c);
     cp.max_seqs = 16;
     c = locks_cache_init(cp, &st);
     SETUP(c);
-    e = lg_ctx_init(m, c, 17, CHUNK, &st);
+    e = lg_ctx_init(m, c, 17, CHUNK, 0, &st);
     test_cond(!e && st == LOCKS_ERR_INVALID_ARG, "lg_ctx_init of 17 sequences on a cache of 16: %s",
               locks_status_str(st));
     lg_ctx_free(e);

@@ -90,61 +90,6 @@ static int32_t *doc_tokens(const locks_model *m, int32_t want, int32_t *n) {
     return ids;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
-typedef struct {
-    int32_t n, agree;
-    double maxd, sumd;
-    double *per_pos; /* per-position max |dlogit| (n of them) */
-} cmp_stats;
-
-static void cmp(cmp_stats *s, const float *a, const float *b, int32_t V) {
-    double md = 0;
-    for (int32_t i = 0; i < V; i++) {
-        const double d = fabs((double)a[i] - (double)b[i]);
-        if (d > md || d != d) md = d;
-    }
-    if (s->per_pos) s->per_pos[s->n] = md;
-    s->n++;
-    s->agree += argmax(a, V) == argmax(b, V);
-    if (md > s->maxd || md != md) s->maxd = md;
-    s->sumd += md;
-}
-
-/* KL(p || q) of the softmaxes of logits p and q, in float64 */
-static double kl_logits(const float *p, const float *q, int32_t V) {
-    double mp = p[0], mq = q[0];
-    for (int32_t i = 1; i < V; i++) {
-        if ((double)p[i] > mp) mp = p[i];
-        if ((double)q[i] > mq) mq = q[i];
-    }
-    double zp = 0, zq = 0;
-    for (int32_t i = 0; i < V; i++) zp += exp((double)p[i] - mp), zq += exp((double)q[i] - mq);
-    const double lzp = mp + log(zp), lzq = mq + log(zq);
-    double kl = 0;
-    for (int32_t i = 0; i < V; i++) {
-        const double lp = (double)p[i] - lzp;
-        kl += exp(lp) * (lp - ((double)q[i] - lzq));
-    }
-    return kl;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double quantile(double *v, int32_t n, double q) { /* sorts v */
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    int32_t i = (int32_t)(q * (n - 1) + 0.5);
-    return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
-}
-
 /* The five contexts step in lockstep over the same teacher-forced tokens: the CPU and the
  * GPU, each with full attention and with LOCKS at budget 256 (the CPU with int8 inputs to
  * its products, its default), and the CPU's full attention with fp32 activations. */
@@ -182,7 +127,7 @@ static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) 
         lg[k] = malloc(sizeof(float) * V);
         SETUP(lg[k]);
     }
-    cmp_stats full = {0}, lk = {0}, fid_cpu = {0}, fid_gpu = {0}, ref_cpu = {0}, ref_gpu = {0};
+    tu_logit_stats full = {0}, lk = {0}, fid_cpu = {0}, fid_gpu = {0}, ref_cpu = {0}, ref_gpu = {0};
     lk.per_pos = malloc(sizeof(double) * n_pos);
     SETUP(lk.per_pos);
     double kl_cpu = 0, kl_gpu = 0, prefill_d = 0, klr_cpu = 0, klr_gpu = 0;
@@ -193,16 +138,16 @@ static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) 
             else
                 CHECK(locks_ctx_decode(c[k], toks[i], lg[k]));
         }
-        cmp(&full, lg[GPU_FULL], lg[CPU_FULL], V);
-        cmp(&lk, lg[GPU_LOCKS], lg[CPU_LOCKS], V);
-        cmp(&fid_cpu, lg[CPU_LOCKS], lg[CPU_FULL], V);
-        cmp(&fid_gpu, lg[GPU_LOCKS], lg[GPU_FULL], V);
-        kl_cpu += kl_logits(lg[CPU_FULL], lg[CPU_LOCKS], V);
-        kl_gpu += kl_logits(lg[GPU_FULL], lg[GPU_LOCKS], V);
-        cmp(&ref_cpu, lg[CPU_FULL], lg[CPU_F32], V);
-        cmp(&ref_gpu, lg[GPU_FULL], lg[CPU_F32], V);
-        klr_cpu += kl_logits(lg[CPU_F32], lg[CPU_FULL], V);
-        klr_gpu += kl_logits(lg[CPU_F32], lg[GPU_FULL], V);
+        tu_logit_cmp(&full, lg[GPU_FULL], lg[CPU_FULL], V);
+        tu_logit_cmp(&lk, lg[GPU_LOCKS], lg[CPU_LOCKS], V);
+        tu_logit_cmp(&fid_cpu, lg[CPU_LOCKS], lg[CPU_FULL], V);
+        tu_logit_cmp(&fid_gpu, lg[GPU_LOCKS], lg[GPU_FULL], V);
+        kl_cpu += tu_kl_logits(lg[CPU_FULL], lg[CPU_LOCKS], V);
+        kl_gpu += tu_kl_logits(lg[GPU_FULL], lg[GPU_LOCKS], V);
+        tu_logit_cmp(&ref_cpu, lg[CPU_FULL], lg[CPU_F32], V);
+        tu_logit_cmp(&ref_gpu, lg[GPU_FULL], lg[CPU_F32], V);
+        klr_cpu += tu_kl_logits(lg[CPU_F32], lg[CPU_FULL], V);
+        klr_gpu += tu_kl_logits(lg[CPU_F32], lg[GPU_FULL], V);
         if (i == N_PROMPT - 1) prefill_d = full.maxd;
     }
     SETUP(full.n == n_pos && lk.n == n_pos);
@@ -210,7 +155,7 @@ static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) 
     const double fa_cpu = (double)fid_cpu.agree / n_pos, fa_gpu = (double)fid_gpu.agree / n_pos;
     kl_cpu /= n_pos, kl_gpu /= n_pos, klr_cpu /= n_pos, klr_gpu /= n_pos;
     const double ra_cpu = (double)ref_cpu.agree / n_pos, ra_gpu = (double)ref_gpu.agree / n_pos;
-    const double med = quantile(lk.per_pos, n_pos, 0.5), p99 = quantile(lk.per_pos, n_pos, 0.99);
+    const double med = tu_quantile(lk.per_pos, n_pos, 0.5), p99 = tu_quantile(lk.per_pos, n_pos, 0.99);
     printf("  full, GPU vs CPU: %d positions (prefill %d + decode %d): top-1 agreement %.4f (tol >= %.2f), max "
            "|dlogit| %.4f (tol <= %.2f; prefill's last %.4f), mean of per-position max %.4f\n",
            n_pos, N_PROMPT, n_total - N_PROMPT, top1_full, FULL_TOP1, full.maxd, FULL_MAXD, prefill_d,

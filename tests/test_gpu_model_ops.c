@@ -83,7 +83,7 @@ static void test_rope(void) {
             }
     float *dx = dup_to_device(x, sizeof(float) * n * stride), *dinv = dup_to_device(inv, sizeof inv);
     int32_t *dpos = dup_to_device(pos, sizeof pos);
-    CHECK(lg_op_rope(dx, n, stride, heads, hd, n_rot, dinv, dpos));
+    CHECK(lg_op_rope(dx, n, stride, heads, hd, n_rot, dinv, dpos, 0));
     CHECK(locks_cuda_memcpy_d2h(got, dx, sizeof(float) * n * stride));
     tu_close("rope", got, ref, (size_t)n * stride, 2e-6, 2e-6);
     locks_cuda_free_ptr((void **)&dx);
@@ -649,7 +649,7 @@ static eng eng_make(lg_model *m, const lg_shape *s, int32_t n_ctx, const locks_s
     int32_t seq;
     CHECK(locks_cache_seq_add(g.c, &seq));
     SETUP(seq == 0);
-    g.e = lg_ctx_init(m, g.c, 1, 256, &st);
+    g.e = lg_ctx_init(m, g.c, 1, 256, 0, &st);
     SETUP(g.e);
     CHECK(lg_set_step(g.e, step, cp.n_pages * 16));
     return g;

@@ -7,6 +7,7 @@
 #ifndef LOCKS_TEST_MODEL_UTIL_H
 #define LOCKS_TEST_MODEL_UTIL_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,58 @@ static inline int32_t *tu_file_tokens(const locks_model *m, const char *path, in
     SETUP(*n >= want);
     *n = want;
     return ids;
+}
+
+/* ---- logits of two engines, position by position (test_gpu_model, test_gpu_gemma) ---- */
+
+typedef struct {
+    int32_t n, agree;   /* positions, of which top-1 agreed */
+    double maxd, sumd;  /* the largest and the sum of the per-position max |dlogit| */
+    double *per_pos;    /* per-position max |dlogit| (n of them), or NULL */
+} tu_logit_stats;
+
+/* One position: logits a against b (V of each). */
+static inline void tu_logit_cmp(tu_logit_stats *s, const float *a, const float *b, int32_t V) {
+    double md = 0;
+    for (int32_t i = 0; i < V; i++) {
+        const double d = fabs((double)a[i] - (double)b[i]);
+        if (d > md || d != d) md = d;
+    }
+    if (s->per_pos) s->per_pos[s->n] = md;
+    s->n++;
+    s->agree += tu_argmax(a, V) == tu_argmax(b, V);
+    if (md > s->maxd || md != md) s->maxd = md;
+    s->sumd += md;
+}
+
+/* KL(p || q) of the softmaxes of logits p and q, in float64. */
+static inline double tu_kl_logits(const float *p, const float *q, int32_t V) {
+    double mp = p[0], mq = q[0];
+    for (int32_t i = 1; i < V; i++) {
+        if ((double)p[i] > mp) mp = p[i];
+        if ((double)q[i] > mq) mq = q[i];
+    }
+    double zp = 0, zq = 0;
+    for (int32_t i = 0; i < V; i++) zp += exp((double)p[i] - mp), zq += exp((double)q[i] - mq);
+    const double lzp = mp + log(zp), lzq = mq + log(zq);
+    double kl = 0;
+    for (int32_t i = 0; i < V; i++) {
+        const double lp = (double)p[i] - lzp;
+        kl += exp(lp) * (lp - ((double)q[i] - lzq));
+    }
+    return kl;
+}
+
+static inline int tu_cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile of v[n] (sorts v). */
+static inline double tu_quantile(double *v, int32_t n, double q) {
+    qsort(v, (size_t)n, sizeof *v, tu_cmp_double);
+    int32_t i = (int32_t)(q * (n - 1) + 0.5);
+    return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
 }
 #endif
 

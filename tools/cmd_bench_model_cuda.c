@@ -80,8 +80,8 @@ typedef struct {
 } mshape;
 
 static const mshape mshapes[] = {
-    {"llama3-8b", {128256, 4096, 32, 32, 8, 128, 14336, 128, 500000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0, NULL}},
-    {"glm4-9b", {151552, 4096, 40, 32, 2, 128, 13696, 128, 10000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0, NULL}},
+    {"llama3-8b", {128256, 4096, 32, 32, 8, 128, 14336, 128, 500000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0, NULL, {0}}},
+    {"glm4-9b", {151552, 4096, 40, 32, 2, 128, 13696, 128, 10000.f, 1e-5f, LOCKS_DTYPE_BF16, 0, 0, NULL, {0}}},
 };
 
 typedef struct {
@@ -349,7 +349,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
     locks_cache_params cp = locks_cache_default_params();
     cp.backend = LOCKS_BACKEND_CUDA;
     cp.kv_dtype = o->kv;
-    cp.n_layers = s->n_layers;
+    cp.n_layers = lg_n_global(s); /* the global layers (a sliding-window model's local ones: the engine's rings) */
     cp.n_kv_heads = s->n_kv_heads;
     cp.head_dim = s->head_dim;
     cp.max_seqs = B;
@@ -410,7 +410,7 @@ static int bench_decode(const mopts *o, lg_model *m, int32_t B, int32_t N, FILE 
         const char *gtag = o->n_gemv ? gtags[o->gemv[gi]] : "", *ctag = o->n_gemv ? ctags[o->gemv[gi]] : "";
         if (gi > 0) /* mid-page again (the last pass left a full page) */
             for (int32_t b = 0; b < B; b++) TRY(locks_cache_append(c, b, 8));
-        e = lg_ctx_init(m, c, B, 16, &st);
+        e = lg_ctx_init(m, c, B, 16, 0, &st);
         if (!e) {
             fprintf(stderr, "locks bench: engine: %s\n", tool_why(st));
             rc = 1;
@@ -501,7 +501,7 @@ static int bench_ttft(const mopts *o, lg_model *m, int32_t T, FILE *csv) {
     locks_cache_params cp = locks_cache_default_params();
     cp.backend = LOCKS_BACKEND_CUDA;
     cp.kv_dtype = o->kv;
-    cp.n_layers = s->n_layers;
+    cp.n_layers = lg_n_global(s); /* the global layers (a sliding-window model's local ones: the engine's rings) */
     cp.n_kv_heads = s->n_kv_heads;
     cp.head_dim = s->head_dim;
     cp.max_seqs = 1;
@@ -515,7 +515,7 @@ static int bench_ttft(const mopts *o, lg_model *m, int32_t T, FILE *csv) {
     int32_t id;
     TRY(locks_cache_seq_add(c, &id));
     TRY(locks_cache_append(c, id, T));
-    e = lg_ctx_init(m, c, 1, chunk, &st);
+    e = lg_ctx_init(m, c, 1, chunk, 0, &st);
     if (!e) {
         rc = 1;
         goto done;

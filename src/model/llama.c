@@ -447,7 +447,19 @@ const matmul_weight *llama_model_weight(const locks_model *m, int32_t layer, lla
 const float *llama_model_norm(const locks_model *m, int32_t layer, int which) {
     if (which == 2) return m->output_norm;
     if (layer < 0 || layer >= m->info.n_layers) return NULL;
-    return which == 0 ? m->layers[layer].attn_norm : m->layers[layer].ffn_norm;
+    const llama_layer *L = &m->layers[layer];
+    switch (which) {
+    case 0: return L->attn_norm;
+    case 1: return L->ffn_norm;
+    case 3: return L->q_norm;
+    case 4: return L->k_norm;
+    case 5: return L->post_attn_norm;
+    case 6: return L->post_ffn_norm;
+    case 7: return L->bq;
+    case 8: return L->bk;
+    case 9: return L->bv;
+    default: return NULL;
+    }
 }
 int32_t llama_model_n_rot(const locks_model *m) { return m->n_rot; }
 int llama_model_tied(const locks_model *m) { return m->output.data == m->tok_embd.data; }
@@ -457,12 +469,13 @@ int llama_model_tied(const locks_model *m) { return m->output.data == m->tok_emb
 engine_cuda_model llama_gpu_view(const locks_model *m, engine_cuda_layer *layers) {
     for (int32_t l = 0; l < m->info.n_layers; l++) {
         const llama_layer *L = &m->layers[l];
-        layers[l] = (engine_cuda_layer){&L->wq,    &L->wk,        &L->wv,       &L->wo,
-                                        &L->w_gate, &L->w_up,     &L->w_down,   L->attn_norm,
-                                        L->ffn_norm};
+        layers[l] = (engine_cuda_layer){&L->wq,          &L->wk,         &L->wv,       &L->wo,
+                                        &L->w_gate,      &L->w_up,       &L->w_down,   L->attn_norm,
+                                        L->ffn_norm,     L->q_norm,      L->k_norm,    L->post_attn_norm,
+                                        L->post_ffn_norm, L->bq,         L->bk,        L->bv};
     }
-    return (engine_cuda_model){m->info,    m->n_rot, llama_model_tied(m), &m->tok_embd, &m->output,
-                               m->output_norm, layers};
+    return (engine_cuda_model){m->info,         m->n_rot, llama_model_tied(m), &m->tok_embd, &m->output,
+                               m->output_norm,  layers,   m->arch->rope_neox,  m->arch->geglu, m->arch->emb_scale};
 }
 
 int32_t locks_model_default_path(char *buf, size_t size) {
@@ -649,15 +662,11 @@ static locks_ctx *ctx_init(const locks_model *m, locks_ctx_params p, locks_pool 
     int32_t n_global = 0;
     for (int32_t l = 0; l < in->n_layers; l++)
         c->cache_layer[l] = m->layers[l].local ? c->n_local++ : n_global++;
-    if (c->n_local > 0) {
-        if (p.backend == LOCKS_BACKEND_CUDA) {
-            locks_log(LOCKS_LOG_ERROR, "model: the GPU engine runs no sliding-window layers (%s): use the CPU backend",
-                      in->arch);
-            st = locks_fail(LOCKS_ERR_UNSUPPORTED,
-                            "locks_ctx_init: the GPU engine runs no sliding-window layers (%s): use the CPU backend",
-                            in->arch);
-            goto fail;
-        }
+    if (c->n_local > 0 && p.backend == LOCKS_BACKEND_CUDA) {
+        /* the rings are the engine's, on the device (swa.cu); the host keeps only their
+         * bookkeeping (swa_lo), with the engine's ring size */
+        c->swa_cap = engine_cuda_swa_cap(in, &p);
+    } else if (c->n_local > 0) {
         int64_t keep = p.swa_rollback > p.n_batch ? p.swa_rollback : p.n_batch;
         int64_t cap = (int64_t)in->swa_window - 1 + keep;
         c->swa_cap = (int32_t)(cap < p.n_ctx ? cap : p.n_ctx);
@@ -1206,9 +1215,14 @@ static locks_status forward(locks_ctx *c, int32_t sq, const int32_t *tokens, int
                    * (every token's logits, dense attention); no per-token logits of a plain
                    * prefill, no single sparse layer (--fidelity is CPU-only for now) */
         if (mode == FWD_VERIFY && all_logits && logits && c->sparse_layer < 0)
-            return engine_cuda_verify(c->gpu, sq, tokens, n, pos, logits);
-        if (mode == FWD_VERIFY || all_logits || c->sparse_layer >= 0) return LOCKS_ERR_UNSUPPORTED;
-        return engine_cuda_forward(c->gpu, sq, tokens, n, pos, decode, logits, &c->p.step, c->p.n_ctx, &c->stats);
+            st = engine_cuda_verify(c->gpu, sq, tokens, n, pos, logits);
+        else if (mode == FWD_VERIFY || all_logits || c->sparse_layer >= 0)
+            return LOCKS_ERR_UNSUPPORTED;
+        else
+            st = engine_cuda_forward(c->gpu, sq, tokens, n, pos, decode, logits, &c->p.step, c->p.n_ctx, &c->stats);
+        /* the device rings overwrote the positions past their swa_cap */
+        if (st == LOCKS_OK && c->n_local > 0 && pos + n - c->swa_cap > c->swa_lo[sq]) c->swa_lo[sq] = pos + n - c->swa_cap;
+        return st;
     }
 
     /* x = token embeddings (Gemma: times sqrt(dim)) */
@@ -1459,8 +1473,11 @@ static locks_status decode_gpu(locks_ctx *c, const int32_t *seqs, int32_t n, con
     if (st != LOCKS_OK) return st;
     st = engine_cuda_decode_seqs(c->gpu, seqs, n, tokens, pos, logits, &c->p.step, c->p.n_ctx, &c->stats);
     for (int32_t i = 0; i < n; i++) {
-        if (st == LOCKS_OK) c->n_tokens[seqs[i]] += 1;
-        else if (locks_cache_seq_truncate(c->cache, c->seq[seqs[i]], c->n_tokens[seqs[i]]) != LOCKS_OK) c->broken = 1;
+        if (st == LOCKS_OK) {
+            c->n_tokens[seqs[i]] += 1;
+            const int32_t lo = c->n_tokens[seqs[i]] - c->swa_cap; /* the device rings' oldest position */
+            if (c->n_local > 0 && lo > c->swa_lo[seqs[i]]) c->swa_lo[seqs[i]] = lo;
+        } else if (locks_cache_seq_truncate(c->cache, c->seq[seqs[i]], c->n_tokens[seqs[i]]) != LOCKS_OK) c->broken = 1;
     }
     return st;
 }

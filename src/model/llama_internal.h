@@ -20,7 +20,9 @@ typedef enum {
 
 /* The weight (layer ignored for the embeddings and the output). */
 const matmul_weight *llama_model_weight(const locks_model *m, int32_t layer, llama_weight_kind k);
-/* Norm weights (dim,) fp32: which 0 = attention, 1 = FFN (of layer), 2 = output. */
+/* Norm weights and biases fp32: which 0 = attention, 1 = FFN (of layer), 2 = output
+ * (dim,); 3, 4 = the QK-norms (head_dim,); 5, 6 = the post-attention and post-FFN norms
+ * (dim,); 7, 8, 9 = the Q, K, V biases. NULL where the architecture has none. */
 const float *llama_model_norm(const locks_model *m, int32_t layer, int which);
 /* Rotated dims per head; 1 if the output matrix is the token embedding. */
 int32_t llama_model_n_rot(const locks_model *m);

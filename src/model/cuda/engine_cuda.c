@@ -16,13 +16,14 @@
 
 /* ---- The capability list ------------------------------------------------------------ */
 
-/* The device engine runs the Llama layer only: no Q/K/V biases (qwen2), no QK-norm
- * (qwen3, gemma3), no GeGLU, post-branch norms or sliding window (gemma3), and RoPE on
- * adjacent pairs. Matrices of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K stay quantized on the device
+/* The device engine runs the layers of llama.c's ARCHS table: Llama's, and its variants as
+ * the view's flags and tensors say: Q/K/V biases (qwen2), QK-norm (qwen3, gemma3), NeoX
+ * RoPE (qwen2, qwen3, gemma3), post-branch norms, GeGLU, scaled embeddings and the
+ * sliding-window local layers (gemma3). Matrices of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K stay quantized on the device
  * (qgemv.cu); the other types the loader reads, and the token embedding, are dequantized
  * row by row on the host (matmul_row_f32) to the device's 16-bit type. The step runs the full and
  * LOCKS selectors over quantized summaries (the CUDA backend's layout). */
-static const char *const caps_archs[] = {"llama"};
+static const char *const caps_archs[] = {"llama", "qwen2", "qwen3", "gemma3"};
 static const ggml_type caps_types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,
                                        GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
                                        GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
@@ -59,11 +60,19 @@ locks_status engine_cuda_check(const engine_cuda_model *m, const locks_ctx_param
     for (int32_t i = 0; i < caps.n_archs; i++) listed |= !strcmp(m->info.arch, caps.archs[i]);
     if (!listed) {
         locks_log(LOCKS_LOG_ERROR,
-                  "model: the GPU engine runs the llama architecture only, not %s (use the CPU backend)", m->info.arch);
+                  "model: the GPU engine runs llama, qwen2, qwen3 and gemma3, not %s (use the CPU backend)",
+                  m->info.arch);
         return locks_fail(LOCKS_ERR_UNSUPPORTED,
-                          "engine_cuda_init: architecture %s: the GPU engine runs llama only (no biases, QK-norm, "
-                          "GeGLU, sliding window or NeoX RoPE yet); use the CPU backend",
+                          "engine_cuda_check: architecture %s: the GPU engine runs llama, qwen2, qwen3 and gemma3 "
+                          "only; use the CPU backend",
                           m->info.arch);
+    }
+    if (m->info.swa_window > 0 && (m->info.swa_period < 1 || m->info.n_layers < m->info.swa_period)) {
+        locks_log(LOCKS_LOG_ERROR, "model: %s: sliding-window layers with no global layer: use the CPU backend",
+                  m->info.arch);
+        return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                          "engine_cuda_check: %s: %d layers, every %d-th global: the GPU engine needs a global layer",
+                          m->info.arch, m->info.n_layers, m->info.swa_period);
     }
     listed = 0;
     for (int32_t i = 0; i < caps.n_selectors; i++) listed |= p->step.selector == caps.selectors[i];
@@ -88,6 +97,18 @@ locks_status engine_cuda_check(const engine_cuda_model *m, const locks_ctx_param
                           "engine_cuda_check: on_query / on_step callbacks: the GPU engine has none; use the CPU "
                           "backend");
     }
+    /* the optional vectors: all layers alike (the device layout has them in every layer or none) */
+    for (int32_t l = 0; l < m->info.n_layers; l++) {
+        const engine_cuda_layer *a = &m->layers[0], *b = &m->layers[l];
+        if (!a->q_norm != !b->q_norm || !a->k_norm != !b->k_norm || !a->post_attn_norm != !b->post_attn_norm ||
+            !a->post_ffn_norm != !b->post_ffn_norm || !a->bq != !b->bq || !a->bk != !b->bk || !a->bv != !b->bv ||
+            !b->q_norm != !b->k_norm || !b->post_attn_norm != !b->post_ffn_norm || !b->bq != !b->bk ||
+            !b->bq != !b->bv)
+            return locks_fail(LOCKS_ERR_UNSUPPORTED,
+                              "engine_cuda_check: layer %d's QK-norms, post-norms or biases are not layer 0's, or "
+                              "come without their pair: the GPU engine needs each in every layer or none",
+                              l);
+    }
     locks_status st = check_weight(m->tok_embd, "token_embd", 0);
     if (st == LOCKS_OK && !m->tied) st = check_weight(m->output, "output", 0);
     for (int32_t l = 0; l < m->info.n_layers && st == LOCKS_OK; l++) {
@@ -100,6 +121,14 @@ locks_status engine_cuda_check(const engine_cuda_model *m, const locks_ctx_param
         for (int32_t i = 0; i < N_OF(ws) && st == LOCKS_OK; i++) st = check_weight(ws[i].w, ws[i].name, l);
     }
     return st;
+}
+
+int32_t engine_cuda_swa_cap(const locks_model_info *in, const locks_ctx_params *p) {
+    if (in->swa_window <= 0) return 0;
+    const int64_t chunk = p->n_batch > ENGINE_CUDA_MIN_CHUNK ? p->n_batch : ENGINE_CUDA_MIN_CHUNK;
+    const int64_t keep = p->swa_rollback > chunk ? p->swa_rollback : chunk;
+    const int64_t cap = (int64_t)in->swa_window - 1 + keep;
+    return (int32_t)(cap < p->n_ctx ? cap : p->n_ctx);
 }
 
 #ifndef LOCKS_HAVE_CUDA
@@ -220,7 +249,17 @@ static lg_shape device_shape(const engine_cuda_model *m, int32_t *qt) {
     sh.norm_eps = in.norm_eps;
     sh.tied = m->tied;
     sh.device = 0;
-    sh.wtype = is_bf16(m->layers[0].wq) || is_bf16(m->tok_embd) ? LOCKS_DTYPE_BF16 : LOCKS_DTYPE_F16;
+    const engine_cuda_layer *L0 = &m->layers[0];
+    sh.arch = (lg_arch){m->rope_neox, L0->bq != NULL, L0->q_norm != NULL, L0->post_attn_norm != NULL, m->geglu,
+                        m->emb_scale, in.swa_window, in.swa_period, in.rope_theta_swa};
+    /* The 16-bit type of the products' inputs (and of the weights kept in 16 bits): fp16
+     * unless the file holds BF16, and BF16 for Gemma 3, whose activations outgrow fp16: its
+     * embeddings are scaled by sqrt(dim) and the inputs of Wo and Wdown are not normed
+     * (the post-norms act on the products' outputs), and Gemma-family GeGLU outputs are
+     * known to pass 65504 (llama.cpp and HF run Gemma in bf16 or fp32 for that reason). The
+     * cost: bf16 keeps 8 bits of mantissa where fp16 keeps 11, so the GPU's prefill
+     * products (dequantized matrices) round more coarsely than the CPU's. */
+    sh.wtype = is_bf16(L0->wq) || is_bf16(m->tok_embd) || m->emb_scale ? LOCKS_DTYPE_BF16 : LOCKS_DTYPE_F16;
     qt[0] = (int32_t)(m->tied ? m->tok_embd : m->output)->type;
     for (int32_t l = 0; l < in.n_layers; l++) {
         const engine_cuda_layer *L = &m->layers[l];
@@ -247,7 +286,8 @@ static lg_model *upload_model(const engine_cuda_model *m, const lg_shape *sh, lo
     lg_model *dm = lg_model_alloc(sh, &st);
     if (!dm) goto fail;
     const int32_t batch = 64, q_dim = in.n_heads * in.head_dim, kv_dim = in.n_kv_heads * in.head_dim;
-    const int32_t widest = in.dim > in.ffn_dim ? in.dim : in.ffn_dim;
+    int32_t widest = in.dim > in.ffn_dim ? in.dim : in.ffn_dim;
+    if (q_dim + 2 * kv_dim > widest) widest = q_dim + 2 * kv_dim; /* the biases bq | bk | bv */
     f32 = locks_alloc((size_t)widest, sizeof(float));
     h16 = locks_alloc((size_t)batch * (size_t)(widest > q_dim ? widest : q_dim), sizeof(uint16_t));
     if (!f32 || !h16) {
@@ -275,6 +315,18 @@ static lg_model *upload_model(const engine_cuda_model *m, const lg_shape *sh, lo
         if ((st = lg_model_upload(dm, LG_ATTN_NORM, l, 0, 1, L->attn_norm)) ||
             (st = lg_model_upload(dm, LG_FFN_NORM, l, 0, 1, L->ffn_norm)))
             goto fail;
+        if (sh->arch.qk_norm && ((st = lg_model_upload(dm, LG_Q_NORM, l, 0, 1, L->q_norm)) ||
+                                 (st = lg_model_upload(dm, LG_K_NORM, l, 0, 1, L->k_norm))))
+            goto fail;
+        if (sh->arch.post_norms && ((st = lg_model_upload(dm, LG_POST_ATTN_NORM, l, 0, 1, L->post_attn_norm)) ||
+                                    (st = lg_model_upload(dm, LG_POST_FFN_NORM, l, 0, 1, L->post_ffn_norm))))
+            goto fail;
+        if (sh->arch.qkv_bias) { /* bq | bk | bv, the rows of Wq | Wk | Wv */
+            memcpy(f32, L->bq, sizeof(float) * (size_t)q_dim);
+            memcpy(f32 + q_dim, L->bk, sizeof(float) * (size_t)kv_dim);
+            memcpy(f32 + q_dim + kv_dim, L->bv, sizeof(float) * (size_t)kv_dim);
+            if ((st = lg_model_upload(dm, LG_BQKV, l, 0, 1, f32))) goto fail;
+        }
     }
     locks_free(f32);
     locks_free(h16);
@@ -328,10 +380,12 @@ engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params
         st = LOCKS_ERR_INVALID_ARG;
         goto fail;
     }
-    const int32_t n_pages = seq_pages * n_seqs;
+    const int32_t n_pages = seq_pages * n_seqs, n_global = lg_n_global(&sh);
+    const int32_t swa_cap = engine_cuda_swa_cap(&in, p);
     const size_t w_bytes = lg_model_bytes(&sh);
-    const size_t kv_bytes = (size_t)in.n_layers * n_pages * in.n_kv_heads *
-                            ((size_t)LOCKS_PAGE * in.head_dim * 2 * 2 + locks_cuda_summary_stored_bytes(in.head_dim));
+    const size_t kv_bytes = (size_t)n_global * n_pages * in.n_kv_heads *
+                                ((size_t)LOCKS_PAGE * in.head_dim * 2 * 2 + locks_cuda_summary_stored_bytes(in.head_dim)) +
+                            (size_t)(in.n_layers - n_global) * n_seqs * swa_cap * in.n_kv_heads * in.head_dim * 2 * 2;
     size_t free_b = 0, total_b = 0;
     if ((st = lg_device_memory(0, &free_b, &total_b)) != LOCKS_OK) goto fail;
     if (w_bytes + kv_bytes + ((size_t)1 << 30) > free_b) {
@@ -357,7 +411,7 @@ engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params
 
     /* ---- cache and engine ---- */
     locks_cache_params cp = locks_cache_default_params();
-    cp.n_layers = in.n_layers;
+    cp.n_layers = n_global; /* the global layers (the local ones: the engine's rings) */
     cp.n_kv_heads = in.n_kv_heads;
     cp.head_dim = in.head_dim;
     cp.n_pages = n_pages;
@@ -369,7 +423,7 @@ engine_cuda *engine_cuda_init(const engine_cuda_model *m, const locks_ctx_params
     *cache = locks_cache_init(cp, &st);
     if (!*cache) goto fail;
     const int32_t chunk = p->n_batch > ENGINE_CUDA_MIN_CHUNK ? p->n_batch : ENGINE_CUDA_MIN_CHUNK;
-    g->e = lg_ctx_init(g->dm, *cache, n_seqs, chunk, &st);
+    g->e = lg_ctx_init(g->dm, *cache, n_seqs, chunk, swa_cap, &st);
     if (!g->e) goto fail;
     if ((st = lg_set_step(g->e, &p->step, seq_pages * LOCKS_PAGE))) goto fail;
     locks_free(qt);
@@ -404,15 +458,20 @@ locks_status engine_cuda_decode_seqs(engine_cuda *g, const int32_t *seqs, int32_
     if (st == LOCKS_OK) st = lg_set_tokens(g->e, tokens);
     if (st == LOCKS_OK) st = lg_decode(g->e, g->use_graph, g->next, logits);
     if (st != LOCKS_OK) return st;
-    const uint64_t tok_bytes = (uint64_t)sh.head_dim * 2 * 2 * (uint64_t)sh.n_kv_heads * (uint64_t)sh.n_layers;
+    /* the global layers through the step; the local ones read their window (llama.c's count) */
+    const int32_t n_global = lg_n_global(&sh), n_local = sh.n_layers - n_global;
+    const uint64_t head_tok = (uint64_t)sh.head_dim * 2 * 2 * (uint64_t)sh.n_kv_heads;
+    const uint64_t tok_bytes = head_tok * (uint64_t)n_global;
     for (int32_t s = 0; s < n; s++) {
         const int32_t len = pos[s] + 1;
+        const int32_t win = len < sh.arch.swa_window ? len : sh.arch.swa_window;
+        const uint64_t local = (uint64_t)win * head_tok * (uint64_t)n_local;
         if (step->selector == LOCKS_SEL_LOCKS)
             stats->bytes_meta += (uint64_t)(len / LOCKS_PAGE) *
                                  locks_summary_bytes(sh.head_dim, g->rank, LOCKS_SUMMARY_Q) *
-                                 (uint64_t)sh.n_kv_heads * (uint64_t)sh.n_layers;
-        stats->bytes_kv += (uint64_t)attended(len, step) * tok_bytes;
-        stats->bytes_dense += (uint64_t)len * tok_bytes;
+                                 (uint64_t)sh.n_kv_heads * (uint64_t)n_global;
+        stats->bytes_kv += (uint64_t)attended(len, step) * tok_bytes + local;
+        stats->bytes_dense += (uint64_t)len * tok_bytes + local;
     }
     return LOCKS_OK;
 }

@@ -9,7 +9,10 @@
  * (locks_last_error) naming what and why, before any device is touched, so a build
  * without CUDA and a machine without a GPU refuse the same way.
  *
- * At init the model's weights are copied to the device (F16 and BF16 as stored; Q4_0, Q4_1, Q8_0,
+ * The architectures: llama, qwen2 (Q/K/V biases, NeoX RoPE), qwen3 (QK-norm, NeoX RoPE,
+ * heads wider than dim / n_heads) and gemma3 (QK-norm, post-branch norms, GeGLU, scaled
+ * embeddings, sliding-window local layers whose K/V live in device rings outside the
+ * cache, which holds the global layers only). At init the model's weights are copied to the device (F16 and BF16 as stored; Q4_0, Q4_1, Q8_0,
  * Q4_K, Q5_K and Q6_K matrices as they are, read by the decode products block by block
  * and dequantized to fp16 for prefill products; the other listed types, and the token
  * embedding, dequantized to fp16, or to bf16 when the file holds BF16 weights), after
@@ -37,16 +40,29 @@ typedef struct {
     const matmul_weight *wq, *wk, *wv, *wo;     /* (q_dim | kv_dim | kv_dim, dim), (dim, q_dim) */
     const matmul_weight *w_gate, *w_up, *w_down; /* (ffn, dim) x 2, (dim, ffn) */
     const float *attn_norm, *ffn_norm;           /* (dim,) */
+    const float *q_norm, *k_norm;                /* (head_dim,) QK-norm (Qwen3, Gemma 3), or NULL */
+    const float *post_attn_norm, *post_ffn_norm; /* (dim,) Gemma 3, or NULL */
+    const float *bq, *bk, *bv;                   /* (q_dim,), (kv_dim,) x 2: Qwen2, or NULL */
 } engine_cuda_layer;
 typedef struct {
-    locks_model_info info;           /* architecture and shapes */
+    locks_model_info info;           /* architecture and shapes (swa_window, swa_period,
+                                      * rope_theta_swa: the sliding-window layers) */
     int32_t n_rot;                   /* rotated dims per head */
     int tied;                        /* 1: output is the token embedding */
     const matmul_weight *tok_embd;   /* (n_vocab, dim) */
     const matmul_weight *output;     /* (n_vocab, dim) */
     const float *output_norm;        /* (dim,) */
     const engine_cuda_layer *layers; /* [info.n_layers] */
+    int rope_neox;                   /* RoPE on (x[i], x[i + n_rot/2]) (Qwen, Gemma) */
+    int geglu;                       /* gate GELU(tanh) instead of SiLU (Gemma 3) */
+    int emb_scale;                   /* embeddings times sqrt(dim) (Gemma 3) */
 } engine_cuda_model;
+
+/* Positions each sliding-window ring of a context keeps (the engine's and llama.c's
+ * bookkeeping agree on it): min(n_ctx, window - 1 + max(the prefill chunk, swa_rollback)),
+ * the prefill chunk max(n_batch, ENGINE_CUDA_MIN_CHUNK); 0 for a model without such
+ * layers. The same in every build. */
+int32_t engine_cuda_swa_cap(const locks_model_info *in, const locks_ctx_params *p);
 
 /* The declared capability list: what the engine runs. */
 typedef struct {

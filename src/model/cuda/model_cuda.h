@@ -34,6 +34,24 @@
 extern "C" {
 #endif
 
+/* What sets an architecture's layer apart from Llama's (llama.c's arch_desc; all zero:
+ * the Llama layer). */
+typedef struct {
+    int32_t rope_neox;  /* RoPE on (x[i], x[i + n_rot/2]) instead of (x[2i], x[2i+1]) */
+    int32_t qkv_bias;   /* LG_BQKV added (fp32) to the QKV product */
+    int32_t qk_norm;    /* LG_Q_NORM / LG_K_NORM: RMSNorm of each q and k head, before RoPE */
+    int32_t post_norms; /* LG_POST_ATTN_NORM / LG_POST_FFN_NORM: each branch's output normed
+                         * before the residual add */
+    int32_t geglu;      /* gelu_tanh(g) * u instead of silu(g) * u */
+    int32_t emb_scale;  /* embeddings times sqrtf(dim) */
+    /* sliding-window (local) layers: layer l is local if swa_window > 0 and
+     * (l + 1) % swa_period != 0 (lg_layer_local); they attend keys p - swa_window + 1 .. p
+     * from a ring of their own (swa.cu), with RoPE base rope_theta_swa; the cache holds the
+     * other (global) layers only, in order */
+    int32_t swa_window, swa_period;
+    float rope_theta_swa;
+} lg_arch;
+
 typedef struct {
     int32_t n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, n_rot;
     float rope_theta, norm_eps;
@@ -48,8 +66,15 @@ typedef struct {
      * different types are separate products into the same output rows. lg_model_alloc
      * copies the array. */
     const int32_t *qtypes;
+    lg_arch arch; /* {0}: the Llama layer */
 } lg_shape;
 #define LG_QTYPES(n_layers) (1 + 7 * (n_layers))
+
+/* 1 if layer l of s is a sliding-window layer; the global layers' count (the cache's
+ * n_layers), and the cache layer of global layer l (-1 for a local one). */
+int lg_layer_local(const lg_shape *s, int32_t l);
+int32_t lg_n_global(const lg_shape *s);
+int32_t lg_cache_layer(const lg_shape *s, int32_t l);
 
 typedef struct lg_model lg_model;
 
@@ -73,11 +98,18 @@ typedef enum {
     LG_WO,           /* (dim, q_dim) */
     LG_WGATE_UP,     /* (2 ffn, dim): rows of Wgate, then Wup */
     LG_WDOWN,        /* (dim, ffn) */
+    LG_Q_NORM,       /* (head_dim,) fp32, per layer, arch.qk_norm */
+    LG_K_NORM,       /* (head_dim,) fp32, per layer, arch.qk_norm */
+    LG_POST_ATTN_NORM, /* (dim,) fp32, per layer, arch.post_norms */
+    LG_POST_FFN_NORM,  /* (dim,) fp32, per layer, arch.post_norms */
+    LG_BQKV,         /* (q_dim + 2 kv_dim,) fp32, per layer, arch.qkv_bias: bq | bk | bv */
 } lg_tensor;
 
 /* Copies rows [row0, row0 + n_rows) of a tensor from the host: 16-bit values of the
  * weight type (uint16 bits) for matrices, fp32 for norms (row0 = 0, n_rows = 1). The rows
- * must lie in parts kept in wtype (LOCKS_ERR_INVALID_ARG for rows of a quantized part). */
+ * must lie in parts kept in wtype (LOCKS_ERR_INVALID_ARG for rows of a quantized part).
+ * The fp32 vectors (norms, LG_BQKV) take row0 = 0, n_rows = 1, and exist only where the
+ * shape's arch asks for them (else LOCKS_ERR_INVALID_ARG). */
 locks_status lg_model_upload(lg_model *m, lg_tensor t, int32_t layer, int32_t row0, int32_t n_rows,
                              const void *src);
 /* Copies rows [row0, row0 + n_rows) of a quantized part from the host in the file's bytes
@@ -120,13 +152,21 @@ enum {
 };
 
 /* An engine for n_seqs sequences (cache slots 0 .. n_seqs - 1, n_seqs <= 32) of a CUDA
- * cache whose shape matches the model, prefill chunks of up to max_chunk tokens. The
- * decode token's products run in pieces of 8 rows (one row or 2..8: one piece padded to
- * 8), each piece the product of a batch of one, so a row's sums do not depend on the batch
- * (bit for bit); a batch of 9..32 reads the weights once a piece. The lab path
- * engine_gemv (gemv.cu) takes up to 8 sequences; an engine of more runs the default
- * products. */
-lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, int32_t max_chunk, locks_status *err);
+ * cache whose shape matches the model (n_layers: lg_n_global), prefill chunks of up to
+ * max_chunk tokens. The decode token's products run in pieces of 8 rows (one row or 2..8:
+ * one piece padded to 8), each piece the product of a batch of one, so a row's sums do not
+ * depend on the batch (bit for bit); a batch of 9..32 reads the weights once a piece. The
+ * lab path engine_gemv (gemv.cu) takes up to 8 sequences; an engine of more runs the
+ * default products. Sliding-window layers (arch.swa_window > 0) get a ring of swa_cap
+ * positions per (sequence, local layer), fp16 K/V [cap][n_kv_heads][head_dim] (swa.h's
+ * layout); swa_cap <= 0 takes swa_window - 1 + max_chunk. A chunk of n tokens at pos
+ * needs swa_cap >= swa_window - 1 + n or pos + n <= swa_cap (else lg_prefill / lg_verify
+ * refuse it, LOCKS_ERR_INVALID_ARG), a decode token swa_cap >= swa_window or a length
+ * <= swa_cap. The rings keep positions max(0, len - swa_cap) .. len - 1 of a sequence of
+ * len tokens: the caller keeps that bookkeeping (a truncation back further is its to
+ * refuse). */
+lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, int32_t max_chunk, int32_t swa_cap,
+                    locks_status *err);
 void lg_ctx_free(lg_ctx *e);
 
 /* Prefill: tokens [pos, pos + n) of slot seq (n <= max_chunk; reserved in the cache,
@@ -257,9 +297,10 @@ locks_status lg_op_rmsnorm(const float *d_x, const float *d_w, int32_t n, int32_
 locks_status lg_op_small(int op, int how, const float *d_x, const float *d_w, int32_t n, int32_t cols, float eps,
                          locks_dtype out_type, void *d_out);
 /* RoPE in place on rows of width row_stride: heads [0, n_heads) of head_dim at offset 0
- * of each row, adjacent pairs (2i, 2i+1) of the first n_rot dims, angle pos[t] * inv_freq[i]. */
+ * of each row, adjacent pairs (2i, 2i+1) of the first n_rot dims (neox: pairs (i, i +
+ * n_rot/2)), angle pos[t] * inv_freq[i]. */
 locks_status lg_op_rope(float *d_x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim,
-                        int32_t n_rot, const float *d_inv_freq, const int32_t *d_pos);
+                        int32_t n_rot, const float *d_inv_freq, const int32_t *d_pos, int neox);
 /* out[t][i] = T(silu(gu[t][i]) * gu[t][ffn + i]). */
 locks_status lg_op_swiglu(const float *d_gu, int32_t n, int32_t ffn, locks_dtype out_type, void *d_out);
 /* x[t][i] = float(E[tok[t]][i]) for a 16-bit table E (n_vocab, dim). */

@@ -74,6 +74,9 @@ typedef struct {
 
 typedef struct {
     float *attn_norm, *ffn_norm; /* (dim,) */
+    float *q_norm, *k_norm;      /* (head_dim,) arch.qk_norm, else NULL */
+    float *post_attn_norm, *post_ffn_norm; /* (dim,) arch.post_norms, else NULL */
+    float *bqkv;                 /* (q_dim + 2 kv_dim,) arch.qkv_bias, else NULL */
     lg_mat wqkv;                 /* (q_dim + 2 kv_dim, dim) */
     lg_mat wo;                   /* (dim, q_dim) */
     lg_mat wgu;                  /* (2 ffn, dim) */
@@ -158,6 +161,12 @@ static size_t layout(const lg_shape *s, lg_model *m) {
         lg_layer tl, *L = m ? &m->layers[l] : &tl;
         L->attn_norm = (float *)take(b, &off, (size_t)D * 4);
         L->ffn_norm = (float *)take(b, &off, (size_t)D * 4);
+        const lg_arch *a = &s->arch;
+        L->q_norm = a->qk_norm ? (float *)take(b, &off, (size_t)s->head_dim * 4) : NULL;
+        L->k_norm = a->qk_norm ? (float *)take(b, &off, (size_t)s->head_dim * 4) : NULL;
+        L->post_attn_norm = a->post_norms ? (float *)take(b, &off, (size_t)D * 4) : NULL;
+        L->post_ffn_norm = a->post_norms ? (float *)take(b, &off, (size_t)D * 4) : NULL;
+        L->bqkv = a->qkv_bias ? (float *)take(b, &off, (size_t)(Q + 2 * KV) * 4) : NULL;
         const int32_t qkv[3] = {Q, KV, KV}, gu[2] = {F, F};
         const int32_t i0 = 1 + 7 * l;
         lay_mat(s, b, &off, &qmax, &L->wqkv, i0, qkv, 3, D);
@@ -167,6 +176,27 @@ static size_t layout(const lg_shape *s, lg_model *m) {
     }
     if (m) m->qmax = qmax;
     return off;
+}
+
+extern "C" int lg_layer_local(const lg_shape *s, int32_t l) {
+    return s->arch.swa_window > 0 && s->arch.swa_period > 0 && (l + 1) % s->arch.swa_period != 0;
+}
+extern "C" int32_t lg_n_global(const lg_shape *s) {
+    int32_t n = 0;
+    for (int32_t l = 0; l < s->n_layers; l++) n += !lg_layer_local(s, l);
+    return n;
+}
+extern "C" int32_t lg_cache_layer(const lg_shape *s, int32_t l) {
+    if (l < 0 || l >= s->n_layers || lg_layer_local(s, l)) return -1;
+    int32_t n = 0;
+    for (int32_t i = 0; i < l; i++) n += !lg_layer_local(s, i);
+    return n;
+}
+
+/* 1 if the shape's layer is Llama's (no variant of lg_arch). */
+static int arch_plain(const lg_arch *a) {
+    return !a->rope_neox && !a->qkv_bias && !a->qk_norm && !a->post_norms && !a->geglu && !a->emb_scale &&
+           a->swa_window <= 0;
 }
 
 static int mat_quantized(const lg_mat *mt) {
@@ -204,7 +234,8 @@ extern "C" lg_model *lg_model_alloc(const lg_shape *s, locks_status *err) {
     int n_dev = 0;
     if (!s || s->n_vocab < 1 || s->dim < 1 || s->n_layers < 1 || s->n_heads < 1 || s->n_kv_heads < 1 ||
         s->n_heads % s->n_kv_heads != 0 || s->ffn_dim < 1 || s->n_rot < 2 || s->n_rot > s->head_dim ||
-        (s->wtype != LOCKS_DTYPE_F16 && s->wtype != LOCKS_DTYPE_BF16)) {
+        (s->wtype != LOCKS_DTYPE_F16 && s->wtype != LOCKS_DTYPE_BF16) ||
+        (s->arch.swa_window > 0 && (s->arch.swa_period < 1 || !(s->arch.rope_theta_swa > 0.f) || lg_n_global(s) < 1))) {
         st = LOCKS_ERR_INVALID_ARG;
         goto fail;
     }
@@ -291,12 +322,26 @@ extern "C" locks_status lg_model_upload(lg_model *m, lg_tensor t, int32_t layer,
     if (!m || !src || row0 < 0 || n_rows < 0) return LOCKS_ERR_INVALID_ARG;
     const lg_shape *s = &m->s;
     float *f = NULL;
-    if (t == LG_OUTPUT_NORM) f = m->output_norm;
-    else if ((t == LG_ATTN_NORM || t == LG_FFN_NORM) && layer >= 0 && layer < s->n_layers)
-        f = t == LG_ATTN_NORM ? m->layers[layer].attn_norm : m->layers[layer].ffn_norm;
-    if (t == LG_OUTPUT_NORM || t == LG_ATTN_NORM || t == LG_FFN_NORM) {
-        if (!f || row0 != 0 || n_rows > 1) return LOCKS_ERR_INVALID_ARG;
-        CU_TRY(cudaMemcpy(f, src, (size_t)n_rows * s->dim * 4, cudaMemcpyHostToDevice));
+    size_t len = (size_t)s->dim; /* floats of an fp32 vector */
+    const int vec = t == LG_OUTPUT_NORM || t == LG_ATTN_NORM || t == LG_FFN_NORM || t == LG_Q_NORM ||
+                    t == LG_K_NORM || t == LG_POST_ATTN_NORM || t == LG_POST_FFN_NORM || t == LG_BQKV;
+    if (t == LG_OUTPUT_NORM) {
+        f = m->output_norm;
+    } else if (vec && layer >= 0 && layer < s->n_layers) {
+        lg_layer *L = &m->layers[layer];
+        switch (t) {
+        case LG_ATTN_NORM: f = L->attn_norm; break;
+        case LG_FFN_NORM: f = L->ffn_norm; break;
+        case LG_Q_NORM: f = L->q_norm, len = (size_t)s->head_dim; break;
+        case LG_K_NORM: f = L->k_norm, len = (size_t)s->head_dim; break;
+        case LG_POST_ATTN_NORM: f = L->post_attn_norm; break;
+        case LG_POST_FFN_NORM: f = L->post_ffn_norm; break;
+        default: f = L->bqkv, len = (size_t)(s->n_heads + 2 * s->n_kv_heads) * s->head_dim; break;
+        }
+    }
+    if (vec) {
+        if (!f || row0 != 0 || n_rows != 1) return LOCKS_ERR_INVALID_ARG;
+        CU_TRY(cudaMemcpy(f, src, len * 4, cudaMemcpyHostToDevice));
         return LOCKS_OK;
     }
     char *p;
@@ -366,6 +411,11 @@ extern "C" locks_status lg_model_fill_random(lg_model *m, uint64_t seed) {
                                        1.f / sqrtf((float)mats[w]->cols), 0));
         LOCKS_TRY(lg_fill_f32_launch(L->attn_norm, (size_t)s->dim, 1.f, 0));
         LOCKS_TRY(lg_fill_f32_launch(L->ffn_norm, (size_t)s->dim, 1.f, 0));
+        float *ones[] = {L->q_norm, L->k_norm, L->post_attn_norm, L->post_ffn_norm};
+        const size_t n1[] = {(size_t)s->head_dim, (size_t)s->head_dim, (size_t)s->dim, (size_t)s->dim};
+        for (int i = 0; i < 4; i++)
+            if (ones[i]) LOCKS_TRY(lg_fill_f32_launch(ones[i], n1[i], 1.f, 0));
+        if (L->bqkv) LOCKS_TRY(lg_fill_f32_launch(L->bqkv, (size_t)L->wqkv.rows, 0.f, 0));
     }
     CU_TRY(cudaDeviceSynchronize());
     return LOCKS_OK;
@@ -437,6 +487,13 @@ struct lg_ctx {
     int32_t *v_build;  /* (max_chunk / 16 + 2,) pages the verify fills */
     int32_t v_rows;
     cudaEvent_t ev0, ev1;
+    /* architecture variants (lg_shape.arch) */
+    int32_t *cl;       /* host (n_layers,): a global layer's cache layer, a local one's ring index */
+    int32_t n_local;   /* sliding-window layers */
+    float *proj;       /* (rows, dim) a branch's output before its post-norm (arch.post_norms) */
+    float *inv_freq_swa; /* (n_rot / 2,) the local layers' RoPE frequencies */
+    lg_swa_rings rings;  /* (n_seqs, n_local) rings of swa_cap positions (swa.cu), base NULL: none */
+    float emb_scale;     /* sqrtf(dim) (arch.emb_scale) or 1 */
 };
 
 extern "C" void lg_ctx_free(lg_ctx *e) {
@@ -448,7 +505,7 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
     void *bufs[] = {e->xq,      e->xds,     e->wscr, e->blas_ws,  e->x,    e->xb,  e->qkv,   e->q,
                     e->kbuf,    e->vbuf,    e->att,  e->gu,       e->logits, e->ss, e->samp_ws, e->tok,
                     e->row_slot, e->ptok,   e->pos,  e->build,    e->inv_freq, e->samp, e->counter,
-                    e->v_logits, e->v_ws,   e->v_build};
+                    e->v_logits, e->v_ws,   e->v_build, e->proj, e->inv_freq_swa, e->rings.base};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cudaFree(bufs[i]);
     if (e->ev0) cudaEventDestroy(e->ev0);
@@ -457,10 +514,12 @@ extern "C" void lg_ctx_free(lg_ctx *e) {
     if (e->ev_join) cudaEventDestroy(e->ev_join);
     if (e->side) cudaStreamDestroy(e->side);
     locks_free(e->h_pos);
+    locks_free(e->cl);
     locks_free(e);
 }
 
-extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, int32_t max_chunk, locks_status *err) {
+extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, int32_t max_chunk, int32_t swa_cap,
+                               locks_status *err) {
     locks_status st = LOCKS_OK;
     lg_ctx *e = NULL;
     if (!m || !cache || !cache->cuda || n_seqs < 1 || n_seqs > MAX_ENGINE_SEQS || n_seqs > cache->p.max_seqs ||
@@ -471,9 +530,11 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
     {
         const lg_shape *s = &m->s;
         const locks_cache_params *cp = &cache->p;
-        if (cp->n_layers != s->n_layers || cp->n_kv_heads != s->n_kv_heads || cp->head_dim != s->head_dim) {
-            locks_log(LOCKS_LOG_ERROR, "cuda engine: the cache's shape (%d layers, %d KV heads of %d) is not the model's",
-                      cp->n_layers, cp->n_kv_heads, cp->head_dim);
+        if (cp->n_layers != lg_n_global(s) || cp->n_kv_heads != s->n_kv_heads || cp->head_dim != s->head_dim) {
+            locks_log(LOCKS_LOG_ERROR,
+                      "cuda engine: the cache's shape (%d layers, %d KV heads of %d) is not the model's (%d global "
+                      "layers, %d KV heads of %d)",
+                      cp->n_layers, cp->n_kv_heads, cp->head_dim, lg_n_global(s), s->n_kv_heads, s->head_dim);
             st = LOCKS_ERR_INVALID_ARG;
             goto fail;
         }
@@ -530,6 +591,25 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
         DA(e->blas_ws, CUBLAS_WS_BYTES);
         DA(e->ss, (size_t)lg_gemv_blocks(s->dim, 8, n_seqs) * n_seqs * 4); /* the most blocks */
         DA(e->samp_ws, lg_sample_ws_bytes(n_seqs));
+        e->cl = (int32_t *)locks_alloc((size_t)s->n_layers, sizeof(int32_t));
+        if (!e->cl) {
+            st = LOCKS_ERR_OOM;
+            goto fail;
+        }
+        for (int32_t l = 0, ng = 0; l < s->n_layers; l++) e->cl[l] = lg_layer_local(s, l) ? e->n_local++ : ng++;
+        e->emb_scale = s->arch.emb_scale ? sqrtf((float)s->dim) : 1.f; /* llama.c's sqrtf((float)dim) */
+        if (s->arch.post_norms) DA(e->proj, R * s->dim * 4);
+        if (e->n_local > 0) {
+            const int32_t cap = swa_cap > 0 ? swa_cap : s->arch.swa_window - 1 + max_chunk;
+            e->rings = (lg_swa_rings){NULL, e->n_local, cap, s->n_kv_heads, s->head_dim};
+            DA(e->rings.base, (size_t)n_seqs * e->n_local * 2 * (size_t)cap * e->kv_dim * 2);
+            DA(e->inv_freq_swa, (size_t)(s->n_rot / 2) * 4);
+            if (cudaMemset(e->rings.base, 0, (size_t)n_seqs * e->n_local * 2 * (size_t)cap * e->kv_dim * 2) !=
+                cudaSuccess) {
+                st = LOCKS_ERR_BACKEND;
+                goto fail;
+            }
+        }
         if (m->qmax) {
             DA(e->xq, (size_t)LG_GEMV_MAX_N * e->widest);
             DA(e->xds, (size_t)LG_GEMV_MAX_N * (e->widest / 32) * 8);
@@ -546,7 +626,8 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             const int g = locks_cuda_get_lab().engine_gemv;
             const int fits = lg_gemv_supported(s->dim, n_seqs) && lg_gemv_supported(e->q_dim, n_seqs) &&
                              lg_gemv_supported(s->ffn_dim, n_seqs);
-            e->gemv = fits && !m->qmax && (g == 1 || g == 2) ? g : 0; /* gemv.cu reads 16-bit weights */
+            /* gemv.cu reads 16-bit weights, and folds the Llama layer's norms and SwiGLU only */
+            e->gemv = fits && !m->qmax && arch_plain(&s->arch) && (g == 1 || g == 2) ? g : 0;
             if ((g == 1 || g == 2) && n_seqs > LG_GEMV_MAX_N)
                 locks_log(LOCKS_LOG_WARN, "cuda engine: engine_gemv takes up to %d sequences; %d run the default products",
                           LG_GEMV_MAX_N, n_seqs);
@@ -557,8 +638,16 @@ extern "C" lg_ctx *lg_ctx_init(lg_model *m, locks_cache *cache, int32_t n_seqs, 
             st = LOCKS_ERR_OOM;
             goto fail;
         }
-        float f[LOCKS_MAX_HEAD_DIM / 2];
-        for (int32_t i = 0; i < s->n_rot / 2; i++) f[i] = (float)pow((double)s->rope_theta, -2.0 * i / s->n_rot);
+        float f[LOCKS_MAX_HEAD_DIM / 2], fs[LOCKS_MAX_HEAD_DIM / 2];
+        for (int32_t i = 0; i < s->n_rot / 2; i++) { /* llama.c's inv_freq and inv_freq_swa */
+            f[i] = (float)pow((double)s->rope_theta, -2.0 * i / s->n_rot);
+            fs[i] = (float)pow((double)s->arch.rope_theta_swa, -2.0 * i / s->n_rot);
+        }
+        if (e->inv_freq_swa &&
+            cudaMemcpy(e->inv_freq_swa, fs, (size_t)(s->n_rot / 2) * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+            st = LOCKS_ERR_BACKEND;
+            goto fail;
+        }
         lg_sample_params greedy = {0.f, 0, 1.f, 0};
         const uint64_t zero = 0;
         if (cudaMemcpy(e->inv_freq, f, (size_t)(s->n_rot / 2) * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
@@ -699,12 +788,24 @@ static locks_status norm_product(lg_ctx *e, const float *nw, const lg_mat *w, in
 }
 
 /* x += X . W^T with X = 16-bit(src) (mode LG_GEMV_F32, src (n, cols)) or silu(g) * u of
- * src = gu (LG_GEMV_SWIGLU, cols = ffn); with gemv.cu, the product also leaves x's partial sums
- * of squares for the next norm_product. */
+ * src = gu (LG_GEMV_SWIGLU, cols = ffn; gelu_tanh(g) * u with arch.geglu); with gemv.cu, the
+ * product also leaves x's partial sums of squares for the next norm_product. With a
+ * post-norm pn (Gemma 3) the product goes to e->proj and x += rms(proj) * pn: no beta = 1
+ * add. */
 static locks_status residual_product(lg_ctx *e, int mode, const float *src, const lg_mat *w, int32_t n,
-                                     int parts) {
+                                     const float *pn, int parts) {
     const lg_shape *s = &e->m->s;
     const int32_t cols = w->cols;
+    if (pn || s->arch.geglu) { /* not with gemv.cu (lg_ctx_init: the Llama layer only) */
+        if (parts & LG_PART_REST) {
+            if (mode != LG_GEMV_SWIGLU) LOCKS_TRY(lg_cast_launch_ex(src, (size_t)n * cols, s->wtype, e->xb, ops_how(e), e->st));
+            else if (s->arch.geglu) LOCKS_TRY(lg_geglu_launch(src, n, cols, s->wtype, e->xb, e->st));
+            else LOCKS_TRY(lg_swiglu_launch_ex(src, n, cols, s->wtype, e->xb, ops_how(e), e->st));
+        }
+        if (parts & LG_PART_GEMM) LOCKS_TRY(gemm(e, w, n, pn ? e->proj : e->x, pn ? 0.f : 1.f));
+        if (pn && (parts & LG_PART_REST)) LOCKS_TRY(lg_norm_add_launch(e->x, e->proj, pn, n, s->dim, s->norm_eps, e->st));
+        return LOCKS_OK;
+    }
     if (e->gemv_now) {
         if (parts & LG_PART_GEMM)
             LOCKS_TRY(lg_gemv_launch(mode, w->seg[0].p, s->wtype, s->dim, cols, n, src, mode == LG_GEMV_SWIGLU ? 2 * cols : cols,
@@ -722,27 +823,59 @@ static locks_status residual_product(lg_ctx *e, int mode, const float *src, cons
 
 /* The FFN half of a layer and the Wo product, shared by prefill and decode. att -> x. */
 static locks_status layer_tail(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
-    LOCKS_TRY(residual_product(e, LG_GEMV_F32, e->att, &L->wo, n, parts));
+    LOCKS_TRY(residual_product(e, LG_GEMV_F32, e->att, &L->wo, n, L->post_attn_norm, parts));
     LOCKS_TRY(norm_product(e, L->ffn_norm, &L->wgu, n, e->gu, parts));
-    LOCKS_TRY(residual_product(e, LG_GEMV_SWIGLU, e->gu, &L->wdown, n, parts));
+    LOCKS_TRY(residual_product(e, LG_GEMV_SWIGLU, e->gu, &L->wdown, n, L->post_ffn_norm, parts));
     return LOCKS_OK;
 }
 
 /* RoPE of q and k at e->pos (separate launches), q copied contiguous into e->q. */
 static locks_status rope_copy(lg_ctx *e, int32_t n) {
     const lg_shape *s = &e->m->s;
-    LOCKS_TRY(lg_rope_launch(e->qkv, n, e->qkv_dim, s->n_heads, s->head_dim, s->n_rot, e->inv_freq, e->pos, e->st));
+    const int nx = s->arch.rope_neox;
+    LOCKS_TRY(lg_rope_launch(e->qkv, n, e->qkv_dim, s->n_heads, s->head_dim, s->n_rot, e->inv_freq, e->pos, nx, e->st));
     LOCKS_TRY(lg_rope_launch(e->qkv + e->q_dim, n, e->qkv_dim, s->n_kv_heads, s->head_dim, s->n_rot, e->inv_freq,
-                             e->pos, e->st));
+                             e->pos, nx, e->st));
     CU_TRY(cudaMemcpy2DAsync(e->q, (size_t)e->q_dim * 4, e->qkv, (size_t)e->qkv_dim * 4, (size_t)e->q_dim * 4,
                              (size_t)n, cudaMemcpyDeviceToDevice, e->st));
     return LOCKS_OK;
 }
 
-/* xb = rms(x) ; qkv = Wqkv xb (decode: RoPE and the rest in enqueue_prep). */
+/* xb = rms(x) ; qkv = Wqkv xb ; + bias, QK-norm of each q and k head (Qwen2, Qwen3, Gemma 3;
+ * llama.c's order: the bias first) (decode: RoPE and the rest in enqueue_prep). */
 static locks_status layer_head(lg_ctx *e, const lg_layer *L, int32_t n, int parts) {
+    const lg_shape *s = &e->m->s;
     LOCKS_TRY(norm_product(e, L->attn_norm, &L->wqkv, n, e->qkv, parts));
+    if (parts & LG_PART_REST)
+        LOCKS_TRY(lg_qkv_fix_launch(e->qkv, n, e->qkv_dim, s->n_heads, s->n_kv_heads, s->head_dim, L->bqkv, L->q_norm,
+                                    L->k_norm, s->norm_eps, e->st));
     return LOCKS_OK;
+}
+
+/* A sliding-window layer's attention for n rows (li its ring): RoPE of the q and k heads
+ * with the local base, K/V into the rings, the window's exact attention -> e->att. Rows:
+ * slots NULL: n tokens of sequence seq (a prefill / verify chunk), else the decode rows
+ * (slots: e->row_slot). The scale is llama.c's for local layers, 1 / sqrt(head_dim). */
+static locks_status local_attend(lg_ctx *e, int32_t li, int32_t n, const int32_t *slots, int32_t seq, int parts) {
+    const lg_shape *s = &e->m->s;
+    if (parts & LG_PART_PREP) {
+        LOCKS_TRY(lg_rope_launch(e->qkv, n, e->qkv_dim, s->n_heads + s->n_kv_heads, s->head_dim, s->n_rot,
+                                 e->inv_freq_swa, e->pos, s->arch.rope_neox, e->st));
+        LOCKS_TRY(lg_swa_store_launch(&e->rings, li, e->qkv, e->qkv_dim, e->q_dim, e->pos, slots, seq, n, e->st));
+    }
+    if (parts & LG_PART_STEP)
+        LOCKS_TRY(lg_swa_attend_launch(&e->rings, li, e->qkv, e->qkv_dim, s->n_heads, e->pos, slots, seq, n,
+                                       s->arch.swa_window, 1.f / sqrtf((float)s->head_dim), e->att, e->q_dim, e->st));
+    return LOCKS_OK;
+}
+
+/* A chunk of n tokens at pos fits the rings: its window and itself at once (swa.h). */
+static locks_status rings_fit(const lg_ctx *e, int32_t pos, int32_t n) {
+    if (e->n_local == 0 || (int64_t)e->m->s.arch.swa_window - 1 + n <= e->rings.cap || (int64_t)pos + n <= e->rings.cap)
+        return LOCKS_OK;
+    locks_log(LOCKS_LOG_ERROR, "cuda engine: %d tokens at %d do not fit the sliding-window rings (%d slots, window %d)",
+              n, pos, e->rings.cap, e->m->s.arch.swa_window);
+    return LOCKS_ERR_INVALID_ARG;
 }
 
 /* ---- prefill ------------------------------------------------------------------------------ */
@@ -752,6 +885,7 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
     const lg_shape *s = &e->m->s;
     const int32_t len = locks_cache_seq_len(e->cache, seq);
     if (len < pos + n) return LOCKS_ERR_INVALID_ARG;
+    LOCKS_TRY(rings_fit(e, pos, n));
     for (int32_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= s->n_vocab) return LOCKS_ERR_INVALID_ARG;
         e->h_pos[i] = pos + i;
@@ -760,18 +894,24 @@ extern "C" locks_status lg_prefill(lg_ctx *e, int32_t seq, const int32_t *tokens
     CU_TRY(cudaMemcpyAsync(e->pos, e->h_pos, (size_t)n * 4, cudaMemcpyHostToDevice, e->st));
     CU_TRY(cudaStreamSynchronize(e->st)); /* h_pos is pageable host memory */
     const float scale = 1.f / sqrtf((float)s->head_dim);
-    LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->x, e->st));
+    LOCKS_TRY(lg_embed_scaled_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->emb_scale, e->x, e->st));
     for (int32_t l = 0; l < s->n_layers; l++) {
         const lg_layer *L = &e->m->layers[l];
+        const int32_t cl = e->cl[l];
         LOCKS_TRY(layer_head(e, L, n, LG_PART_ALL));
+        if (lg_layer_local(s, l)) { /* the window, from the rings */
+            LOCKS_TRY(local_attend(e, cl, n, NULL, seq, LG_PART_ALL));
+            LOCKS_TRY(layer_tail(e, L, n, LG_PART_ALL));
+            continue;
+        }
         LOCKS_TRY(rope_copy(e, n));
         CU_TRY(cudaMemcpy2DAsync(e->kbuf, (size_t)e->kv_dim * 4, e->qkv + e->q_dim, (size_t)e->qkv_dim * 4,
                                  (size_t)e->kv_dim * 4, (size_t)n, cudaMemcpyDeviceToDevice, e->st));
         CU_TRY(cudaMemcpy2DAsync(e->vbuf, (size_t)e->kv_dim * 4, e->qkv + e->q_dim + e->kv_dim, (size_t)e->qkv_dim * 4,
                                  (size_t)e->kv_dim * 4, (size_t)n, cudaMemcpyDeviceToDevice, e->st));
         /* the public write: non-finite check, store, summaries of the pages it fills */
-        LOCKS_TRY(locks_cache_write(e->cache, seq, l, pos, n, e->kbuf, e->vbuf));
-        LOCKS_TRY(lg_prefill_attend_launch(e->cc, l, seq, pos, n, e->q, s->n_heads, scale, e->att, e->st));
+        LOCKS_TRY(locks_cache_write(e->cache, seq, cl, pos, n, e->kbuf, e->vbuf));
+        LOCKS_TRY(lg_prefill_attend_launch(e->cc, cl, seq, pos, n, e->q, s->n_heads, scale, e->att, e->st));
         LOCKS_TRY(layer_tail(e, L, n, LG_PART_ALL));
     }
     /* logits of the last token into row seq: a product of exactly one row (padded, it would
@@ -809,6 +949,7 @@ extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens,
     locks_cuda_cache *c = e->cc;
     const locks_seq *sq = locks_cache_seq(e->cache, seq);
     if (!sq || sq->len < pos + n || c->ext_k || pos + n > e->max_ctx) return LOCKS_ERR_INVALID_ARG;
+    LOCKS_TRY(rings_fit(e, pos, n));
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= s->n_vocab) return LOCKS_ERR_INVALID_ARG;
     const int32_t max_pages = (e->max_ctx + 15) / 16; /* the decode graph's dense max_list */
@@ -857,24 +998,33 @@ extern "C" locks_status lg_verify(lg_ctx *e, int32_t seq, const int32_t *tokens,
     e->gemv_now = 0;
     e->gemm_chunked = 1;
     locks_status st = LOCKS_OK;
-    if ((st = lg_embed_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->x, e->st)) != LOCKS_OK) goto out;
+    if ((st = lg_embed_scaled_launch(e->m->tok_embd, s->wtype, e->ptok, n, s->dim, e->emb_scale, e->x, e->st)) !=
+        LOCKS_OK)
+        goto out;
     for (int32_t l = 0; l < s->n_layers; l++) {
         const lg_layer *L = &e->m->layers[l];
-        if ((st = layer_head(e, L, n, LG_PART_ALL)) != LOCKS_OK) goto out; /* rms, Wqkv */
+        const int32_t cl = e->cl[l];
+        if ((st = layer_head(e, L, n, LG_PART_ALL)) != LOCKS_OK) goto out; /* rms, Wqkv (+ bias, QK-norm) */
+        if (lg_layer_local(s, l)) { /* the decode's window kernels, the rows of one sequence */
+            st = local_attend(e, cl, n, NULL, seq, LG_PART_ALL);
+            if (st == LOCKS_OK) st = layer_tail(e, L, n, LG_PART_ALL);
+            if (st != LOCKS_OK) goto out;
+            continue;
+        }
         const float *q = e->qkv;
         int32_t q_stride = e->qkv_dim;
         if (e->prep_fused) { /* enqueue_prep's kernels, the rows of one sequence */
-            st = lg_attn_prep_rows_launch(c, l, e->qkv, e->qkv_dim, s->n_heads, s->n_rot, e->inv_freq, e->pos, n, seq,
-                                          e->st);
+            st = lg_attn_prep_rows_launch(c, cl, e->qkv, e->qkv_dim, s->n_heads, s->n_rot, e->inv_freq, e->pos, n, seq,
+                                          s->arch.rope_neox, e->st);
         } else {
             st = rope_copy(e, n);
-            if (st == LOCKS_OK) st = lg_verify_kv_launch(c, l, seq, pos, n, e->qkv, e->qkv_dim, e->q_dim, e->st);
+            if (st == LOCKS_OK) st = lg_verify_kv_launch(c, cl, seq, pos, n, e->qkv, e->qkv_dim, e->q_dim, e->st);
             q = e->q;
             q_stride = e->q_dim;
         }
-        if (st == LOCKS_OK && n_build) st = locks_cuda_summary_build(c, l, e->v_build, n_build);
+        if (st == LOCKS_OK && n_build) st = locks_cuda_summary_build(c, cl, e->v_build, n_build);
         if (st == LOCKS_OK)
-            st = lg_verify_attend_launch(c, l, seq, pos, n, q, q_stride, s->n_heads, scale, e->n_seqs, max_pages,
+            st = lg_verify_attend_launch(c, cl, seq, pos, n, q, q_stride, s->n_heads, scale, e->n_seqs, max_pages,
                                          e->v_ws, e->att, e->st);
         if (st == LOCKS_OK) st = layer_tail(e, L, n, LG_PART_ALL);
         if (st != LOCKS_OK) goto out;
@@ -885,9 +1035,9 @@ out:
     LOCKS_TRY(st);
     CU_TRY(cudaMemcpyAsync(logits, e->v_logits, (size_t)n * s->n_vocab * 4, cudaMemcpyDeviceToHost, e->st));
     CU_TRY(cudaStreamSynchronize(e->st));
-    /* the host's written-slot masks, as lg_decode keeps them */
+    /* the host's written-slot masks, as lg_decode keeps them (the cache's layers) */
     for (int32_t p = pos; p < pos + n; p++)
-        for (int32_t l = 0; l < s->n_layers; l++)
+        for (int32_t l = 0; l < e->cache->p.n_layers; l++)
             e->cache->fill[(size_t)l * e->cache->p.n_pages + sq->table[p / LOCKS_PAGE]] |=
                 (uint16_t)(1u << (p % LOCKS_PAGE));
     return LOCKS_OK;
@@ -968,7 +1118,7 @@ static locks_status enqueue_prep(lg_ctx *e, int32_t layer) {
     const float scale = e->step.scale > 0.f ? e->step.scale : 1.f / sqrtf((float)s->head_dim);
     if (e->prep_fused) {
         LOCKS_TRY(lg_attn_prep_launch_ex(c, layer, e->qkv, e->qkv_dim, s->n_heads, s->n_rot, e->inv_freq, e->pos,
-                                         e->row_slot, ns, e->rest, e->st));
+                                         e->row_slot, ns, s->arch.rope_neox, e->rest, e->st));
     } else {
         LOCKS_TRY(rope_copy(e, ns));
         LOCKS_TRY(lg_kv_append_launch(c, layer, e->qkv, e->qkv_dim, e->q_dim, e->pos, e->row_slot, ns, e->st));
@@ -1006,7 +1156,7 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
     locks_cuda_cache *c = e->cc;
     const int one_launch = e->rest && !e->gemv_now && (parts & LG_PART_REST);
     if (one_launch) {
-        LOCKS_TRY(lg_embed_prep_launch(e->m->tok_embd, s->wtype, e->tok, s->dim, e->x, e->row_slot, c->seq_len,
+        LOCKS_TRY(lg_embed_prep_launch(e->m->tok_embd, s->wtype, e->tok, s->dim, e->emb_scale, e->x, e->row_slot, c->seq_len,
                                        c->block_table, c->p.n_pages, ns, e->pos, e->build, e->st));
     } else if (parts & (LG_PART_REST | LG_PART_PREP)) {
         LOCKS_TRY(lg_decode_prep_launch(e->row_slot, c->seq_len, c->block_table, c->p.n_pages, ns, e->pos, e->build,
@@ -1016,15 +1166,20 @@ static locks_status enqueue_decode_body(lg_ctx *e, int parts) {
         if (e->gemv_now) {
             LOCKS_TRY(lg_embed_ss_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->ss, e->st));
         } else {
-            LOCKS_TRY(lg_embed_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->x, e->st));
+            LOCKS_TRY(lg_embed_scaled_launch(e->m->tok_embd, s->wtype, e->tok, ns, s->dim, e->emb_scale, e->x, e->st));
         }
     }
     e->ss_nblk = 1;
     for (int32_t l = 0; l < s->n_layers; l++) {
         const lg_layer *L = &e->m->layers[l];
+        const int32_t cl = e->cl[l];
         LOCKS_TRY(layer_head(e, L, ns, parts));
-        if (parts & LG_PART_PREP) LOCKS_TRY(enqueue_prep(e, l));
-        if (parts & LG_PART_STEP) LOCKS_TRY(enqueue_step(e, l));
+        if (lg_layer_local(s, l)) { /* the window from the rings, whatever the selector */
+            LOCKS_TRY(local_attend(e, cl, ns, e->row_slot, 0, parts));
+        } else {
+            if (parts & LG_PART_PREP) LOCKS_TRY(enqueue_prep(e, cl));
+            if (parts & LG_PART_STEP) LOCKS_TRY(enqueue_step(e, cl));
+        }
         LOCKS_TRY(layer_tail(e, L, ns, parts));
     }
     LOCKS_TRY(norm_product(e, e->m->output_norm, &e->m->output, ns, e->logits, parts));
@@ -1061,6 +1216,11 @@ static locks_status check_lengths(lg_ctx *e) {
         if (len < 1 || len > e->max_ctx) {
             locks_log(LOCKS_LOG_ERROR, "cuda engine: sequence %d has %d tokens, the decode graph takes 1..%d", s, len,
                       e->max_ctx);
+            return LOCKS_ERR_INVALID_ARG;
+        }
+        if (e->n_local > 0 && len > e->rings.cap && e->rings.cap < e->m->s.arch.swa_window) {
+            locks_log(LOCKS_LOG_ERROR, "cuda engine: the sliding-window rings (%d slots) hold no window of %d",
+                      e->rings.cap, e->m->s.arch.swa_window);
             return LOCKS_ERR_INVALID_ARG;
         }
         if (p->selector == LOCKS_SEL_FULL || p->budget >= len) continue;
@@ -1128,7 +1288,7 @@ extern "C" locks_status lg_decode(lg_ctx *e, int use_graph, int32_t *next, float
     for (int32_t q = 0; q < e->n_rows; q++) {
         const locks_seq *sq = locks_cache_seq(e->cache, e->h_rows[q]);
         const int32_t pos = sq->len - 1;
-        for (int32_t l = 0; l < s->n_layers; l++)
+        for (int32_t l = 0; l < e->cache->p.n_layers; l++)
             e->cache->fill[(size_t)l * e->cache->p.n_pages + sq->table[pos / LOCKS_PAGE]] |=
                 (uint16_t)(1u << (pos % LOCKS_PAGE));
     }
@@ -1224,8 +1384,8 @@ extern "C" locks_status lg_op_small(int op, int how, const float *d_x, const flo
     return r;
 }
 extern "C" locks_status lg_op_rope(float *d_x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim,
-                                   int32_t n_rot, const float *d_inv_freq, const int32_t *d_pos) {
-    LOCKS_TRY(lg_rope_launch(d_x, n, row_stride, n_heads, head_dim, n_rot, d_inv_freq, d_pos, 0));
+                                   int32_t n_rot, const float *d_inv_freq, const int32_t *d_pos, int neox) {
+    LOCKS_TRY(lg_rope_launch(d_x, n, row_stride, n_heads, head_dim, n_rot, d_inv_freq, d_pos, neox, 0));
     CU_TRY(cudaDeviceSynchronize());
     return LOCKS_OK;
 }

@@ -1,6 +1,8 @@
 /*
  * model_ops.cu — the small per-token kernels of the forward pass on the GPU: embedding
- * gather, RMSNorm, RoPE (adjacent pairs, llama.cpp's GGUF convention), SwiGLU, the
+ * gather (times Gemma's sqrt(dim)), RMSNorm, RoPE (adjacent pairs, llama.cpp's GGUF
+ * convention, or NeoX's (i, i + n_rot/2)), SwiGLU and GeGLU, the Q/K/V bias and per-head
+ * QK-norm of the QKV product, the post-branch norm + residual add (Gemma 3), the
  * decode-time K/V append at device positions, and sampling (greedy, or top-k ->
  * temperature softmax -> top-p -> one draw). Each has a plain C twin in llama.c /
  * sampler.c that the GPU tests compare against.
@@ -28,16 +30,22 @@ static __device__ __forceinline__ float load16(const void *p, size_t i, int type
 
 /* ---- embedding ---------------------------------------------------------------------- */
 
+/* x = E[tok] * scale (llama.c: the row in fp32, then times sqrtf(dim) for Gemma, 1 else) */
 static __global__ void embed_kernel(const void *__restrict__ e, int type, const int32_t *__restrict__ tok,
-                                    int32_t dim, float *__restrict__ x) {
+                                    int32_t dim, float scale, float *__restrict__ x) {
     const int32_t t = blockIdx.x;
     const size_t row = (size_t)tok[t] * dim;
-    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) x[(size_t)t * dim + i] = load16(e, row + i, type);
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) x[(size_t)t * dim + i] = load16(e, row + i, type) * scale;
 }
 
 locks_status lg_embed_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t n, int32_t dim, float *x,
                              cudaStream_t st) {
-    embed_kernel<<<(unsigned)n, ROW_THREADS, 0, st>>>(e, (int)type, tok, dim, x);
+    return lg_embed_scaled_launch(e, type, tok, n, dim, 1.f, x, st);
+}
+
+locks_status lg_embed_scaled_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t n, int32_t dim,
+                                    float scale, float *x, cudaStream_t st) {
+    embed_kernel<<<(unsigned)n, ROW_THREADS, 0, st>>>(e, (int)type, tok, dim, scale, x);
     CU_LAUNCH_CHECK(embed_kernel);
     return LOCKS_OK;
 }
@@ -127,7 +135,8 @@ locks_status lg_rmsnorm_launch(const float *x, const float *w, int32_t n, int32_
 /* ---- RoPE: thread per (token, head, pair); angles in double like the CPU -------------- */
 
 static __global__ void rope_kernel(float *x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim,
-                                   int32_t n_rot, const float *__restrict__ inv_freq, const int32_t *__restrict__ pos) {
+                                   int32_t n_rot, const float *__restrict__ inv_freq, const int32_t *__restrict__ pos,
+                                   int neox) {
     const int32_t half = n_rot / 2;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * n_heads * half) return;
@@ -135,18 +144,20 @@ static __global__ void rope_kernel(float *x, int32_t n, int32_t row_stride, int3
     double sn, cs;
     sincos((double)pos[t] * (double)inv_freq[k], &sn, &cs);
     const float c = (float)cs, s = (float)sn;
-    float *p = x + (size_t)t * row_stride + (size_t)h * head_dim + 2 * k;
-    const float x0 = p[0], x1 = p[1];
+    /* the pair (2k, 2k+1), or NeoX's (k, k + n_rot/2) */
+    float *p = x + (size_t)t * row_stride + (size_t)h * head_dim + (neox ? k : 2 * k);
+    const int32_t o = neox ? half : 1;
+    const float x0 = p[0], x1 = p[o];
     p[0] = x0 * c - x1 * s;
-    p[1] = x0 * s + x1 * c;
+    p[o] = x0 * s + x1 * c;
 }
 
 locks_status lg_rope_launch(float *x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim, int32_t n_rot,
-                            const float *inv_freq, const int32_t *pos, cudaStream_t st) {
+                            const float *inv_freq, const int32_t *pos, int neox, cudaStream_t st) {
     const int64_t items = (int64_t)n * n_heads * (n_rot / 2);
     if (items == 0) return LOCKS_OK;
     rope_kernel<<<(unsigned)((items + ROW_THREADS - 1) / ROW_THREADS), ROW_THREADS, 0, st>>>(
-        x, n, row_stride, n_heads, head_dim, n_rot, inv_freq, pos);
+        x, n, row_stride, n_heads, head_dim, n_rot, inv_freq, pos, neox);
     CU_LAUNCH_CHECK(rope_kernel);
     return LOCKS_OK;
 }
@@ -190,6 +201,93 @@ locks_status lg_swiglu_launch(const float *gu, int32_t n, int32_t ffn, locks_dty
     return lg_swiglu_launch_ex(gu, n, ffn, type, out, LG_OPS_PLAIN, st);
 }
 
+/* ---- GeGLU (Gemma 3) ----------------------------------------------------------------------- */
+
+/* gelu_tanh(g) * u as vmath.c's AVX2 path forms it: x / (1 + exp(-2 y)) with y =
+ * sqrt(2 / pi) (x + 0.044715 x^3) (exp saturating to inf gives -0, the limit). A plain
+ * launch: gu is read after the product before it has finished. */
+static __global__ void geglu_kernel(const float *__restrict__ gu, int32_t n, int32_t ffn, int type, void *out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * ffn) return;
+    const int32_t t = (int32_t)(i / ffn), j = (int32_t)(i % ffn);
+    const float g = gu[(size_t)t * 2 * ffn + j], u = gu[(size_t)t * 2 * ffn + ffn + j];
+    const float y = -2.0f * 0.7978845608028654f * fmaf(0.044715f, g * g * g, g);
+    store_out(out, (size_t)i, g / (1.0f + expf(y)) * u, type);
+}
+
+locks_status lg_geglu_launch(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, cudaStream_t st) {
+    const int64_t items = (int64_t)n * ffn;
+    geglu_kernel<<<(unsigned)((items + ROW_THREADS - 1) / ROW_THREADS), ROW_THREADS, 0, st>>>(gu, n, ffn, (int)type,
+                                                                                               out);
+    CU_LAUNCH_CHECK(geglu_kernel);
+    return LOCKS_OK;
+}
+
+/* ---- the QKV product's bias and QK-norm (Qwen2, Qwen3, Gemma 3) ------------------------------- */
+
+/* One warp per (row, head) of n rows [q heads | k heads | v heads] (row_stride floats, d
+ * wide heads): + b (bias, [qkv_dim], may be NULL), then for the q and k heads with qn / kn
+ * (may be NULL) x / sqrt(mean(x^2) + eps) * w, as llama.c's rmsnorm (the sum of squares in
+ * double, the factor rounded once to float). */
+#define FIX_WARPS 4
+static __global__ void __launch_bounds__(FIX_WARPS * 32)
+qkv_fix_kernel(float *qkv, int32_t n, int32_t row_stride, int32_t hq, int32_t hkv, int32_t d,
+               const float *__restrict__ b, const float *__restrict__ qn, const float *__restrict__ kn, float eps) {
+    const int32_t heads = hq + 2 * hkv;
+    const int64_t item = (int64_t)blockIdx.x * FIX_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (item >= (int64_t)n * heads) return;
+    const int32_t t = (int32_t)(item / heads), j = (int32_t)(item % heads);
+    float *x = qkv + (size_t)t * row_stride + (size_t)j * d;
+    if (b)
+        for (int32_t i = lane; i < d; i += 32) x[i] += b[(size_t)j * d + i];
+    const float *w = j < hq ? qn : j < hq + hkv ? kn : NULL;
+    if (!w) return;
+    double ss = 0.0;
+    for (int32_t i = lane; i < d; i += 32) ss += (double)x[i] * (double)x[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = (float)(1.0 / sqrt(ss / d + (double)eps));
+    for (int32_t i = lane; i < d; i += 32) x[i] = x[i] * r * w[i];
+}
+
+locks_status lg_qkv_fix_launch(float *qkv, int32_t n, int32_t row_stride, int32_t hq, int32_t hkv, int32_t d,
+                               const float *b, const float *qn, const float *kn, float eps, cudaStream_t st) {
+    if (!b && !qn) return LOCKS_OK;
+    const int64_t items = (int64_t)n * (hq + 2 * hkv);
+    qkv_fix_kernel<<<(unsigned)((items + FIX_WARPS - 1) / FIX_WARPS), FIX_WARPS * 32, 0, st>>>(qkv, n, row_stride, hq,
+                                                                                               hkv, d, b, qn, kn, eps);
+    CU_LAUNCH_CHECK(qkv_fix_kernel);
+    return LOCKS_OK;
+}
+
+/* ---- post-branch norm + residual add (Gemma 3) ------------------------------------------------ */
+
+/* x[t] += rms(y[t]) * w, one block per row: llama.c's rmsnorm of the branch output (sum of
+ * squares in double, the factor rounded once) and its fp32 add. */
+static __global__ void norm_add_kernel(float *__restrict__ x, const float *__restrict__ y, const float *__restrict__ w,
+                                       int32_t dim, float eps) {
+    __shared__ double ws[32];
+    const int32_t t = blockIdx.x;
+    const float *yt = y + (size_t)t * dim;
+    double ss = 0.0;
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)yt[i] * (double)yt[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) ws[warp] = ss;
+    __syncthreads();
+    double tot = 0.0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += ws[i];
+    const float r = (float)(1.0 / sqrt(tot / dim + (double)eps));
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) x[(size_t)t * dim + i] += yt[i] * r * w[i];
+}
+
+locks_status lg_norm_add_launch(float *x, const float *y, const float *w, int32_t n, int32_t dim, float eps,
+                                cudaStream_t st) {
+    norm_add_kernel<<<(unsigned)n, ROW_THREADS, 0, st>>>(x, y, w, dim, eps);
+    CU_LAUNCH_CHECK(norm_add_kernel);
+    return LOCKS_OK;
+}
+
 /* ---- decode: positions, K/V append, pages to summarise ------------------------------------ */
 
 /* For each decode row s, the cache slot slot = slots[s] (slots NULL: slot s): pos[s] =
@@ -219,20 +317,20 @@ static __global__ void decode_prep_kernel(const int32_t *__restrict__ slots, con
 /* The decode token's first kernel: embed_kernel's gather of row blockIdx.x and, in block 0,
  * decode_prep_kernel's positions and pages to summarise (one launch instead of two). */
 static __global__ void embed_prep_kernel(const void *__restrict__ e, int type, const int32_t *__restrict__ tok,
-                                         int32_t dim, float *__restrict__ x, const int32_t *__restrict__ slots,
+                                         int32_t dim, float scale, float *__restrict__ x, const int32_t *__restrict__ slots,
                                          const int32_t *__restrict__ seq_len, const int32_t *__restrict__ bt,
                                          int32_t n_pages_pool, int32_t n_seqs, int32_t *pos, int32_t *build) {
     const int32_t t = blockIdx.x;
     if (t == 0)
         for (int32_t s = threadIdx.x; s < n_seqs; s += blockDim.x) prep_row(slots, seq_len, bt, n_pages_pool, s, pos, build);
     const size_t row = (size_t)tok[t] * dim;
-    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) x[(size_t)t * dim + i] = load16(e, row + i, type);
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) x[(size_t)t * dim + i] = load16(e, row + i, type) * scale;
 }
 
-locks_status lg_embed_prep_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t dim, float *x,
+locks_status lg_embed_prep_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t dim, float scale, float *x,
                                   const int32_t *slots, const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool,
                                   int32_t n_seqs, int32_t *pos, int32_t *build, cudaStream_t st) {
-    embed_prep_kernel<<<(unsigned)n_seqs, ROW_THREADS, 0, st>>>(e, (int)type, tok, dim, x, slots, seq_len, bt,
+    embed_prep_kernel<<<(unsigned)n_seqs, ROW_THREADS, 0, st>>>(e, (int)type, tok, dim, scale, x, slots, seq_len, bt,
                                                                  n_pages_pool, n_seqs, pos, build);
     CU_LAUNCH_CHECK(embed_prep_kernel);
     return LOCKS_OK;

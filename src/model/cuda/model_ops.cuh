@@ -15,9 +15,23 @@ locks_status lg_embed_launch(const void *e, locks_dtype type, const int32_t *tok
                              cudaStream_t st);
 locks_status lg_rmsnorm_launch(const float *x, const float *w, int32_t n, int32_t dim, float eps, locks_dtype type,
                                void *out, cudaStream_t st);
+/* x = E[tok] * scale (Gemma 3: sqrtf(dim)). */
+locks_status lg_embed_scaled_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t n, int32_t dim,
+                                    float scale, float *x, cudaStream_t st);
+/* neox: pairs (i, i + n_rot/2), else (2i, 2i+1). */
 locks_status lg_rope_launch(float *x, int32_t n, int32_t row_stride, int32_t n_heads, int32_t head_dim, int32_t n_rot,
-                            const float *inv_freq, const int32_t *pos, cudaStream_t st);
+                            const float *inv_freq, const int32_t *pos, int neox, cudaStream_t st);
 locks_status lg_swiglu_launch(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, cudaStream_t st);
+/* out[t][i] = T(gelu_tanh(gu[t][i]) * gu[t][ffn + i]) (Gemma 3's GeGLU, vmath.c's formula). */
+locks_status lg_geglu_launch(const float *gu, int32_t n, int32_t ffn, locks_dtype type, void *out, cudaStream_t st);
+/* In place on n rows [q | k | v] of hq + 2 hkv heads of d (row_stride floats): + b
+ * ([q_dim + 2 kv_dim], NULL: none), then the RMSNorm (eps) of each q head with qn [d]
+ * and each k head with kn [d] (NULL: none). Nothing to do: no launch. */
+locks_status lg_qkv_fix_launch(float *qkv, int32_t n, int32_t row_stride, int32_t hq, int32_t hkv, int32_t d,
+                               const float *b, const float *qn, const float *kn, float eps, cudaStream_t st);
+/* x[t] += rms(y[t]) * w for n rows of dim (Gemma 3's post-branch norms). */
+locks_status lg_norm_add_launch(float *x, const float *y, const float *w, int32_t n, int32_t dim, float eps,
+                                cudaStream_t st);
 /* How the small kernels below are launched (the _ex forms): LG_OPS_PLAIN the first
  * versions, LG_OPS_FAST the same arithmetic (bit for bit) in fewer memory round trips,
  * LG_OPS_PDL that with programmatic dependent launch (the kernel's launch overlaps the
@@ -33,7 +47,7 @@ locks_status lg_cast_launch_ex(const float *x, size_t n, locks_dtype type, void 
  * slot's seq_len - 1 and build[s] = the page the token fills (else -1); an idle row gets
  * pos = build = -1, and the K/V writes below skip it. lg_embed_prep_launch: that and
  * lg_embed_launch of the n_seqs tokens in one kernel. */
-locks_status lg_embed_prep_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t dim, float *x,
+locks_status lg_embed_prep_launch(const void *e, locks_dtype type, const int32_t *tok, int32_t dim, float scale, float *x,
                                   const int32_t *slots, const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool,
                                   int32_t n_seqs, int32_t *pos, int32_t *build, cudaStream_t st);
 locks_status lg_decode_prep_launch(const int32_t *slots, const int32_t *seq_len, const int32_t *bt, int32_t n_pages_pool,
@@ -46,10 +60,11 @@ locks_status lg_kv_append_launch(locks_cuda_cache *c, int32_t layer, const float
 locks_status lg_attn_prep_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
                                  int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n_seqs,
                                  cudaStream_t st);
-/* The same, launched with programmatic dependent launch if pdl (qkv read after the wait). */
+/* The same, launched with programmatic dependent launch if pdl (qkv read after the wait);
+ * neox: RoPE on the pairs (i, i + n_rot/2). */
 locks_status lg_attn_prep_launch_ex(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
                                     int32_t n_rot, const float *inv_freq, const int32_t *pos, const int32_t *slots,
-                                    int32_t n_seqs, int pdl, cudaStream_t st);
+                                    int32_t n_seqs, int neox, int pdl, cudaStream_t st);
 /* d_ws: lg_sample_ws_bytes(ws_rows) of device memory (ws_rows >= n_rows), zeroed once before
  * the first call (the greedy argmax's partials and tickets; it leaves the tickets zero). The
  * tickets sit after ws_rows rows of partials whatever n_rows, so launches of different row
@@ -88,7 +103,25 @@ locks_status lg_verify_attend_launch(locks_cuda_cache *c, int32_t layer, int32_t
  * positions pos[0 .. n) (a verify). */
 locks_status lg_attn_prep_rows_launch(locks_cuda_cache *c, int32_t layer, float *qkv, int32_t row_stride, int32_t hq,
                                       int32_t n_rot, const float *inv_freq, const int32_t *pos, int32_t n,
-                                      int32_t seq, cudaStream_t st);
+                                      int32_t seq, int neox, cudaStream_t st);
+
+/* Sliding-window layers (swa.cu). A ring per (engine sequence, local layer): ring_k /
+ * ring_v [cap][hkv][d] fp16, ring r's K at ring + r * ring_stride elements, V at + the
+ * half ring (cap * hkv * d). Row t of the n rows is sequence slots[t] (slots NULL: seq)
+ * at position pos[t] (< 0: an idle row, skipped; its output row is zeroed).
+ * Store: K/V of the rows of qkv ([q | k | v], row_stride floats, RoPE applied) into slot
+ * pos % cap of ring (slot * n_local + li). Attend: out [n][hq][d] = softmax(scale q.k) V
+ * over keys max(0, pos - window + 1) .. pos of that ring (queries from the qkv rows). */
+typedef struct {
+    uint16_t *base;      /* (n_seqs, n_local, 2, cap, hkv, d) fp16 */
+    int32_t n_local, cap, hkv, d;
+} lg_swa_rings;
+locks_status lg_swa_store_launch(const lg_swa_rings *r, int32_t li, const float *qkv, int32_t row_stride,
+                                 int32_t k_off, const int32_t *pos, const int32_t *slots, int32_t seq, int32_t n,
+                                 cudaStream_t st);
+locks_status lg_swa_attend_launch(const lg_swa_rings *r, int32_t li, const float *qkv, int32_t row_stride, int32_t hq,
+                                  const int32_t *pos, const int32_t *slots, int32_t seq, int32_t n, int32_t window,
+                                  float scale, float *out, int32_t out_stride, cudaStream_t st);
 /* K/V rows t of qkv ([q | k | v], row_stride floats, k at k_off) -> slot pos + t of the
  * sequence slot seq, layer `layer` (no finiteness check, no summaries). */
 locks_status lg_verify_kv_launch(locks_cuda_cache *c, int32_t layer, int32_t seq, int32_t pos, int32_t n,

@@ -1,0 +1,248 @@
+/*
+ * test_gpu_gemma.c — Gemma 3 270M on the GPU against the CPU engine, teacher-forced as
+ * test_gpu_model.c does for SmolLM2: the same 2304 tokens of this repository's docs go
+ * through both, a 1024-token prefill then 1280 decode steps, with full attention and
+ * with LOCKS at budget 256 (the selector acts in the 3 global layers; the 15 local layers
+ * read their 512-token window, from device rings on the GPU), and a fifth context, the
+ * CPU with fp32 activations, as the reference both are measured against.
+ *
+ * Gemma 3 on the GPU runs with BF16 as the 16-bit type (engine_cuda.c: its activations
+ * outgrow fp16), its Q4_K / Q5_K / Q6_K / Q8_0 matrices quantized (qgemv.cu: the decode
+ * products quantize their inputs to int8 as the CPU does), the prefill products on the
+ * matrices dequantized to bf16. Printed: top-1 agreement, max |dlogit| and mean
+ * KL(CPU || GPU) of full attention GPU vs CPU; both against the fp32 reference; LOCKS GPU
+ * vs CPU; each backend's LOCKS against its own full attention. Checked: full attention's
+ * top-1 agreement GPU vs CPU >= 0.99 (issue 38's target; SmolLM2's fp16 GPU measured
+ * 0.967 against the CPU's int8 path in test_gpu_model, where the two int8 paths round
+ * apart, so this may well fail: the value is printed either way), the GPU as close to
+ * the fp32 reference as the CPU's int8 path (top-1 within 0.01, KL <= 1.5x + 0.002), and
+ * LOCKS against full on the GPU as on the CPU (top-1 within 0.02, KL <= 1.5x + 0.002);
+ * then the decode graph against the same kernels launched one by one, bit for bit (the
+ * ring kernels inside the captured graph). All tolerances were set before any device
+ * run.
+ *
+ * The model: $LOCKS_MODEL_GEMMA, else $LOCKS_GEMMA3_MODEL, else
+ * ~/.cache/locks/gemma-3-270m-q4_k_m.gguf (nothing is fetched). Exit 77 (ctest: skipped)
+ * without a CUDA device or without the model. LOCKS_TEST_GPU_GEMMA_DECODE=N: N decode
+ * steps instead of 1280. LOCKS_TEST_GPU_AS_CPU=1: the "GPU" contexts on the CPU (this
+ * test's bookkeeping, no device needed).
+ */
+#include "test_util.h"
+#include "test_model_util.h"
+
+#include <unistd.h>
+
+#include "locks_model.h"
+#include "model/cuda/model_cuda.h"
+
+#define N_PROMPT 1024
+#define N_TOTAL 2304
+
+#define FULL_TOP1 0.99
+#define REF_TOP1_GAP 0.01
+#define REF_KL_RATIO 1.5
+#define REF_KL_ABS 0.002
+#define FID_TOP1_GAP 0.02
+#define FID_KL_RATIO 1.5
+#define FID_KL_ABS 0.002
+
+static int gpu_as_cpu;
+
+/* The model's path into path[cap]; 0: none found. */
+static int find_gemma(char *path, size_t cap) {
+    const char *envs[] = {"LOCKS_MODEL_GEMMA", "LOCKS_GEMMA3_MODEL"};
+    for (int i = 0; i < 2; i++) {
+        const char *e = getenv(envs[i]);
+        if (e && *e) {
+            snprintf(path, cap, "%s", e);
+            return access(path, R_OK) == 0;
+        }
+    }
+    const char *home = getenv("HOME");
+    snprintf(path, cap, "%s/.cache/locks/gemma-3-270m-q4_k_m.gguf", home ? home : ".");
+    return access(path, R_OK) == 0;
+}
+
+enum { CPU_FULL, GPU_FULL, CPU_LOCKS, GPU_LOCKS, CPU_F32, N_CTX };
+
+static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) {
+    const locks_model_info in = locks_model_get_info(m);
+    const int32_t V = in.n_vocab, n_pos = n_total - N_PROMPT + 1;
+    locks_ctx *c[N_CTX];
+    float *lg[N_CTX];
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    const int32_t threads = nproc > 16 ? 16 : (nproc < 1 ? 1 : (int32_t)nproc);
+    for (int k = 0; k < N_CTX; k++) {
+        locks_ctx_params p = locks_ctx_default_params();
+        p.n_ctx = N_TOTAL + 16;
+        p.step = locks_step_default_params();
+        if (k == CPU_FULL || k == GPU_FULL || k == CPU_F32) {
+            p.step.selector = LOCKS_SEL_FULL;
+            p.step.budget = N_TOTAL + 16;
+        } else {
+            p.step.selector = LOCKS_SEL_LOCKS;
+            p.step.budget = 256;
+        }
+        p.n_threads = threads;
+        p.f32_act = k == CPU_F32;
+        if ((k == GPU_FULL || k == GPU_LOCKS) && !gpu_as_cpu) p.backend = LOCKS_BACKEND_CUDA;
+        locks_status st;
+        c[k] = locks_ctx_init(m, p, &st);
+        if (!c[k]) fprintf(stderr, "context %d: %s (%s)\n", k, locks_status_str(st), locks_last_error());
+        SETUP(c[k]);
+        lg[k] = malloc(sizeof(float) * V);
+        SETUP(lg[k]);
+    }
+    tu_logit_stats full = {0}, lk = {0}, fid_cpu = {0}, fid_gpu = {0}, ref_cpu = {0}, ref_gpu = {0};
+    lk.per_pos = malloc(sizeof(double) * n_pos);
+    SETUP(lk.per_pos);
+    double kl_full = 0, kl_cpu = 0, kl_gpu = 0, prefill_d = 0, klr_cpu = 0, klr_gpu = 0;
+    for (int32_t i = N_PROMPT - 1; i < n_total; i++) {
+        for (int k = 0; k < N_CTX; k++) {
+            if (i == N_PROMPT - 1)
+                CHECK(locks_ctx_prefill(c[k], toks, N_PROMPT, lg[k]));
+            else
+                CHECK(locks_ctx_decode(c[k], toks[i], lg[k]));
+        }
+        tu_logit_cmp(&full, lg[GPU_FULL], lg[CPU_FULL], V);
+        tu_logit_cmp(&lk, lg[GPU_LOCKS], lg[CPU_LOCKS], V);
+        tu_logit_cmp(&fid_cpu, lg[CPU_LOCKS], lg[CPU_FULL], V);
+        tu_logit_cmp(&fid_gpu, lg[GPU_LOCKS], lg[GPU_FULL], V);
+        kl_full += tu_kl_logits(lg[CPU_FULL], lg[GPU_FULL], V);
+        kl_cpu += tu_kl_logits(lg[CPU_FULL], lg[CPU_LOCKS], V);
+        kl_gpu += tu_kl_logits(lg[GPU_FULL], lg[GPU_LOCKS], V);
+        tu_logit_cmp(&ref_cpu, lg[CPU_FULL], lg[CPU_F32], V);
+        tu_logit_cmp(&ref_gpu, lg[GPU_FULL], lg[CPU_F32], V);
+        klr_cpu += tu_kl_logits(lg[CPU_F32], lg[CPU_FULL], V);
+        klr_gpu += tu_kl_logits(lg[CPU_F32], lg[GPU_FULL], V);
+        if (i == N_PROMPT - 1) prefill_d = full.maxd;
+    }
+    SETUP(full.n == n_pos && lk.n == n_pos);
+    const double top1_full = (double)full.agree / n_pos, top1_lk = (double)lk.agree / n_pos;
+    const double fa_cpu = (double)fid_cpu.agree / n_pos, fa_gpu = (double)fid_gpu.agree / n_pos;
+    kl_full /= n_pos, kl_cpu /= n_pos, kl_gpu /= n_pos, klr_cpu /= n_pos, klr_gpu /= n_pos;
+    const double ra_cpu = (double)ref_cpu.agree / n_pos, ra_gpu = (double)ref_gpu.agree / n_pos;
+    const double med = tu_quantile(lk.per_pos, n_pos, 0.5), p99 = tu_quantile(lk.per_pos, n_pos, 0.99);
+    printf("  full, GPU vs CPU: %d positions (prefill %d + decode %d): top-1 agreement %.4f (tol >= %.2f), max "
+           "|dlogit| %.4f (prefill's last %.4f), mean of per-position max %.4f, mean KL(CPU || GPU) %.5f\n",
+           n_pos, N_PROMPT, n_total - N_PROMPT, top1_full, FULL_TOP1, full.maxd, prefill_d, full.sumd / n_pos,
+           kl_full);
+    printf("  full vs the CPU's fp32 activations: CPU int8 top-1 %.4f, max |dlogit| %.4f, mean KL %.5f; GPU top-1 "
+           "%.4f, max |dlogit| %.4f, mean KL %.5f (tol: top-1 within %.2f below the CPU's, KL <= %.1fx + %.3f)\n",
+           ra_cpu, ref_cpu.maxd, klr_cpu, ra_gpu, ref_gpu.maxd, klr_gpu, REF_TOP1_GAP, REF_KL_RATIO, REF_KL_ABS);
+    printf("  locks @ 256, GPU vs CPU: top-1 agreement %.4f; per-position max |dlogit|: median %.4f, mean %.4f, "
+           "99th percentile %.4f, max %.4f (not checked: the runs drift apart, as test_gpu_model says)\n",
+           top1_lk, med, lk.sumd / n_pos, p99, lk.maxd);
+    printf("  locks @ 256 vs full on the same backend: CPU top-1 %.4f, mean KL %.5f nats; GPU top-1 %.4f, mean KL "
+           "%.5f (tol: top-1 within %.2f, KL <= %.1fx + %.3f)\n",
+           fa_cpu, kl_cpu, fa_gpu, kl_gpu, FID_TOP1_GAP, FID_KL_RATIO, FID_KL_ABS);
+    locks_run_stats gs = locks_ctx_stats(c[GPU_LOCKS]), cs = locks_ctx_stats(c[CPU_LOCKS]);
+    locks_run_stats gf = locks_ctx_stats(c[GPU_FULL]), cf = locks_ctx_stats(c[CPU_FULL]);
+    printf("  decode ms/token: GPU full %.3f, locks %.3f; CPU (%d threads) full %.3f, locks %.3f\n",
+           gf.decode_ms / gf.n_decode, gs.decode_ms / gs.n_decode, threads, cf.decode_ms / cf.n_decode,
+           cs.decode_ms / cs.n_decode);
+    const double t_top1 = gpu_as_cpu ? 1.0 : FULL_TOP1;
+    test_cond(top1_full >= t_top1, "full: top-1 agreement GPU vs CPU %.4f < %.2f", top1_full, t_top1);
+    test_cond(!gpu_as_cpu || full.maxd == 0.0, "as-CPU run: full max |dlogit| %.4f != 0", full.maxd);
+    test_cond(ra_gpu >= ra_cpu - REF_TOP1_GAP, "full vs fp32: GPU top-1 %.4f more than %.2f below the CPU's %.4f",
+              ra_gpu, REF_TOP1_GAP, ra_cpu);
+    test_cond(klr_gpu <= REF_KL_RATIO * klr_cpu + REF_KL_ABS, "full vs fp32: GPU mean KL %.5f > %.1f x CPU %.5f + %.3f",
+              klr_gpu, REF_KL_RATIO, klr_cpu, REF_KL_ABS);
+    test_cond(fabs(fa_gpu - fa_cpu) <= FID_TOP1_GAP, "locks vs full: GPU top-1 %.4f vs CPU %.4f (gap > %.2f)", fa_gpu,
+              fa_cpu, FID_TOP1_GAP);
+    test_cond(kl_gpu <= FID_KL_RATIO * kl_cpu + FID_KL_ABS, "locks vs full: GPU mean KL %.5f > %.1f x CPU %.5f + %.3f",
+              kl_gpu, FID_KL_RATIO, kl_cpu, FID_KL_ABS);
+    /* the fidelity checks mean something only if LOCKS at 256 differs from full here */
+    test_cond(fid_cpu.maxd > 0.01, "locks @ 256 equals full attention on this text (max |dlogit| %.4f)",
+              fid_cpu.maxd);
+    for (int k = 0; k < N_CTX; k++) locks_ctx_free(c[k]), free(lg[k]);
+    free(lk.per_pos);
+}
+
+/* The graph against the same kernels launched one by one: bit-identical (past the window,
+ * so the rings' kernels run with a full window inside the captured graph). */
+static void graph_vs_eager(const locks_model *m, const int32_t *toks) {
+    const locks_model_info in = locks_model_get_info(m);
+    locks_ctx_params p = locks_ctx_default_params();
+    p.n_ctx = 1200;
+    p.backend = LOCKS_BACKEND_CUDA;
+    p.step.selector = LOCKS_SEL_LOCKS;
+    p.step.budget = 256;
+    locks_status st;
+    locks_ctx *g = locks_ctx_init(m, p, &st);
+    p.cuda_graph = 0;
+    locks_ctx *e = locks_ctx_init(m, p, &st);
+    SETUP(g && e);
+    float *lg = malloc(sizeof(float) * in.n_vocab), *le = malloc(sizeof(float) * in.n_vocab);
+    SETUP(lg && le);
+    CHECK(locks_ctx_prefill(g, toks, 1000, lg));
+    CHECK(locks_ctx_prefill(e, toks, 1000, le));
+    int32_t same = memcmp(lg, le, sizeof(float) * in.n_vocab) == 0, steps = 0;
+    for (int32_t i = 1000; i < 1150; i++, steps++) {
+        CHECK(locks_ctx_decode(g, toks[i], lg));
+        CHECK(locks_ctx_decode(e, toks[i], le));
+        same &= memcmp(lg, le, sizeof(float) * in.n_vocab) == 0;
+    }
+    printf("  graph replay vs kernel-by-kernel: %d decode steps (LOCKS @ 256), logits %s\n", steps,
+           same ? "bit-identical" : "DIFFER");
+    test_cond(same, "graph replay logits differ from the uncaptured launches");
+    locks_ctx_free(g);
+    locks_ctx_free(e);
+    free(lg), free(le);
+}
+
+/* The docs as tokens: README, docs/ENGINE.md, docs/CONTEXT_PARALLEL.md one after another
+ * (the text of test_gpu_model), the first `want` of them. */
+static int32_t *doc_tokens(const locks_model *m, int32_t want) {
+    const char *files[] = {"README.md", "docs/ENGINE.md", "docs/CONTEXT_PARALLEL.md"};
+    size_t cap = 1 << 20, len = 0;
+    char *text = malloc(cap);
+    SETUP(text);
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        FILE *fp = fopen(files[f], "rb");
+        if (!fp) continue;
+        len += fread(text + len, 1, cap - len - 1, fp);
+        fclose(fp);
+    }
+    text[len] = '\0';
+    int32_t *ids = malloc(sizeof(int32_t) * (len + 1)), n = 0;
+    SETUP(ids);
+    CHECK(locks_tokenizer_encode(locks_model_tokenizer(m), text, len, false, ids, (int32_t)len + 1, &n));
+    free(text);
+    SETUP(n >= want);
+    return ids;
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    tu_seed("test_gpu_gemma");
+    const char *as_cpu = getenv("LOCKS_TEST_GPU_AS_CPU");
+    gpu_as_cpu = as_cpu && *as_cpu == '1';
+    size_t free_b = 0, total_b = 0;
+    if (!gpu_as_cpu && lg_device_memory(0, &free_b, &total_b) != LOCKS_OK) {
+        printf("test_gpu_gemma: no CUDA device: skipped\n");
+        return 77;
+    }
+    char path[4096];
+    if (!find_gemma(path, sizeof path)) {
+        printf("test_gpu_gemma: no Gemma 3 GGUF (%s; set LOCKS_MODEL_GEMMA): skipped\n", path);
+        return 77;
+    }
+    locks_status st;
+    locks_model *m = locks_model_load(path, &st);
+    if (!m) fprintf(stderr, "test_gpu_gemma: cannot load %s: %s (%s)\n", path, locks_status_str(st), locks_last_error());
+    SETUP(m);
+    const locks_model_info in = locks_model_get_info(m);
+    printf("%s: %s, %d layers (window %d, every %d-th global), dim %d, heads %d/%d of %d, vocab %d\n", path, in.arch,
+           in.n_layers, in.swa_window, in.swa_period, in.dim, in.n_heads, in.n_kv_heads, in.head_dim, in.n_vocab);
+    SETUP(!strcmp(in.arch, "gemma3"));
+    int32_t *toks = doc_tokens(m, N_TOTAL);
+    const char *nd = getenv("LOCKS_TEST_GPU_GEMMA_DECODE");
+    int32_t n_total = N_TOTAL;
+    if (nd && atoi(nd) > 0 && atoi(nd) < N_TOTAL - N_PROMPT) n_total = N_PROMPT + atoi(nd);
+    run_all(m, toks, n_total);
+    if (!gpu_as_cpu) graph_vs_eager(m, toks);
+    free(toks);
+    locks_model_free(m);
+    return test_report("test_gpu_gemma");
+}
