@@ -58,11 +58,14 @@ t)
     late && { say "skipped $t (late)"; rc=1; continue; }
     run_test "$t" 150
   done
+  grep -E "positions|top-1" "$W/test_gpu_arch.log" 2>/dev/null | head -16
+  # compute-sanitizer is slow: test_gpu_arch's gemma3 F32 model only, test_gpu_batch_wide --quick
   for t in test_gpu_arch test_gpu_batch_wide; do
     [ -x "$B/$t" ] || continue
     late && { say "skipped memcheck $t (late)"; continue; }
-    timeout 150 compute-sanitizer --tool memcheck --leak-check no "$B/$t" --quick > "$W/memcheck_$t.log" 2>&1
-    say "memcheck $t --quick exit $?: $(grep -E 'ERROR SUMMARY' "$W/memcheck_$t.log")"
+    LOCKS_TEST_GPU_ARCH_ONLY="gemma3 F32" timeout 150 compute-sanitizer --tool memcheck --leak-check no "$B/$t" \
+      $([ $t = test_gpu_batch_wide ] && echo --quick) > "$W/memcheck_$t.log" 2>&1
+    say "memcheck $t exit $?: $(grep -E 'ERROR SUMMARY' "$W/memcheck_$t.log")"
   done
   ;;
 k)
@@ -95,7 +98,7 @@ g)
   join gemma "${2:?FILE}" "${3:?SHA}"
   M=$KEEP/gemma.gguf
   export LOCKS_MODEL_GEMMA=$M
-  for t in test_gpu_gemma; do [ -x "$B/$t" ] && run_test "$t" 300; done
+  run_test test_gpu_gemma 420
   grep -E "top-1|KL|dlogit" "$W"/test_gpu_gemma.log 2>/dev/null | head -20
   P="The capital of France is"
   timeout 60 "$B/locks" run --backend cuda -m "$M" -p "$P" -n 32 --temp 0 > "$W/run_gpu.txt" 2> "$W/run_gpu.err"
