@@ -81,8 +81,14 @@ k)
   cat "$KEEP"/gemma.xz.part0? | xz -dc > "$M" || { echo "parts missing (cold machine?)"; exit 1; }
   echo "${3:-$GEMMA_SHA}  $M" | sha256sum -c - || exit 1
   export LOCKS_MODEL_GEMMA=$M
-  run_test77 test_gpu_gemma 560
+  run_test77 test_gpu_gemma 330
   grep -E "top-1|KL|dlogit|bit|ms/token|FAIL" "$W/test_gpu_gemma.log" | head -24
+  # the A/B of the bf16 choice: fp16 as the 16-bit type, 400 decode steps (not a failure
+  # of the stage: printed for the lead to weigh)
+  mkdir -p "$W/f16"
+  LOCKS_ENGINE_WTYPE=f16 LOCKS_TEST_GPU_GEMMA_DECODE=400 timeout 150 "$B/test_gpu_gemma" > "$W/f16/test_gpu_gemma.log" 2>&1
+  say "test_gpu_gemma with LOCKS_ENGINE_WTYPE=f16 exit $?: $(tail -1 "$W/f16/test_gpu_gemma.log")"
+  grep -E "top-1|KL|dlogit|nan|FAIL" "$W/f16/test_gpu_gemma.log" | head -12
   P="The three most important rules for writing reliable C code are"
   timeout 60 "$B/locks" run --backend cuda -m "$M" -p "$P" -n 32 --temp 0 > "$W/run_gpu.txt" 2> "$W/run_gpu.err"
   say "locks run --backend cuda exit $?"
@@ -91,6 +97,8 @@ k)
   echo "--- GPU:"; cat "$W/run_gpu.txt"; echo; tail -3 "$W/run_gpu.err"
   echo "--- CPU:"; cat "$W/run_cpu.txt"; echo
   cmp -s "$W/run_gpu.txt" "$W/run_cpu.txt" && say "run: GPU and CPU greedy texts identical" || say "run: GPU and CPU texts differ"
+  LOCKS_ENGINE_WTYPE=f16 timeout 60 "$B/locks" run --backend cuda -m "$M" -p "$P" -n 32 --temp 0 > "$W/run_gpu_f16.txt" 2> "$W/run_gpu_f16.err"
+  cmp -s "$W/run_gpu_f16.txt" "$W/run_cpu.txt" && say "run (GPU fp16): identical to the CPU's" || say "run (GPU fp16): differs from the CPU's"
   ;;
 *) echo "stage 1, k or 2"; exit 2 ;;
 esac

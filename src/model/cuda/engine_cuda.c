@@ -260,6 +260,8 @@ static lg_shape device_shape(const engine_cuda_model *m, int32_t *qt) {
      * cost: bf16 keeps 8 bits of mantissa where fp16 keeps 11, so the GPU's prefill
      * products (dequantized matrices) round more coarsely than the CPU's. */
     sh.wtype = is_bf16(L0->wq) || is_bf16(m->tok_embd) || m->emb_scale ? LOCKS_DTYPE_BF16 : LOCKS_DTYPE_F16;
+    const int forced = locks_cuda_get_lab().engine_wtype; /* LOCKS_ENGINE_WTYPE (A/B: fp16 on Gemma 3) */
+    if (forced == LOCKS_DTYPE_F16 || forced == LOCKS_DTYPE_BF16) sh.wtype = (locks_dtype)forced;
     qt[0] = (int32_t)(m->tied ? m->tok_embd : m->output)->type;
     for (int32_t l = 0; l < in.n_layers; l++) {
         const engine_cuda_layer *L = &m->layers[l];
