@@ -3,12 +3,13 @@
 # gpu-arch, 2026-12-08), from the repository root on the device. Each stage is one `run`;
 # the stages after 1 must follow while the machine is warm ($KEEP survives only that long).
 #   dev/cuda/arch_run.sh 1 [PART]      build (sm_90, -Werror, 16 jobs) into $KEEP/build; keep a
-#                                      Gemma part if given; test_gpu_arch (the tiny random
-#                                      llama / qwen2 / qwen3 / gemma3 models, GPU vs CPU), then
-#                                      compute-sanitizer memcheck of its gemma3 and qwen2 runs;
+#                                      Gemma part if given; test_arch; test_gpu_arch (the tiny
+#                                      random llama / qwen2 / qwen3 / gemma3 models, GPU vs CPU);
 #                                      the Llama engine's own GPU tests without a model
 #                                      (test_gpu_model_ops, test_gpu_verify_exact, test_gpu_batch,
 #                                      test_gpu_ops): the regression check of the shared code
+#   dev/cuda/arch_run.sh m [PART]      (after 1, warm) compute-sanitizer memcheck of
+#                                      test_gpu_arch's gemma3 F32 and qwen2 Q8_0/Q4_0 runs
 #   dev/cuda/arch_run.sh k PART        keep one more part of the Gemma GGUF
 #   dev/cuda/arch_run.sh 2 PART [SHA]  keep the last part, join Gemma 3 270M (Q4_K_M) from
 #                                      $KEEP/gemma.xz.part0?, check its sha256; test_gpu_gemma
@@ -18,8 +19,9 @@
 #   mkdir -p .gpu-stage/arch
 #   xz -6 -T2 -c ~/.cache/locks/gemma-3-270m-q4_k_m.gguf > .gpu-stage/arch/gemma.gguf.xz
 #   split -b 45000000 -d .gpu-stage/arch/gemma.gguf.xz .gpu-stage/arch/gemma.xz.part
-# then `run` stage 1 with .gpu-stage/arch/gemma.xz.part00 carried, `k` with each middle part,
-# `2` with the last (each call carrying its part: carry [".gpu-stage/arch/gemma.xz.partNN"]).
+# then `run` stage 1 with .gpu-stage/arch/gemma.xz.part00 carried, `m` with part01, `k` with
+# each middle part, `2` with the last (each call carrying its part: carry
+# [".gpu-stage/arch/gemma.xz.partNN"]); 2's SHA defaults to the file's (below).
 # Without the Gemma parts, stage 1 alone still checks the three architectures on the tiny
 # models. Stage 1 also checks that the Llama path (SmolLM2 in q38_run.sh stage 2) was
 # not disturbed only as far as the model-free tests reach.
@@ -61,15 +63,21 @@ case "$stage" in
   fi
   say "built"
   run_test test_arch 60
-  run_test77 test_gpu_arch 300
+  run_test77 test_gpu_arch 240
   grep -E "^[a-z]|positions" "$W/test_gpu_arch.log" | head -40
+  for t in test_gpu_model_ops test_gpu_verify_exact test_gpu_batch test_gpu_ops; do run_test "$t" 120; done
+  ;;
+m)
+  keep_part "${2:-}"
+  [ -x "$B/test_gpu_arch" ] || { echo "no $B/test_gpu_arch (stage 1 first, on a warm machine)"; exit 1; }
   for only in "gemma3 F32" "qwen2 Q8_0"; do
     tag=$(echo "$only" | tr ' /' '__')
-    LOCKS_TEST_GPU_ARCH_ONLY="$only" timeout 420 compute-sanitizer --tool memcheck --leak-check no \
+    LOCKS_TEST_GPU_ARCH_ONLY="$only" timeout 270 compute-sanitizer --tool memcheck --leak-check no \
       "$B/test_gpu_arch" > "$W/memcheck_arch_$tag.log" 2>&1
-    say "memcheck test_gpu_arch ($only) exit $?: $(grep -E 'ERROR SUMMARY' "$W/memcheck_arch_$tag.log")"
+    r=$?
+    say "memcheck test_gpu_arch ($only) exit $r: $(grep -E 'ERROR SUMMARY' "$W/memcheck_arch_$tag.log")"
+    [ $r = 0 ] || { rc=1; grep -m12 -E "FAIL|Invalid|out of bounds" "$W/memcheck_arch_$tag.log"; }
   done
-  for t in test_gpu_model_ops test_gpu_verify_exact test_gpu_batch test_gpu_ops; do run_test "$t" 150; done
   ;;
 k)
   keep_part "${2:-}"
@@ -100,7 +108,7 @@ k)
   LOCKS_ENGINE_WTYPE=f16 timeout 60 "$B/locks" run --backend cuda -m "$M" -p "$P" -n 32 --temp 0 > "$W/run_gpu_f16.txt" 2> "$W/run_gpu_f16.err"
   cmp -s "$W/run_gpu_f16.txt" "$W/run_cpu.txt" && say "run (GPU fp16): identical to the CPU's" || say "run (GPU fp16): differs from the CPU's"
   ;;
-*) echo "stage 1, k or 2"; exit 2 ;;
+*) echo "stage 1, m, k or 2"; exit 2 ;;
 esac
 tar czf "$OUT/logs$stage.tar.gz" -C "$W" . 2>/dev/null
 say "stage $stage done, rc $rc"
