@@ -3,7 +3,8 @@
 # gpu-arch, 2026-12-08), from the repository root on the device. Each stage is one `run`;
 # the stages after 1 must follow while the machine is warm ($KEEP survives only that long).
 #   dev/cuda/arch_run.sh 1 [PART]      build (sm_90, -Werror, 16 jobs) into $KEEP/build; keep a
-#                                      Gemma part if given; test_arch; test_gpu_arch (the tiny
+#                                      Gemma part if given; test_arch; test_gpu_arch_ops (the
+#                                      variants' kernels vs float64); test_gpu_arch (the tiny
 #                                      random llama / qwen2 / qwen3 / gemma3 models, GPU vs CPU);
 #                                      the Llama engine's own GPU tests without a model
 #                                      (test_gpu_model_ops, test_gpu_verify_exact, test_gpu_batch,
@@ -57,12 +58,14 @@ case "$stage" in
     tee "$W/env.log"
   say "build"
   if ! { cmake -S . -B "$B" -DLOCKS_CUDA=ON -DLOCKS_CUDA_ARCH=90 -DLOCKS_WERROR=ON -DCMAKE_BUILD_TYPE=Release &&
-         cmake --build "$B" -j 16 --target locks_cli test_gpu_arch test_gpu_gemma test_gpu_model_ops test_gpu_model \
+         cmake --build "$B" -j 16 --target locks_cli test_gpu_arch test_gpu_arch_ops test_gpu_gemma test_gpu_model_ops test_gpu_model \
            test_gpu_ops test_gpu_verify test_gpu_verify_exact test_gpu_batch test_arch; } > "$W/build.log" 2>&1; then
     grep -E "error" "$W/build.log" | head -30; say "BUILD FAILED"; exit 1
   fi
   say "built"
   run_test test_arch 60
+  run_test77 test_gpu_arch_ops 120
+  grep -E "FAIL|swa " "$W/test_gpu_arch_ops.log" | head -16
   run_test77 test_gpu_arch 240
   grep -E "^[a-z]|positions" "$W/test_gpu_arch.log" | head -40
   for t in test_gpu_model_ops test_gpu_verify_exact test_gpu_batch test_gpu_ops; do run_test "$t" 120; done
