@@ -14,8 +14,9 @@
 #   dev/cuda/arch_run.sh k PART        keep one more part of the Gemma GGUF
 #   dev/cuda/arch_run.sh 2 PART [SHA]  keep the last part, join Gemma 3 270M (Q4_K_M) from
 #                                      $KEEP/gemma.xz.part0?, check its sha256; test_gpu_gemma
-#                                      (GPU vs CPU engine, 1024 + 1280 tokens, full and LOCKS);
-#                                      `locks run` greedy, GPU beside CPU
+#                                      (GPU vs CPU engine, 1024 + 1280 tokens, full and LOCKS;
+#                                      again with fp16 as the 16-bit type, printed only);
+#                                      `locks run` greedy, GPU beside CPU, and with --speculate 4
 # Here (a call carries 64 MiB with the repository's ~15 MB; the GGUF is 253 MB):
 #   mkdir -p .gpu-stage/arch
 #   xz -6 -T2 -c ~/.cache/locks/gemma-3-270m-q4_k_m.gguf > .gpu-stage/arch/gemma.gguf.xz
@@ -108,6 +109,15 @@ k)
   echo "--- GPU:"; cat "$W/run_gpu.txt"; echo; tail -3 "$W/run_gpu.err"
   echo "--- CPU:"; cat "$W/run_cpu.txt"; echo
   cmp -s "$W/run_gpu.txt" "$W/run_cpu.txt" && say "run: GPU and CPU greedy texts identical" || say "run: GPU and CPU texts differ"
+  # exact speculation on the GPU (LOCKS drafts at 256, the verify pass, rollbacks through the
+  # rings): greedy, so its text must be the GPU's dense (--selector full) one
+  timeout 60 "$B/locks" run --backend cuda -m "$M" -p "$P" -n 32 --temp 0 --selector full \
+    > "$W/run_gpu_full.txt" 2> "$W/run_gpu_full.err"
+  timeout 60 "$B/locks" run --backend cuda -m "$M" -p "$P" -n 32 --temp 0 --speculate 4 --budget 256 \
+    > "$W/run_gpu_spec.txt" 2> "$W/run_gpu_spec.err"
+  say "locks run --backend cuda --speculate 4 exit $?"
+  cmp -s "$W/run_gpu_spec.txt" "$W/run_gpu_full.txt" && say "run: GPU speculation = GPU dense (as it must)" ||
+    { say "run: GPU speculation DIFFERS from GPU dense"; rc=1; tail -3 "$W/run_gpu_spec.err"; }
   LOCKS_ENGINE_WTYPE=f16 timeout 60 "$B/locks" run --backend cuda -m "$M" -p "$P" -n 32 --temp 0 > "$W/run_gpu_f16.txt" 2> "$W/run_gpu_f16.err"
   cmp -s "$W/run_gpu_f16.txt" "$W/run_cpu.txt" && say "run (GPU fp16): identical to the CPU's" || say "run (GPU fp16): differs from the CPU's"
   ;;
