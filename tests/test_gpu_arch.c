@@ -14,11 +14,18 @@
  *
  * Per position: max |dlogit| relative to the CPU logits' spread (max - min), top-1
  * agreement. The GPU rounds weights and products' inputs to 16 bits (fp16; bf16 for
- * gemma3) where the CPU keeps fp32 (F32 files) or int8 activations (quantized files), so
- * the logits differ by ~1e-3 .. 1e-2 of their spread; a wrong variant (a bias, a RoPE
- * pairing, a norm, a window bound, a base, the ring's slot) moves them by O(1) of it and
- * the top-1 to chance (1/48). Tolerances (set before any device run; the numbers are
- * printed): mean relative error <= 0.02, max <= 0.10, top-1 agreement >= 0.90.
+ * gemma3) where the CPU keeps fp32 (F32 files) or int8 activations (quantized files).
+ * What that costs, measured on the CPU here over the same 1300-position schedule (the
+ * CPU engine on weights rounded to 16 bits vs the exact ones): fp16 weights mean 1e-4 ..
+ * 6e-4, max <= 2.3e-3; bf16 weights mean 7e-4 (gemma3) .. 4.2e-3 (qwen2), max <= 2.3e-2;
+ * on the quantized files the CPU's own int8 vs fp32 activations mean 1.2e-3 (gemma3) ..
+ * 1.1e-2 (qwen2), max <= 3.6e-2, top-1 >= 0.986 (the GPU's and the CPU's int8 paths
+ * round apart by about as much). A wrong variant moves the logits by far more: gemma3's
+ * window one key too wide gives mean 1.3e-2, max 4.8e-2 (top-1 unchanged!), a wrong RoPE
+ * pairing, base, norm or bias O(1) and the top-1 to chance. Tolerances (set before any
+ * device run; the numbers are printed): F32 files mean <= 5e-3, max <= 0.04, top-1 >=
+ * 0.97; quantized files mean <= 0.02, max <= 0.08, top-1 >= 0.95 (the F32 runs are the
+ * sensitive check of the layer code, which both share).
  *
  * Exit 77 (ctest: skipped) without a CUDA device. LOCKS_TEST_GPU_AS_CPU=1 runs the "GPU"
  * contexts on the CPU backend instead: a check of this test's bookkeeping on a machine
@@ -33,9 +40,8 @@
 #include "model/cuda/model_cuda.h"
 #include "model/llama_internal.h"
 
-#define TOL_MEAN 0.02
-#define TOL_MAX 0.10
-#define TOL_TOP1 0.90
+/* [0]: F32 files, [1]: quantized files */
+static const double TOL_MEAN[2] = {5e-3, 0.02}, TOL_MAX[2] = {0.04, 0.08}, TOL_TOP1[2] = {0.97, 0.95};
 
 enum { N_CTX = 1400, N_PROMPT = 200, N_MID = 1100, N_VERIFY = 8, N_CHUNK2 = 100, N_END = 1300 };
 enum { N_SEQS = 3, N_BATCH_STEPS = 150 };
@@ -71,12 +77,12 @@ static void cmp(cmp_stats *s, const float *g, const float *c) {
     s->sum_rel += rel;
 }
 
-static void report(const char *what, const cmp_stats *s) {
+static void report(const char *what, const cmp_stats *s, int quant) {
     const double top1 = (double)s->agree / s->n, mean = s->sum_rel / s->n;
     printf("  %-34s %5d positions: top-1 agreement %.4f, |dlogit| / spread mean %.2e max %.2e\n", what, s->n, top1,
            mean, s->max_rel);
-    const double t_top1 = gpu_as_cpu ? 1.0 : TOL_TOP1, t_mean = gpu_as_cpu ? 0.0 : TOL_MEAN,
-                 t_max = gpu_as_cpu ? 0.0 : TOL_MAX;
+    const double t_top1 = gpu_as_cpu ? 1.0 : TOL_TOP1[quant], t_mean = gpu_as_cpu ? 0.0 : TOL_MEAN[quant],
+                 t_max = gpu_as_cpu ? 0.0 : TOL_MAX[quant];
     test_cond(top1 >= t_top1, "%s: top-1 agreement %.4f < %.2f", what, top1, t_top1);
     test_cond(mean <= t_mean, "%s: mean |dlogit| / spread %.3e > %.3f", what, mean, t_mean);
     test_cond(s->max_rel <= t_max, "%s: max |dlogit| / spread %.3e > %.3f", what, s->max_rel, t_max);
@@ -99,7 +105,7 @@ static locks_ctx *open_ctx(const locks_model *m, int gpu, int32_t n_seqs) {
 }
 
 /* One model through both engines, one sequence: the schedule of the header. */
-static void run_one(const locks_model *m, const char *name) {
+static void run_one(const locks_model *m, const char *name, int quant) {
     int32_t tok[N_END];
     for (int i = 0; i < N_END; i++) tok[i] = tu_int(0, VOCAB - 1);
     locks_ctx *cpu = open_ctx(m, 0, 1), *gpu = open_ctx(m, 1, 1);
@@ -132,11 +138,11 @@ static void run_one(const locks_model *m, const char *name) {
               locks_ctx_len(gpu), locks_ctx_len(cpu));
     char what[96];
     snprintf(what, sizeof what, "%s prefill (last logits)", name);
-    report(what, &pre);
+    report(what, &pre, quant);
     snprintf(what, sizeof what, "%s decode", name);
-    report(what, &dec);
+    report(what, &dec, quant);
     snprintf(what, sizeof what, "%s verify rows", name);
-    report(what, &ver);
+    report(what, &ver, quant);
     locks_ctx_free(cpu);
     locks_ctx_free(gpu);
     free(lc);
@@ -145,7 +151,7 @@ static void run_one(const locks_model *m, const char *name) {
 
 /* N_SEQS sequences of different prefill lengths, then one batch decode step of all of them
  * at a time (the GPU: one graph replay of N_SEQS rows, each row its own rings). */
-static void run_batch(const locks_model *m, const char *name) {
+static void run_batch(const locks_model *m, const char *name, int quant) {
     locks_ctx *cpu = open_ctx(m, 0, N_SEQS), *gpu = open_ctx(m, 1, N_SEQS);
     float *lc = malloc(sizeof(float) * N_SEQS * VOCAB), *lg = malloc(sizeof(float) * N_SEQS * VOCAB);
     int32_t tok[N_SEQS], pre[64];
@@ -166,7 +172,7 @@ static void run_batch(const locks_model *m, const char *name) {
     }
     char what[96];
     snprintf(what, sizeof what, "%s batch of %d sequences", name, N_SEQS);
-    report(what, &st);
+    report(what, &st, quant);
     locks_ctx_free(cpu);
     locks_ctx_free(gpu);
     free(lc);
@@ -204,8 +210,8 @@ int main(void) {
         locks_model *m = llama_model_load_buffer(b.p, b.n, &st);
         if (!m) fprintf(stderr, "%s: load: %s (%s)\n", name, locks_status_str(st), locks_last_error());
         SETUP(m);
-        run_one(m, name);
-        run_batch(m, name);
+        run_one(m, name, runs[r].quant);
+        run_batch(m, name, runs[r].quant);
         locks_model_free(m);
         free(b.p);
         free_weights(&w);

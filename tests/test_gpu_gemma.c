@@ -24,14 +24,16 @@
  * The model: $LOCKS_MODEL_GEMMA, else $LOCKS_GEMMA3_MODEL, else
  * ~/.cache/locks/gemma-3-270m-q4_k_m.gguf (nothing is fetched). Exit 77 (ctest: skipped)
  * without a CUDA device or without the model. LOCKS_TEST_GPU_GEMMA_DECODE=N: N decode
- * steps instead of 1280. LOCKS_TEST_GPU_AS_CPU=1: the "GPU" contexts on the CPU (this
- * test's bookkeeping, no device needed).
+ * steps instead of 1280. LOCKS_ENGINE_WTYPE=f16 (or bf16): the GPU's 16-bit type forced
+ * (the lab switch engine_wtype; an A/B of the bf16 choice). LOCKS_TEST_GPU_AS_CPU=1: the
+ * "GPU" contexts on the CPU (this test's bookkeeping, no device needed).
  */
 #include "test_util.h"
 #include "test_model_util.h"
 
 #include <unistd.h>
 
+#include "cuda/locks_cuda.h"
 #include "locks_model.h"
 #include "model/cuda/model_cuda.h"
 
@@ -222,6 +224,13 @@ int main(void) {
     if (!gpu_as_cpu && lg_device_memory(0, &free_b, &total_b) != LOCKS_OK) {
         printf("test_gpu_gemma: no CUDA device: skipped\n");
         return 77;
+    }
+    const char *wt = getenv("LOCKS_ENGINE_WTYPE");
+    if (wt && (!strcmp(wt, "f16") || !strcmp(wt, "bf16"))) {
+        locks_cuda_lab lab = locks_cuda_get_lab();
+        lab.engine_wtype = !strcmp(wt, "f16") ? LOCKS_DTYPE_F16 : LOCKS_DTYPE_BF16;
+        locks_cuda_set_lab(&lab);
+        printf("the GPU's 16-bit type forced to %s (LOCKS_ENGINE_WTYPE)\n", wt);
     }
     char path[4096];
     if (!find_gemma(path, sizeof path)) {

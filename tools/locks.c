@@ -54,6 +54,8 @@ static void cuda_lab_from_env(void) {
     if ((e = getenv("LOCKS_ENGINE_PAD")) && e[0] == '0') lab.engine_pad = 0;
     if ((e = getenv("LOCKS_ENGINE_REST")) && e[0] == '0') lab.engine_rest = 0;
     if ((e = getenv("LOCKS_ENGINE_QWEIGHTS")) && e[0] == '0') lab.engine_qweights = 0;
+    if ((e = getenv("LOCKS_ENGINE_WTYPE")) && (!strcmp(e, "f16") || !strcmp(e, "bf16")))
+        lab.engine_wtype = !strcmp(e, "f16") ? LOCKS_DTYPE_F16 : LOCKS_DTYPE_BF16;
     locks_cuda_set_lab(&lab);
 }
 #endif

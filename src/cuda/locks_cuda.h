@@ -245,6 +245,9 @@ typedef struct {
     int engine_qweights; /* LOCKS_ENGINE_QWEIGHTS: Q4_0 / Q4_1 / Q8_0 / K-quant matrices kept quantized on the
                             device, int8 inputs to the decode products (1), or dequantized to fp16 at
                             load, fp16 inputs (0; read by engine_cuda_init and engine_cuda_upload) */
+    int engine_wtype;    /* LOCKS_ENGINE_WTYPE=f16|bf16: the engine's 16-bit type forced (LOCKS_DTYPE_F16 or
+                            _BF16), or 0: by the model (bf16 for BF16 files and Gemma 3, else fp16; read
+                            where engine_qweights is) */
 } locks_cuda_lab;
 locks_cuda_lab locks_cuda_lab_default(void);
 /* lab NULL: back to the defaults. */

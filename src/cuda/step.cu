@@ -27,7 +27,7 @@ static void dfree_ptr(void *p) {
     if (p) cudaFree(p);
 }
 
-static const locks_cuda_lab lab_default = {1, 1, 0, -1, 0, 0, 1, 1, 1, 1};
+static const locks_cuda_lab lab_default = {1, 1, 0, -1, 0, 0, 1, 1, 1, 1, 0};
 static locks_cuda_lab lab_now = lab_default;
 
 extern "C" locks_cuda_lab locks_cuda_lab_default(void) { return lab_default; }

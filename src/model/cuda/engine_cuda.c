@@ -253,13 +253,20 @@ static lg_shape device_shape(const engine_cuda_model *m, int32_t *qt) {
     sh.arch = (lg_arch){m->rope_neox, L0->bq != NULL, L0->q_norm != NULL, L0->post_attn_norm != NULL, m->geglu,
                         m->emb_scale, in.swa_window, in.swa_period, in.rope_theta_swa};
     /* The 16-bit type of the products' inputs (and of the weights kept in 16 bits): fp16
-     * unless the file holds BF16, and BF16 for Gemma 3, whose activations outgrow fp16: its
-     * embeddings are scaled by sqrt(dim) and the inputs of Wo and Wdown are not normed
-     * (the post-norms act on the products' outputs), and Gemma-family GeGLU outputs are
-     * known to pass 65504 (llama.cpp and HF run Gemma in bf16 or fp32 for that reason). The
-     * cost: bf16 keeps 8 bits of mantissa where fp16 keeps 11, so the GPU's prefill
-     * products (dequantized matrices) round more coarsely than the CPU's. */
+     * unless the file holds BF16, and BF16 for Gemma 3, whose activations may outgrow
+     * fp16: the inputs of Wo and Wdown are not normed (the post-norms act on the products'
+     * outputs), and Gemma-family GeGLU outputs are known to pass 65504 in the larger models
+     * (llama.cpp and HF run Gemma in bf16 or fp32 for that reason); the residual stream is
+     * fp32 here and never rounded. Measured on Gemma 3 270M (the CPU engine instrumented,
+     * 1500 tokens of docs/ENGINE.md, 2026-12-08): the largest 16-bit input is 143 (layer 0's
+     * GeGLU; the others <= 27), normed inputs <= 31, attention outputs <= 77, so fp16 would
+     * hold the 270M with room to spare, but not provably every text or a larger Gemma 3. The
+     * cost of bf16: 8 bits of mantissa where fp16 keeps 11, on the Q5_0 matrices (Wq, Wk,
+     * Wgate, Wup of the Q4_K_M file, dequantized), the embeddings and every product's input.
+     * The lab switch engine_wtype (LOCKS_ENGINE_WTYPE=f16) forces fp16, for the A/B. */
     sh.wtype = is_bf16(L0->wq) || is_bf16(m->tok_embd) || m->emb_scale ? LOCKS_DTYPE_BF16 : LOCKS_DTYPE_F16;
+    const int forced = locks_cuda_get_lab().engine_wtype; /* LOCKS_ENGINE_WTYPE (A/B: fp16 on Gemma 3) */
+    if (forced == LOCKS_DTYPE_F16 || forced == LOCKS_DTYPE_BF16) sh.wtype = (locks_dtype)forced;
     qt[0] = (int32_t)(m->tied ? m->tok_embd : m->output)->type;
     for (int32_t l = 0; l < in.n_layers; l++) {
         const engine_cuda_layer *L = &m->layers[l];

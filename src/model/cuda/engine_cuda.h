@@ -15,7 +15,8 @@
  * cache, which holds the global layers only). At init the model's weights are copied to the device (F16 and BF16 as stored; Q4_0, Q4_1, Q8_0,
  * Q4_K, Q5_K and Q6_K matrices as they are, read by the decode products block by block
  * and dequantized to fp16 for prefill products; the other listed types, and the token
- * embedding, dequantized to fp16, or to bf16 when the file holds BF16 weights), after
+ * embedding, dequantized to fp16, or to bf16 when the file holds BF16 weights or the
+ * model is Gemma 3), after
  * checking that weights plus the KV cache of n_ctx tokens fit in free device memory. The
  * context's cache is a CUDA-backend locks_cache holding p->n_seqs sequences (slots 0 ..
  * n_seqs - 1, the engine's sequences), n_ctx tokens of room each. Prefill runs in chunks

@@ -306,6 +306,26 @@ locks_status lg_op_swiglu(const float *d_gu, int32_t n, int32_t ffn, locks_dtype
 /* x[t][i] = float(E[tok[t]][i]) for a 16-bit table E (n_vocab, dim). */
 locks_status lg_op_embed(const void *d_e, locks_dtype etype, const int32_t *d_tok, int32_t n, int32_t dim,
                          float *d_x);
+/* The layer variants' kernels (lg_arch), as the engine launches them:
+ * lg_op_embed_scaled: x = float(E[tok]) * scale (Gemma 3: sqrtf(dim)).
+ * lg_op_geglu: out[t][i] = T(gelu_tanh(gu[t][i]) * gu[t][ffn + i]) (vmath.c's GeGLU).
+ * lg_op_qkv_fix: in place on n rows [q | k | v] of hq + 2 hkv heads of d (row_stride
+ *   floats): + d_b [q_dim + 2 kv_dim] (NULL: none), then each q head RMS-normed with d_qn [d]
+ *   and each k head with d_kn [d] (NULL: none), eps as llama.c's rmsnorm.
+ * lg_op_norm_add: x[t] += rms(y[t]) * w for n rows of dim.
+ * lg_op_swa: the sliding-window kernels (swa.cu) on one ring d_ring of cap positions (2 cap
+ *   hkv d fp16: keys, then values): the K/V of n rows of d_qkv ([q | k | v], row_stride
+ *   floats) stored at positions d_pos[t] (slot pos % cap), then each row's query heads
+ *   attend keys max(0, pos - window + 1) .. pos of the ring -> d_out [n][hq][d] (a row at
+ *   pos -1: skipped, zeros). */
+locks_status lg_op_embed_scaled(const void *d_e, locks_dtype etype, const int32_t *d_tok, int32_t n, int32_t dim,
+                                float scale, float *d_x);
+locks_status lg_op_geglu(const float *d_gu, int32_t n, int32_t ffn, locks_dtype out_type, void *d_out);
+locks_status lg_op_qkv_fix(float *d_qkv, int32_t n, int32_t row_stride, int32_t hq, int32_t hkv, int32_t d,
+                           const float *d_b, const float *d_qn, const float *d_kn, float eps);
+locks_status lg_op_norm_add(float *d_x, const float *d_y, const float *d_w, int32_t n, int32_t dim, float eps);
+locks_status lg_op_swa(uint16_t *d_ring, int32_t cap, int32_t hkv, int32_t d, const float *d_qkv, int32_t row_stride,
+                       int32_t hq, const int32_t *d_pos, int32_t n, int32_t window, float scale, float *d_out);
 /* The engine's decode preparation of one layer (attn_prep.cu) on a CUDA cache c with own
  * pages: for sequences s < n_seqs (cache slots), RoPE (as lg_op_rope) of the n_heads query
  * heads and the cache's KV heads of row s of d_qkv (rows of n_heads * d + 2 * kv_dim floats

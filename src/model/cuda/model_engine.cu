@@ -23,6 +23,14 @@
  * Nothing in it depends on the host after capture: lengths, block tables, positions and
  * the input token are read from device memory, and the sampled token is the next
  * input. Residual adds are the products' beta = 1.
+ *
+ * The layer variants (lg_shape.arch, llama.c's ARCHS): after the QKV product one kernel
+ * adds the Q/K/V biases and RMS-norms each q and k head (qkv_fix); RoPE pairs (i, i +
+ * n_rot/2) for NeoX; GeGLU for SwiGLU; the embeddings times sqrt(dim); with post-norms
+ * Wo and Wdown write e->proj and x += rms(proj) w follows (no beta = 1 add). A
+ * sliding-window layer (Gemma 3's local ones) skips the cache and the step: RoPE with
+ * its own base, K/V into its ring, the window's attention (swa.cu: local_attend); the
+ * cache holds the global layers only, engine layer l being cache layer e->cl[l].
  */
 #include "model_ops.cuh"
 
@@ -1397,6 +1405,44 @@ extern "C" locks_status lg_op_swiglu(const float *d_gu, int32_t n, int32_t ffn, 
 extern "C" locks_status lg_op_embed(const void *d_e, locks_dtype etype, const int32_t *d_tok, int32_t n, int32_t dim,
                                     float *d_x) {
     LOCKS_TRY(lg_embed_launch(d_e, etype, d_tok, n, dim, d_x, 0));
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_embed_scaled(const void *d_e, locks_dtype etype, const int32_t *d_tok, int32_t n,
+                                           int32_t dim, float scale, float *d_x) {
+    LOCKS_TRY(lg_embed_scaled_launch(d_e, etype, d_tok, n, dim, scale, d_x, 0));
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_geglu(const float *d_gu, int32_t n, int32_t ffn, locks_dtype out_type, void *d_out) {
+    LOCKS_TRY(lg_geglu_launch(d_gu, n, ffn, out_type, d_out, 0));
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_qkv_fix(float *d_qkv, int32_t n, int32_t row_stride, int32_t hq, int32_t hkv, int32_t d,
+                                      const float *d_b, const float *d_qn, const float *d_kn, float eps) {
+    if (!d_qkv || n < 1 || hq < 1 || hkv < 1 || d < 1 || row_stride < (hq + 2 * hkv) * d || !d_qn != !d_kn)
+        return LOCKS_ERR_INVALID_ARG;
+    LOCKS_TRY(lg_qkv_fix_launch(d_qkv, n, row_stride, hq, hkv, d, d_b, d_qn, d_kn, eps, 0));
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_norm_add(float *d_x, const float *d_y, const float *d_w, int32_t n, int32_t dim,
+                                       float eps) {
+    if (!d_x || !d_y || !d_w || n < 1 || dim < 1) return LOCKS_ERR_INVALID_ARG;
+    LOCKS_TRY(lg_norm_add_launch(d_x, d_y, d_w, n, dim, eps, 0));
+    CU_TRY(cudaDeviceSynchronize());
+    return LOCKS_OK;
+}
+extern "C" locks_status lg_op_swa(uint16_t *d_ring, int32_t cap, int32_t hkv, int32_t d, const float *d_qkv,
+                                  int32_t row_stride, int32_t hq, const int32_t *d_pos, int32_t n, int32_t window,
+                                  float scale, float *d_out) {
+    if (!d_ring || !d_qkv || !d_pos || !d_out || cap < 1 || hkv < 1 || hq < 1 || hq % hkv || n < 1 || window < 1 ||
+        row_stride < (hq + 2 * hkv) * d)
+        return LOCKS_ERR_INVALID_ARG;
+    const lg_swa_rings r = {d_ring, 1, cap, hkv, d};
+    LOCKS_TRY(lg_swa_store_launch(&r, 0, d_qkv, row_stride, hq * d, d_pos, NULL, 0, n, 0));
+    LOCKS_TRY(lg_swa_attend_launch(&r, 0, d_qkv, row_stride, hq, d_pos, NULL, 0, n, window, scale, d_out, hq * d, 0));
     CU_TRY(cudaDeviceSynchronize());
     return LOCKS_OK;
 }
