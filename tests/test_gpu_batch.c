@@ -186,15 +186,19 @@ static void check_bad_input(const locks_model *m) {
     const int32_t too_big = (int32_t)(free_gib * 1.25 * 1048576.0); /* tokens of ~1.25 x free */
     const int32_t fits_once = too_big / 4;
     for (int round = 0; round < 3; round++) {
+        /* 4 sequences of a quarter each: one sequence of too_big tokens would pass n_ctx's
+         * bound (INT32_MAX / LOCKS_CTX_MAX_SEQS) on a card of more than ~50 GiB and be
+         * refused as an invalid argument before any memory is counted */
         locks_ctx_params p = params(LOCKS_SEL_LOCKS, 1, 1);
-        p.n_ctx = too_big;
+        p.n_ctx = too_big / 4;
+        p.n_seqs = 4;
         last_log[0] = '\0';
         c = locks_ctx_init(m, p, &st);
-        test_cond(!c && st == LOCKS_ERR_OOM, "n_ctx %d (KV ~1.25 x free): expected OOM, got %s", too_big,
+        test_cond(!c && st == LOCKS_ERR_OOM, "4 x n_ctx %d (KV ~1.25 x free): expected OOM, got %s", too_big / 4,
                   locks_status_str(st));
         test_cond(strstr(last_log, "does not fit") && strstr(last_log, "GiB"), "OOM log names the numbers: '%s'",
                   last_log);
-        if (round == 0) printf("  n_ctx %d: %s\n", too_big, last_log);
+        if (round == 0) printf("  4 x %d: %s\n", too_big / 4, last_log);
         locks_ctx_free(c);
         p.n_ctx = fits_once;
         p.n_seqs = 8;
