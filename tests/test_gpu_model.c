@@ -194,36 +194,6 @@ static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) 
     free(lk.per_pos);
 }
 
-/* The graph against the same kernels launched one by one: bit-identical. */
-static void graph_vs_eager(const locks_model *m, const int32_t *toks) {
-    const locks_model_info in = locks_model_get_info(m);
-    locks_ctx_params p = locks_ctx_default_params();
-    p.n_ctx = 1200;
-    p.backend = LOCKS_BACKEND_CUDA;
-    p.step.selector = LOCKS_SEL_LOCKS;
-    p.step.budget = 256;
-    locks_status st;
-    locks_ctx *g = locks_ctx_init(m, p, &st);
-    p.cuda_graph = 0;
-    locks_ctx *e = locks_ctx_init(m, p, &st);
-    SETUP(g && e);
-    float *lg = malloc(sizeof(float) * in.n_vocab), *le = malloc(sizeof(float) * in.n_vocab);
-    SETUP(lg && le);
-    CHECK(locks_ctx_prefill(g, toks, 1000, lg));
-    CHECK(locks_ctx_prefill(e, toks, 1000, le));
-    int32_t same = memcmp(lg, le, sizeof(float) * in.n_vocab) == 0, steps = 0;
-    for (int32_t i = 1000; i < 1150; i++, steps++) {
-        CHECK(locks_ctx_decode(g, toks[i], lg));
-        CHECK(locks_ctx_decode(e, toks[i], le));
-        same &= memcmp(lg, le, sizeof(float) * in.n_vocab) == 0;
-    }
-    printf("  graph replay vs kernel-by-kernel: %d decode steps (LOCKS @ 256), logits %s\n", steps,
-           same ? "bit-identical" : "DIFFER");
-    test_cond(same, "graph replay logits differ from the uncaptured launches");
-    locks_ctx_free(g);
-    locks_ctx_free(e);
-    free(lg), free(le);
-}
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -238,7 +208,7 @@ int main(void) {
     if (nd && atoi(nd) > 0 && atoi(nd) < N_TOTAL - N_PROMPT) n_total = N_PROMPT + atoi(nd);
     run_all(m, toks, n_total);
     const char *as_cpu = getenv("LOCKS_TEST_GPU_AS_CPU");
-    if (!(as_cpu && *as_cpu == '1')) graph_vs_eager(m, toks);
+    if (!(as_cpu && *as_cpu == '1')) tu_graph_vs_eager(m, toks);
     free(toks);
     locks_model_free(m);
     return test_report("test_gpu_model");
