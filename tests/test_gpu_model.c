@@ -90,70 +90,21 @@ static int32_t *doc_tokens(const locks_model *m, int32_t want, int32_t *n) {
     return ids;
 }
 
-/* The five contexts step in lockstep over the same teacher-forced tokens: the CPU and the
- * GPU, each with full attention and with LOCKS at budget 256 (the CPU with int8 inputs to
- * its products, its default), and the CPU's full attention with fp32 activations. */
-enum { CPU_FULL, GPU_FULL, CPU_LOCKS, GPU_LOCKS, CPU_F32, N_CTX };
-
+/* The five contexts of tu_lockstep_run (test_model_util.h) over the same teacher-forced
+ * tokens, then the tolerances above. */
 static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) {
-    const locks_model_info in = locks_model_get_info(m);
-    const int32_t V = in.n_vocab, n_pos = n_total - N_PROMPT + 1;
-    locks_ctx *c[N_CTX];
-    float *lg[N_CTX];
-    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    const int32_t threads = nproc > 16 ? 16 : (nproc < 1 ? 1 : (int32_t)nproc);
     /* LOCKS_TEST_GPU_AS_CPU=1 runs the "GPU" contexts on the CPU backend too: a check of
      * this test's own bookkeeping on a machine without a GPU (everything must agree) */
     const char *as_cpu = getenv("LOCKS_TEST_GPU_AS_CPU");
     const int gpu_as_cpu = as_cpu && *as_cpu == '1';
-    for (int k = 0; k < N_CTX; k++) {
-        locks_ctx_params p = locks_ctx_default_params();
-        p.n_ctx = N_TOTAL + 16;
-        p.step = locks_step_default_params();
-        if (k == CPU_FULL || k == GPU_FULL || k == CPU_F32) {
-            p.step.selector = LOCKS_SEL_FULL;
-            p.step.budget = N_TOTAL + 16;
-        } else {
-            p.step.selector = LOCKS_SEL_LOCKS;
-            p.step.budget = 256;
-        }
-        p.n_threads = threads;
-        p.f32_act = k == CPU_F32;
-        if ((k == GPU_FULL || k == GPU_LOCKS) && !gpu_as_cpu) p.backend = LOCKS_BACKEND_CUDA;
-        locks_status st;
-        c[k] = locks_ctx_init(m, p, &st);
-        if (!c[k]) fprintf(stderr, "context %d: %s\n", k, locks_status_str(st));
-        SETUP(c[k]);
-        lg[k] = malloc(sizeof(float) * V);
-        SETUP(lg[k]);
-    }
-    tu_logit_stats full = {0}, lk = {0}, fid_cpu = {0}, fid_gpu = {0}, ref_cpu = {0}, ref_gpu = {0};
-    lk.per_pos = malloc(sizeof(double) * n_pos);
-    SETUP(lk.per_pos);
-    double kl_cpu = 0, kl_gpu = 0, prefill_d = 0, klr_cpu = 0, klr_gpu = 0;
-    for (int32_t i = N_PROMPT - 1; i < n_total; i++) {
-        for (int k = 0; k < N_CTX; k++) {
-            if (i == N_PROMPT - 1)
-                CHECK(locks_ctx_prefill(c[k], toks, N_PROMPT, lg[k]));
-            else
-                CHECK(locks_ctx_decode(c[k], toks[i], lg[k]));
-        }
-        tu_logit_cmp(&full, lg[GPU_FULL], lg[CPU_FULL], V);
-        tu_logit_cmp(&lk, lg[GPU_LOCKS], lg[CPU_LOCKS], V);
-        tu_logit_cmp(&fid_cpu, lg[CPU_LOCKS], lg[CPU_FULL], V);
-        tu_logit_cmp(&fid_gpu, lg[GPU_LOCKS], lg[GPU_FULL], V);
-        kl_cpu += tu_kl_logits(lg[CPU_FULL], lg[CPU_LOCKS], V);
-        kl_gpu += tu_kl_logits(lg[GPU_FULL], lg[GPU_LOCKS], V);
-        tu_logit_cmp(&ref_cpu, lg[CPU_FULL], lg[CPU_F32], V);
-        tu_logit_cmp(&ref_gpu, lg[GPU_FULL], lg[CPU_F32], V);
-        klr_cpu += tu_kl_logits(lg[CPU_F32], lg[CPU_FULL], V);
-        klr_gpu += tu_kl_logits(lg[CPU_F32], lg[GPU_FULL], V);
-        if (i == N_PROMPT - 1) prefill_d = full.maxd;
-    }
-    SETUP(full.n == n_pos && lk.n == n_pos);
+    tu_lockstep r;
+    tu_lockstep_run(m, toks, N_PROMPT, n_total, N_TOTAL + 16, gpu_as_cpu, &r);
+    const int32_t n_pos = r.n_pos, threads = r.threads;
+    const tu_logit_stats full = r.full, lk = r.lk, fid_cpu = r.fid_cpu, fid_gpu = r.fid_gpu, ref_cpu = r.ref_cpu,
+                         ref_gpu = r.ref_gpu;
+    const double kl_cpu = r.kl_cpu, kl_gpu = r.kl_gpu, klr_cpu = r.klr_cpu, klr_gpu = r.klr_gpu, prefill_d = r.prefill_d;
     const double top1_full = (double)full.agree / n_pos, top1_lk = (double)lk.agree / n_pos;
     const double fa_cpu = (double)fid_cpu.agree / n_pos, fa_gpu = (double)fid_gpu.agree / n_pos;
-    kl_cpu /= n_pos, kl_gpu /= n_pos, klr_cpu /= n_pos, klr_gpu /= n_pos;
     const double ra_cpu = (double)ref_cpu.agree / n_pos, ra_gpu = (double)ref_gpu.agree / n_pos;
     const double med = tu_quantile(lk.per_pos, n_pos, 0.5), p99 = tu_quantile(lk.per_pos, n_pos, 0.99);
     printf("  full, GPU vs CPU: %d positions (prefill %d + decode %d): top-1 agreement %.4f (tol >= %.2f), max "
@@ -169,8 +120,8 @@ static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) 
     printf("  locks @ 256 vs full on the same backend: CPU top-1 %.4f, mean KL %.5f nats; GPU top-1 %.4f, mean KL "
            "%.5f (tol: top-1 within %.2f, KL <= %.1fx + %.3f)\n",
            fa_cpu, kl_cpu, fa_gpu, kl_gpu, FID_TOP1_GAP, FID_KL_RATIO, FID_KL_ABS);
-    locks_run_stats gs = locks_ctx_stats(c[GPU_LOCKS]), cs = locks_ctx_stats(c[CPU_LOCKS]);
-    locks_run_stats gf = locks_ctx_stats(c[GPU_FULL]), cf = locks_ctx_stats(c[CPU_FULL]);
+    locks_run_stats gs = locks_ctx_stats(r.c[TU_GPU_LOCKS]), cs = locks_ctx_stats(r.c[TU_CPU_LOCKS]);
+    locks_run_stats gf = locks_ctx_stats(r.c[TU_GPU_FULL]), cf = locks_ctx_stats(r.c[TU_CPU_FULL]);
     printf("  decode ms/token: GPU full %.3f, locks %.3f; CPU (%d threads) full %.3f, locks %.3f\n",
            gf.decode_ms / gf.n_decode, gs.decode_ms / gs.n_decode, threads, cf.decode_ms / cf.n_decode,
            cs.decode_ms / cs.n_decode);
@@ -190,8 +141,7 @@ static void run_all(const locks_model *m, const int32_t *toks, int32_t n_total) 
     /* the fidelity checks mean something only if LOCKS at 256 differs from full here */
     test_cond(fid_cpu.maxd > 0.01, "locks @ 256 equals full attention on this text (max |dlogit| %.4f)",
               fid_cpu.maxd);
-    for (int k = 0; k < N_CTX; k++) locks_ctx_free(c[k]), free(lg[k]);
-    free(lk.per_pos);
+    tu_lockstep_free(&r);
 }
 
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "locks_model.h"
 
@@ -156,6 +157,87 @@ static inline double tu_quantile(double *v, int32_t n, double q) {
     qsort(v, (size_t)n, sizeof *v, tu_cmp_double);
     int32_t i = (int32_t)(q * (n - 1) + 0.5);
     return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
+}
+
+/* ---- five contexts in lockstep (test_gpu_model, test_gpu_gemma) ----
+ * The same teacher-forced tokens through the CPU and the GPU, each with full attention and
+ * with LOCKS at budget 256 (the CPU with int8 inputs to its products, its default), and
+ * the CPU's full attention with fp32 activations: a prefill of n_prompt tokens, then one
+ * decode step a token to n_total. gpu_as_cpu: the "GPU" contexts on the CPU backend (the
+ * tests' bookkeeping without a device). */
+enum { TU_CPU_FULL, TU_GPU_FULL, TU_CPU_LOCKS, TU_GPU_LOCKS, TU_CPU_F32, TU_N_CTX };
+typedef struct {
+    locks_ctx *c[TU_N_CTX]; /* kept for their run stats (tu_lockstep_free) */
+    int32_t n_pos, threads;
+    /* per position: full GPU vs CPU; LOCKS GPU vs CPU (lk.per_pos set); each backend's
+     * LOCKS vs its full; each backend's full vs the fp32 reference */
+    tu_logit_stats full, lk, fid_cpu, fid_gpu, ref_cpu, ref_gpu;
+    /* means over the positions: KL(CPU full || GPU full), KL(full || LOCKS) per backend,
+     * KL(fp32 || full) per backend */
+    double kl_full, kl_cpu, kl_gpu, klr_cpu, klr_gpu;
+    double prefill_d; /* full.maxd at the prefill's last token */
+} tu_lockstep;
+
+static inline void tu_lockstep_run(const locks_model *m, const int32_t *toks, int32_t n_prompt, int32_t n_total,
+                                   int32_t n_ctx, int gpu_as_cpu, tu_lockstep *r) {
+    memset(r, 0, sizeof *r);
+    const int32_t V = locks_model_get_info(m).n_vocab;
+    r->n_pos = n_total - n_prompt + 1;
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    r->threads = nproc > 16 ? 16 : (nproc < 1 ? 1 : (int32_t)nproc);
+    float *lg[TU_N_CTX];
+    for (int k = 0; k < TU_N_CTX; k++) {
+        locks_ctx_params p = locks_ctx_default_params();
+        p.n_ctx = n_ctx;
+        p.step = locks_step_default_params();
+        if (k == TU_CPU_FULL || k == TU_GPU_FULL || k == TU_CPU_F32) {
+            p.step.selector = LOCKS_SEL_FULL;
+            p.step.budget = n_ctx;
+        } else {
+            p.step.selector = LOCKS_SEL_LOCKS;
+            p.step.budget = 256;
+        }
+        p.n_threads = r->threads;
+        p.f32_act = k == TU_CPU_F32;
+        if ((k == TU_GPU_FULL || k == TU_GPU_LOCKS) && !gpu_as_cpu) p.backend = LOCKS_BACKEND_CUDA;
+        locks_status st;
+        r->c[k] = locks_ctx_init(m, p, &st);
+        if (!r->c[k]) fprintf(stderr, "context %d: %s (%s)\n", k, locks_status_str(st), locks_last_error());
+        SETUP(r->c[k]);
+        lg[k] = malloc(sizeof(float) * V);
+        SETUP(lg[k]);
+    }
+    r->lk.per_pos = malloc(sizeof(double) * r->n_pos);
+    SETUP(r->lk.per_pos);
+    for (int32_t i = n_prompt - 1; i < n_total; i++) {
+        for (int k = 0; k < TU_N_CTX; k++) {
+            if (i == n_prompt - 1)
+                CHECK(locks_ctx_prefill(r->c[k], toks, n_prompt, lg[k]));
+            else
+                CHECK(locks_ctx_decode(r->c[k], toks[i], lg[k]));
+        }
+        tu_logit_cmp(&r->full, lg[TU_GPU_FULL], lg[TU_CPU_FULL], V);
+        tu_logit_cmp(&r->lk, lg[TU_GPU_LOCKS], lg[TU_CPU_LOCKS], V);
+        tu_logit_cmp(&r->fid_cpu, lg[TU_CPU_LOCKS], lg[TU_CPU_FULL], V);
+        tu_logit_cmp(&r->fid_gpu, lg[TU_GPU_LOCKS], lg[TU_GPU_FULL], V);
+        r->kl_full += tu_kl_logits(lg[TU_CPU_FULL], lg[TU_GPU_FULL], V);
+        r->kl_cpu += tu_kl_logits(lg[TU_CPU_FULL], lg[TU_CPU_LOCKS], V);
+        r->kl_gpu += tu_kl_logits(lg[TU_GPU_FULL], lg[TU_GPU_LOCKS], V);
+        tu_logit_cmp(&r->ref_cpu, lg[TU_CPU_FULL], lg[TU_CPU_F32], V);
+        tu_logit_cmp(&r->ref_gpu, lg[TU_GPU_FULL], lg[TU_CPU_F32], V);
+        r->klr_cpu += tu_kl_logits(lg[TU_CPU_F32], lg[TU_CPU_FULL], V);
+        r->klr_gpu += tu_kl_logits(lg[TU_CPU_F32], lg[TU_GPU_FULL], V);
+        if (i == n_prompt - 1) r->prefill_d = r->full.maxd;
+    }
+    SETUP(r->full.n == r->n_pos && r->lk.n == r->n_pos);
+    r->kl_full /= r->n_pos, r->kl_cpu /= r->n_pos, r->kl_gpu /= r->n_pos;
+    r->klr_cpu /= r->n_pos, r->klr_gpu /= r->n_pos;
+    for (int k = 0; k < TU_N_CTX; k++) free(lg[k]);
+}
+
+static inline void tu_lockstep_free(tu_lockstep *r) {
+    for (int k = 0; k < TU_N_CTX; k++) locks_ctx_free(r->c[k]);
+    free(r->lk.per_pos);
 }
 
 /* The GPU decode graph against the same kernels launched one by one (a context with
